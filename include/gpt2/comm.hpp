@@ -1,0 +1,54 @@
+// Communication between ranks: an RAII MPI session and typed, error-checked broadcast and
+// allreduce (chunked, so buffers beyond 2^31 elements work). A world of one needs no mpirun.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpt2 {
+
+// MPI_Init_thread(FUNNELED) in the constructor, MPI_Finalize in the destructor.
+class MpiSession {
+  public:
+    MpiSession(int* argc, char*** argv);
+    ~MpiSession();
+    MpiSession(const MpiSession&) = delete;
+    MpiSession& operator=(const MpiSession&) = delete;
+};
+
+class Communicator {
+  public:
+    Communicator();  // MPI_COMM_WORLD
+    // A world of one that never calls MPI (library users and tests without MPI_Init).
+    [[nodiscard]] static Communicator single_process() { return Communicator(0, 1); }
+    [[nodiscard]] int rank() const { return rank_; }
+    [[nodiscard]] int size() const { return size_; }
+    [[nodiscard]] bool is_root() const { return rank_ == 0; }
+
+    void broadcast(std::span<std::uint8_t> data, int root = 0) const;
+    void broadcast(std::span<std::int32_t> data, int root = 0) const;
+    void broadcast(std::span<float> data, int root = 0) const;
+    // Broadcasts a byte vector whose size only the root knows.
+    void broadcast_vector(std::vector<std::uint8_t>& data, int root = 0) const;
+    // In-place elementwise sum across ranks.
+    void allreduce_sum(std::span<float> data) const;
+    [[nodiscard]] double allreduce_sum(double value) const;
+    [[nodiscard]] std::int64_t allreduce_max(std::int64_t value) const;
+    [[nodiscard]] std::int64_t allreduce_min(std::int64_t value) const;
+    // Gathers one 64-bit value from every rank on every rank.
+    [[nodiscard]] std::vector<std::uint64_t> allgather(std::uint64_t value) const;
+    void barrier() const;
+
+    // Prints "rank R: message" to stderr and ends the whole job (every rank) with `code`.
+    [[noreturn]] void abort(std::string_view message, int code = 1) const;
+
+  private:
+    Communicator(int rank, int size) : rank_(rank), size_(size) {}
+    int rank_ = 0;
+    int size_ = 1;
+};
+
+}  // namespace gpt2

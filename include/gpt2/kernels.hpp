@@ -1,0 +1,61 @@
+// The layers of GPT-2 as plain forward/backward functions over raw row-major arrays. Backward
+// functions accumulate (+=) into parameter gradients; what they do to input gradients is stated
+// per function. N is the number of token rows (B*T).
+#pragma once
+
+#include <cstdint>
+
+namespace gpt2 {
+
+inline constexpr float kLayerNormEps = 1e-5f;
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+void encoder_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+                     int B, int T, int C);
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                      int B, int T, int C);
+
+// out = (inp - mean) * rstd * weight + bias, row-wise; saves mean and rstd for backward.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C);
+// dinp += ..., dweight += ..., dbias += ...
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C);
+
+// out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias (bias may be null).
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC);
+// The residual connection fused in: out = residual + inp @ weight^T + bias. Its backward is the
+// identity for the residual path, so the block backward passes dout on unchanged.
+void matmul_residual_forward(float* out, const float* residual, const float* inp,
+                             const float* weight, const float* bias, int N, int C, int OC);
+// dinp = dout @ weight (overwritten; skipped when null), dweight += dout^T @ inp,
+// dbias += column sums of dout (skipped when null).
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC);
+
+// Causal multi-head self-attention over qkv(B,T,3C) (q, k, v each NH heads of C/NH): att(B,NH,T,T)
+// holds the softmax probabilities (zero above the diagonal), out(B,T,C) the heads' outputs.
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// Number of floats of scratch attention_backward needs.
+[[nodiscard]] int attention_backward_scratch_size(int T);
+// dqkv is overwritten.
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH);
+
+// GELU, tanh approximation.
+void gelu_forward(float* out, const float* inp, int N);
+// dinp = dout * gelu'(inp); dinp may alias dout.
+void gelu_backward(float* dinp, const float* inp, const float* dout, int N);
+
+// Softmax over the first V of Vp columns and cross-entropy against targets, rows independent.
+// losses[r] = -log softmax(logits[r])[targets[r]].
+void cross_entropy_forward(float* losses, const float* logits, const std::int32_t* targets, int R,
+                           int V, int Vp);
+// Fused forward and backward: also overwrites logits with dlogits = (softmax - onehot) * dloss
+// (zero in the padded columns).
+void cross_entropy_forward_backward(float* losses, float* logits, const std::int32_t* targets,
+                                    int R, int V, int Vp, float dloss);
+
+}  // namespace gpt2

@@ -1,0 +1,59 @@
+// Tokenizers: text bytes <-> token ids behind one interface (char, trained byte-level BPE, GPT-2's
+// BPE); each serializes to bytes so rank 0 can broadcast it and checkpoints can embed it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpt2 {
+
+enum class TokenizerKind : std::uint8_t { Char = 1, Bpe = 2, Gpt2 = 3 };
+
+class Tokenizer {
+public:
+    virtual ~Tokenizer() = default;
+    [[nodiscard]] virtual TokenizerKind kind() const = 0;
+    [[nodiscard]] virtual int vocab_size() const = 0;
+    // The end-of-text token, if the vocabulary has one (the char tokenizer has none).
+    [[nodiscard]] virtual std::optional<int> eot_id() const = 0;
+    [[nodiscard]] virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
+    [[nodiscard]] virtual std::string decode(std::span<const std::int32_t> ids) const = 0;
+    // The raw bytes of one token (possibly a partial UTF-8 sequence): lets generation stream.
+    [[nodiscard]] virtual std::string token_bytes(int id) const = 0;
+    // Self-describing bytes (kind tag first) that deserialize_tokenizer() turns back into an equal
+    // tokenizer.
+    [[nodiscard]] virtual std::vector<std::uint8_t> serialize() const = 0;
+};
+
+[[nodiscard]] std::string_view tokenizer_kind_name(TokenizerKind kind);
+
+// The sorted set of bytes that occur in the corpus (65 symbols for tinyshakespeare).
+[[nodiscard]] std::unique_ptr<Tokenizer> make_char_tokenizer(std::string_view corpus);
+// Byte-level BPE trained on the corpus: 256 byte tokens + merges + <|endoftext|> = vocab_size.
+[[nodiscard]] std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus,
+                                                             int vocab_size);
+// GPT-2's tokenizer from encoder.json and vocab.bpe in dir.
+[[nodiscard]] std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir);
+[[nodiscard]] std::unique_ptr<Tokenizer> deserialize_tokenizer(std::span<const std::uint8_t> bytes);
+
+// Encodes text as a sequence of independently encoded blocks (cut only where the pre-tokenizer
+// always splits, so the result equals tokenizer.encode(text)), on up to `threads` threads.
+// on_progress, if set, is called on the calling thread with the number of bytes encoded so far.
+[[nodiscard]] std::vector<std::int32_t> encode_blocks(
+    const Tokenizer& tokenizer, std::string_view text, int threads,
+    const std::function<void(std::size_t bytes_done)>& on_progress = {});
+
+// llm.c's decode-only tokenizer file (gpt2_tokenizer.bin): uint32 header[256] = {20240328, 2,
+// vocab size, EOT id (0xFFFFFFFF when there is none)}, then per token a uint8 length and its bytes.
+void write_llmc_tokenizer(const Tokenizer& tokenizer, const std::filesystem::path& path);
+// The token byte strings of such a file, indexed by id.
+[[nodiscard]] std::vector<std::string> read_llmc_tokenizer(const std::filesystem::path& path);
+
+}  // namespace gpt2

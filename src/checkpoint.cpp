@@ -1,0 +1,230 @@
+#include "gpt2/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "gpt2/error.hpp"
+
+namespace gpt2 {
+
+namespace {
+constexpr std::size_t kHeaderInts = 256;
+constexpr std::size_t kHeaderBytes = kHeaderInts * sizeof(std::int32_t);
+// Footer: magic, trailer offset, checksum of everything before the footer.
+constexpr std::array<char, 8> kFooterMagic = {'G', 'P', 'T', '2', 'C', 'K', 'P', '1'};
+constexpr std::size_t kFooterBytes = 8 + 8 + 8;
+enum class TrailerTag : std::uint32_t { Tokenizer = 1, ConfigJson = 2 };
+
+std::string errno_text() {
+    return std::strerror(errno);
+}
+
+template <typename T>
+void append_pod(std::vector<std::uint8_t>& out, const T& value) {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(&value);
+    out.insert(out.end(), p, p + sizeof(T));
+}
+
+template <typename T>
+T read_pod(std::span<const std::uint8_t> bytes, std::size_t offset) {
+    T value;
+    std::memcpy(&value, bytes.data() + offset, sizeof(T));
+    return value;
+}
+
+void fsync_directory(const std::filesystem::path& dir) {
+    const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        ::fsync(fd);
+        ::close(fd);
+    }
+}
+}  // namespace
+
+std::uint64_t checksum64(std::span<const std::uint8_t> bytes, std::uint64_t seed) {
+    constexpr std::uint64_t kMul = 0x9E3779B97F4A7C15ull;
+    // Four independent lanes keep the multiplier pipeline busy.
+    std::array<std::uint64_t, 4> lane = {seed ^ 0x243F6A8885A308D3ull, seed ^ 0x13198A2E03707344ull,
+                                         seed ^ 0xA4093822299F31D0ull,
+                                         seed ^ 0x082EFA98EC4E6C89ull};
+    std::size_t i = 0;
+    for (; i + 32 <= bytes.size(); i += 32) {
+        for (std::size_t k = 0; k < 4; ++k) {
+            const auto word = read_pod<std::uint64_t>(bytes, i + 8 * k);
+            lane[k] = (lane[k] ^ word) * kMul;
+            lane[k] ^= lane[k] >> 29;
+        }
+    }
+    std::uint64_t h = bytes.size();
+    for (std::uint64_t l : lane)
+        h = (h ^ l) * kMul + (h >> 31);
+    for (; i < bytes.size(); ++i)
+        h = (h ^ bytes[i]) * kMul;
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDull;
+    return h ^ (h >> 33);
+}
+
+void write_file_atomically(const std::filesystem::path& path,
+                           std::span<const std::span<const std::uint8_t>> pieces) {
+    const std::filesystem::path tmp =
+        path.string() + ".tmp." + std::to_string(static_cast<long>(::getpid()));
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) throw InputError("cannot write " + path.string() + ": " + errno_text());
+    const auto fail = [&](const std::string& what) {
+        const std::string message = "cannot write " + path.string() + ": " + what;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw InputError(message);
+    };
+    for (std::span<const std::uint8_t> piece : pieces) {
+        std::size_t done = 0;
+        while (done < piece.size()) {
+            const ssize_t n = ::write(fd, piece.data() + done, piece.size() - done);
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                fail(errno_text());
+            }
+            done += static_cast<std::size_t>(n);
+        }
+    }
+    if (::fsync(fd) != 0) fail(errno_text());
+    if (::close(fd) != 0) {
+        ::unlink(tmp.c_str());
+        throw InputError("cannot write " + path.string() + ": " + errno_text());
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        const std::string message = "cannot write " + path.string() + ": " + errno_text();
+        ::unlink(tmp.c_str());
+        throw InputError(message);
+    }
+    fsync_directory(path.parent_path());
+}
+
+std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+        throw InputError(path.string() + ": is a directory, expected a file");
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError(path.string() + ": cannot open (" + errno_text() + ")");
+    in.seekg(0, std::ios::end);
+    const std::streamoff size = in.tellg();
+    in.seekg(0, std::ios::beg);
+    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(std::max<std::streamoff>(size, 0)));
+    if (!in.read(reinterpret_cast<char*>(bytes.data()),
+                 static_cast<std::streamsize>(bytes.size()))) {
+        throw InputError(path.string() + ": read failed");
+    }
+    return bytes;
+}
+
+std::filesystem::path save_checkpoint(const std::filesystem::path& path, const Model& model,
+                                      const std::optional<CheckpointExtras>& extras) {
+    const ModelConfig& c = model.config;
+    std::array<std::int32_t, kHeaderInts> header{};
+    header[0] = kLlmcModelMagic;
+    header[1] = kLlmcModelVersionFp32;
+    header[2] = c.max_seq_len;
+    header[3] = c.vocab_size;
+    header[4] = c.num_layers;
+    header[5] = c.num_heads;
+    header[6] = c.channels;
+    header[7] = c.padded_vocab_size;
+    const std::span<const std::uint8_t> header_bytes(
+        reinterpret_cast<const std::uint8_t*>(header.data()), kHeaderBytes);
+    const std::span<const std::uint8_t> param_bytes(
+        reinterpret_cast<const std::uint8_t*>(model.params.data()),
+        model.params.size() * sizeof(float));
+    if (!extras) {
+        const std::array pieces = {header_bytes, param_bytes};
+        write_file_atomically(path, pieces);
+        return path;
+    }
+    std::vector<std::uint8_t> trailer;
+    const auto add_section = [&](TrailerTag tag, std::span<const std::uint8_t> bytes) {
+        append_pod(trailer, static_cast<std::uint32_t>(tag));
+        append_pod(trailer, static_cast<std::uint64_t>(bytes.size()));
+        trailer.insert(trailer.end(), bytes.begin(), bytes.end());
+    };
+    add_section(TrailerTag::Tokenizer, extras->tokenizer);
+    add_section(TrailerTag::ConfigJson,
+                std::span(reinterpret_cast<const std::uint8_t*>(extras->config_json.data()),
+                          extras->config_json.size()));
+    std::uint64_t sum = checksum64(header_bytes);
+    sum = checksum64(param_bytes, sum);
+    sum = checksum64(trailer, sum);
+    append_pod(trailer, kFooterMagic);
+    append_pod(trailer, static_cast<std::uint64_t>(kHeaderBytes + param_bytes.size()));
+    append_pod(trailer, sum);
+    const std::array pieces = {header_bytes, param_bytes, std::span<const std::uint8_t>(trailer)};
+    write_file_atomically(path, pieces);
+    return path;
+}
+
+LoadedModel load_checkpoint(const std::filesystem::path& path) {
+    const std::vector<std::uint8_t> bytes = read_file_bytes(path);
+    const std::string name = path.string();
+    if (bytes.size() < kHeaderBytes) {
+        throw InputError(name + ": too short for an llm.c model header (" +
+                         std::to_string(bytes.size()) + " bytes), truncated or not a model file");
+    }
+    const auto h = [&](std::size_t i) { return read_pod<std::int32_t>(bytes, i * 4); };
+    if (h(0) != kLlmcModelMagic) {
+        throw InputError(name + ": bad magic " + std::to_string(h(0)) + " (expected " +
+                         std::to_string(kLlmcModelMagic) + "), not an llm.c model file");
+    }
+    if (h(1) != kLlmcModelVersionFp32) {
+        throw InputError(name + ": unsupported version " + std::to_string(h(1)) +
+                         " (only 3, float32, is supported)");
+    }
+    const ModelConfig config{h(2), h(3), h(7), h(4), h(5), h(6)};
+    validate_config(config, name);
+    const ParameterLayout layout(config);
+    const std::size_t model_bytes = kHeaderBytes + layout.total() * sizeof(float);
+    if (bytes.size() < model_bytes) {
+        throw InputError(name + ": truncated: " + std::to_string(bytes.size()) + " bytes, the " +
+                         describe(config) + " model needs " + std::to_string(model_bytes));
+    }
+    LoadedModel loaded{Model(config), std::nullopt};
+    std::memcpy(loaded.model.params.data(), bytes.data() + kHeaderBytes,
+                layout.total() * sizeof(float));
+    if (bytes.size() == model_bytes) return loaded;  // plain llm.c model file
+
+    // A trailer must end in our footer and match its checksum.
+    if (bytes.size() < model_bytes + kFooterBytes ||
+        std::memcmp(bytes.data() + bytes.size() - kFooterBytes, kFooterMagic.data(), 8) != 0) {
+        throw InputError(name +
+                         ": unexpected bytes after the model (truncated or corrupt checkpoint)");
+    }
+    const std::size_t footer = bytes.size() - kFooterBytes;
+    const auto trailer_offset = read_pod<std::uint64_t>(bytes, footer + 8);
+    const auto stored_sum = read_pod<std::uint64_t>(bytes, footer + 16);
+    if (trailer_offset != model_bytes) {
+        throw InputError(name + ": checkpoint footer does not match the model size (corrupt)");
+    }
+    if (checksum64(std::span(bytes.data(), footer)) != stored_sum) {
+        throw InputError(name + ": checksum mismatch, the file is corrupt");
+    }
+    CheckpointExtras extras;
+    for (std::size_t at = model_bytes; at < footer;) {
+        if (at + 12 > footer) throw InputError(name + ": corrupt checkpoint trailer");
+        const auto tag = static_cast<TrailerTag>(read_pod<std::uint32_t>(bytes, at));
+        const auto length = read_pod<std::uint64_t>(bytes, at + 4);
+        at += 12;
+        if (length > footer - at) throw InputError(name + ": corrupt checkpoint trailer");
+        const auto* begin = bytes.data() + at;
+        if (tag == TrailerTag::Tokenizer) extras.tokenizer.assign(begin, begin + length);
+        if (tag == TrailerTag::ConfigJson) extras.config_json.assign(begin, begin + length);
+        at += length;
+    }
+    loaded.extras = std::move(extras);
+    return loaded;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,122 @@
+#include "gpt2/comm.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace gpt2 {
+
+namespace {
+// Elements per MPI call: MPI counts are int.
+constexpr std::size_t kMaxChunk = std::size_t{1} << 30;
+
+void check(int code, const char* what) {
+    if (code != MPI_SUCCESS) {
+        char text[MPI_MAX_ERROR_STRING];
+        int length = 0;
+        MPI_Error_string(code, text, &length);
+        throw std::runtime_error(std::string(what) + " failed: " + std::string(text, length));
+    }
+}
+
+template <typename T>
+void broadcast_chunked(std::span<T> data, MPI_Datatype type, int root) {
+    for (std::size_t start = 0; start < data.size(); start += kMaxChunk) {
+        const std::size_t count = std::min(kMaxChunk, data.size() - start);
+        check(MPI_Bcast(data.data() + start, static_cast<int>(count), type, root, MPI_COMM_WORLD),
+              "MPI_Bcast");
+    }
+}
+}  // namespace
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+    int provided = 0;
+    check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    // Errors come back as codes so that they can be reported with a clear message.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+MpiSession::~MpiSession() {
+    MPI_Finalize();
+}
+
+Communicator::Communicator() {
+    check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+}
+
+void Communicator::broadcast(std::span<std::uint8_t> data, int root) const {
+    if (size_ > 1) broadcast_chunked(data, MPI_UINT8_T, root);
+}
+void Communicator::broadcast(std::span<std::int32_t> data, int root) const {
+    if (size_ > 1) broadcast_chunked(data, MPI_INT32_T, root);
+}
+void Communicator::broadcast(std::span<float> data, int root) const {
+    if (size_ > 1) broadcast_chunked(data, MPI_FLOAT, root);
+}
+
+void Communicator::broadcast_vector(std::vector<std::uint8_t>& data, int root) const {
+    if (size_ == 1) return;
+    std::uint64_t size = data.size();
+    check(MPI_Bcast(&size, 1, MPI_UINT64_T, root, MPI_COMM_WORLD), "MPI_Bcast");
+    data.resize(size);
+    broadcast(std::span<std::uint8_t>(data), root);
+}
+
+void Communicator::allreduce_sum(std::span<float> data) const {
+    if (size_ == 1) return;
+    for (std::size_t start = 0; start < data.size(); start += kMaxChunk) {
+        const std::size_t count = std::min(kMaxChunk, data.size() - start);
+        check(MPI_Allreduce(MPI_IN_PLACE, data.data() + start, static_cast<int>(count), MPI_FLOAT,
+                            MPI_SUM, MPI_COMM_WORLD),
+              "MPI_Allreduce");
+    }
+}
+
+double Communicator::allreduce_sum(double value) const {
+    if (size_ == 1) return value;
+    check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+          "MPI_Allreduce");
+    return value;
+}
+
+std::int64_t Communicator::allreduce_max(std::int64_t value) const {
+    if (size_ == 1) return value;
+    check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD),
+          "MPI_Allreduce");
+    return value;
+}
+
+std::int64_t Communicator::allreduce_min(std::int64_t value) const {
+    if (size_ == 1) return value;
+    check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD),
+          "MPI_Allreduce");
+    return value;
+}
+
+std::vector<std::uint64_t> Communicator::allgather(std::uint64_t value) const {
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(size_), value);
+    if (size_ > 1) {
+        check(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD),
+              "MPI_Allgather");
+    }
+    return all;
+}
+
+void Communicator::barrier() const {
+    if (size_ > 1) check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+void Communicator::abort(std::string_view message, int code) const {
+    std::fprintf(stderr, "error (rank %d of %d): %.*s\n", rank_, size_,
+                 static_cast<int>(message.size()), message.data());
+    std::fflush(stderr);
+    if (size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    std::exit(code);
+}
+
+}  // namespace gpt2

@@ -1,0 +1,139 @@
+#include "gpt2/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "gpt2/error.hpp"
+#include "gpt2/random.hpp"
+
+namespace gpt2 {
+
+int pad_vocab(int vocab_size, int multiple) {
+    return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+void validate_config(const ModelConfig& c, std::string_view source) {
+    const auto fail = [&](const std::string& what) {
+        throw InputError(std::string(source) + ": " + what + " (model " + describe(c) + ")");
+    };
+    if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 ||
+        c.channels <= 0)
+        fail("every model dimension must be positive");
+    if (c.padded_vocab_size < c.vocab_size)
+        fail("padded vocabulary is smaller than the vocabulary");
+    if (c.channels % c.num_heads != 0) fail("channels must be divisible by the number of heads");
+    const double params = static_cast<double>(ParameterLayout(c).total());
+    if (params > 4.0e10) fail("model too large");
+}
+
+std::string describe(const ModelConfig& c) {
+    std::ostringstream out;
+    out << "L=" << c.num_layers << " H=" << c.num_heads << " C=" << c.channels
+        << " V=" << c.vocab_size << " Vp=" << c.padded_vocab_size << " maxT=" << c.max_seq_len;
+    return out.str();
+}
+
+std::string_view param_tensor_name(ParamTensor t) {
+    static constexpr std::array<std::string_view, kNumParamTensors> kNames = {
+        "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+        "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
+    return kNames[static_cast<std::size_t>(t)];
+}
+
+ParameterLayout::ParameterLayout(const ModelConfig& c) : num_layers_(c.num_layers) {
+    const auto L = static_cast<std::size_t>(c.num_layers);
+    const auto C = static_cast<std::size_t>(c.channels);
+    const auto Vp = static_cast<std::size_t>(c.padded_vocab_size);
+    const auto maxT = static_cast<std::size_t>(c.max_seq_len);
+    sizes_ = {Vp * C,        maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
+              L * C * C,     L * C,    L * C, L * C, L * 4 * C * C, L * 4 * C,
+              L * C * 4 * C, L * C,    C,     C};
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < sizes_.size(); ++i) {
+        offsets_[i] = offset;
+        offset += sizes_[i];
+    }
+    total_ = offset;
+}
+
+bool ParameterLayout::decays(ParamTensor t) {
+    switch (t) {
+        case ParamTensor::wte:
+        case ParamTensor::wpe:
+        case ParamTensor::qkvw:
+        case ParamTensor::attprojw:
+        case ParamTensor::fcw:
+        case ParamTensor::fcprojw:
+            return true;
+        default:
+            return false;
+    }
+}
+
+void init_parameters(Model& model, std::uint64_t seed) {
+    const ModelConfig& c = model.config;
+    const ParameterLayout& layout = model.layout;
+    std::span<float> flat = model.params.span();
+    const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.num_layers));
+    for (int i = 0; i < kNumParamTensors; ++i) {
+        const auto t = static_cast<ParamTensor>(i);
+        std::span<float> tensor = layout.tensor(flat, t);
+        const bool is_matrix = ParameterLayout::decays(t);
+        const bool is_ln_weight =
+            t == ParamTensor::ln1w || t == ParamTensor::ln2w || t == ParamTensor::lnfw;
+        if (is_ln_weight) {
+            std::fill(tensor.begin(), tensor.end(), 1.0f);
+        } else if (!is_matrix) {
+            std::fill(tensor.begin(), tensor.end(), 0.0f);
+        } else {
+            const float std =
+                (t == ParamTensor::attprojw || t == ParamTensor::fcprojw) ? residual_std : 0.02f;
+            // Blocks drawn from derived streams: the same values however the work is split.
+            constexpr std::size_t kBlock = 1 << 16;
+            for (std::size_t start = 0; start < tensor.size(); start += kBlock) {
+                Rng rng = Rng::derived(seed, static_cast<std::uint64_t>(i), start / kBlock);
+                const std::size_t end = std::min(tensor.size(), start + kBlock);
+                for (std::size_t k = start; k < end; ++k)
+                    tensor[k] = std * rng.normal();
+            }
+        }
+    }
+    // Padded vocabulary rows stay zero so they never contribute to logits or gradients.
+    std::span<float> wte = layout.tensor(flat, ParamTensor::wte);
+    const auto C = static_cast<std::size_t>(c.channels);
+    std::fill(wte.begin() + static_cast<std::ptrdiff_t>(C * static_cast<std::size_t>(c.vocab_size)),
+              wte.end(), 0.0f);
+}
+
+ModelConfig preset_config(std::string_view name, int vocab_size) {
+    struct Preset {
+        std::string_view name;
+        int L, NH, C, maxT;
+    };
+    static constexpr std::array<Preset, 6> kPresets = {{{"gpt2-124M", 12, 12, 768, 1024},
+                                                        {"gpt2-350M", 24, 16, 1024, 1024},
+                                                        {"gpt2-774M", 36, 20, 1280, 1024},
+                                                        {"gpt2-1558M", 48, 25, 1600, 1024},
+                                                        {"d6", 6, 6, 384, 256},
+                                                        {"char-small", 4, 4, 256, 256}}};
+    for (const Preset& p : kPresets) {
+        if (p.name == name) {
+            return ModelConfig{p.maxT, vocab_size, pad_vocab(vocab_size), p.L, p.NH, p.C};
+        }
+    }
+    std::string known;
+    for (const Preset& p : kPresets)
+        known += (known.empty() ? "" : ", ") + std::string(p.name);
+    throw InputError("--model: unknown preset '" + std::string(name) + "' (known: " + known + ")");
+}
+
+double training_flops_per_token(const ModelConfig& c, int seq_len) {
+    const double C = c.channels, L = c.num_layers, T = seq_len;
+    const double matmul_params = L * 12.0 * C * C + static_cast<double>(c.padded_vocab_size) * C;
+    // Causal attention: QK^T and PV each 2*T*C flops per token forward (full, as computed).
+    const double attention = L * 2.0 * 2.0 * T * C;
+    return 3.0 * (2.0 * matmul_params + attention);
+}
+
+}  // namespace gpt2
