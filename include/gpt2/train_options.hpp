@@ -1,0 +1,84 @@
+// The training program's command line: every flag, its default, and the checks that refuse
+// impossible combinations up front (one message naming the flag).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "gpt2/schedule.hpp"
+
+namespace gpt2 {
+
+struct TrainOptions {
+    // Model shape (a preset or explicit dimensions), or weights to start from.
+    std::string model;  // preset name; empty: use the explicit dimensions below
+    int n_layer = 4;
+    int n_head = 4;
+    int n_embd = 128;
+    int block_size = 0;  // maxT; 0: the sequence length
+    std::string init_from;
+
+    // Data and tokenizer.
+    std::string data = "data/tinyshakespeare.txt";
+    std::string train_data;  // llm.c shard glob (instead of --data)
+    std::string val_data;
+    std::string tokenizer = "char";
+    int vocab_size = 4096;  // for --tokenizer bpe
+    std::string tokenizer_dir = "data/gpt2";
+    double val_fraction = 0.1;
+    bool no_shuffle = false;
+
+    // Batch.
+    int batch_size = 16;  // per rank, per micro-step
+    int seq_len = 128;
+    int grad_accum = 0;                 // 0: derived from total_batch_tokens, else 1
+    std::int64_t total_batch_tokens = 0;  // 0: B * T * ranks * grad_accum
+
+    // Optimisation.
+    float lr = 2e-3f;
+    float min_lr = 2e-4f;
+    int warmup_steps = 50;
+    LrSchedule schedule = LrSchedule::Cosine;
+    float weight_decay = 0.1f;
+    float beta1 = 0.9f;
+    float beta2 = 0.95f;
+    float eps = 1e-8f;
+    float grad_clip = 1.0f;
+    int max_steps = 600;
+
+    // Evaluation, samples, checkpoints.
+    int val_every = 100;
+    int val_batches = 8;
+    int sample_every = 200;
+    int sample_tokens = 200;
+    int checkpoint_every = 200;
+    int keep_checkpoints = 3;
+    std::string out_dir = "out";
+    std::string resume;  // "", "auto" or a path
+    int max_bad_steps = 5;
+    int check_replicas = 0;
+
+    // Machine and logging.
+    std::uint64_t seed = 1337;
+    int threads = 0;  // 0: the CPUs in this process's affinity mask
+    bool pin_threads = false;
+    std::string log_level = "info";
+    std::string metrics_file;
+    double peak_gflops = 0.0;  // per core; 0: the documented default
+    int benchmark = 0;         // >0: time this many steps after warm-up and report
+    int inject_nan_step = -1;  // test hook: poison the gradient at this step
+};
+
+// Parses argv. Returns the options, or an exit code when the program should stop now (--help
+// printed: 0; a bad flag: 2, with one message naming it on stderr). Only a `speaker` prints, so
+// that N ranks do not print the same message N times.
+[[nodiscard]] std::variant<TrainOptions, int> parse_train_options(int argc, char** argv,
+                                                                  bool speaker = true);
+
+// Cross-flag checks independent of the data (throws InputError naming the flag).
+void validate_train_options(const TrainOptions& options, int world_size);
+
+}  // namespace gpt2
