@@ -36,4 +36,25 @@ inline ::testing::AssertionResult all_close(std::span<const float> actual,
     return ::testing::AssertionSuccess();
 }
 
+// Passes when ||actual - expected|| <= rtol * ||expected|| (whole-tensor relative error: immune to
+// elements whose true value is ~0, such as the key bias, whose gradient vanishes exactly).
+inline ::testing::AssertionResult norm_close(std::span<const float> actual,
+                                             std::span<const float> expected, double rtol) {
+    if (actual.size() != expected.size()) {
+        return ::testing::AssertionFailure()
+               << "size " << actual.size() << " != expected " << expected.size();
+    }
+    double diff = 0.0, norm = 0.0;
+    for (std::size_t i = 0; i < actual.size(); ++i) {
+        const double d = static_cast<double>(actual[i]) - expected[i];
+        diff += d * d;
+        norm += static_cast<double>(expected[i]) * expected[i];
+    }
+    if (!(std::sqrt(diff) <= rtol * std::sqrt(norm))) {
+        return ::testing::AssertionFailure() << "relative error " << std::sqrt(diff / norm)
+                                             << " exceeds " << rtol;
+    }
+    return ::testing::AssertionSuccess();
+}
+
 }  // namespace gpt2::test

@@ -1,0 +1,137 @@
+// Threaded training: any number of workers gives the same training as one (up to float
+// summation order), repeated runs are bitwise identical, and the pool itself behaves.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "gpt2/comm.hpp"
+#include "gpt2/random.hpp"
+#include "gpt2/thread_pool.hpp"
+#include "gpt2/trainer.hpp"
+#include "test_support.hpp"
+
+namespace gpt2 {
+namespace {
+
+struct TrainResult {
+    std::vector<double> losses;
+    std::vector<float> params;
+};
+
+const ModelConfig kConfig{32, 97, 128, 2, 4, 32};
+constexpr float kLr = 1e-3f;
+
+// Ten steps of a small model on random tokens with W workers and a batch of B sequences.
+TrainResult train_ten_steps(int workers, int B) {
+    const ModelConfig config = kConfig;
+    const int T = 32;
+    Model model(config);
+    init_parameters(model, 7);
+    AdamWState optimizer(model.layout.total());
+    WorkerGroup group(config, workers, B, T, false);
+    const Communicator comm = Communicator::single_process();
+    Rng rng(99);
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T + 1);
+    TrainResult result;
+    for (int step = 0; step < 10; ++step) {
+        for (auto& t : tokens) t = static_cast<std::int32_t>(rng.below(97));
+        const std::span<const std::int32_t> all(tokens);
+        const StepBatch batch{all.first(tokens.size() - 1), all.subspan(1), 1, B};
+        const StepHyper hyper{AdamWHyper{kLr, 0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f};
+        const StepMetrics m = train_step(model, optimizer, group, comm, batch, hyper);
+        EXPECT_FALSE(m.skipped);
+        result.losses.push_back(m.loss);
+    }
+    result.params.assign(model.params.data(), model.params.data() + model.params.size());
+    return result;
+}
+
+class ThreadedTraining : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(ThreadedTraining, MatchesOneWorker) {
+    const auto [workers, B] = GetParam();
+    const TrainResult reference = train_ten_steps(1, B);
+    const TrainResult threaded = train_ten_steps(workers, B);
+    ASSERT_EQ(threaded.losses.size(), reference.losses.size());
+    for (std::size_t i = 0; i < reference.losses.size(); ++i) {
+        EXPECT_NEAR(threaded.losses[i], reference.losses[i], 1e-5 * reference.losses[i]) << "step " << i;
+    }
+    const Model shape(kConfig);
+    const int C = kConfig.channels;
+    // The key bias's true gradient is exactly zero (softmax ignores a per-row constant), so
+    // Adam turns float rounding noise into steps of about lr: those entries only have to stay
+    // within a few steps of each other. Everything else must agree to 1e-5.
+    std::vector<float> a = threaded.params, b = reference.params;
+    const std::size_t qkvb = shape.layout.offset(ParamTensor::qkvb);
+    for (int l = 0; l < kConfig.num_layers; ++l) {
+        for (int i = C; i < 2 * C; ++i) {
+            const std::size_t k = qkvb + static_cast<std::size_t>(l * 3 * C + i);
+            EXPECT_LE(std::abs(a[k] - b[k]), 10 * kLr) << "key bias " << l << "," << i - C;
+            a[k] = b[k] = 0.0f;
+        }
+    }
+    for (int i = 0; i < kNumParamTensors; ++i) {
+        const auto t = static_cast<ParamTensor>(i);
+        EXPECT_TRUE(test::norm_close(shape.layout.tensor(std::span<const float>(a), t),
+                                     shape.layout.tensor(std::span<const float>(b), t), 1e-5))
+            << param_tensor_name(t);
+    }
+}
+
+TEST_P(ThreadedTraining, RepeatedRunsAreBitwiseEqual) {
+    const auto [workers, B] = GetParam();
+    const TrainResult a = train_ten_steps(workers, B);
+    const TrainResult b = train_ten_steps(workers, B);
+    EXPECT_EQ(a.losses, b.losses);
+    ASSERT_EQ(a.params.size(), b.params.size());
+    EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorkersAndBatch, ThreadedTraining,
+                         ::testing::Values(std::tuple{2, 4}, std::tuple{3, 5}, std::tuple{4, 6},
+                                           std::tuple{2, 5}));
+
+TEST(ThreadPool, RunsEveryWorkerOnceWithItsIndex) {
+    ThreadPool pool(4);
+    for (int round = 0; round < 100; ++round) {
+        std::vector<int> seen(4, 0);
+        pool.run([&](int w) { seen[static_cast<std::size_t>(w)] += 1; });
+        EXPECT_EQ(seen, std::vector<int>(4, 1));
+    }
+}
+
+TEST(ThreadPool, RethrowsAWorkersException) {
+    ThreadPool pool(3);
+    EXPECT_THROW(pool.run([](int w) {
+        if (w == 2) throw std::runtime_error("worker 2 failed");
+    }),
+                 std::runtime_error);
+    // The pool is still usable afterwards.
+    std::atomic<int> count{0};
+    pool.run([&](int) { count.fetch_add(1); });
+    EXPECT_EQ(count.load(), 3);
+}
+
+TEST(SplitRange, CoversEverythingWithNearEqualShares) {
+    for (std::size_t n : {0u, 1u, 5u, 7u, 1000u}) {
+        for (int W = 1; W <= 5; ++W) {
+            std::size_t next = 0;
+            for (int w = 0; w < W; ++w) {
+                const Range r = split_range(n, w, W);
+                EXPECT_EQ(r.begin, next);
+                EXPECT_LE(r.end - r.begin, n / W + 1);
+                next = r.end;
+            }
+            EXPECT_EQ(next, n);
+        }
+    }
+    // B = 5 over W = 2 is 3 + 2.
+    EXPECT_EQ(split_range(5, 0, 2).end, 3u);
+}
+
+}  // namespace
+}  // namespace gpt2
