@@ -208,7 +208,12 @@ LoadedModel load_checkpoint(const std::filesystem::path& path) {
     if (trailer_offset != model_bytes) {
         throw InputError(name + ": checkpoint footer does not match the model size (corrupt)");
     }
-    if (checksum64(std::span(bytes.data(), footer)) != stored_sum) {
+    // Chained over the same three pieces the writer hashed.
+    const std::span<const std::uint8_t> all(bytes);
+    std::uint64_t sum = checksum64(all.first(kHeaderBytes));
+    sum = checksum64(all.subspan(kHeaderBytes, model_bytes - kHeaderBytes), sum);
+    sum = checksum64(all.subspan(model_bytes, footer - model_bytes), sum);
+    if (sum != stored_sum) {
         throw InputError(name + ": checksum mismatch, the file is corrupt");
     }
     CheckpointExtras extras;

@@ -26,7 +26,8 @@ std::uint64_t TokenStore::num_windows(int T) const {
 
 std::uint64_t TokenStore::num_tokens() const {
     std::uint64_t n = 0;
-    for (const Segment& s : segments_) n += s.length;
+    for (const Segment& s : segments_)
+        n += s.length;
     return n;
 }
 
@@ -87,14 +88,19 @@ std::uint64_t WindowSampler::window_for_slot(std::uint64_t slot) {
 void WindowSampler::fill_step(std::uint64_t step, int rank, int world, int B, int grad_accum,
                               std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
     const auto uB = static_cast<std::uint64_t>(B);
-    const std::uint64_t G = uB * static_cast<std::uint64_t>(world) * static_cast<std::uint64_t>(grad_accum);
+    const std::uint64_t G =
+        uB * static_cast<std::uint64_t>(world) * static_cast<std::uint64_t>(grad_accum);
     const auto uT = static_cast<std::size_t>(T_);
     for (int a = 0; a < grad_accum; ++a) {
         for (int b = 0; b < B; ++b) {
             const std::uint64_t slot =
-                step * G + (static_cast<std::uint64_t>(a) * static_cast<std::uint64_t>(world) +
-                            static_cast<std::uint64_t>(rank)) * uB + static_cast<std::uint64_t>(b);
-            const std::size_t offset = (static_cast<std::size_t>(a) * uB + static_cast<std::size_t>(b)) * uT;
+                step * G +
+                (static_cast<std::uint64_t>(a) * static_cast<std::uint64_t>(world) +
+                 static_cast<std::uint64_t>(rank)) *
+                    uB +
+                static_cast<std::uint64_t>(b);
+            const std::size_t offset =
+                (static_cast<std::size_t>(a) * uB + static_cast<std::size_t>(b)) * uT;
             store_.copy_window(window_for_slot(slot), T_, inputs.subspan(offset, uT),
                                targets.subspan(offset, uT));
         }
@@ -102,7 +108,8 @@ void WindowSampler::fill_step(std::uint64_t step, int rank, int world, int B, in
 }
 
 TokenSplit split_tokens(std::vector<std::int32_t> tokens, double val_fraction) {
-    const auto val_count = static_cast<std::size_t>(static_cast<double>(tokens.size()) * val_fraction);
+    const auto val_count =
+        static_cast<std::size_t>(static_cast<double>(tokens.size()) * val_fraction);
     TokenSplit split;
     split.val.assign(tokens.end() - static_cast<std::ptrdiff_t>(val_count), tokens.end());
     tokens.resize(tokens.size() - val_count);

@@ -164,8 +164,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
                     const float inv = 1.0f / sum;
                     for (int j = 0; j <= i; ++j)
                         row[j] *= inv;
-                    for (int j = i + 1; j < i1; ++j)
-                        row[j] = 0.0f;
+                    std::fill(row + i + 1, row + T, 0.0f);
                 }
                 gemm_nn(i1 - i0, hs, i1, 1.0f, rows, T, v, C3, 0.0f, o + static_cast<long>(i0) * C,
                         C);

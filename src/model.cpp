@@ -23,7 +23,14 @@ void validate_config(const ModelConfig& c, std::string_view source) {
     if (c.padded_vocab_size < c.vocab_size)
         fail("padded vocabulary is smaller than the vocabulary");
     if (c.channels % c.num_heads != 0) fail("channels must be divisible by the number of heads");
-    const double params = static_cast<double>(ParameterLayout(c).total());
+    // Bound each dimension first so the parameter count below cannot overflow.
+    if (c.max_seq_len > (1 << 20) || c.padded_vocab_size > (1 << 24) || c.num_layers > 4096 ||
+        c.channels > (1 << 16)) {
+        fail("a model dimension is implausibly large");
+    }
+    const double C = c.channels, L = c.num_layers;
+    const double params = (static_cast<double>(c.padded_vocab_size) + c.max_seq_len) * C +
+                          L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
     if (params > 4.0e10) fail("model too large");
 }
 

@@ -12,7 +12,8 @@ int sample_token(std::span<const float> logits, const SamplingParams& params, Rn
         return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     }
     scratch.clear();
-    for (int i = 0; i < V; ++i) scratch.emplace_back(logits[static_cast<std::size_t>(i)], i);
+    for (int i = 0; i < V; ++i)
+        scratch.emplace_back(logits[static_cast<std::size_t>(i)], i);
     // Highest logit first; ties by lower id so the order (and so the sample) is deterministic.
     const auto higher = [](const auto& a, const auto& b) {
         return a.first > b.first || (a.first == b.first && a.second < b.second);
@@ -42,7 +43,8 @@ int sample_token(std::span<const float> logits, const SamplingParams& params, Rn
         }
         keep = cut;
         total = 0.0;
-        for (int i = 0; i < keep; ++i) total += scratch[static_cast<std::size_t>(i)].first;
+        for (int i = 0; i < keep; ++i)
+            total += scratch[static_cast<std::size_t>(i)].first;
     }
     double r = static_cast<double>(rng.uniform()) * total;
     for (int i = 0; i < keep; ++i) {

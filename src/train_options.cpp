@@ -17,12 +17,15 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     app.option_defaults()->always_capture_default();
 
     auto* model = app.add_option_group("Model");
-    model->add_option("--model", o.model, "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, d6, char-small");
+    model->add_option("--model", o.model,
+                      "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, d6, char-small");
     model->add_option("--n-layer", o.n_layer, "transformer blocks (L)");
     model->add_option("--n-head", o.n_head, "attention heads (NH)");
     model->add_option("--n-embd", o.n_embd, "channels (C)");
-    model->add_option("--block-size", o.block_size, "max context (position embeddings); 0: --seq-len");
-    model->add_option("--init-from", o.init_from, "start from an llm.c model file or our checkpoint");
+    model->add_option("--block-size", o.block_size,
+                      "max context (position embeddings); 0: --seq-len");
+    model->add_option("--init-from", o.init_from,
+                      "start from an llm.c model file or our checkpoint");
 
     auto* data = app.add_option_group("Data");
     data->add_option("--data", o.data, "plain-text corpus (read and tokenized by rank 0)");
@@ -30,9 +33,12 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     data->add_option("--val-data", o.val_data, "llm.c validation shards (glob)");
     data->add_option("--tokenizer", o.tokenizer, "char | bpe | gpt2")
         ->check(CLI::IsMember({"char", "bpe", "gpt2"}));
-    data->add_option("--vocab-size", o.vocab_size, "vocabulary of the trained BPE (--tokenizer bpe)");
-    data->add_option("--tokenizer-dir", o.tokenizer_dir, "directory with encoder.json and vocab.bpe");
-    data->add_option("--val-fraction", o.val_fraction, "last fraction of --data used for validation");
+    data->add_option("--vocab-size", o.vocab_size,
+                     "vocabulary of the trained BPE (--tokenizer bpe)");
+    data->add_option("--tokenizer-dir", o.tokenizer_dir,
+                     "directory with encoder.json and vocab.bpe");
+    data->add_option("--val-fraction", o.val_fraction,
+                     "last fraction of --data used for validation");
     data->add_flag("--no-shuffle", o.no_shuffle, "visit windows in file order (as llm.c does)");
 
     auto* batch = app.add_option_group("Batch");
@@ -42,8 +48,9 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     batch->add_option("--total-batch-tokens", o.total_batch_tokens,
                       "tokens per optimizer step over all ranks; derives --grad-accum");
 
-    const std::map<std::string, LrSchedule> schedules = {
-        {"cosine", LrSchedule::Cosine}, {"linear", LrSchedule::Linear}, {"constant", LrSchedule::Constant}};
+    const std::map<std::string, LrSchedule> schedules = {{"cosine", LrSchedule::Cosine},
+                                                         {"linear", LrSchedule::Linear},
+                                                         {"constant", LrSchedule::Constant}};
     auto* opt = app.add_option_group("Optimizer");
     opt->add_option("--lr", o.lr, "peak learning rate");
     opt->add_option("--min-lr", o.min_lr, "final learning rate of the decay");
@@ -62,21 +69,29 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     run->add_option("--val-batches", o.val_batches, "validation micro-batches per evaluation");
     run->add_option("--sample-every", o.sample_every, "print a sample every N steps (0: never)");
     run->add_option("--sample-tokens", o.sample_tokens, "tokens per sample");
-    run->add_option("--checkpoint-every", o.checkpoint_every, "checkpoint every N steps (0: only at the end)");
-    run->add_option("--keep-checkpoints", o.keep_checkpoints, "checkpoints kept in --out-dir (0: all)");
+    run->add_option("--checkpoint-every", o.checkpoint_every,
+                    "checkpoint every N steps (0: only at the end)");
+    run->add_option("--keep-checkpoints", o.keep_checkpoints,
+                    "checkpoints kept in --out-dir (0: all)");
     run->add_option("--out-dir", o.out_dir, "where checkpoints go");
-    run->add_option("--resume", o.resume, "'auto' (newest checkpoint in --out-dir) or a state file");
-    run->add_option("--max-bad-steps", o.max_bad_steps, "stop after this many non-finite steps in a row");
-    run->add_option("--check-replicas", o.check_replicas, "compare parameter checksums across ranks every K steps");
+    run->add_option("--resume", o.resume,
+                    "'auto' (newest checkpoint in --out-dir) or a state file");
+    run->add_option("--max-bad-steps", o.max_bad_steps,
+                    "stop after this many non-finite steps in a row");
+    run->add_option("--check-replicas", o.check_replicas,
+                    "compare parameter checksums across ranks every K steps");
     run->add_option("--seed", o.seed, "seed for initialisation, data order and samples");
-    run->add_option("--threads", o.threads, "worker threads per rank (0: CPUs in the affinity mask)");
+    run->add_option("--threads", o.threads,
+                    "worker threads per rank (0: CPUs in the affinity mask)");
     run->add_flag("--pin-threads", o.pin_threads, "bind each worker thread to one CPU");
     run->add_option("--log-level", o.log_level, "trace | debug | info | warn | error")
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
     run->add_option("--metrics-file", o.metrics_file, "append one JSON object per step/eval");
-    run->add_option("--peak-gflops", o.peak_gflops, "one core's peak GFLOP/s for MFU (0: documented default)");
+    run->add_option("--peak-gflops", o.peak_gflops,
+                    "one core's peak GFLOP/s for MFU (0: documented default)");
     run->add_option("--benchmark", o.benchmark, "time N steps after warm-up, print figures, exit");
-    run->add_option("--inject-nan-step", o.inject_nan_step, "testing: poison the gradient at this step")
+    run->add_option("--inject-nan-step", o.inject_nan_step,
+                    "testing: poison the gradient at this step")
         ->group("");
 
     try {
@@ -103,8 +118,7 @@ void validate_train_options(const TrainOptions& o, int world_size) {
                 std::to_string(o.batch_size) + ": every worker needs at least one sequence");
     require(o.model.empty() ? (o.n_layer > 0 && o.n_head > 0 && o.n_embd > 0) : true,
             "--n-layer, --n-head and --n-embd must be positive");
-    require(o.n_embd % o.n_head == 0 || !o.model.empty(),
-            "--n-embd must be divisible by --n-head");
+    require(o.n_embd % o.n_head == 0 || !o.model.empty(), "--n-embd must be divisible by --n-head");
     require(o.block_size == 0 || o.block_size >= o.seq_len,
             "--block-size must be at least --seq-len");
     require(o.lr > 0.0f, "--lr must be positive");
@@ -117,7 +131,8 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     require(o.grad_clip >= 0.0f, "--grad-clip must not be negative");
     require(o.val_fraction > 0.0 && o.val_fraction < 1.0, "--val-fraction must be in (0, 1)");
     require(o.val_every >= 0 && o.val_batches > 0, "--val-every/--val-batches must be positive");
-    require(o.sample_every >= 0 && o.sample_tokens >= 0, "--sample-every/--sample-tokens must not be negative");
+    require(o.sample_every >= 0 && o.sample_tokens >= 0,
+            "--sample-every/--sample-tokens must not be negative");
     require(o.checkpoint_every >= 0, "--checkpoint-every must not be negative");
     require(o.keep_checkpoints >= 0, "--keep-checkpoints must not be negative");
     require(o.max_bad_steps > 0, "--max-bad-steps must be positive");
@@ -125,8 +140,7 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     require(o.benchmark >= 0, "--benchmark must not be negative");
     require(o.vocab_size >= 257 || o.tokenizer != "bpe",
             "--vocab-size must be at least 257 for --tokenizer bpe (256 bytes + end-of-text)");
-    require(o.train_data.empty() == o.val_data.empty(),
-            "--train-data and --val-data go together");
+    require(o.train_data.empty() == o.val_data.empty(), "--train-data and --val-data go together");
     require(o.grad_accum == 0 || o.total_batch_tokens == 0,
             "--grad-accum and --total-batch-tokens both set: give one");
     if (o.total_batch_tokens > 0) {

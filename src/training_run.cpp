@@ -37,7 +37,9 @@ std::atomic<int>& stop_signal() {
     return signal;
 }
 
-extern "C" void on_stop_signal(int signum) { stop_signal().store(signum); }
+extern "C" void on_stop_signal(int signum) {
+    stop_signal().store(signum);
+}
 
 double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
@@ -120,22 +122,24 @@ void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
     if (comm.is_root()) {
         const auto start = Clock::now();
         const std::string text = read_text_file(o.data);
-        corpus.tokenizer = checkpoint_tokenizer.empty() ? build_tokenizer(o, text)
-                                                        : deserialize_tokenizer(checkpoint_tokenizer);
+        corpus.tokenizer = checkpoint_tokenizer.empty()
+                               ? build_tokenizer(o, text)
+                               : deserialize_tokenizer(checkpoint_tokenizer);
         TokenSplit split = split_tokens(corpus.tokenizer->encode(text), o.val_fraction);
         corpus.train = std::move(split.train);
         corpus.val = std::move(split.val);
         tokenizer_bytes = corpus.tokenizer->serialize();
-        spdlog::info("corpus {}: {} bytes -> {} train + {} val tokens ({} tokenizer, vocab {}) in {:.2f} s",
-                     o.data, with_commas(static_cast<double>(text.size())),
-                     with_commas(static_cast<double>(corpus.train.size())),
-                     with_commas(static_cast<double>(corpus.val.size())),
-                     tokenizer_kind_name(corpus.tokenizer->kind()), corpus.tokenizer->vocab_size(),
-                     seconds_since(start));
+        spdlog::info(
+            "corpus {}: {} bytes -> {} train + {} val tokens ({} tokenizer, vocab {}) in {:.2f} s",
+            o.data, with_commas(static_cast<double>(text.size())),
+            with_commas(static_cast<double>(corpus.train.size())),
+            with_commas(static_cast<double>(corpus.val.size())),
+            tokenizer_kind_name(corpus.tokenizer->kind()), corpus.tokenizer->vocab_size(),
+            seconds_since(start));
         if (corpus.train.size() <= static_cast<std::size_t>(o.seq_len) ||
             corpus.val.size() <= static_cast<std::size_t>(o.seq_len)) {
-            throw InputError("--data " + o.data + ": too short: " +
-                             std::to_string(corpus.train.size()) + " train and " +
+            throw InputError("--data " + o.data +
+                             ": too short: " + std::to_string(corpus.train.size()) + " train and " +
                              std::to_string(corpus.val.size()) +
                              " validation tokens, each split needs more than --seq-len " +
                              std::to_string(o.seq_len));
@@ -161,23 +165,28 @@ void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
                           const std::vector<std::uint8_t>& checkpoint_tokenizer, Corpus& corpus) {
     std::vector<std::uint8_t> tokenizer_bytes;
     if (comm.is_root()) {
-        corpus.tokenizer = checkpoint_tokenizer.empty() ? build_tokenizer(o, "")
-                                                        : deserialize_tokenizer(checkpoint_tokenizer);
+        corpus.tokenizer = checkpoint_tokenizer.empty()
+                               ? build_tokenizer(o, "")
+                               : deserialize_tokenizer(checkpoint_tokenizer);
         tokenizer_bytes = corpus.tokenizer->serialize();
     }
     comm.broadcast_vector(tokenizer_bytes);
     if (!comm.is_root()) corpus.tokenizer = deserialize_tokenizer(tokenizer_bytes);
-    for (const auto& path : expand_shard_pattern(o.train_data)) corpus.train_shards.emplace_back(path);
-    for (const auto& path : expand_shard_pattern(o.val_data)) corpus.val_shards.emplace_back(path);
+    for (const auto& path : expand_shard_pattern(o.train_data))
+        corpus.train_shards.emplace_back(path);
+    for (const auto& path : expand_shard_pattern(o.val_data))
+        corpus.val_shards.emplace_back(path);
     const int vocab = corpus.tokenizer->vocab_size();
     for (auto* shards : {&corpus.train_shards, &corpus.val_shards}) {
         for (const MappedShard& shard : *shards) {
             validate_token_range(shard.tokens(), vocab, shard.path());
-            (shards == &corpus.train_shards ? corpus.train_store : corpus.val_store).add(shard.tokens());
+            (shards == &corpus.train_shards ? corpus.train_store : corpus.val_store)
+                .add(shard.tokens());
         }
     }
     const auto T = static_cast<std::uint64_t>(o.seq_len);
-    if (corpus.train_store.num_windows(o.seq_len) == 0 || corpus.val_store.num_windows(o.seq_len) == 0) {
+    if (corpus.train_store.num_windows(o.seq_len) == 0 ||
+        corpus.val_store.num_windows(o.seq_len) == 0) {
         throw InputError("--train-data/--val-data: shards hold fewer than --seq-len+1 = " +
                          std::to_string(T + 1) + " tokens");
     }
@@ -194,7 +203,8 @@ ModelConfig configured_model(const TrainOptions& o, int vocab_size) {
 }
 
 std::array<std::int32_t, 6> to_ints(const ModelConfig& c) {
-    return {c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels};
+    return {c.max_seq_len, c.vocab_size, c.padded_vocab_size,
+            c.num_layers,  c.num_heads,  c.channels};
 }
 
 ModelConfig from_ints(const std::array<std::int32_t, 6>& v) {
@@ -203,15 +213,25 @@ ModelConfig from_ints(const std::array<std::int32_t, 6>& v) {
 
 std::string config_json(const TrainOptions& o, const ModelConfig& c, int world, int workers) {
     nlohmann::json j;
-    j["model"] = {{"max_seq_len", c.max_seq_len}, {"vocab_size", c.vocab_size},
-                  {"padded_vocab_size", c.padded_vocab_size}, {"num_layers", c.num_layers},
-                  {"num_heads", c.num_heads}, {"channels", c.channels}};
+    j["model"] = {{"max_seq_len", c.max_seq_len},
+                  {"vocab_size", c.vocab_size},
+                  {"padded_vocab_size", c.padded_vocab_size},
+                  {"num_layers", c.num_layers},
+                  {"num_heads", c.num_heads},
+                  {"channels", c.channels}};
     j["training"] = {{"data", o.train_data.empty() ? o.data : o.train_data},
-                     {"tokenizer", o.tokenizer}, {"batch_size", o.batch_size},
-                     {"seq_len", o.seq_len}, {"lr", o.lr}, {"min_lr", o.min_lr},
-                     {"warmup_steps", o.warmup_steps}, {"weight_decay", o.weight_decay},
-                     {"grad_clip", o.grad_clip}, {"max_steps", o.max_steps}, {"seed", o.seed},
-                     {"ranks", world}, {"threads", workers}};
+                     {"tokenizer", o.tokenizer},
+                     {"batch_size", o.batch_size},
+                     {"seq_len", o.seq_len},
+                     {"lr", o.lr},
+                     {"min_lr", o.min_lr},
+                     {"warmup_steps", o.warmup_steps},
+                     {"weight_decay", o.weight_decay},
+                     {"grad_clip", o.grad_clip},
+                     {"max_steps", o.max_steps},
+                     {"seed", o.seed},
+                     {"ranks", world},
+                     {"threads", workers}};
     return j.dump(2);
 }
 
@@ -239,7 +259,8 @@ StartPoint find_start(const TrainOptions& o) {
     if (!o.resume.empty()) {
         const auto step = checkpoint_step(o.resume);
         if (!step) {
-            throw InputError("--resume " + o.resume + ": expected 'auto' or a state_NNNNNN.bin file");
+            throw InputError("--resume " + o.resume +
+                             ": expected 'auto' or a state_NNNNNN.bin file");
         }
         const std::filesystem::path dir = std::filesystem::path(o.resume).parent_path();
         start.model = load_checkpoint(model_path(dir, *step));
@@ -251,7 +272,7 @@ StartPoint find_start(const TrainOptions& o) {
 }
 
 class MetricsFile {
-public:
+  public:
     explicit MetricsFile(const std::string& path) {
         if (path.empty()) return;
         out_.open(path, std::ios::app);
@@ -261,7 +282,7 @@ public:
         if (out_.is_open()) out_ << record.dump() << '\n' << std::flush;
     }
 
-private:
+  private:
     std::ofstream out_;
 };
 
@@ -279,7 +300,8 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     std::vector<std::uint8_t> checkpoint_tokenizer;
     if (comm.is_root()) {
         start = find_start(o);
-        if (start.model && start.model->extras) checkpoint_tokenizer = start.model->extras->tokenizer;
+        if (start.model && start.model->extras)
+            checkpoint_tokenizer = start.model->extras->tokenizer;
         if (!o.resume.empty() || !o.init_from.empty()) {
             if (start.model && start.model->extras && checkpoint_tokenizer.empty()) {
                 throw InputError("checkpoint has no tokenizer");
@@ -335,8 +357,8 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     AdamWState optimizer(model.layout.total());
     if (have_weights) {
         if (comm.is_root()) {
-            std::copy(start.model->model.params.span().begin(), start.model->model.params.span().end(),
-                      model.params.data());
+            std::copy(start.model->model.params.span().begin(),
+                      start.model->model.params.span().end(), model.params.data());
             start.model.reset();
         }
         comm.broadcast(model.params.span());
@@ -348,11 +370,12 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     std::int64_t first_step = 0;
     std::int32_t resuming = comm.is_root() && !start.state_file.empty() ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&resuming, 1));
-    const int grad_accum = o.grad_accum > 0 ? o.grad_accum
-                           : o.total_batch_tokens > 0
-                               ? static_cast<int>(o.total_batch_tokens /
-                                                  (static_cast<std::int64_t>(o.batch_size) * o.seq_len * comm.size()))
-                               : 1;
+    const int grad_accum =
+        o.grad_accum > 0 ? o.grad_accum
+        : o.total_batch_tokens > 0
+            ? static_cast<int>(o.total_batch_tokens /
+                               (static_cast<std::int64_t>(o.batch_size) * o.seq_len * comm.size()))
+            : 1;
     const std::int64_t global_sequences =
         static_cast<std::int64_t>(o.batch_size) * comm.size() * grad_accum;
     Rng sample_rng = Rng::derived(o.seed, 0x5a3e);
@@ -361,12 +384,12 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         if (comm.is_root()) {
             resume = load_resume_state(start.state_file, config, optimizer);
             if (resume.sequences_per_step != global_sequences || resume.seq_len != o.seq_len) {
-                throw InputError("--resume " + start.state_file.string() + ": the checkpoint used " +
-                                 std::to_string(resume.sequences_per_step) + " sequences of " +
-                                 std::to_string(resume.seq_len) +
-                                 " tokens per step; this run uses " +
-                                 std::to_string(global_sequences) + " of " +
-                                 std::to_string(o.seq_len) + " (keep the global batch to resume)");
+                throw InputError(
+                    "--resume " + start.state_file.string() + ": the checkpoint used " +
+                    std::to_string(resume.sequences_per_step) + " sequences of " +
+                    std::to_string(resume.seq_len) + " tokens per step; this run uses " +
+                    std::to_string(global_sequences) + " of " + std::to_string(o.seq_len) +
+                    " (keep the global batch to resume)");
             }
             header = {resume.step, optimizer.step, static_cast<std::int64_t>(resume.seed)};
             sample_rng.set_state(resume.sample_rng);
@@ -386,18 +409,21 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
 
     const int B = o.batch_size, T = o.seq_len, W = workers.size();
     const std::int64_t tokens_per_step = global_sequences * T;
-    const double flops_per_step = training_flops_per_token(config, T) * static_cast<double>(tokens_per_step);
-    const double peak_gflops = (o.peak_gflops > 0 ? o.peak_gflops : kDefaultPeakGflopsPerCore) *
-                               W * comm.size();
+    const double flops_per_step =
+        training_flops_per_token(config, T) * static_cast<double>(tokens_per_step);
+    const double peak_gflops =
+        (o.peak_gflops > 0 ? o.peak_gflops : kDefaultPeakGflopsPerCore) * W * comm.size();
     const bool benchmark = o.benchmark > 0;
     constexpr int kBenchmarkWarmup = 2;
-    const std::int64_t last_step = benchmark ? first_step + o.benchmark + kBenchmarkWarmup : o.max_steps;
+    const std::int64_t last_step =
+        benchmark ? first_step + o.benchmark + kBenchmarkWarmup : o.max_steps;
 
     spdlog::info("model {} | {} parameters ({})", describe(config),
                  with_commas(static_cast<double>(model.layout.total())),
                  human_bytes(static_cast<double>(model.layout.total()) * 4));
     spdlog::info("ranks x workers {} x {} | batch {} x {} per rank, grad accum {} | {} tokens/step",
-                 comm.size(), W, B, T, grad_accum, with_commas(static_cast<double>(tokens_per_step)));
+                 comm.size(), W, B, T, grad_accum,
+                 with_commas(static_cast<double>(tokens_per_step)));
     spdlog::info("thread context {} each ({} activations + {} gradients) | startup {:.0f} ms",
                  human_bytes(static_cast<double>(workers.context(0).total_bytes())),
                  human_bytes(static_cast<double>(workers.context(0).activation_bytes())),
@@ -429,7 +455,8 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         std::error_code ec;
         std::filesystem::create_directories(out_dir, ec);
         if (ec || !std::filesystem::is_directory(out_dir)) {
-            throw InputError("--out-dir " + o.out_dir + ": cannot create directory (" + ec.message() + ")");
+            throw InputError("--out-dir " + o.out_dir + ": cannot create directory (" +
+                             ec.message() + ")");
         }
     }
     const std::string run_config = config_json(o, config, comm.size(), W);
@@ -437,8 +464,9 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     const auto save = [&](std::int64_t completed) {
         if (!comm.is_root()) return;
         const auto t0 = Clock::now();
-        const auto path = save_checkpoint(model_path(out_dir, completed), model,
-                                          CheckpointExtras{corpus.tokenizer->serialize(), run_config});
+        const auto path =
+            save_checkpoint(model_path(out_dir, completed), model,
+                            CheckpointExtras{corpus.tokenizer->serialize(), run_config});
         const ResumeState state{completed, o.seed, global_sequences, T, sample_rng.state()};
         save_resume_state(state_path(out_dir, completed), state, config, optimizer);
         prune_checkpoints(out_dir, o.keep_checkpoints);
@@ -446,7 +474,8 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     };
     const auto validate = [&](std::int64_t completed) {
         const auto t0 = Clock::now();
-        const double val_loss = evaluate(model, workers, comm, val_inputs, val_targets, o.val_batches);
+        const double val_loss =
+            evaluate(model, workers, comm, val_inputs, val_targets, o.val_batches);
         spdlog::info("step {}/{} | val loss {:.4f} | {:.0f} ms", completed, o.max_steps, val_loss,
                      seconds_since(t0) * 1e3);
         metrics_file.write({{"type", "val"}, {"step", completed}, {"val_loss", val_loss}});
@@ -461,8 +490,8 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         }
         const std::size_t prompt = tokens.size();
         generate_recompute(model, tokens, o.sample_tokens, SamplingParams{}, sample_rng);
-        const std::string text = corpus.tokenizer->decode(
-            std::span<const std::int32_t>(tokens).subspan(prompt));
+        const std::string text =
+            corpus.tokenizer->decode(std::span<const std::int32_t>(tokens).subspan(prompt));
         spdlog::info("sample:\n{}\n---", text);
     };
 
@@ -474,8 +503,9 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         const auto t0 = Clock::now();
         train_sampler.fill_step(static_cast<std::uint64_t>(step), comm.rank(), comm.size(), B,
                                 grad_accum, inputs, targets);
-        StepHyper hyper{AdamWHyper{learning_rate(schedule, step), o.beta1, o.beta2, o.eps, o.weight_decay},
-                        o.grad_clip};
+        StepHyper hyper{
+            AdamWHyper{learning_rate(schedule, step), o.beta1, o.beta2, o.eps, o.weight_decay},
+            o.grad_clip};
         const StepMetrics m = train_step(model, optimizer, workers, comm,
                                          StepBatch{inputs, targets, grad_accum, global_sequences},
                                          hyper, step == o.inject_nan_step);
@@ -483,12 +513,14 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         const std::int64_t completed = step + 1;
         if (m.skipped) {
             ++bad_steps;
-            spdlog::warn("step {}: non-finite loss {} or gradient norm {}: update skipped ({} in a row)",
-                         completed, m.loss, m.grad_norm, bad_steps);
+            spdlog::warn(
+                "step {}: non-finite loss {} or gradient norm {}: update skipped ({} in a row)",
+                completed, m.loss, m.grad_norm, bad_steps);
             if (bad_steps >= o.max_bad_steps) {
-                throw InputError("stopping: " + std::to_string(bad_steps) +
-                                 " non-finite steps in a row (--max-bad-steps); the last good checkpoint in " +
-                                 o.out_dir + " is kept");
+                throw InputError(
+                    "stopping: " + std::to_string(bad_steps) +
+                    " non-finite steps in a row (--max-bad-steps); the last good checkpoint in " +
+                    o.out_dir + " is kept");
             }
         } else {
             bad_steps = 0;
@@ -497,23 +529,33 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         if (benchmark && step >= first_step + kBenchmarkWarmup) step_ms.push_back(seconds * 1e3);
         const double tok_s = static_cast<double>(tokens_per_step) / seconds;
         const double mfu = flops_per_step / seconds / (peak_gflops * 1e9);
-        spdlog::info("step {}/{} | loss {:.4f} | lr {:.1e} | norm {:.2f} | {:.0f} ms | {} tok/s | MFU {:.0f}% | ETA {}",
-                     completed, last_step, m.loss, hyper.adamw.lr, m.grad_norm, seconds * 1e3,
-                     with_commas(tok_s), mfu * 100, format_duration(ema_seconds * static_cast<double>(last_step - completed)));
-        metrics_file.write({{"type", "train"}, {"step", completed}, {"loss", m.loss},
-                            {"lr", hyper.adamw.lr}, {"grad_norm", m.grad_norm},
-                            {"ms", seconds * 1e3}, {"tokens_per_s", tok_s}, {"mfu", mfu},
+        spdlog::info(
+            "step {}/{} | loss {:.4f} | lr {:.1e} | norm {:.2f} | {:.0f} ms | {} tok/s | MFU "
+            "{:.0f}% | ETA {}",
+            completed, last_step, m.loss, hyper.adamw.lr, m.grad_norm, seconds * 1e3,
+            with_commas(tok_s), mfu * 100,
+            format_duration(ema_seconds * static_cast<double>(last_step - completed)));
+        metrics_file.write({{"type", "train"},
+                            {"step", completed},
+                            {"loss", m.loss},
+                            {"lr", hyper.adamw.lr},
+                            {"grad_norm", m.grad_norm},
+                            {"ms", seconds * 1e3},
+                            {"tokens_per_s", tok_s},
+                            {"mfu", mfu},
                             {"skipped", m.skipped}});
 
         if (o.check_replicas > 0 && completed % o.check_replicas == 0) {
-            const std::uint64_t sum = checksum64(std::span(
-                reinterpret_cast<const std::uint8_t*>(model.params.data()), model.params.size() * 4));
+            const std::uint64_t sum =
+                checksum64(std::span(reinterpret_cast<const std::uint8_t*>(model.params.data()),
+                                     model.params.size() * 4));
             const auto all = comm.allgather(sum);
             for (std::size_t r = 0; r < all.size(); ++r) {
                 if (all[r] != all[0]) {
-                    comm.abort(fmt::format("step {}: parameters of rank {} differ from rank 0 "
-                                           "(replicas diverged; checksums {:016x} vs {:016x})",
-                                           completed, r, all[r], all[0]));
+                    comm.abort(
+                        fmt::format("step {}: parameters of rank {} differ from rank 0 "
+                                    "(replicas diverged; checksums {:016x} vs {:016x})",
+                                    completed, r, all[r], all[0]));
                 }
             }
             spdlog::debug("step {}: replicas identical (checksum {:016x})", completed, sum);
@@ -537,10 +579,11 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         const double median_ms = step_ms[step_ms.size() / 2];
         const double tok_s = static_cast<double>(tokens_per_step) / (median_ms / 1e3);
         const double gflops = flops_per_step / (median_ms / 1e3) / 1e9;
-        fmt::print("benchmark: median {:.1f} ms/step | {:.1f} tok/s | {:.1f} GFLOP/s | MFU {:.1f}% "
-                   "| peak RSS {} | startup {:.0f} ms | {} steps, ranks {} x workers {}\n",
-                   median_ms, tok_s, gflops, 100.0 * gflops / peak_gflops,
-                   human_bytes(peak_rss_bytes()), startup_seconds * 1e3, step_ms.size(), comm.size(), W);
+        fmt::print(
+            "benchmark: median {:.1f} ms/step | {:.1f} tok/s | {:.1f} GFLOP/s | MFU {:.1f}% "
+            "| peak RSS {} | startup {:.0f} ms | {} steps, ranks {} x workers {}\n",
+            median_ms, tok_s, gflops, 100.0 * gflops / peak_gflops, human_bytes(peak_rss_bytes()),
+            startup_seconds * 1e3, step_ms.size(), comm.size(), W);
         std::fflush(stdout);
     }
     spdlog::debug("rank {} done after {:.1f} s", comm.rank(), seconds_since(program_start));

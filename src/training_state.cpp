@@ -31,7 +31,8 @@ std::span<const std::uint8_t> bytes_of(const void* p, std::size_t n) {
 }
 
 std::array<std::int32_t, 6> config_ints(const ModelConfig& c) {
-    return {c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels};
+    return {c.max_seq_len, c.vocab_size, c.padded_vocab_size,
+            c.num_layers,  c.num_heads,  c.channels};
 }
 }  // namespace
 
@@ -68,11 +69,13 @@ ResumeState load_resume_state(const std::filesystem::path& path, const ModelConf
     if (h.magic != kStateMagic) throw InputError(name + ": not a resume state file (bad magic)");
     const auto ints = config_ints(config);
     if (!std::equal(ints.begin(), ints.end(), h.config) || h.num_params != optimizer.m.size()) {
-        throw InputError(name + ": resume state is for another model shape than " + describe(config));
+        throw InputError(name + ": resume state is for another model shape than " +
+                         describe(config));
     }
     if (bytes.size() != expected) {
         throw InputError(name + ": resume state has " + std::to_string(bytes.size()) +
-                         " bytes, expected " + std::to_string(expected) + " (truncated or corrupt)");
+                         " bytes, expected " + std::to_string(expected) +
+                         " (truncated or corrupt)");
     }
     std::uint64_t stored = 0;
     std::memcpy(&stored, bytes.data() + expected - sizeof(stored), sizeof(stored));

@@ -51,8 +51,8 @@ inline ::testing::AssertionResult norm_close(std::span<const float> actual,
         norm += static_cast<double>(expected[i]) * expected[i];
     }
     if (!(std::sqrt(diff) <= rtol * std::sqrt(norm))) {
-        return ::testing::AssertionFailure() << "relative error " << std::sqrt(diff / norm)
-                                             << " exceeds " << rtol;
+        return ::testing::AssertionFailure()
+               << "relative error " << std::sqrt(diff / norm) << " exceeds " << rtol;
     }
     return ::testing::AssertionSuccess();
 }

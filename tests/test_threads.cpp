@@ -38,7 +38,8 @@ TrainResult train_ten_steps(int workers, int B) {
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T + 1);
     TrainResult result;
     for (int step = 0; step < 10; ++step) {
-        for (auto& t : tokens) t = static_cast<std::int32_t>(rng.below(97));
+        for (auto& t : tokens)
+            t = static_cast<std::int32_t>(rng.below(97));
         const std::span<const std::int32_t> all(tokens);
         const StepBatch batch{all.first(tokens.size() - 1), all.subspan(1), 1, B};
         const StepHyper hyper{AdamWHyper{kLr, 0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f};
@@ -58,7 +59,8 @@ TEST_P(ThreadedTraining, MatchesOneWorker) {
     const TrainResult threaded = train_ten_steps(workers, B);
     ASSERT_EQ(threaded.losses.size(), reference.losses.size());
     for (std::size_t i = 0; i < reference.losses.size(); ++i) {
-        EXPECT_NEAR(threaded.losses[i], reference.losses[i], 1e-5 * reference.losses[i]) << "step " << i;
+        EXPECT_NEAR(threaded.losses[i], reference.losses[i], 1e-5 * reference.losses[i])
+            << "step " << i;
     }
     const Model shape(kConfig);
     const int C = kConfig.channels;

@@ -13,7 +13,7 @@ namespace gpt2 {
 // One or more token segments; windows never cross a segment boundary. Segments are views: the
 // owner (a vector or a mapped shard) must outlive the store.
 class TokenStore {
-public:
+  public:
     void add(std::span<const std::int32_t> tokens);
     void add(std::span<const std::uint16_t> tokens);
     // Number of non-overlapping windows of T inputs (+1 target) the segments hold.
@@ -25,7 +25,7 @@ public:
     // Largest token id present (for validating against the vocabulary).
     [[nodiscard]] std::int32_t max_token() const;
 
-private:
+  private:
     struct Segment {
         const std::int32_t* wide = nullptr;
         const std::uint16_t* narrow = nullptr;
@@ -39,7 +39,7 @@ private:
 // micro-step a is slot step * G + (a * world + r) * B + b. Shuffled: each pass over the data
 // visits the windows in a fresh seeded permutation; unshuffled: window k mod n (llm.c's order).
 class WindowSampler {
-public:
+  public:
     WindowSampler(const TokenStore& store, int T, std::uint64_t seed, bool shuffle);
 
     [[nodiscard]] std::uint64_t num_windows() const { return num_windows_; }
@@ -49,7 +49,7 @@ public:
     void fill_step(std::uint64_t step, int rank, int world, int B, int grad_accum,
                    std::span<std::int32_t> inputs, std::span<std::int32_t> targets);
 
-private:
+  private:
     const TokenStore& store_;
     int T_;
     std::uint64_t seed_;

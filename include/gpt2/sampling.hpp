@@ -15,7 +15,7 @@ struct SamplingParams {
 };
 
 // Picks a token among logits[0, V). `scratch` is reused between calls to avoid allocation.
-[[nodiscard]] int sample_token(std::span<const float> logits, const SamplingParams& params, Rng& rng,
-                               std::vector<std::pair<float, int>>& scratch);
+[[nodiscard]] int sample_token(std::span<const float> logits, const SamplingParams& params,
+                               Rng& rng, std::vector<std::pair<float, int>>& scratch);
 
 }  // namespace gpt2

@@ -34,7 +34,7 @@ struct TrainOptions {
     // Batch.
     int batch_size = 16;  // per rank, per micro-step
     int seq_len = 128;
-    int grad_accum = 0;                 // 0: derived from total_batch_tokens, else 1
+    int grad_accum = 0;                   // 0: derived from total_batch_tokens, else 1
     std::int64_t total_batch_tokens = 0;  // 0: B * T * ranks * grad_accum
 
     // Optimisation.

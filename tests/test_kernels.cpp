@@ -1,0 +1,461 @@
+// Every backward kernel against central finite differences of its float forward kernel, plus the
+// accumulate/overwrite conventions of include/gpt2/kernels.hpp and attention's causal softmax.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "gpt2/kernels.hpp"
+#include "gpt2/random.hpp"
+#include "test_support.hpp"
+
+namespace gpt2 {
+namespace {
+
+using test::all_close;
+
+// What the parameter-gradient buffers hold before a backward call: backward must add to it.
+constexpr float kPrefill = 0.25f;
+// What overwritten input-gradient buffers hold before a backward call: it must not survive.
+constexpr float kGarbage = 777.0f;
+
+std::vector<float> normal_vector(std::size_t n, std::uint64_t seed, float scale = 1.0f,
+                                 float offset = 0.0f) {
+    Rng rng(seed);
+    std::vector<float> v(n);
+    for (float& x : v)
+        x = offset + scale * rng.normal();
+    return v;
+}
+
+// L = sum(out * R), accumulated in double.
+double weighted_sum(std::span<const float> out, std::span<const float> r) {
+    double sum = 0.0;
+    for (std::size_t i = 0; i < out.size(); ++i)
+        sum += static_cast<double>(out[i]) * static_cast<double>(r[i]);
+    return sum;
+}
+
+std::vector<float> minus(std::span<const float> a, float b) {
+    std::vector<float> out(a.begin(), a.end());
+    for (float& x : out)
+        x -= b;
+    return out;
+}
+
+// Checks `analytic` (the gradient of `objective` w.r.t. `x`) against central differences, at
+// `indices` (every element when empty). `x` is perturbed in place and restored exactly. Passes when
+// |analytic - numeric| <= atol + rtol * |numeric| for every element, where the absolute floor is
+// atol_frac times the largest numeric gradient magnitude (never below 1e-6).
+::testing::AssertionResult matches_finite_differences(std::span<const float> analytic,
+                                                      std::vector<float>& x,
+                                                      const std::function<double()>& objective,
+                                                      std::vector<std::size_t> indices = {},
+                                                      double rtol = 1e-2, double atol_frac = 1e-3) {
+    if (analytic.size() != x.size()) {
+        return ::testing::AssertionFailure()
+               << "gradient size " << analytic.size() << " != input size " << x.size();
+    }
+    if (indices.empty()) {
+        indices.resize(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i)
+            indices[i] = i;
+    }
+    std::vector<double> numeric(indices.size());
+    double scale = 0.0;
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+        const std::size_t i = indices[k];
+        const float x0 = x[i];
+        const double h = 1e-3 * std::max(1.0, std::abs(static_cast<double>(x0)));
+        const auto xp = static_cast<float>(x0 + h);
+        const auto xm = static_cast<float>(x0 - h);
+        x[i] = xp;
+        const double lp = objective();
+        x[i] = xm;
+        const double lm = objective();
+        x[i] = x0;
+        // Divide by the step the float input really took.
+        numeric[k] = (lp - lm) / (static_cast<double>(xp) - static_cast<double>(xm));
+        scale = std::max(scale, std::abs(numeric[k]));
+    }
+    const double atol = std::max(1e-6, atol_frac * scale);
+    std::size_t worst = 0;
+    double worst_excess = -std::numeric_limits<double>::infinity();
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+        const double a = analytic[indices[k]];
+        const double excess = std::abs(a - numeric[k]) - (atol + rtol * std::abs(numeric[k]));
+        if (!std::isfinite(a) || excess > worst_excess) {
+            worst_excess = std::isfinite(a) ? excess : std::numeric_limits<double>::infinity();
+            worst = k;
+        }
+    }
+    if (worst_excess > 0.0) {
+        return ::testing::AssertionFailure()
+               << "worst element " << indices[worst] << " of " << x.size() << ": analytic "
+               << analytic[indices[worst]] << " vs finite difference " << numeric[worst]
+               << " (|diff| " << std::abs(analytic[indices[worst]] - numeric[worst]) << " > atol "
+               << atol << " + rtol " << rtol << " * |fd|)";
+    }
+    return ::testing::AssertionSuccess();
+}
+
+// ---------------------------------------------------------------------------------------------
+// encoder
+
+TEST(EncoderBackward, MatchesFiniteDifferencesAndAccumulates) {
+    const int B = 2, T = 5, C = 8, V = 7;
+    // Repeated tokens: their rows of dwte must collect several contributions.
+    const std::vector<std::int32_t> tokens = {3, 1, 3, 0, 6, 1, 1, 5, 3, 2};
+    std::vector<float> wte = normal_vector(static_cast<std::size_t>(V) * C, 1);
+    std::vector<float> wpe = normal_vector(static_cast<std::size_t>(T) * C, 2);
+    const std::vector<float> r = normal_vector(static_cast<std::size_t>(B) * T * C, 3);
+    std::vector<float> out(r.size());
+    const auto objective = [&] {
+        encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+        return weighted_sum(out, r);
+    };
+    std::vector<float> dwte(wte.size(), kPrefill), dwpe(wpe.size(), kPrefill);
+    encoder_backward(dwte.data(), dwpe.data(), r.data(), tokens.data(), B, T, C);
+    EXPECT_TRUE(matches_finite_differences(minus(dwte, kPrefill), wte, objective));
+    EXPECT_TRUE(matches_finite_differences(minus(dwpe, kPrefill), wpe, objective));
+    // Token 4 never occurs: its row keeps exactly the prefill.
+    for (int i = 0; i < C; ++i)
+        EXPECT_EQ(dwte[4 * C + i], kPrefill);
+}
+
+// ---------------------------------------------------------------------------------------------
+// layernorm
+
+struct LayerNormCase {
+    static constexpr int N = 6, C = 24;
+    std::vector<float> inp = normal_vector(static_cast<std::size_t>(N) * C, 11, 2.0f, 0.7f);
+    std::vector<float> weight = normal_vector(C, 12, 0.5f, 1.0f);
+    std::vector<float> bias = normal_vector(C, 13, 0.3f);
+    std::vector<float> r = normal_vector(static_cast<std::size_t>(N) * C, 14);
+    std::vector<float> out = std::vector<float>(inp.size());
+    std::vector<float> mean = std::vector<float>(N), rstd = std::vector<float>(N);
+
+    double objective() {
+        layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
+                          bias.data(), N, C);
+        return weighted_sum(out, r);
+    }
+};
+
+TEST(LayerNormBackward, MatchesFiniteDifferences) {
+    LayerNormCase lc;
+    lc.objective();  // mean and rstd for backward
+    std::vector<float> dinp(lc.inp.size(), kPrefill);
+    std::vector<float> dweight(lc.weight.size(), kPrefill), dbias(lc.bias.size(), kPrefill);
+    layernorm_backward(dinp.data(), dweight.data(), dbias.data(), lc.r.data(), lc.inp.data(),
+                       lc.weight.data(), lc.mean.data(), lc.rstd.data(), lc.N, lc.C);
+    const auto objective = [&] { return lc.objective(); };
+    EXPECT_TRUE(matches_finite_differences(minus(dinp, kPrefill), lc.inp, objective));
+    EXPECT_TRUE(matches_finite_differences(minus(dweight, kPrefill), lc.weight, objective));
+    EXPECT_TRUE(matches_finite_differences(minus(dbias, kPrefill), lc.bias, objective));
+}
+
+TEST(LayerNormBackward, AccumulatesIntoDinpAndParameterGradients) {
+    LayerNormCase lc;
+    lc.objective();
+    const auto run = [&](float fill) {
+        std::vector<float> d(lc.inp.size() + 2 * lc.C, fill);
+        layernorm_backward(d.data(), d.data() + lc.inp.size(), d.data() + lc.inp.size() + lc.C,
+                           lc.r.data(), lc.inp.data(), lc.weight.data(), lc.mean.data(),
+                           lc.rstd.data(), lc.N, lc.C);
+        return d;
+    };
+    const std::vector<float> from_zero = run(0.0f);
+    const std::vector<float> from_prefill = run(kPrefill);
+    EXPECT_TRUE(all_close(minus(from_prefill, kPrefill), from_zero, 1e-5, 1e-6));
+    // And the gradient is not trivially zero, so the comparison above means something.
+    EXPECT_GT(*std::max_element(from_zero.begin(), from_zero.end()), 0.1f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// matmul
+
+struct MatmulCase {
+    static constexpr int N = 9, C = 13, OC = 11;
+    std::vector<float> inp = normal_vector(static_cast<std::size_t>(N) * C, 21);
+    std::vector<float> weight = normal_vector(static_cast<std::size_t>(OC) * C, 22, 0.5f);
+    std::vector<float> bias = normal_vector(OC, 23, 0.5f);
+    std::vector<float> residual = normal_vector(static_cast<std::size_t>(N) * OC, 24);
+    std::vector<float> r = normal_vector(static_cast<std::size_t>(N) * OC, 25);
+    std::vector<float> out = std::vector<float>(r.size());
+
+    double objective() {
+        matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
+        return weighted_sum(out, r);
+    }
+    double residual_objective() {
+        matmul_residual_forward(out.data(), residual.data(), inp.data(), weight.data(), bias.data(),
+                                N, C, OC);
+        return weighted_sum(out, r);
+    }
+};
+
+TEST(MatmulBackward, MatchesFiniteDifferences) {
+    MatmulCase mc;
+    std::vector<float> dinp(mc.inp.size(), kGarbage);
+    std::vector<float> dweight(mc.weight.size(), kPrefill), dbias(mc.bias.size(), kPrefill);
+    matmul_backward(dinp.data(), dweight.data(), dbias.data(), mc.r.data(), mc.inp.data(),
+                    mc.weight.data(), mc.N, mc.C, mc.OC);
+    const auto objective = [&] { return mc.objective(); };
+    // dinp overwritten (the garbage is gone), dweight and dbias accumulated.
+    EXPECT_TRUE(matches_finite_differences(dinp, mc.inp, objective));
+    EXPECT_TRUE(matches_finite_differences(minus(dweight, kPrefill), mc.weight, objective));
+    EXPECT_TRUE(matches_finite_differences(minus(dbias, kPrefill), mc.bias, objective));
+}
+
+TEST(MatmulBackward, OverwritesDinpAccumulatesParametersAndSkipsNulls) {
+    MatmulCase mc;
+    std::vector<float> dinp_a(mc.inp.size(), 0.0f), dinp_b(mc.inp.size(), kGarbage);
+    std::vector<float> dw_a(mc.weight.size(), 0.0f), dw_b(mc.weight.size(), kPrefill);
+    std::vector<float> db_a(mc.bias.size(), 0.0f), db_b(mc.bias.size(), kPrefill);
+    matmul_backward(dinp_a.data(), dw_a.data(), db_a.data(), mc.r.data(), mc.inp.data(),
+                    mc.weight.data(), mc.N, mc.C, mc.OC);
+    matmul_backward(dinp_b.data(), dw_b.data(), db_b.data(), mc.r.data(), mc.inp.data(),
+                    mc.weight.data(), mc.N, mc.C, mc.OC);
+    EXPECT_TRUE(all_close(dinp_b, dinp_a, 1e-6, 1e-6));
+    EXPECT_TRUE(all_close(minus(dw_b, kPrefill), dw_a, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close(minus(db_b, kPrefill), db_a, 1e-5, 1e-6));
+
+    // Null dinp and dbias are skipped; dweight still accumulates (a second time: 2x).
+    matmul_backward(nullptr, dw_a.data(), nullptr, mc.r.data(), mc.inp.data(), mc.weight.data(),
+                    mc.N, mc.C, mc.OC);
+    std::vector<float> twice(dw_b.size());
+    for (std::size_t i = 0; i < twice.size(); ++i)
+        twice[i] = 2.0f * (dw_b[i] - kPrefill);
+    EXPECT_TRUE(all_close(dw_a, twice, 1e-5, 1e-5));
+}
+
+TEST(MatmulResidualForward, EqualsResidualPlusMatmulAndItsResidualGradientIsIdentity) {
+    MatmulCase mc;
+    mc.objective();
+    const std::vector<float> plain = mc.out;
+    mc.residual_objective();
+    std::vector<float> expected(plain.size());
+    for (std::size_t i = 0; i < plain.size(); ++i)
+        expected[i] = plain[i] + mc.residual[i];
+    EXPECT_TRUE(all_close(mc.out, expected, 1e-5, 1e-5));
+
+    const auto objective = [&] { return mc.residual_objective(); };
+    // d/dresidual of sum(out * R) is R itself: the block backward passes dout on unchanged.
+    EXPECT_TRUE(matches_finite_differences(mc.r, mc.residual, objective));
+    // The other inputs have matmul_backward's gradients.
+    std::vector<float> dinp(mc.inp.size());
+    std::vector<float> dweight(mc.weight.size()), dbias(mc.bias.size());
+    matmul_backward(dinp.data(), dweight.data(), dbias.data(), mc.r.data(), mc.inp.data(),
+                    mc.weight.data(), mc.N, mc.C, mc.OC);
+    EXPECT_TRUE(matches_finite_differences(dinp, mc.inp, objective));
+    EXPECT_TRUE(matches_finite_differences(dweight, mc.weight, objective));
+    EXPECT_TRUE(matches_finite_differences(dbias, mc.bias, objective));
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention
+
+struct AttentionCase {
+    int B, T, C, NH;
+    std::vector<float> qkv, r, out, att;
+    AttentionCase(int b, int t, int c, int nh, std::uint64_t seed)
+        : B(b),
+          T(t),
+          C(c),
+          NH(nh),
+          qkv(normal_vector(static_cast<std::size_t>(b) * t * 3 * c, seed)),
+          r(normal_vector(static_cast<std::size_t>(b) * t * c, seed + 1)),
+          out(r.size()),
+          att(static_cast<std::size_t>(b) * nh * t * t) {}
+
+    double objective() {
+        attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+        return weighted_sum(out, r);
+    }
+    std::vector<float> backward(float fill) {
+        objective();
+        std::vector<float> dqkv(qkv.size(), fill);
+        std::vector<float> scratch(static_cast<std::size_t>(attention_backward_scratch_size(T)),
+                                   kGarbage);
+        attention_backward(dqkv.data(), scratch.data(), r.data(), qkv.data(), att.data(), B, T, C,
+                           NH);
+        return dqkv;
+    }
+};
+
+// T = 70: two row blocks of 64, the second partial.
+TEST(AttentionBackward, MatchesFiniteDifferencesAcrossTwoRowBlocks) {
+    AttentionCase ac(1, 70, 16, 2, 31);
+    const std::vector<float> dqkv = ac.backward(kGarbage);
+    EXPECT_TRUE(matches_finite_differences(dqkv, ac.qkv, [&] { return ac.objective(); }));
+}
+
+// T = 130, B = 2: three row blocks, and a second sequence. Every element of the rows around the
+// block edges and of the last rows, plus every 13th element elsewhere (keeps the test fast).
+TEST(AttentionBackward, MatchesFiniteDifferencesAcrossThreeRowBlocks) {
+    AttentionCase ac(2, 130, 16, 2, 41);
+    const std::vector<float> dqkv = ac.backward(kGarbage);
+    const int C3 = 3 * ac.C;
+    std::vector<std::size_t> indices;
+    for (std::size_t i = 0; i < ac.qkv.size(); ++i) {
+        const int t = static_cast<int>(i / C3) % ac.T;
+        const bool edge = t <= 1 || (t >= 62 && t <= 65) || t >= 126;
+        if (edge || i % 13 == 0) indices.push_back(i);
+    }
+    EXPECT_TRUE(matches_finite_differences(
+        dqkv, ac.qkv, [&] { return ac.objective(); }, indices));
+}
+
+TEST(AttentionBackward, OverwritesDqkv) {
+    AttentionCase ac(2, 70, 16, 2, 51);
+    EXPECT_TRUE(all_close(ac.backward(kGarbage), ac.backward(0.0f), 1e-6, 1e-7));
+}
+
+// Rows of att are causal softmax distributions. att starts zeroed, as the model allocates it.
+TEST(AttentionForward, CausalRowsSumToOne) {
+    for (const int T : {5, 70, 130}) {
+        AttentionCase ac(2, T, 16, 2, 61);
+        ac.objective();
+        double worst_sum_error = 0.0;
+        int nonzero_above = 0;
+        for (int row = 0; row < ac.B * ac.NH * T; ++row) {
+            const int i = row % T;
+            const float* a = ac.att.data() + static_cast<std::size_t>(row) * T;
+            double sum = 0.0;
+            for (int j = 0; j <= i; ++j) {
+                EXPECT_GE(a[j], 0.0f);
+                sum += a[j];
+            }
+            worst_sum_error = std::max(worst_sum_error, std::abs(sum - 1.0));
+            for (int j = i + 1; j < T; ++j)
+                nonzero_above += a[j] != 0.0f;
+        }
+        EXPECT_LT(worst_sum_error, 1e-5) << "T=" << T;
+        EXPECT_EQ(nonzero_above, 0) << "T=" << T;
+    }
+}
+
+// The header promises att is zero above the diagonal, whatever the buffer held before (a
+// regression test: the zeroing once stopped at the end of the 64-row block).
+TEST(AttentionForward, ZeroAboveDiagonalEvenWhenTheBufferHeldGarbage) {
+    AttentionCase ac(1, 70, 16, 2, 71);
+    std::fill(ac.att.begin(), ac.att.end(), kGarbage);
+    ac.objective();
+    int nonzero_above = 0, first_row = -1, first_col = -1;
+    for (int row = 0; row < ac.NH * ac.T; ++row) {
+        const int i = row % ac.T;
+        for (int j = i + 1; j < ac.T; ++j) {
+            if (ac.att[static_cast<std::size_t>(row) * ac.T + j] != 0.0f) {
+                if (nonzero_above++ == 0) first_row = i, first_col = j;
+            }
+        }
+    }
+    EXPECT_EQ(nonzero_above, 0) << "first at row " << first_row << ", column " << first_col;
+}
+
+// ---------------------------------------------------------------------------------------------
+// GELU
+
+TEST(GeluBackward, MatchesFiniteDifferencesAndMayAliasDout) {
+    const int N = 80;
+    std::vector<float> inp(N);
+    for (int i = 0; i < N; ++i)
+        inp[i] = -5.0f + 10.0f * static_cast<float>(i) / (N - 1) + 0.01f;  // avoid exact 0
+    const std::vector<float> r = normal_vector(N, 81);
+    std::vector<float> out(N);
+    std::vector<float> dinp(N, kGarbage);
+    gelu_backward(dinp.data(), inp.data(), r.data(), N);
+    EXPECT_TRUE(matches_finite_differences(dinp, inp, [&] {
+        gelu_forward(out.data(), inp.data(), N);
+        return weighted_sum(out, r);
+    }));
+    std::vector<float> in_place = r;
+    gelu_backward(in_place.data(), inp.data(), in_place.data(), N);
+    EXPECT_TRUE(all_close(in_place, dinp, 0.0, 0.0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// cross-entropy
+
+TEST(CrossEntropyForwardBackward, MatchesFiniteDifferencesAndIgnoresPadding) {
+    const int R = 5, V = 37, Vp = 64;
+    const float dloss = 0.37f;
+    const std::vector<std::int32_t> targets = {0, 36, 17, 5, 17};
+    std::vector<float> logits = normal_vector(static_cast<std::size_t>(R) * Vp, 91, 2.0f);
+    // Huge padded logits: if they were read, they would dominate the softmax.
+    for (int r = 0; r < R; ++r)
+        for (int j = V; j < Vp; ++j)
+            logits[static_cast<std::size_t>(r) * Vp + j] = 1.0e4f;
+
+    // Loss in double over the first V columns only.
+    std::vector<float> expected_losses(R);
+    for (int r = 0; r < R; ++r) {
+        const float* row = logits.data() + static_cast<std::size_t>(r) * Vp;
+        double sum = 0.0;
+        for (int j = 0; j < V; ++j)
+            sum += std::exp(static_cast<double>(row[j]));
+        expected_losses[r] = static_cast<float>(std::log(sum) - row[targets[r]]);
+    }
+
+    std::vector<float> losses(R);
+    const auto objective = [&] {
+        cross_entropy_forward(losses.data(), logits.data(), targets.data(), R, V, Vp);
+        double sum = 0.0;
+        for (const float l : losses)
+            sum += static_cast<double>(dloss) * l;
+        return sum;
+    };
+    objective();
+    const std::vector<float> forward_losses = losses;
+    EXPECT_TRUE(all_close(forward_losses, expected_losses, 1e-5, 1e-5));
+
+    std::vector<float> dlogits = logits;
+    std::vector<float> fused_losses(R);
+    cross_entropy_forward_backward(fused_losses.data(), dlogits.data(), targets.data(), R, V, Vp,
+                                   dloss);
+    EXPECT_TRUE(all_close(fused_losses, expected_losses, 1e-5, 1e-5));
+
+    // Padded columns: exactly zero gradient. Real columns: finite differences.
+    std::vector<std::size_t> real_columns;
+    for (int r = 0; r < R; ++r) {
+        for (int j = 0; j < Vp; ++j) {
+            const std::size_t i = static_cast<std::size_t>(r) * Vp + j;
+            if (j < V) {
+                real_columns.push_back(i);
+            } else {
+                EXPECT_EQ(dlogits[i], 0.0f) << "row " << r << " padded column " << j;
+            }
+        }
+    }
+    EXPECT_TRUE(matches_finite_differences(dlogits, logits, objective, real_columns));
+    // Each row's gradient sums to zero (softmax minus one-hot).
+    for (int r = 0; r < R; ++r) {
+        double sum = 0.0;
+        for (int j = 0; j < V; ++j)
+            sum += dlogits[static_cast<std::size_t>(r) * Vp + j];
+        EXPECT_NEAR(sum, 0.0, 1e-6) << "row " << r;
+    }
+
+    // Changing the padded logits changes neither loss.
+    std::vector<float> other = logits;
+    for (int r = 0; r < R; ++r)
+        for (int j = V; j < Vp; ++j)
+            other[static_cast<std::size_t>(r) * Vp + j] = -3.0f;
+    std::vector<float> other_losses(R), other_fused(R);
+    cross_entropy_forward(other_losses.data(), other.data(), targets.data(), R, V, Vp);
+    cross_entropy_forward_backward(other_fused.data(), other.data(), targets.data(), R, V, Vp,
+                                   dloss);
+    EXPECT_TRUE(all_close(other_losses, forward_losses, 0.0, 0.0));
+    EXPECT_TRUE(all_close(other_fused, fused_losses, 0.0, 0.0));
+    EXPECT_TRUE(all_close(other, dlogits, 0.0, 0.0));
+}
+
+}  // namespace
+}  // namespace gpt2
