@@ -14,7 +14,9 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     CLI::App app{"gpt2-mpi: train a GPT-2 on CPUs (run under mpirun -np N for several ranks)",
                  "train_gpt2"};
     app.set_config("--config", "", "read flags from a TOML/INI file (flag = value per line)");
-    app.option_defaults()->always_capture_default();
+    // A flag given twice (or in --config and on the command line): the last one wins.
+    app.option_defaults()->always_capture_default()->multi_option_policy(
+        CLI::MultiOptionPolicy::TakeLast);
 
     auto* model = app.add_option_group("Model");
     model->add_option("--model", o.model,

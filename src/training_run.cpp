@@ -156,6 +156,12 @@ void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
     }
     comm.broadcast(std::span<std::int32_t>(corpus.train));
     comm.broadcast(std::span<std::int32_t>(corpus.val));
+    const auto as_bytes = [](std::span<const std::int32_t> v) {
+        return std::span(reinterpret_cast<const std::uint8_t*>(v.data()), v.size_bytes());
+    };
+    spdlog::debug("rank {}: tokenizer {:016x} ({} bytes), train tokens {:016x}, val tokens {:016x}",
+                  comm.rank(), checksum64(corpus.tokenizer->serialize()), tokenizer_bytes.size(),
+                  checksum64(as_bytes(corpus.train)), checksum64(as_bytes(corpus.val)));
     corpus.train_store.add(std::span<const std::int32_t>(corpus.train));
     corpus.val_store.add(std::span<const std::int32_t>(corpus.val));
 }

@@ -7,6 +7,9 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <vector>
+
+#include "gpt2/model.hpp"
 
 namespace gpt2::test {
 
@@ -53,6 +56,40 @@ inline ::testing::AssertionResult norm_close(std::span<const float> actual,
     if (!(std::sqrt(diff) <= rtol * std::sqrt(norm))) {
         return ::testing::AssertionFailure()
                << "relative error " << std::sqrt(diff / norm) << " exceeds " << rtol;
+    }
+    return ::testing::AssertionSuccess();
+}
+
+// Two trainings of the same model agree: every tensor to `rtol` in norm, except the key bias.
+// Its true gradient is exactly zero (softmax ignores a per-row constant), so Adam turns float
+// rounding noise into steps of about lr there: those entries need only stay within
+// `key_bias_atol` of each other.
+inline ::testing::AssertionResult same_training(const ModelConfig& config,
+                                                std::span<const float> actual,
+                                                std::span<const float> expected, double rtol,
+                                                double key_bias_atol) {
+    const ParameterLayout layout(config);
+    if (actual.size() != layout.total() || expected.size() != layout.total()) {
+        return ::testing::AssertionFailure() << "parameter count differs from the layout";
+    }
+    std::vector<float> a(actual.begin(), actual.end()), e(expected.begin(), expected.end());
+    const int C = config.channels;
+    for (int l = 0; l < config.num_layers; ++l) {
+        for (int i = C; i < 2 * C; ++i) {
+            const std::size_t k =
+                layout.offset(ParamTensor::qkvb) + static_cast<std::size_t>(l * 3 * C + i);
+            if (std::abs(a[k] - e[k]) > key_bias_atol) {
+                return ::testing::AssertionFailure() << "key bias layer " << l << " index " << i - C
+                                                     << ": " << a[k] << " vs " << e[k];
+            }
+            a[k] = e[k] = 0.0f;
+        }
+    }
+    for (int i = 0; i < kNumParamTensors; ++i) {
+        const auto t = static_cast<ParamTensor>(i);
+        auto r = norm_close(layout.tensor(std::span<const float>(a), t),
+                            layout.tensor(std::span<const float>(e), t), rtol);
+        if (!r) return r << " in " << param_tensor_name(t);
     }
     return ::testing::AssertionSuccess();
 }

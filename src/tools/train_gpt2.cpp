@@ -1,6 +1,7 @@
 // train_gpt2: data-parallel GPT-2 training (mpirun -np N build/train_gpt2 [flags]; --help lists
 // them). Any error on any rank prints one line naming the rank and ends the whole job.
 #include <exception>
+#include <new>
 #include <variant>
 
 #include "gpt2/comm.hpp"
@@ -10,10 +11,15 @@
 int main(int argc, char** argv) {
     gpt2::MpiSession mpi(&argc, &argv);
     const gpt2::Communicator comm;
-    auto parsed = gpt2::parse_train_options(argc, argv, comm.is_root());
-    if (const int* code = std::get_if<int>(&parsed)) {
-        // Every rank parsed the same flags and reached the same verdict; only rank 0 speaks.
-        return *code;
+    // Ranks agree on the command line before anything else: the first rank whose flags fail
+    // (or rank 0 for --help) prints, and every rank exits with that code.
+    auto parsed = gpt2::parse_train_options(argc, argv, false);
+    const int* stop = std::get_if<int>(&parsed);
+    const auto verdicts = comm.allgather(stop ? static_cast<std::uint64_t>(*stop) + 1 : 0);
+    for (std::size_t r = 0; r < verdicts.size(); ++r) {
+        if (verdicts[r] == 0) continue;
+        if (static_cast<int>(r) == comm.rank()) (void)gpt2::parse_train_options(argc, argv, true);
+        return static_cast<int>(verdicts[r] - 1);
     }
     try {
         return gpt2::run_training(std::get<gpt2::TrainOptions>(parsed), comm);

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Sanitizer builds: ThreadSanitizer over the threaded tests (build-tsan/), and
+# AddressSanitizer + UndefinedBehaviorSanitizer over the unit tests (build-asan/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+jobs=$(nproc)
+
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPT2_SANITIZE=thread
+cmake --build build-tsan -j "$jobs" --target test_threads test_model_reference
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+  ctest --test-dir build-tsan --output-on-failure -R "Thread|Workers|SplitRange"

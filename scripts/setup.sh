@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One command for a fresh Debian 12 machine: install what gpt2-mpi needs, place the
+# tinyshakespeare corpus at data/, configure a Release build and build it. Safe to run again.
+#   scripts/setup.sh            # everything
+#   GPT2_NATIVE=OFF scripts/setup.sh   # portable binaries (no -march=native)
+#   GPT2_WITH_PYTHON=1 scripts/setup.sh # also PyTorch/matplotlib (fixtures, benchmarks, plots)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build pkg-config git
+          libopenmpi-dev openmpi-bin libopenblas-dev
+          libgtest-dev libgmock-dev libcli11-dev libspdlog-dev libfmt-dev
+          nlohmann-json3-dev libpcre2-dev clang libclang-rt-14-dev)
+if [[ "${GPT2_WITH_PYTHON:-0}" == "1" ]]; then
+  packages+=(python3-torch python3-numpy python3-matplotlib nodejs npm)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ "$(id -u)" -ne 0 ]] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi
+
+# The corpus: from ../shared/data when this checkout sits beside it, otherwise its public URL.
+mkdir -p data
+if [[ ! -s data/tinyshakespeare.txt ]]; then
+  if [[ -s ../shared/data/tinyshakespeare.txt ]]; then
+    cp ../shared/data/tinyshakespeare.txt data/tinyshakespeare.txt
+  else
+    curl -fsSL -o data/tinyshakespeare.txt \
+      https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt
+  fi
+fi
+# GPT-2's tokenizer files are optional (for --tokenizer gpt2): copied when ../shared has them.
+if [[ ! -s data/gpt2/encoder.json && -s ../shared/data/gpt2/encoder.json ]]; then
+  mkdir -p data/gpt2
+  cp ../shared/data/gpt2/encoder.json ../shared/data/gpt2/vocab.bpe data/gpt2/
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT2_NATIVE="${GPT2_NATIVE:-ON}"
+cmake --build build -j "$(nproc)"
+echo "setup: done. Train: build/train_gpt2   Test: ctest --test-dir build --output-on-failure"

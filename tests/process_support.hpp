@@ -1,0 +1,89 @@
+// Helpers for tests that run the programs (train_gpt2, inference) as a user would, possibly under
+// mpiexec: run a shell command, capture its output and exit code, and make scratch directories.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <unistd.h>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace gpt2::test {
+
+struct ProcessResult {
+    int exit_code = -1;
+    std::string output;  // stdout and stderr interleaved
+    double seconds = 0.0;
+};
+
+// Runs `command` through the shell with stderr merged into stdout.
+inline ProcessResult run_command(const std::string& command) {
+    const auto start = std::chrono::steady_clock::now();
+    ProcessResult result;
+    FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+    if (pipe == nullptr) return result;
+    std::array<char, 4096> buffer{};
+    while (std::fgets(buffer.data(), buffer.size(), pipe) != nullptr)
+        result.output += buffer.data();
+    const int status = ::pclose(pipe);
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    result.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+}
+
+inline std::string build_path(const std::string& program) {
+    return std::string(GPT2_BUILD_DIR) + "/" + program;
+}
+
+// mpiexec with the flags a test on one small machine needs (more ranks than cores, root).
+inline std::string mpiexec(int ranks) {
+    return "mpiexec --oversubscribe --allow-run-as-root -n " + std::to_string(ranks) + " ";
+}
+
+// A fresh directory under the system temp dir, removed by the destructor.
+class ScratchDir {
+  public:
+    explicit ScratchDir(const std::string& name)
+        : path_(std::filesystem::temp_directory_path() /
+                (name + "-" + std::to_string(::getpid()))) {
+        std::filesystem::remove_all(path_);
+        std::filesystem::create_directories(path_);
+    }
+    ~ScratchDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path_, ec);
+    }
+    ScratchDir(const ScratchDir&) = delete;
+    ScratchDir& operator=(const ScratchDir&) = delete;
+    [[nodiscard]] const std::filesystem::path& path() const { return path_; }
+    [[nodiscard]] std::string operator/(const std::string& name) const {
+        return (path_ / name).string();
+    }
+
+  private:
+    std::filesystem::path path_;
+};
+
+// A deterministic English-like corpus of about `bytes` bytes.
+inline void write_corpus(const std::filesystem::path& path, std::size_t bytes) {
+    static constexpr std::array<const char*, 16> kWords = {
+        "the", "king", "shall", "speak", "of",   "love",  "and", "war",
+        "to",  "thee", "my",    "lord",  "what", "night", "is",  "fair"};
+    std::ofstream out(path, std::ios::binary);
+    std::uint64_t state = 12345;
+    std::size_t written = 0;
+    while (written < bytes) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        const std::string word = kWords[(state >> 33) % kWords.size()];
+        const char sep = ((state >> 20) % 11 == 0) ? '\n' : ' ';
+        out << word << sep;
+        written += word.size() + 1;
+    }
+}
+
+}  // namespace gpt2::test

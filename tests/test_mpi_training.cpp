@@ -1,0 +1,149 @@
+// Data parallelism through mpiexec: the same global batch trains the same model however it is
+// split over ranks, threads and micro-steps; ranks other than 0 never open the corpus; an error
+// on any rank ends the whole job quickly.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "gpt2/checkpoint.hpp"
+#include "process_support.hpp"
+#include "test_support.hpp"
+
+namespace gpt2 {
+namespace {
+
+using test::mpiexec;
+using test::run_command;
+using test::ScratchDir;
+
+const std::string kModelFlags =
+    " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --lr 1e-3 --warmup-steps 2"
+    " --val-every 0 --sample-every 0 --checkpoint-every 0 --seed 5 --val-batches 2";
+
+struct RunOutcome {
+    std::vector<double> losses;
+    LoadedModel model;
+};
+
+RunOutcome read_outcome(const ScratchDir& dir, const std::string& name) {
+    RunOutcome outcome{{}, load_checkpoint(dir / (name + "/model_000010.bin"))};
+    std::ifstream metrics(dir / (name + ".jsonl"));
+    for (std::string line; std::getline(metrics, line);) {
+        const auto record = nlohmann::json::parse(line);
+        if (record["type"] == "train") outcome.losses.push_back(record["loss"].get<double>());
+    }
+    return outcome;
+}
+
+TEST(MpiTraining, SameGlobalBatchGivesTheSameTrainingHoweverItIsSplit) {
+    const ScratchDir dir("gpt2-mpi-split");
+    test::write_corpus(dir.path() / "corpus.txt", 60000);
+    struct Split {
+        std::string name;
+        int ranks, threads, batch, accum;
+    };
+    // 8 sequences per step in every case.
+    const std::vector<Split> splits = {{"np1_w4", 1, 4, 8, 1},
+                                       {"np2_w2", 2, 2, 4, 1},
+                                       {"np4_w1", 4, 1, 2, 1},
+                                       {"np1_w1_accum4", 1, 1, 2, 4}};
+    for (const Split& s : splits) {
+        const std::string command = mpiexec(s.ranks) + test::build_path("train_gpt2") +
+                                    kModelFlags + " --data " + (dir / "corpus.txt") +
+                                    " --max-steps 10 --threads " + std::to_string(s.threads) +
+                                    " --batch-size " + std::to_string(s.batch) + " --grad-accum " +
+                                    std::to_string(s.accum) + " --out-dir " + (dir / s.name) +
+                                    " --metrics-file " + (dir / (s.name + ".jsonl"));
+        const auto result = run_command(command);
+        ASSERT_EQ(result.exit_code, 0) << command << "\n" << result.output;
+    }
+    const RunOutcome reference = read_outcome(dir, splits[0].name);
+    ASSERT_EQ(reference.losses.size(), 10u);
+    for (std::size_t i = 1; i < splits.size(); ++i) {
+        const RunOutcome other = read_outcome(dir, splits[i].name);
+        ASSERT_EQ(other.losses.size(), reference.losses.size()) << splits[i].name;
+        for (std::size_t s = 0; s < reference.losses.size(); ++s) {
+            EXPECT_NEAR(other.losses[s], reference.losses[s], 1e-5 * reference.losses[s])
+                << splits[i].name << " step " << s + 1;
+        }
+        EXPECT_TRUE(test::same_training(reference.model.model.config,
+                                        other.model.model.params.span(),
+                                        reference.model.model.params.span(), 1e-5, 1e-2))
+            << splits[i].name;
+    }
+}
+
+// Every rank logs checksums of what it holds (--log-level debug); rank 1 is given a corpus path
+// that does not exist, so it can only have its tokens from rank 0's broadcast.
+TEST(MpiTraining, RanksReceiveTokenizerAndTokensFromRankZero) {
+    const ScratchDir dir("gpt2-mpi-bcast");
+    test::write_corpus(dir.path() / "corpus.txt", 30000);
+    const std::string common =
+        kModelFlags + " --max-steps 1 --batch-size 2 --threads 1 --log-level debug --out-dir " +
+        (dir / "out");
+    const std::string command = "mpiexec --oversubscribe --allow-run-as-root -n 1 " +
+                                test::build_path("train_gpt2") + common + " --data " +
+                                (dir / "corpus.txt") + " : -n 1 " + test::build_path("train_gpt2") +
+                                common + " --data " + (dir / "only-rank-0-has-it/corpus.txt");
+    const auto result = run_command(command);
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    const std::regex pattern(
+        R"(rank (\d): tokenizer ([0-9a-f]{16}) \((\d+) bytes\), train tokens ([0-9a-f]{16}), val tokens ([0-9a-f]{16}))");
+    std::set<std::string> seen_ranks, fingerprints;
+    for (auto it = std::sregex_iterator(result.output.begin(), result.output.end(), pattern);
+         it != std::sregex_iterator(); ++it) {
+        seen_ranks.insert((*it)[1].str());
+        fingerprints.insert((*it)[2].str() + (*it)[3].str() + (*it)[4].str() + (*it)[5].str());
+    }
+    EXPECT_EQ(seen_ranks, (std::set<std::string>{"0", "1"})) << result.output;
+    EXPECT_EQ(fingerprints.size(), 1u) << result.output;
+}
+
+// A failure on one rank while the others wait in a collective must end the whole job, fast,
+// with a message naming the rank and the cause.
+struct FailureCase {
+    const char* name;
+    const char* rank0_flags;
+    const char* rank1_flags;
+    int expected_exit;  // 0: any non-zero
+    const char* expected_text;
+};
+
+class MpiFailure : public ::testing::TestWithParam<FailureCase> {};
+
+TEST_P(MpiFailure, EndsTheWholeJobQuicklyWithAClearMessage) {
+    const FailureCase& c = GetParam();
+    const ScratchDir dir(std::string("gpt2-mpi-fail-") + c.name);
+    test::write_corpus(dir.path() / "corpus.txt", 30000);
+    const std::string common = kModelFlags +
+                               " --max-steps 3 --batch-size 2 --threads 1 --out-dir " +
+                               (dir / "out") + " --data " + (dir / "corpus.txt");
+    const std::string train = test::build_path("train_gpt2");
+    const std::string command = "timeout 60 mpiexec --oversubscribe --allow-run-as-root -n 1 " +
+                                train + common + " " + c.rank0_flags + " : -n 1 " + train + common +
+                                " " + c.rank1_flags;
+    const auto result = run_command(command);
+    if (c.expected_exit != 0) {
+        EXPECT_EQ(result.exit_code, c.expected_exit) << result.output;
+    } else {
+        EXPECT_NE(result.exit_code, 0) << result.output;
+    }
+    EXPECT_NE(result.exit_code, 124) << "the job hung until the timeout:\n" << result.output;
+    EXPECT_LT(result.seconds, 30.0) << result.output;
+    EXPECT_NE(result.output.find(c.expected_text), std::string::npos) << result.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MpiFailure,
+    ::testing::Values(FailureCase{"rank1_bad_value", "", "--batch-size 0", 0,
+                                  "rank 1 of 2): --batch-size must be positive"},
+                      FailureCase{"rank0_missing_corpus", "--data /nonexistent/corpus.txt", "", 0,
+                                  "rank 0 of 2): /nonexistent/corpus.txt"},
+                      FailureCase{"rank1_unparsable_flag", "", "--lr not-a-number", 2, "--lr"}),
+    [](const ::testing::TestParamInfo<FailureCase>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace gpt2
