@@ -17,7 +17,7 @@ namespace gpt2 {
 enum class TokenizerKind : std::uint8_t { Char = 1, Bpe = 2, Gpt2 = 3 };
 
 class Tokenizer {
-public:
+  public:
     virtual ~Tokenizer() = default;
     [[nodiscard]] virtual TokenizerKind kind() const = 0;
     [[nodiscard]] virtual int vocab_size() const = 0;
@@ -42,6 +42,18 @@ public:
 // GPT-2's tokenizer from encoder.json and vocab.bpe in dir.
 [[nodiscard]] std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir);
 [[nodiscard]] std::unique_ptr<Tokenizer> deserialize_tokenizer(std::span<const std::uint8_t> bytes);
+
+// Conventions of the implementations:
+// - char: the alphabet is the sorted set of corpus BYTES (not code points); no EOT; encoding a byte
+//   outside the alphabet throws InputError naming the byte.
+// - bpe and gpt2 pre-tokenize with GPT-2's regex (PCRE2, UTF + UCP). Invalid UTF-8 matches no
+//   pattern item: each run of it becomes a pre-token of its own, so any byte string round-trips.
+// - bpe and gpt2 encode the literal text <|endoftext|> as the EOT token (like tiktoken's
+//   encode(text, allowed_special="all"), not encode_ordinary), and decode EOT back to that text.
+//   bpe training treats it as a document separator. bpe's EOT is its last id; gpt2's is 50256.
+// - bpe training picks the most frequent pair, ties broken by the smallest (left id, right id);
+//   it stops early (a smaller vocabulary) if no pair is left to merge.
+// - encode() is const and thread-safe.
 
 // Encodes text as a sequence of independently encoded blocks (cut only where the pre-tokenizer
 // always splits, so the result equals tokenizer.encode(text)), on up to `threads` threads.

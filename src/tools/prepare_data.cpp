@@ -1,0 +1,226 @@
+// prepare_data: tokenizes a text file into llm.c token shards (val first, then train) and writes
+// the tokenizer next to them, both serialized (tokenizer.bin) and in llm.c's gpt2_tokenizer.bin
+// format.
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpt2/error.hpp"
+#include "gpt2/shard.hpp"
+#include "gpt2/tokenizer.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Options {
+    fs::path input;
+    std::string tokenizer;
+    int vocab_size = 4096;
+    fs::path tokenizer_dir = "data/gpt2";
+    fs::path out_dir;
+    std::string name;
+    double val_fraction = 0.1;
+    std::int64_t shard_tokens = 100'000'000;
+    int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+};
+
+[[nodiscard]] std::string read_input(const fs::path& path) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) throw gpt2::InputError(path.string() + ": is a directory");
+    std::ifstream file(path, std::ios::binary);
+    if (!file) throw gpt2::InputError(path.string() + ": cannot open input file");
+    std::string text{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+    if (file.bad()) throw gpt2::InputError(path.string() + ": read error");
+    if (text.empty()) throw gpt2::InputError(path.string() + ": input file is empty");
+    return text;
+}
+
+// A one-line progress bar redrawn in place; only drawn when stderr is a terminal, so logs and
+// pipes never see carriage returns.
+class ProgressBar {
+  public:
+    explicit ProgressBar(std::size_t total)
+        : total_(total),
+          enabled_(::isatty(STDERR_FILENO) == 1),
+          start_(std::chrono::steady_clock::now()) {}
+    ProgressBar(const ProgressBar&) = delete;
+    ProgressBar& operator=(const ProgressBar&) = delete;
+    ~ProgressBar() {
+        if (enabled_ && drawn_) std::fputc('\n', stderr);
+    }
+
+    void update(std::size_t done) {
+        if (!enabled_ || total_ == 0) return;
+        constexpr int kWidth = 40;
+        const double fraction = std::min(1.0, static_cast<double>(done) / total_);
+        const auto filled = static_cast<int>(fraction * kWidth);
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+        const double mb_per_s = seconds > 0 ? done / 1e6 / seconds : 0.0;
+        std::fprintf(stderr, "\rtokenizing [%s%s] %5.1f%% %7.2f MB/s",
+                     std::string(filled, '#').c_str(), std::string(kWidth - filled, ' ').c_str(),
+                     100.0 * fraction, mb_per_s);
+        std::fflush(stderr);
+        drawn_ = true;
+    }
+
+  private:
+    std::size_t total_;
+    bool enabled_;
+    bool drawn_ = false;
+    std::chrono::steady_clock::time_point start_;
+};
+
+[[nodiscard]] std::unique_ptr<gpt2::Tokenizer> make_tokenizer(const Options& options,
+                                                              std::string_view text) {
+    if (options.tokenizer == "char") return gpt2::make_char_tokenizer(text);
+    if (options.tokenizer == "gpt2") return gpt2::load_gpt2_tokenizer(options.tokenizer_dir);
+    const auto start = std::chrono::steady_clock::now();
+    auto tokenizer = gpt2::train_bpe_tokenizer(text, options.vocab_size);
+    spdlog::info("trained BPE to {} tokens in {:.2f} s", tokenizer->vocab_size(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (tokenizer->vocab_size() < options.vocab_size) {
+        spdlog::warn("the corpus ran out of pairs to merge: vocab size is {}, not {}",
+                     tokenizer->vocab_size(), options.vocab_size);
+    }
+    return tokenizer;
+}
+
+// Writes tokens as shards of at most shard_tokens each; returns how many were written.
+int write_shards(const Options& options, std::string_view split,
+                 std::span<const std::int32_t> tokens) {
+    int index = 0;
+    for (std::size_t begin = 0; begin < tokens.size(); ++index) {
+        const std::size_t count = std::min<std::size_t>(
+            tokens.size() - begin, static_cast<std::size_t>(options.shard_tokens));
+        const fs::path path =
+            options.out_dir / fmt::format("{}_{}_{:06d}.bin", options.name, split, index);
+        gpt2::write_shard(path, tokens.subspan(begin, count));
+        spdlog::info("wrote {} ({} tokens)", path.string(), count);
+        begin += count;
+    }
+    return index;
+}
+
+void run(Options options) {
+    if (options.name.empty()) options.name = options.input.stem().string();
+    const std::string text = read_input(options.input);
+    spdlog::info("read {} ({} bytes)", options.input.string(), text.size());
+
+    const std::unique_ptr<gpt2::Tokenizer> tokenizer = make_tokenizer(options, text);
+    if (tokenizer->vocab_size() > 65536) {
+        throw gpt2::InputError("--vocab-size: " + std::to_string(tokenizer->vocab_size()) +
+                               " tokens do not fit llm.c's uint16 shards (at most 65536)");
+    }
+    spdlog::info("tokenizer: {} with {} tokens", gpt2::tokenizer_kind_name(tokenizer->kind()),
+                 tokenizer->vocab_size());
+
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::int32_t> ids;
+    {
+        ProgressBar bar(text.size());
+        ids = gpt2::encode_blocks(*tokenizer, text, options.threads,
+                                  [&](std::size_t done) { bar.update(done); });
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    spdlog::info("encoded {} tokens in {:.2f} s ({:.2f} MB/s)", ids.size(), seconds,
+                 seconds > 0 ? text.size() / 1e6 / seconds : 0.0);
+
+    // The validation split is the end of the text (at least one token when asked for); the
+    // training split keeps the rest in order.
+    std::size_t val_count = 0;
+    if (options.val_fraction > 0) {
+        val_count = std::max<std::size_t>(
+            1, static_cast<std::size_t>(
+                   std::llround(static_cast<double>(ids.size()) * options.val_fraction)));
+    }
+    if (val_count >= ids.size()) {
+        throw gpt2::InputError(
+            fmt::format("{}: {} tokens are too few to split with --val-fraction {}",
+                        options.input.string(), ids.size(), options.val_fraction));
+    }
+    const std::span<const std::int32_t> all(ids);
+    std::error_code ec;
+    fs::create_directories(options.out_dir, ec);
+    if (ec) throw gpt2::InputError("--out-dir " + options.out_dir.string() + ": " + ec.message());
+    if (val_count > 0) write_shards(options, "val", all.last(val_count));
+    write_shards(options, "train", all.first(ids.size() - val_count));
+
+    const fs::path serialized_path = options.out_dir / "tokenizer.bin";
+    const std::vector<std::uint8_t> bytes = tokenizer->serialize();
+    std::ofstream serialized(serialized_path, std::ios::binary | std::ios::trunc);
+    serialized.write(reinterpret_cast<const char*>(bytes.data()),
+                     static_cast<std::streamsize>(bytes.size()));
+    serialized.close();
+    if (!serialized) throw gpt2::InputError(serialized_path.string() + ": cannot write");
+    spdlog::info("wrote {}", serialized_path.string());
+
+    const fs::path llmc_path = options.out_dir / "gpt2_tokenizer.bin";
+    try {
+        gpt2::write_llmc_tokenizer(*tokenizer, llmc_path);
+        spdlog::info("wrote {}", llmc_path.string());
+    } catch (const gpt2::InputError& e) {
+        // Only token length limits fail here; the shards and tokenizer.bin are still usable.
+        spdlog::warn("skipped llm.c's tokenizer file: {}", e.what());
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"Tokenizes a text file into llm.c token shards plus the tokenizer files."};
+    Options options;
+    app.add_option("--input", options.input, "UTF-8 (or any bytes) text file")->required();
+    app.add_option("--tokenizer", options.tokenizer, "Tokenizer kind")
+        ->required()
+        ->check(CLI::IsMember({"char", "bpe", "gpt2"}));
+    app.add_option("--vocab-size", options.vocab_size,
+                   "BPE vocabulary: 256 bytes + merges + <|endoftext|>")
+        ->capture_default_str()
+        ->check(CLI::Range(257, 65536));
+    app.add_option("--tokenizer-dir", options.tokenizer_dir,
+                   "Directory with GPT-2's encoder.json and vocab.bpe")
+        ->capture_default_str();
+    app.add_option("--out-dir", options.out_dir, "Output directory")->required();
+    app.add_option("--name", options.name, "Shard name prefix (default: the input's file stem)");
+    app.add_option("--val-fraction", options.val_fraction,
+                   "Fraction of tokens, from the end of the text, for validation")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 0.99));
+    app.add_option("--shard-tokens", options.shard_tokens, "Maximum tokens per shard")
+        ->capture_default_str()
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{INT32_MAX}));
+    app.add_option("--threads", options.threads, "Encoding threads")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1024));
+    CLI11_PARSE(app, argc, argv);
+
+    try {
+        if (options.tokenizer != "bpe" && app.count("--vocab-size") > 0) {
+            spdlog::warn("--vocab-size only applies to --tokenizer bpe; ignored");
+        }
+        run(options);
+    } catch (const gpt2::InputError& e) {
+        spdlog::error("{}", e.what());
+        return 1;
+    } catch (const std::exception& e) {
+        spdlog::error("unexpected error: {}", e.what());
+        return 2;
+    }
+    return 0;
+}
