@@ -95,6 +95,9 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     run->add_option("--inject-nan-step", o.inject_nan_step,
                     "testing: poison the gradient at this step")
         ->group("");
+    run->add_option("--stop-at-step", o.stop_at_step,
+                    "testing: act as if SIGTERM came at this step")
+        ->group("");
 
     try {
         app.parse(argc, argv);

@@ -64,6 +64,7 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     const std::size_t P = model.layout.total();
     std::span<float> grad = workers.gradient();
     const bool local_norm = comm.size() == 1;
+    if (inject_nan) grad[0] = std::numeric_limits<float>::quiet_NaN();
     workers.pool().run([&](int w) {
         const Range r = split_range(P, w, W);
         float* out = grad.data();
@@ -79,7 +80,6 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
                 sum_of_squares(grad.subspan(r.begin, r.end - r.begin));
         }
     });
-    if (inject_nan) grad[0] = std::numeric_limits<float>::quiet_NaN();
 
     comm.allreduce_sum(grad);
     const double global_tokens = static_cast<double>(batch.global_sequences) * T;

@@ -567,7 +567,8 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
             spdlog::debug("step {}: replicas identical (checksum {:016x})", completed, sum);
         }
         if (benchmark) continue;
-        const bool stop = comm.allreduce_max(stop_signal().load()) != 0;
+        const bool stop =
+            comm.allreduce_max(stop_signal().load()) != 0 || completed == o.stop_at_step;
         const bool last = completed == last_step;
         if ((o.val_every > 0 && completed % o.val_every == 0) || last) validate(completed);
         if (o.sample_every > 0 && (completed % o.sample_every == 0 || last)) sample();

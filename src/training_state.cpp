@@ -79,7 +79,12 @@ ResumeState load_resume_state(const std::filesystem::path& path, const ModelConf
     }
     std::uint64_t stored = 0;
     std::memcpy(&stored, bytes.data() + expected - sizeof(stored), sizeof(stored));
-    if (checksum64(std::span(bytes.data(), expected - sizeof(stored))) != stored) {
+    // Chained over the same three pieces the writer hashed.
+    const std::span<const std::uint8_t> all(bytes);
+    const std::uint64_t sum = checksum64(all.subspan(sizeof(StateHeader) + floats, floats),
+                                         checksum64(all.subspan(sizeof(StateHeader), floats),
+                                                    checksum64(all.first(sizeof(StateHeader)))));
+    if (sum != stored) {
         throw InputError(name + ": checksum mismatch, the resume state is corrupt");
     }
     std::memcpy(optimizer.m.data(), bytes.data() + sizeof(StateHeader), floats);

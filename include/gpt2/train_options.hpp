@@ -70,6 +70,7 @@ struct TrainOptions {
     double peak_gflops = 0.0;  // per core; 0: the documented default
     int benchmark = 0;         // >0: time this many steps after warm-up and report
     int inject_nan_step = -1;  // test hook: poison the gradient at this step
+    int stop_at_step = -1;     // test hook: behave as if SIGTERM arrived during this step
 };
 
 // Parses argv. Returns the options, or an exit code when the program should stop now (--help
