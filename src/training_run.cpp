@@ -171,9 +171,20 @@ void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
                           const std::vector<std::uint8_t>& checkpoint_tokenizer, Corpus& corpus) {
     std::vector<std::uint8_t> tokenizer_bytes;
     if (comm.is_root()) {
-        corpus.tokenizer = checkpoint_tokenizer.empty()
-                               ? build_tokenizer(o, "")
-                               : deserialize_tokenizer(checkpoint_tokenizer);
+        // The shards' own tokenizer (prepare_data writes tokenizer.bin beside them) unless a
+        // checkpoint brings one; GPT-2's tokenizer needs no corpus, so --tokenizer gpt2 also works.
+        const std::filesystem::path beside =
+            expand_shard_pattern(o.train_data).front().parent_path() / "tokenizer.bin";
+        if (!checkpoint_tokenizer.empty()) {
+            corpus.tokenizer = deserialize_tokenizer(checkpoint_tokenizer);
+        } else if (std::filesystem::exists(beside)) {
+            corpus.tokenizer = deserialize_tokenizer(read_file_bytes(beside));
+        } else if (o.tokenizer == "gpt2") {
+            corpus.tokenizer = load_gpt2_tokenizer(o.tokenizer_dir);
+        } else {
+            throw InputError("--train-data " + o.train_data + ": no " + beside.string() +
+                             " (prepare_data writes it) and --tokenizer is not gpt2");
+        }
         tokenizer_bytes = corpus.tokenizer->serialize();
     }
     comm.broadcast_vector(tokenizer_bytes);
@@ -329,7 +340,7 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     if (comm.is_root() && start.model) {
         const ModelConfig& loaded = start.model->model.config;
         const std::string source = o.resume.empty() ? "--init-from " + o.init_from : "--resume";
-        if (!o.resume.empty() && loaded != from_ints(shape) && !o.model.empty()) {
+        if (!o.resume.empty() && loaded != from_ints(shape)) {
             throw InputError(source + ": checkpoint model " + describe(loaded) +
                              " differs from the requested " + describe(from_ints(shape)));
         }
