@@ -32,15 +32,15 @@ struct TrainOptions {
     bool no_shuffle = false;
 
     // Batch.
-    int batch_size = 16;  // per rank, per micro-step
-    int seq_len = 128;
+    int batch_size = 64;  // per rank, per micro-step
+    int seq_len = 64;
     int grad_accum = 0;                   // 0: derived from total_batch_tokens, else 1
     std::int64_t total_batch_tokens = 0;  // 0: B * T * ranks * grad_accum
 
     // Optimisation.
-    float lr = 2e-3f;
-    float min_lr = 2e-4f;
-    int warmup_steps = 50;
+    float lr = 3e-3f;
+    float min_lr = 3e-4f;
+    int warmup_steps = 30;
     LrSchedule schedule = LrSchedule::Cosine;
     float weight_decay = 0.1f;
     float beta1 = 0.9f;
