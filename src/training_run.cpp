@@ -311,6 +311,9 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     validate_train_options(o, comm.size());
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
+    // Past a file-size limit, a write should fail with EFBIG (reported, previous checkpoint
+    // kept) rather than kill the process.
+    std::signal(SIGXFSZ, SIG_IGN);
 
     // Rank 0 decides where we start and loads any weights; shapes and bytes are broadcast.
     StartPoint start;

@@ -1,0 +1,137 @@
+// Faults a long run meets: the process killed (SIGKILL) at random moments while it writes
+// checkpoints, a disk that fills up during a write, and one rank dying mid-run.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "gpt2/checkpoint.hpp"
+#include "gpt2/optimizer.hpp"
+#include "gpt2/training_state.hpp"
+#include "process_support.hpp"
+
+namespace gpt2 {
+namespace {
+
+using test::run_command;
+using test::ScratchDir;
+
+std::string train(const ScratchDir& dir, const std::string& extra) {
+    return test::build_path("train_gpt2") +
+           " --n-layer 2 --n-head 4 --n-embd 128 --seq-len 32 --batch-size 4 --threads 2"
+           " --val-every 0 --sample-every 0 --data " +
+           (dir / "corpus.txt") + " --out-dir " + (dir / "out") + " " + extra;
+}
+
+// The newest checkpoint listed must load and verify completely (model checksum and state).
+void expect_newest_checkpoint_verifies(const std::filesystem::path& out, int round) {
+    const std::vector<std::int64_t> steps = list_checkpoints(out);
+    if (steps.empty()) return;  // killed before the first checkpoint completed
+    const LoadedModel loaded = load_checkpoint(model_path(out, steps.front()));
+    ASSERT_TRUE(loaded.extras.has_value()) << "round " << round;
+    AdamWState optimizer(loaded.model.layout.total());
+    EXPECT_NO_THROW(
+        (void)load_resume_state(state_path(out, steps.front()), loaded.model.config, optimizer))
+        << "round " << round << ", step " << steps.front();
+}
+
+TEST(Faults, KilledAtRandomMomentsWhileCheckpointingTheNewestCheckpointAlwaysVerifies) {
+    const ScratchDir dir("gpt2-kill9");
+    test::write_corpus(dir.path() / "corpus.txt", 40000);
+    std::mt19937 rng(2024);
+    std::uniform_int_distribution<int> delay_ms(150, 1200);
+    // A checkpoint after every step: most of the run is spent writing them.
+    const std::string command =
+        train(dir, "--max-steps 100000 --checkpoint-every 1 --keep-checkpoints 2 --resume auto");
+    for (int round = 0; round < 20; ++round) {
+        const double delay = delay_ms(rng) / 1000.0;
+        const auto result =
+            run_command("bash -c '" + command + " > /dev/null 2>&1 & pid=$!; sleep " +
+                        std::to_string(delay) + "; kill -KILL $pid; wait $pid; echo exit=$?'");
+        EXPECT_NE(result.output.find("exit=137"), std::string::npos) << result.output;
+        expect_newest_checkpoint_verifies(dir.path() / "out", round);
+    }
+    const std::vector<std::int64_t> steps = list_checkpoints(dir.path() / "out");
+    ASSERT_FALSE(steps.empty());
+    // And a run resumes from what the kills left behind.
+    const auto resumed =
+        run_command(command + " --stop-at-step " + std::to_string(steps.front() + 1));
+    EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("resuming from " +
+                                  state_path(dir.path() / "out", steps.front()).string()),
+              std::string::npos)
+        << resumed.output;
+}
+
+// A small tmpfs mounted for the test (needs the right to mount, as root in CI has); unmounted by
+// the destructor.
+class TinyFileSystem {
+  public:
+    TinyFileSystem(const std::filesystem::path& where, const std::string& size) : where_(where) {
+        std::filesystem::create_directories(where);
+        mounted_ =
+            run_command("mount -t tmpfs -o size=" + size + " tmpfs " + where.string()).exit_code ==
+            0;
+    }
+    ~TinyFileSystem() {
+        if (mounted_) (void)run_command("umount " + where_.string());
+    }
+    [[nodiscard]] bool mounted() const { return mounted_; }
+
+  private:
+    std::filesystem::path where_;
+    bool mounted_ = false;
+};
+
+TEST(Faults, AFullDiskDuringACheckpointKeepsThePreviousOneAndSaysWhy) {
+    const ScratchDir dir("gpt2-fulldisk");
+    test::write_corpus(dir.path() / "corpus.txt", 40000);
+    // One checkpoint (1.7 MB model + 3.3 MB state) fits in 6 MB; the next one does not.
+    const TinyFileSystem disk(dir.path() / "out", "6m");
+    if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+    const auto out = dir.path() / "out";
+    const auto result = run_command(train(dir, "--max-steps 8 --checkpoint-every 2"));
+    EXPECT_NE(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("cannot write " + model_path(out, 4).string() +
+                                 ": No space left on device"),
+              std::string::npos)
+        << result.output;
+    ASSERT_EQ(list_checkpoints(out), std::vector<std::int64_t>{2});
+    const LoadedModel kept = load_checkpoint(model_path(out, 2));
+    AdamWState optimizer(kept.model.layout.total());
+    EXPECT_NO_THROW((void)load_resume_state(state_path(out, 2), kept.model.config, optimizer));
+    // The failed write left nothing half-written behind.
+    for (const auto& entry : std::filesystem::directory_iterator(out)) {
+        EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+    }
+}
+
+TEST(Faults, OneRankKilledMidRunEndsTheWholeJob) {
+    const ScratchDir dir("gpt2-rankdeath");
+    test::write_corpus(dir.path() / "corpus.txt", 40000);
+    const std::string log = dir / "log.txt";
+    // The victim is found by its environment (this job's marker and rank 1), not its command
+    // line, which the launching shell shares.
+    const std::string marker = "GPT2_FAULT_MARKER=" + std::to_string(::getpid());
+    const std::string command = "timeout 60 mpiexec --oversubscribe --allow-run-as-root -x " +
+                                marker + " -n 2 " +
+                                train(dir, "--threads 1 --max-steps 100000 --checkpoint-every 0");
+    const auto result = run_command(
+        "bash -c '(" + command + ") > " + log + " 2>&1 & job=$!; " +
+        "for i in $(seq 600); do grep -q \"step 3/\" " + log + " && break; sleep 0.05; done; " +
+        "for p in $(pgrep -x train_gpt2); do tr \"\\0\" \"\\n\" < /proc/$p/environ | grep -qx " +
+        marker +
+        " && tr \"\\0\" \"\\n\" < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -KILL "
+        "$p && echo killed; done; " +
+        "start=$(date +%s%N); wait $job; code=$?; " +
+        "echo exit=$code seconds=$(( ($(date +%s%N) - start) / 1000000000 ))'");
+    EXPECT_NE(result.output.find("killed"), std::string::npos) << result.output;
+    EXPECT_EQ(result.output.find("exit=0 "), std::string::npos) << result.output;
+    EXPECT_EQ(result.output.find("exit=124"), std::string::npos) << "the job hung:\n"
+                                                                 << result.output;
+    const auto at = result.output.find("seconds=");
+    ASSERT_NE(at, std::string::npos) << result.output;
+    EXPECT_LT(std::stoi(result.output.substr(at + 8)), 15) << result.output;
+}
+
+}  // namespace
+}  // namespace gpt2
