@@ -20,7 +20,7 @@ using test::run_command;
 using test::ScratchDir;
 
 const std::string kModelFlags =
-    " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --lr 1e-3 --warmup-steps 2"
+    " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --lr 1e-3 --warmup-steps 2 --eps 1e-5"
     " --val-every 0 --sample-every 0 --checkpoint-every 0 --seed 5 --val-batches 2";
 
 struct RunOutcome {
