@@ -1,0 +1,77 @@
+// The user's path end to end: text -> train_gpt2 -> checkpoint -> inference, and text ->
+// prepare_data shards (with their tokenizer) -> train_gpt2 on shards, also under mpiexec.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "gpt2/training_state.hpp"
+#include "process_support.hpp"
+
+namespace gpt2 {
+namespace {
+
+using test::run_command;
+using test::ScratchDir;
+
+const std::string kSmall =
+    " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --batch-size 8 --lr 3e-3 --warmup-steps 5"
+    " --sample-every 0 --val-batches 4";
+
+std::vector<double> val_losses(const std::string& metrics_file) {
+    std::vector<double> losses;
+    std::ifstream in(metrics_file);
+    for (std::string line; std::getline(in, line);) {
+        const auto record = nlohmann::json::parse(line);
+        if (record["type"] == "val") losses.push_back(record["val_loss"].get<double>());
+    }
+    return losses;
+}
+
+TEST(EndToEnd, TrainingReducesLossAndInferenceGeneratesFromTheCheckpoint) {
+    const ScratchDir dir("gpt2-e2e");
+    test::write_corpus(dir.path() / "corpus.txt", 50000);
+    const auto train =
+        run_command(test::build_path("train_gpt2") + kSmall + " --data " + (dir / "corpus.txt") +
+                    " --max-steps 60 --val-every 20 --out-dir " + (dir / "out") +
+                    " --metrics-file " + (dir / "m.jsonl"));
+    ASSERT_EQ(train.exit_code, 0) << train.output;
+    const std::vector<double> val = val_losses(dir / "m.jsonl");
+    ASSERT_EQ(val.size(), 4u);  // steps 0, 20, 40, 60
+    EXPECT_LT(val.back(), 0.75 * val.front()) << train.output;
+
+    const std::string checkpoint = model_path(dir.path() / "out", 60).string();
+    const auto generate =
+        run_command(test::build_path("inference") + " " + checkpoint +
+                    " --prompt 'the king' --max-new-tokens 40 --seed 3 --no-stream");
+    ASSERT_EQ(generate.exit_code, 0) << generate.output;
+    EXPECT_NE(generate.output.find("the king"), std::string::npos) << generate.output;
+    EXPECT_GT(generate.output.size(), 40u) << generate.output;
+}
+
+TEST(EndToEnd, PreparedShardsTrainUnderMpiexec) {
+    const ScratchDir dir("gpt2-e2e-shards");
+    test::write_corpus(dir.path() / "corpus.txt", 50000);
+    const auto prepare = run_command(test::build_path("prepare_data") + " --input " +
+                                     (dir / "corpus.txt") + " --tokenizer bpe --vocab-size 300" +
+                                     " --out-dir " + (dir / "shards") + " --shard-tokens 8000");
+    ASSERT_EQ(prepare.exit_code, 0) << prepare.output;
+    ASSERT_TRUE(std::filesystem::exists(dir.path() / "shards" / "tokenizer.bin"));
+    const auto train =
+        run_command(test::mpiexec(2) + test::build_path("train_gpt2") + kSmall + " --threads 1" +
+                    " --train-data '" + (dir / "shards") + "/*_train_*.bin' --val-data '" +
+                    (dir / "shards") + "/*_val_*.bin' --max-steps 30 --val-every 30 --out-dir " +
+                    (dir / "out") + " --metrics-file " + (dir / "m.jsonl"));
+    ASSERT_EQ(train.exit_code, 0) << train.output;
+    const std::vector<double> val = val_losses(dir / "m.jsonl");
+    ASSERT_EQ(val.size(), 2u);
+    EXPECT_LT(val.back(), val.front()) << train.output;
+    // The checkpoint carries the shards' BPE tokenizer: inference needs nothing else.
+    const auto generate = run_command(test::build_path("inference") + " " +
+                                      model_path(dir.path() / "out", 30).string() +
+                                      " --max-new-tokens 20 --no-stream");
+    EXPECT_EQ(generate.exit_code, 0) << generate.output;
+}
+
+}  // namespace
+}  // namespace gpt2
