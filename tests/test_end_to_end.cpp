@@ -75,3 +75,37 @@ TEST(EndToEnd, PreparedShardsTrainUnderMpiexec) {
 
 }  // namespace
 }  // namespace gpt2
+
+namespace gpt2 {
+namespace {
+
+TEST(EndToEnd, ConfigFileSetsFlagsAndTheCommandLineOverridesIt) {
+    const ScratchDir dir("gpt2-e2e-config");
+    test::write_corpus(dir.path() / "corpus.txt", 30000);
+    std::ofstream(dir.path() / "run.toml") << "# a run\nmax-steps = 3\nseq-len = 16\nn-layer = 1\n"
+                                              "n-embd = 16\nn-head = 2\nbatch-size = 4\n"
+                                              "val-every = 0\nsample-every = 0\n";
+    const auto result =
+        run_command(test::build_path("train_gpt2") + " --config " + (dir / "run.toml") +
+                    " --seq-len 8 --data " + (dir / "corpus.txt") + " --out-dir " + (dir / "out"));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("step 3/3 |"), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("batch 4 x 8 per rank"), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("L=1 H=2 C=16"), std::string::npos) << result.output;
+}
+
+TEST(EndToEnd, ReplicaCheckConfirmsIdenticalParametersAcrossRanks) {
+    const ScratchDir dir("gpt2-e2e-replicas");
+    test::write_corpus(dir.path() / "corpus.txt", 30000);
+    const auto result =
+        run_command(test::mpiexec(2) + test::build_path("train_gpt2") + kSmall +
+                    " --threads 1 --max-steps 4 --check-replicas 2 --log-level debug"
+                    " --val-every 0 --data " +
+                    (dir / "corpus.txt") + " --out-dir " + (dir / "out"));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("step 2: replicas identical"), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("step 4: replicas identical"), std::string::npos) << result.output;
+}
+
+}  // namespace
+}  // namespace gpt2
