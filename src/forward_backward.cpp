@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 #include "gpt2/gemm.hpp"
 #include "gpt2/kernels.hpp"

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <vector>
 
 #include "gpt2/error.hpp"
 #include "gpt2/random.hpp"
+#include "gpt2/thread_pool.hpp"
 
 namespace gpt2 {
 
@@ -78,36 +80,64 @@ bool ParameterLayout::decays(ParamTensor t) {
     }
 }
 
-void init_parameters(Model& model, std::uint64_t seed) {
+void init_parameters(Model& model, std::uint64_t seed, ThreadPool* pool) {
     const ModelConfig& c = model.config;
     const ParameterLayout& layout = model.layout;
-    std::span<float> flat = model.params.span();
+    const std::span<float> flat = model.params.span();
     const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.num_layers));
+    // Work in blocks, each drawn from its own derived stream: the values do not depend on how
+    // the blocks are shared between threads.
+    constexpr std::size_t kBlock = 1 << 16;
+    struct Block {
+        ParamTensor tensor;
+        std::size_t begin, end;
+    };
+    std::vector<Block> blocks;
     for (int i = 0; i < kNumParamTensors; ++i) {
         const auto t = static_cast<ParamTensor>(i);
-        std::span<float> tensor = layout.tensor(flat, t);
-        const bool is_matrix = ParameterLayout::decays(t);
-        const bool is_ln_weight =
-            t == ParamTensor::ln1w || t == ParamTensor::ln2w || t == ParamTensor::lnfw;
-        if (is_ln_weight) {
-            std::fill(tensor.begin(), tensor.end(), 1.0f);
-        } else if (!is_matrix) {
-            std::fill(tensor.begin(), tensor.end(), 0.0f);
-        } else {
-            const float std =
-                (t == ParamTensor::attprojw || t == ParamTensor::fcprojw) ? residual_std : 0.02f;
-            // Blocks drawn from derived streams: the same values however the work is split.
-            constexpr std::size_t kBlock = 1 << 16;
-            for (std::size_t start = 0; start < tensor.size(); start += kBlock) {
-                Rng rng = Rng::derived(seed, static_cast<std::uint64_t>(i), start / kBlock);
-                const std::size_t end = std::min(tensor.size(), start + kBlock);
-                for (std::size_t k = start; k < end; ++k)
-                    tensor[k] = std * rng.normal();
-            }
+        for (std::size_t b = 0; b < layout.size(t); b += kBlock) {
+            blocks.push_back(Block{t, b, std::min(layout.size(t), b + kBlock)});
         }
     }
+    const auto fill = [&](const Block& block) {
+        const std::span<float> tensor = layout.tensor(flat, block.tensor);
+        float* out = tensor.data();
+        if (block.tensor == ParamTensor::ln1w || block.tensor == ParamTensor::ln2w ||
+            block.tensor == ParamTensor::lnfw) {
+            std::fill(out + block.begin, out + block.end, 1.0f);
+            return;
+        }
+        if (!ParameterLayout::decays(block.tensor)) {
+            std::fill(out + block.begin, out + block.end, 0.0f);
+            return;
+        }
+        const bool residual =
+            block.tensor == ParamTensor::attprojw || block.tensor == ParamTensor::fcprojw;
+        const float std = residual ? residual_std : 0.02f;
+        Rng rng =
+            Rng::derived(seed, static_cast<std::uint64_t>(block.tensor), block.begin / kBlock);
+        // Box-Muller, both outputs of each pair used.
+        for (std::size_t k = block.begin; k < block.end; k += 2) {
+            const float u1 = (static_cast<float>(rng.next_u64() >> 40) + 0.5f) * 0x1.0p-24f;
+            const float u2 = static_cast<float>(rng.next_u64() >> 40) * 0x1.0p-24f;
+            const float radius = std * std::sqrt(-2.0f * std::log(u1));
+            const float angle = 6.2831853f * u2;
+            out[k] = radius * std::cos(angle);
+            if (k + 1 < block.end) out[k + 1] = radius * std::sin(angle);
+        }
+    };
+    if (pool == nullptr) {
+        for (const Block& block : blocks)
+            fill(block);
+    } else {
+        pool->run([&](int w) {
+            const Range mine = split_range(blocks.size(), w, pool->size());
+            for (std::size_t i = mine.begin; i < mine.end; ++i)
+                fill(blocks[i]);
+        });
+    }
     // Padded vocabulary rows stay zero so they never contribute to logits or gradients.
-    std::span<float> wte = layout.tensor(flat, ParamTensor::wte);
+    const std::span<float> wte = layout.tensor(flat, ParamTensor::wte);
     const auto C = static_cast<std::size_t>(c.channels);
     std::fill(wte.begin() + static_cast<std::ptrdiff_t>(C * static_cast<std::size_t>(c.vocab_size)),
               wte.end(), 0.0f);

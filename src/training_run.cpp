@@ -373,6 +373,8 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     }
 
     const auto build_start = Clock::now();
+    const int workers_wanted = o.threads > 0 ? o.threads : std::min(available_cpus(), o.batch_size);
+    WorkerGroup workers(config, workers_wanted, o.batch_size, o.seq_len, o.pin_threads);
     Model model(config);
     AdamWState optimizer(model.layout.total());
     if (have_weights) {
@@ -383,7 +385,7 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         }
         comm.broadcast(model.params.span());
     } else {
-        init_parameters(model, o.seed);
+        init_parameters(model, o.seed, &workers.pool());
     }
 
     ResumeState resume;
@@ -423,8 +425,6 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         optimizer.step = header[1];
     }
 
-    const int workers_wanted = o.threads > 0 ? o.threads : std::min(available_cpus(), o.batch_size);
-    WorkerGroup workers(config, workers_wanted, o.batch_size, o.seq_len, o.pin_threads);
     const double startup_seconds = seconds_since(build_start);
 
     const int B = o.batch_size, T = o.seq_len, W = workers.size();

@@ -92,10 +92,12 @@ struct Model {
     [[nodiscard]] std::span<const float> weights() const { return params.span(); }
 };
 
+class ThreadPool;
+
 // GPT-2's initialisation: N(0, 0.02) for embeddings and matrices, residual output projections
 // scaled by 1/sqrt(2L), biases 0, LayerNorm weights 1. Padded wte rows are zero. Deterministic in
-// `seed` and independent of the thread count.
-void init_parameters(Model& model, std::uint64_t seed);
+// `seed` and independent of the thread count; spread over `pool`'s workers when given.
+void init_parameters(Model& model, std::uint64_t seed, ThreadPool* pool = nullptr);
 
 // Named model shapes (gpt2-124M, ...). Throws InputError for an unknown name.
 [[nodiscard]] ModelConfig preset_config(std::string_view name, int vocab_size);
