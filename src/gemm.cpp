@@ -1,6 +1,10 @@
 #include "gpt2/gemm.hpp"
 
 #include <cblas.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 
 namespace gpt2 {
 
@@ -14,6 +18,30 @@ void ensure_single_threaded() {
     (void)configured;
 }
 }  // namespace
+
+void select_gemm_kernels(char** argv) {
+    if (std::getenv("GPT2_GEMM_REEXEC") != nullptr) return;  // already re-executed once
+    const char* wanted = std::getenv("GPT2_OPENBLAS_CORETYPE");
+    if (wanted == nullptr) {
+        const bool avx512 =
+            __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+        const char* name = openblas_get_corename();
+        const bool avx2_kernels =
+            std::strcmp(name, "Haswell") == 0 || std::strcmp(name, "Zen") == 0;
+        if (!avx512 || !avx2_kernels) return;
+        wanted = "SkylakeX";
+    }
+    const char* current = std::getenv("OPENBLAS_CORETYPE");
+    if (current != nullptr && std::strcmp(current, wanted) == 0) return;
+    ::setenv("OPENBLAS_CORETYPE", wanted, 1);
+    ::setenv("GPT2_GEMM_REEXEC", "1", 1);
+    ::execv("/proc/self/exe", argv);  // only returns on failure: then carry on as we are
+}
+
+const char* gemm_kernel_name() {
+    return openblas_get_corename();
+}
 
 void gemm_nt(int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
              float beta, float* C, int ldc) {

@@ -5,10 +5,12 @@
 #include <variant>
 
 #include "gpt2/comm.hpp"
+#include "gpt2/gemm.hpp"
 #include "gpt2/train_options.hpp"
 #include "gpt2/training_run.hpp"
 
 int main(int argc, char** argv) {
+    gpt2::select_gemm_kernels(argv);
     gpt2::MpiSession mpi(&argc, &argv);
     const gpt2::Communicator comm;
     // Ranks agree on the command line before anything else: the first rank whose flags fail
