@@ -1,0 +1,395 @@
+// Tests of the KV-cache generator against the training forward pass and the recompute oracle, and
+// of the inference program run as a user would (single process and under mpiexec).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpt2/checkpoint.hpp"
+#include "gpt2/error.hpp"
+#include "gpt2/gemm.hpp"
+#include "gpt2/generate.hpp"
+#include "gpt2/inference.hpp"
+#include "gpt2/tokenizer.hpp"
+#include "gpt2/training_context.hpp"
+#include "process_support.hpp"
+#include "test_support.hpp"
+
+namespace gpt2 {
+namespace {
+
+ModelConfig small_config(int max_seq_len = 32) {
+    ModelConfig c;
+    c.max_seq_len = max_seq_len;
+    c.vocab_size = 101;
+    c.padded_vocab_size = pad_vocab(101);
+    c.num_layers = 2;
+    c.num_heads = 4;
+    c.channels = 64;
+    return c;
+}
+
+// A random model filled here rather than by init_parameters, so that the tests do not depend on
+// its details: GPT-2-like embeddings, block matrices `scale` times larger than GPT-2's 0.02 (at
+// 0.02 a random model's attention is nearly uniform and its logits nearly flat, which would hide
+// masking or caching mistakes), and non-trivial biases and LayerNorm gains.
+std::unique_ptr<Model> random_model(const ModelConfig& c, std::uint64_t seed, float scale = 6.0f) {
+    auto model = std::make_unique<Model>(c);
+    Rng rng(seed);
+    for (int i = 0; i < kNumParamTensors; ++i) {
+        const auto t = static_cast<ParamTensor>(i);
+        const bool gain =
+            t == ParamTensor::ln1w || t == ParamTensor::ln2w || t == ParamTensor::lnfw;
+        const bool block_matrix = t == ParamTensor::qkvw || t == ParamTensor::attprojw ||
+                                  t == ParamTensor::fcw || t == ParamTensor::fcprojw;
+        const float std = block_matrix ? 0.02f * scale : 0.02f;
+        for (float& v : model->layout.tensor(model->params.span(), t))
+            v = (gain ? 1.0f : 0.0f) + std * rng.normal();
+    }
+    return model;
+}
+
+std::vector<std::int32_t> random_tokens(int count, int vocab, std::uint64_t seed) {
+    Rng rng(seed);
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(count));
+    for (auto& t : tokens)
+        t = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(vocab)));
+    return tokens;
+}
+
+// The training forward pass's logits (T x Vp) for one sequence.
+std::vector<float> training_logits(const Model& model, std::span<const std::int32_t> tokens) {
+    const ModelConfig& c = model.config;
+    const int T = static_cast<int>(tokens.size());
+    ThreadLocalTrainingContext ctx(c, 1, T);
+    forward_hidden(model, ctx, TokenBatch{tokens, tokens, 1, T});
+    std::vector<float> logits(static_cast<std::size_t>(T) * c.padded_vocab_size);
+    gemm_nt(T, c.padded_vocab_size, c.channels, 1.0f, ctx.acts.lnf, c.channels,
+            model.layout.tensor(model.weights(), ParamTensor::wte).data(), c.channels, 0.0f,
+            logits.data(), c.padded_vocab_size);
+    return logits;
+}
+
+std::span<const float> row(const std::vector<float>& logits, const ModelConfig& c, int t) {
+    return std::span<const float>(logits).subspan(static_cast<std::size_t>(t) * c.padded_vocab_size,
+                                                  static_cast<std::size_t>(c.vocab_size));
+}
+
+// Logits within 1e-4 of the reference, relative to the row's largest magnitude.
+::testing::AssertionResult logits_close(std::span<const float> actual,
+                                        std::span<const float> expected) {
+    float peak = 0.0f;
+    for (const float e : expected)
+        peak = std::max(peak, std::abs(e));
+    return test::all_close(actual, expected, 1e-4, 1e-4 * peak);
+}
+
+class KvCacheThreads : public ::testing::TestWithParam<int> {};
+
+TEST_P(KvCacheThreads, StepLogitsMatchTrainingForwardAtEveryPosition) {
+    const ModelConfig c = small_config();
+    const auto model = random_model(c, 11);
+    const auto tokens = random_tokens(c.max_seq_len, c.vocab_size, 5);
+    const std::vector<float> expected = training_logits(*model, tokens);
+    ThreadPool pool(GetParam());
+    KvCacheSession session(*model, pool);
+
+    std::span<const float> logits = session.prefill(std::span(tokens).first(1));
+    ASSERT_EQ(logits.size(), static_cast<std::size_t>(c.vocab_size));
+    EXPECT_TRUE(logits_close(logits, row(expected, c, 0))) << "position 0";
+    for (int t = 1; t < c.max_seq_len; ++t) {
+        logits = session.step(tokens[static_cast<std::size_t>(t)]);
+        EXPECT_TRUE(logits_close(logits, row(expected, c, t))) << "position " << t;
+    }
+    EXPECT_EQ(session.length(), c.max_seq_len);
+    EXPECT_EQ(session.slides(), 0);
+}
+
+TEST_P(KvCacheThreads, PrefillLogitsMatchTrainingForward) {
+    const ModelConfig c = small_config();
+    const auto model = random_model(c, 12);
+    const auto tokens = random_tokens(c.max_seq_len, c.vocab_size, 6);
+    const std::vector<float> expected = training_logits(*model, tokens);
+    ThreadPool pool(GetParam());
+    KvCacheSession session(*model, pool);
+    for (const int n : {1, 2, 7, 31, 32}) {
+        const auto logits = session.prefill(std::span(tokens).first(static_cast<std::size_t>(n)));
+        EXPECT_TRUE(logits_close(logits, row(expected, c, n - 1))) << "prefill of " << n;
+        EXPECT_EQ(session.length(), n);
+    }
+    // A prefill followed by steps continues the same sequence.
+    (void)session.prefill(std::span(tokens).first(20));
+    for (int t = 20; t < 25; ++t) {
+        const auto logits = session.step(tokens[static_cast<std::size_t>(t)]);
+        EXPECT_TRUE(logits_close(logits, row(expected, c, t))) << "step at " << t;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, KvCacheThreads, ::testing::Values(1, 2, 3));
+
+TEST(KvCache, LongPromptIsEncodedInChunks) {
+    // maxT above the session's 128-row chunk, so a prompt takes two forwards.
+    ModelConfig c = small_config(160);
+    c.num_layers = 1;
+    c.channels = 32;
+    c.num_heads = 2;
+    const auto model = random_model(c, 13);
+    const auto tokens = random_tokens(160, c.vocab_size, 7);
+    const std::vector<float> expected = training_logits(*model, tokens);
+    ThreadPool pool(2);
+    KvCacheSession session(*model, pool);
+    for (const int n : {128, 129, 160}) {
+        const auto logits = session.prefill(std::span(tokens).first(static_cast<std::size_t>(n)));
+        EXPECT_TRUE(logits_close(logits, row(expected, c, n - 1))) << "prefill of " << n;
+    }
+    (void)session.prefill(std::span(tokens).first(130));
+    const auto logits = session.step(tokens[130]);
+    EXPECT_TRUE(logits_close(logits, row(expected, c, 130)));
+}
+
+// Greedy decoding with the recompute oracle under the session's window policy: the context before
+// each prediction is what the session holds (grows to maxT, then drops to the last `keep`).
+std::vector<std::int32_t> oracle_greedy(const Model& model, std::vector<std::int32_t> tokens,
+                                        int count, int keep) {
+    const auto maxT = static_cast<std::size_t>(model.config.max_seq_len);
+    std::size_t start = tokens.size() > maxT ? tokens.size() - maxT : 0;
+    Rng rng(0);
+    const SamplingParams greedy{0.0f, 0, 1.0f};
+    for (int n = 0; n < count; ++n) {
+        if (tokens.size() - start > maxT) start = tokens.size() - static_cast<std::size_t>(keep);
+        std::vector<std::int32_t> window(tokens.begin() + static_cast<std::ptrdiff_t>(start),
+                                         tokens.end());
+        generate_recompute(model, window, 1, greedy, rng);
+        tokens.push_back(window.back());
+    }
+    return tokens;
+}
+
+TEST_P(KvCacheThreads, GreedyEqualsRecomputeThroughTheSlidingWindow) {
+    const ModelConfig c = small_config();
+    const auto model = random_model(c, 21);
+    ThreadPool pool(GetParam());
+    const SamplingParams greedy{0.0f, 0, 1.0f};
+    for (const int prompt_length : {3, 40}) {
+        const auto prompt = random_tokens(prompt_length, c.vocab_size, 8);
+        // Default policy (keep maxT/2): the oracle applies the same window.
+        KvCacheSession session(*model, pool);
+        std::vector<std::int32_t> ours = prompt;
+        Rng rng(1);
+        const GenerationStats stats = generate_kv(session, ours, 60, greedy, rng);
+        EXPECT_EQ(stats.generated_tokens, 60);
+        EXPECT_GE(stats.slides, 2) << "the test must exercise the sliding window";
+        EXPECT_EQ(ours, oracle_greedy(*model, prompt, 60, session.slide_keep()))
+            << "prompt of " << prompt_length;
+
+        // keep = maxT: every prediction sees the last maxT tokens, exactly generate_recompute.
+        KvCacheSession full(*model, pool, c.max_seq_len);
+        std::vector<std::int32_t> ours_full = prompt;
+        (void)generate_kv(full, ours_full, 60, greedy, rng);
+        std::vector<std::int32_t> reference = prompt;
+        generate_recompute(*model, reference, 60, greedy, rng);
+        EXPECT_EQ(ours_full, reference) << "prompt of " << prompt_length;
+        // Not a degenerate sequence that any implementation would reproduce.
+        std::vector<std::int32_t> distinct(reference.begin() + prompt_length, reference.end());
+        std::sort(distinct.begin(), distinct.end());
+        EXPECT_GT(std::unique(distinct.begin(), distinct.end()) - distinct.begin(), 5);
+    }
+}
+
+TEST(KvCache, SamplingIsReproducibleAndSeedDependent) {
+    const ModelConfig c = small_config();
+    const auto model = random_model(c, 31, 2.0f);
+    ThreadPool pool(2);
+    KvCacheSession session(*model, pool);
+    const auto sample = [&](std::uint64_t seed, SamplingParams params) {
+        std::vector<std::int32_t> tokens = {1, 2, 3};
+        Rng rng = Rng::derived(seed, 0);
+        std::vector<std::int32_t> seen;
+        (void)generate_kv(session, tokens, 50, params, rng,
+                          [&](std::int32_t t) { seen.push_back(t); });
+        EXPECT_EQ(seen, std::vector<std::int32_t>(tokens.begin() + 3, tokens.end()));
+        return tokens;
+    };
+    const SamplingParams plain{1.0f, 0, 1.0f};
+    EXPECT_EQ(sample(7, plain), sample(7, plain));
+    EXPECT_NE(sample(7, plain), sample(8, plain));
+    const SamplingParams nucleus{0.8f, 20, 0.9f};
+    EXPECT_EQ(sample(3, nucleus), sample(3, nucleus));
+    EXPECT_NE(sample(3, nucleus), sample(4, nucleus));
+    // top-k = 1 is greedy whatever the temperature and seed.
+    EXPECT_EQ(sample(5, SamplingParams{1.0f, 1, 1.0f}), sample(9, SamplingParams{0.0f, 0, 1.0f}));
+}
+
+TEST(KvCache, VocabLimitAndBadTokens) {
+    const ModelConfig c = small_config();
+    const auto model = random_model(c, 41);
+    ThreadPool pool(1);
+    KvCacheSession session(*model, pool);
+    std::vector<std::int32_t> tokens = {4};
+    Rng rng(2);
+    (void)generate_kv(session, tokens, 40, SamplingParams{}, rng, {}, 10);
+    for (const auto t : tokens)
+        EXPECT_LT(t, 10);
+    const std::vector<std::int32_t> bad = {1, c.vocab_size};
+    EXPECT_THROW((void)session.prefill(bad), InputError);
+    EXPECT_THROW((void)session.step(-1), InputError);
+    EXPECT_THROW(KvCacheSession(*model, pool, c.max_seq_len + 1), std::invalid_argument);
+}
+
+// ---- the program ----
+
+class InferenceProgram : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        dir_ = std::make_unique<test::ScratchDir>("gpt2-test-inference");
+        const std::string corpus = "To be, or not to be: that is the question.\n";
+        tokenizer_ = make_char_tokenizer(corpus);
+        ModelConfig c = small_config(64);
+        c.vocab_size = tokenizer_->vocab_size();
+        c.padded_vocab_size = pad_vocab(c.vocab_size);
+        const auto model = random_model(c, 51, 1.0f);
+        save_checkpoint(path("model.bin"), *model, CheckpointExtras{tokenizer_->serialize(), "{}"});
+        // The same weights with a tokenizer of more symbols than the model predicts.
+        const auto big = make_char_tokenizer(corpus + "XYZ#@!");
+        save_checkpoint(path("big_vocab.bin"), *model, CheckpointExtras{big->serialize(), "{}"});
+        save_checkpoint(path("no_tokenizer.bin"), *model, std::nullopt);
+        const auto bytes = read_file_bytes(path("model.bin"));
+        std::ofstream(path("truncated.bin"), std::ios::binary)
+            .write(reinterpret_cast<const char*>(bytes.data()),
+                   static_cast<std::streamsize>(bytes.size() * 2 / 3));
+        auto flipped = bytes;
+        flipped[bytes.size() / 2] ^= 0x10;
+        std::ofstream(path("flipped.bin"), std::ios::binary)
+            .write(reinterpret_cast<const char*>(flipped.data()),
+                   static_cast<std::streamsize>(flipped.size()));
+    }
+    static void TearDownTestSuite() {
+        tokenizer_.reset();
+        dir_.reset();
+    }
+    static std::string path(const std::string& name) { return *dir_ / name; }
+    // Runs the program (under mpiexec with `ranks` > 0); output is stdout and stderr unless
+    // stdout_only.
+    static test::ProcessResult inference(const std::string& args, int ranks = 0,
+                                         bool stdout_only = false) {
+        const std::string env =
+            "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+            "OMPI_MCA_rmaps_base_oversubscribe=1 ";
+        const std::string command = env + (ranks > 0 ? test::mpiexec(ranks) : std::string()) +
+                                    test::build_path("inference") + " " + args;
+        return test::run_command(stdout_only ? "{ " + command + " 2>/dev/null; }" : command);
+    }
+    static std::size_t count(const std::string& text, const std::string& what) {
+        std::size_t n = 0;
+        for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+            ++n;
+        return n;
+    }
+
+    static std::unique_ptr<test::ScratchDir> dir_;
+    static std::unique_ptr<Tokenizer> tokenizer_;
+};
+std::unique_ptr<test::ScratchDir> InferenceProgram::dir_;
+std::unique_ptr<Tokenizer> InferenceProgram::tokenizer_;
+
+TEST_F(InferenceProgram, GeneratesTokensAndReportsStatistics) {
+    const auto r =
+        inference(path("model.bin") + " --prompt 'To be' --max-new-tokens 50 --seed 3 --threads 2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("stats: sample=1 prompt_tokens=5 generated_tokens=50"),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("To be"), std::string::npos);
+    // Same seed, same text; the output is deterministic in the seed, not the thread count.
+    const auto again = inference(
+        path("model.bin") + " --prompt 'To be' --max-new-tokens 50 --seed 3 --threads 1", 0, true);
+    const auto first_line = [](const std::string& s) { return s.substr(0, s.find("\nstats")); };
+    EXPECT_EQ(again.output, first_line(r.output.substr(r.output.find("To be"))) + "\n");
+}
+
+TEST_F(InferenceProgram, StdoutIsPromptPlusGeneratedText) {
+    const auto r = inference(
+        path("model.bin") + " --prompt 'not' --max-new-tokens 30 --temperature 0", 0, true);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ASSERT_EQ(r.output.size(), 3 + 30 + 1) << r.output;  // prompt, 30 one-byte tokens, newline
+    EXPECT_EQ(r.output.substr(0, 3), "not");
+    // Greedy from the library gives the same text.
+    const LoadedModel loaded = load_checkpoint(path("model.bin"));
+    ThreadPool pool(1);
+    KvCacheSession session(loaded.model, pool);
+    std::vector<std::int32_t> tokens = tokenizer_->encode("not");
+    Rng rng(0);
+    (void)generate_kv(session, tokens, 30, SamplingParams{0.0f, 0, 1.0f}, rng);
+    EXPECT_EQ(r.output, tokenizer_->decode(tokens) + "\n");
+}
+
+TEST_F(InferenceProgram, BadCheckpointsFailNamingTheFile) {
+    for (const std::string name : {"missing.bin", "truncated.bin", "flipped.bin"}) {
+        const auto r = inference(path(name) + " --max-new-tokens 5");
+        EXPECT_NE(r.exit_code, 0) << name << ": " << r.output;
+        EXPECT_NE(r.output.find(path(name)), std::string::npos) << r.output;
+        EXPECT_EQ(r.output.find("stats:"), std::string::npos) << r.output;
+    }
+}
+
+TEST_F(InferenceProgram, TokenizerLargerThanModelVocabularyFails) {
+    const auto r = inference(path("big_vocab.bin") + " --max-new-tokens 5");
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("larger than the model's vocab_size"), std::string::npos) << r.output;
+}
+
+TEST_F(InferenceProgram, CheckpointWithoutTokenizerNeedsTheFlag) {
+    const auto r = inference(path("no_tokenizer.bin") + " --max-new-tokens 5");
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("--tokenizer gpt2 --tokenizer-dir"), std::string::npos) << r.output;
+}
+
+TEST_F(InferenceProgram, BadFlagsAndPromptsFail) {
+    for (const std::string& args : std::vector<std::string>{
+             "--top-p 1.5", "--temperature -1", "--num-samples 0", "--prompt a --prompt-file b",
+             "--tokenizer gpt2", "--prompt-file " + path("absent.txt"), "--prompt '~~~'"}) {
+        const auto r = inference(path("model.bin") + " --max-new-tokens 5 " + args);
+        EXPECT_NE(r.exit_code, 0) << args << ": " << r.output;
+        EXPECT_EQ(r.output.find("stats:"), std::string::npos) << args << ": " << r.output;
+    }
+}
+
+TEST_F(InferenceProgram, InteractiveReadsPromptsUntilEndOfInput) {
+    const auto r =
+        test::run_command("printf 'To be\\nnot\\n' | " + test::build_path("inference") + " " +
+                          path("model.bin") + " --interactive --max-new-tokens 10 --seed 1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(count(r.output, "stats: sample=1"), 2u) << r.output;
+    EXPECT_NE(r.output.find("prompt_tokens=5"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("prompt_tokens=3"), std::string::npos) << r.output;
+}
+
+TEST_F(InferenceProgram, SamplesAreSharedBetweenRanks) {
+    const std::string args = path("model.bin") +
+                             " --prompt 'To' --num-samples 3 --max-new-tokens"
+                             " 20 --seed 9 --threads 1";
+    const auto mpi = inference(args, 2, true);
+    ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
+    for (int m = 1; m <= 3; ++m) {
+        EXPECT_EQ(count(mpi.output, "--- sample " + std::to_string(m) + "/3 ---"), 1u)
+            << mpi.output;
+    }
+    // The text depends on (seed, sample) only: one process prints the same.
+    const auto single = inference(args, 0, true);
+    ASSERT_EQ(single.exit_code, 0) << single.output;
+    EXPECT_EQ(mpi.output, single.output);
+}
+
+TEST_F(InferenceProgram, ErrorsUnderMpiEndTheJob) {
+    const auto r = inference(path("truncated.bin") + " --num-samples 2", 2);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(path("truncated.bin")), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace gpt2
