@@ -1,0 +1,78 @@
+// GPT-2 initialisation: the right distribution per tensor, zero padded vocabulary rows, and the
+// same values for the same seed whatever the number of threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "gpt2/model.hpp"
+#include "gpt2/thread_pool.hpp"
+
+namespace gpt2 {
+namespace {
+
+const ModelConfig kConfig{64, 1000, 1024, 3, 4, 128};
+
+struct Moments {
+    double mean = 0.0, std = 0.0;
+};
+Moments moments(std::span<const float> x) {
+    double sum = 0.0, sq = 0.0;
+    for (float v : x) {
+        sum += v;
+        sq += static_cast<double>(v) * v;
+    }
+    const double n = static_cast<double>(x.size());
+    return {sum / n, std::sqrt(sq / n - (sum / n) * (sum / n))};
+}
+
+TEST(ModelInit, DistributionsMatchGpt2) {
+    Model model(kConfig);
+    init_parameters(model, 42);
+    const std::span<const float> p = model.params.span();
+    const double residual = 0.02 / std::sqrt(2.0 * kConfig.num_layers);
+    for (int i = 0; i < kNumParamTensors; ++i) {
+        const auto t = static_cast<ParamTensor>(i);
+        std::span<const float> x = model.layout.tensor(p, t);
+        if (t == ParamTensor::wte)
+            x = x.first(static_cast<std::size_t>(kConfig.vocab_size) * kConfig.channels);
+        const Moments m = moments(x);
+        if (ParameterLayout::decays(t)) {
+            const double expected =
+                (t == ParamTensor::attprojw || t == ParamTensor::fcprojw) ? residual : 0.02;
+            EXPECT_NEAR(m.std, expected, 0.03 * expected) << param_tensor_name(t);
+            EXPECT_NEAR(m.mean, 0.0, 0.05 * expected) << param_tensor_name(t);
+        } else if (t == ParamTensor::ln1w || t == ParamTensor::ln2w || t == ParamTensor::lnfw) {
+            EXPECT_EQ(m.mean, 1.0) << param_tensor_name(t);
+            EXPECT_EQ(m.std, 0.0) << param_tensor_name(t);
+        } else {
+            EXPECT_EQ(m.mean, 0.0) << param_tensor_name(t);
+            EXPECT_EQ(m.std, 0.0) << param_tensor_name(t);
+        }
+    }
+    // Neighbouring values are independent (each Box-Muller pair feeds two elements).
+    const std::span<const float> w = model.layout.tensor(p, ParamTensor::fcw);
+    double corr = 0.0;
+    for (std::size_t k = 0; k + 1 < w.size(); k += 2)
+        corr += static_cast<double>(w[k]) * w[k + 1];
+    EXPECT_NEAR(corr / (w.size() / 2) / (0.02 * 0.02), 0.0, 0.02);
+    const std::span<const float> wte = model.layout.tensor(p, ParamTensor::wte);
+    for (std::size_t k = static_cast<std::size_t>(kConfig.vocab_size) * kConfig.channels;
+         k < wte.size(); ++k) {
+        ASSERT_EQ(wte[k], 0.0f) << "padded row element " << k;
+    }
+}
+
+TEST(ModelInit, SameSeedSameValuesWhateverTheThreadCount) {
+    Model serial(kConfig), threaded(kConfig), other_seed(kConfig);
+    init_parameters(serial, 7);
+    ThreadPool pool(3);
+    init_parameters(threaded, 7, &pool);
+    init_parameters(other_seed, 8, &pool);
+    const std::size_t bytes = serial.params.size() * sizeof(float);
+    EXPECT_EQ(std::memcmp(serial.params.data(), threaded.params.data(), bytes), 0);
+    EXPECT_NE(std::memcmp(serial.params.data(), other_seed.params.data(), bytes), 0);
+}
+
+}  // namespace
+}  // namespace gpt2
