@@ -293,6 +293,9 @@ class MetricsFile {
   public:
     explicit MetricsFile(const std::string& path) {
         if (path.empty()) return;
+        const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+        std::error_code ec;
+        if (!parent.empty()) std::filesystem::create_directories(parent, ec);
         out_.open(path, std::ios::app);
         if (!out_) throw InputError("--metrics-file " + path + ": cannot open for writing");
     }
@@ -584,9 +587,12 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
             }
             spdlog::debug("step {}: replicas identical (checksum {:016x})", completed, sum);
         }
-        if (benchmark) continue;
         const bool stop =
             comm.allreduce_max(stop_signal().load()) != 0 || completed == o.stop_at_step;
+        if (benchmark) {
+            if (stop) return 130;  // interrupted: no figures, nothing saved
+            continue;
+        }
         const bool last = completed == last_step;
         if ((o.val_every > 0 && completed % o.val_every == 0) || last) validate(completed);
         if (o.sample_every > 0 && (completed % o.sample_every == 0 || last)) sample();
