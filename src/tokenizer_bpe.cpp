@@ -319,6 +319,9 @@ std::unique_ptr<Tokenizer> make_trained_bpe(std::vector<Merge> merges) {
     std::vector<std::int32_t> results;
     results.reserve(merges.size());
     std::unordered_map<std::uint64_t, std::size_t> seen;
+    constexpr std::size_t kMaxTokenBytes = std::size_t{1} << 16;
+    constexpr std::size_t kMaxVocabularyBytes = std::size_t{1} << 26;
+    std::size_t total_bytes = kNumBytes;
     for (std::size_t rank = 0; rank < merges.size(); ++rank) {
         const auto [left, right] = merges[rank];
         const auto available = static_cast<std::int32_t>(kNumBytes + rank);
@@ -332,8 +335,20 @@ std::unique_ptr<Tokenizer> make_trained_bpe(std::vector<Merge> merges) {
             throw InputError("bpe tokenizer: merge " + std::to_string(rank) + " repeats merge " +
                              std::to_string(it->second));
         }
+        // Merges can double a token's length each time: a few hundred bytes of merges could
+        // ask for terabytes. Real vocabularies are far below these bounds.
+        const std::size_t length = vocab[static_cast<std::size_t>(left)].size() +
+                                   vocab[static_cast<std::size_t>(right)].size();
+        total_bytes += length;
+        if (length > kMaxTokenBytes || total_bytes > kMaxVocabularyBytes) {
+            throw InputError("bpe tokenizer: merge " + std::to_string(rank) +
+                             " makes the vocabulary implausibly long (token of " +
+                             std::to_string(length) + " bytes, " + std::to_string(total_bytes) +
+                             " bytes in all): corrupt tokenizer");
+        }
         results.push_back(available);
-        vocab.push_back(vocab[left] + vocab[right]);
+        vocab.push_back(vocab[static_cast<std::size_t>(left)] +
+                        vocab[static_cast<std::size_t>(right)]);
     }
     const auto eot = static_cast<int>(vocab.size());
     vocab.emplace_back(kEndOfText);

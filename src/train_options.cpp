@@ -4,16 +4,36 @@
 
 #include <iostream>
 #include <map>
+#include <memory>
 
 #include "gpt2/error.hpp"
 
 namespace gpt2 {
+
+namespace {
+// CLI11 2.1.2 dereferences the first value of an empty array (`n-layer = []`) while applying a
+// config file; refuse such items before CLI11 sees them.
+class StrictTomlConfig : public CLI::ConfigTOML {
+  public:
+    std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+        std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(input);
+        for (const CLI::ConfigItem& item : items) {
+            const bool section_marker = item.name == "++" || item.name == "--";
+            if (!section_marker && item.inputs.empty()) {
+                throw CLI::ConversionError("--config: '" + item.name + "' has no value");
+            }
+        }
+        return items;
+    }
+};
+}  // namespace
 
 std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool speaker) {
     TrainOptions o;
     CLI::App app{"gpt2-mpi: train a GPT-2 on CPUs (run under mpirun -np N for several ranks)",
                  "train_gpt2"};
     app.set_config("--config", "", "read flags from a TOML/INI file (flag = value per line)");
+    app.config_formatter(std::make_shared<StrictTomlConfig>());
     // A flag given twice (or in --config and on the command line): the last one wins.
     app.option_defaults()->always_capture_default()->multi_option_policy(
         CLI::MultiOptionPolicy::TakeLast);
