@@ -5,7 +5,7 @@
 # A new crash input is copied into tests/fuzz/regressions/NAME/ (commit it once understood) unless
 # it is the same crash as a saved input that still fails. Exits non-zero if any saved input or
 # fuzzing run crashed, leaked, timed out or ran out of memory.
-# FUZZ_TARGETS="shard tokenizer" limits the run to those targets.
+# FUZZ_TARGETS="shard tokenizer" limits the run to those targets; FUZZ_SEED=N fixes the seed.
 # Usage: scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +20,8 @@ bin_dir=$root/build-fuzz/fuzz
 targets=${FUZZ_TARGETS:-"checkpoint resume_state shard tokenizer llmc_tokenizer gpt2_tokenizer
   train_config"}
 fuzz_flags=(-rss_limit_mb=2048 -timeout=10)
+# FUZZ_SEED=N makes the mutation sequence repeatable (CI uses it).
+[[ -n ${FUZZ_SEED:-} ]] && fuzz_flags+=("-seed=$FUZZ_SEED")
 
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DGPT2_FUZZ=ON -DGPT2_BUILD_TESTS=OFF \
   -DGPT2_NATIVE=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -36,7 +36,12 @@ void select_gemm_kernels(char** argv) {
     if (current != nullptr && std::strcmp(current, wanted) == 0) return;
     ::setenv("OPENBLAS_CORETYPE", wanted, 1);
     ::setenv("GPT2_GEMM_REEXEC", "1", 1);
-    ::execv("/proc/self/exe", argv);  // only returns on failure: then carry on as we are
+    // Through the binary's real path, so the process keeps its name (ps, top, pgrep).
+    char self[4096];
+    const ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (length <= 0) return;
+    self[length] = '\0';
+    ::execv(self, argv);  // only returns on failure: then carry on as we are
 }
 
 const char* gemm_kernel_name() {
