@@ -143,7 +143,7 @@ void validate_train_options(const TrainOptions& o, int world_size) {
                 std::to_string(o.batch_size) + ": every worker needs at least one sequence");
     require(o.model.empty() ? (o.n_layer > 0 && o.n_head > 0 && o.n_embd > 0) : true,
             "--n-layer, --n-head and --n-embd must be positive");
-    require(o.n_embd % o.n_head == 0 || !o.model.empty(), "--n-embd must be divisible by --n-head");
+    require(!o.model.empty() || o.n_embd % o.n_head == 0, "--n-embd must be divisible by --n-head");
     require(o.block_size == 0 || o.block_size >= o.seq_len,
             "--block-size must be at least --seq-len");
     require(o.lr > 0.0f, "--lr must be positive");
