@@ -26,13 +26,16 @@ inline float vexp(float x) {
     const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
     const float p =
         1.0f +
-        r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+        r * (1.0f +
+             r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
     const std::int32_t exponent = std::bit_cast<std::int32_t>(shifted) - 0x4B400000 + 127;
     return p * std::bit_cast<float>(exponent << 23);
 }
 
 // tanh through vexp: 1 - 2 / (1 + e^(2u)), exact at the saturated ends.
-inline float vtanh(float u) { return 1.0f - 2.0f / (1.0f + vexp(2.0f * u)); }
+inline float vtanh(float u) {
+    return 1.0f - 2.0f / (1.0f + vexp(2.0f * u));
+}
 }  // namespace
 
 void encoder_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,

@@ -18,7 +18,7 @@ TEST(Schedule, WarmupRisesLinearlyToThePeak) {
 
 TEST(Schedule, CosineDecaysFromPeakThroughMidpointToTheFloor) {
     const ScheduleConfig c{LrSchedule::Cosine, 1e-3f, 1e-4f, 10, 111};
-    EXPECT_FLOAT_EQ(learning_rate(c, 10), 1e-3f);    // decay starts at the peak
+    EXPECT_FLOAT_EQ(learning_rate(c, 10), 1e-3f);      // decay starts at the peak
     EXPECT_NEAR(learning_rate(c, 60), 5.5e-4f, 1e-9);  // halfway: (max + min) / 2
     EXPECT_NEAR(learning_rate(c, 35), 1e-4f + 0.9e-3f * 0.5f * (1 + std::cos(M_PI * 0.25)), 1e-9);
     EXPECT_FLOAT_EQ(learning_rate(c, 110), 1e-4f);  // the last step is at the floor
