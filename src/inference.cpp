@@ -121,22 +121,6 @@ void linear_slice(float* out, int ldo, const float* inp, int M, int K, const flo
     gemm_nt(M, n, K, 1.0f, inp, K, weight, K, 1.0f, out, ldo);
 }
 
-// Softmax over row[0, visible), zero in [visible, end).
-void causal_softmax(float* row, int visible, int end) {
-    float maxv = row[0];
-    for (int j = 1; j < visible; ++j)
-        maxv = std::max(maxv, row[j]);
-    float sum = 0.0f;
-    for (int j = 0; j < visible; ++j) {
-        row[j] = std::exp(row[j] - maxv);
-        sum += row[j];
-    }
-    const float inv = 1.0f / sum;
-    for (int j = 0; j < visible; ++j)
-        row[j] *= inv;
-    std::fill(row + visible, row + end, 0.0f);
-}
-
 // One head's cache: keys transposed, (hs, maxT), so that one query's scores are a sum of hs
 // contiguous rows scaled by q[d] (vector work with no horizontal sums, streaming through memory);
 // values (maxT, hs), so that its output is a sum of contiguous rows. Each is maxT * hs floats.
@@ -164,7 +148,7 @@ void attention_head(float* out, const float* q, const HeadCache& cache, float* s
         }
         for (int j = 0; j < keys; ++j)
             s[j] *= scale;
-        causal_softmax(s, keys, keys);
+        causal_softmax_row(s, keys, keys);
         float* __restrict o = out;
         std::fill(o, o + hs, 0.0f);
         for (int j = 0; j < keys; ++j) {
@@ -181,7 +165,7 @@ void attention_head(float* out, const float* q, const HeadCache& cache, float* s
         gemm_nn(i1 - i0, keys, hs, scale, q + static_cast<long>(i0) * C, C, cache.keys_t, maxT,
                 0.0f, scores, maxT);
         for (int i = i0; i < i1; ++i)
-            causal_softmax(scores + static_cast<long>(i - i0) * maxT, pos0 + i + 1, keys);
+            causal_softmax_row(scores + static_cast<long>(i - i0) * maxT, pos0 + i + 1, keys);
         gemm_nn(i1 - i0, hs, keys, 1.0f, scores, maxT, cache.values, hs, 0.0f,
                 out + static_cast<long>(i0) * C, C);
     }

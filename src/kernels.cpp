@@ -157,6 +157,21 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     }
 }
 
+void causal_softmax_row(float* row, int visible, int end) {
+    float maxv = row[0];
+    for (int j = 1; j < visible; ++j)
+        maxv = std::max(maxv, row[j]);
+    float sum = 0.0f;
+    for (int j = 0; j < visible; ++j) {
+        row[j] = vexp(row[j] - maxv);
+        sum += row[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int j = 0; j < visible; ++j)
+        row[j] *= inv;
+    std::fill(row + visible, row + end, 0.0f);
+}
+
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
     const int hs = C / NH;
     const int C3 = 3 * C;
@@ -176,18 +191,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
                         rows, T);
                 for (int i = i0; i < i1; ++i) {
                     float* row = a + static_cast<long>(i) * T;
-                    float maxv = row[0];
-                    for (int j = 1; j <= i; ++j)
-                        maxv = std::max(maxv, row[j]);
-                    float sum = 0.0f;
-                    for (int j = 0; j <= i; ++j) {
-                        row[j] = vexp(row[j] - maxv);
-                        sum += row[j];
-                    }
-                    const float inv = 1.0f / sum;
-                    for (int j = 0; j <= i; ++j)
-                        row[j] *= inv;
-                    std::fill(row + i + 1, row + T, 0.0f);
+                    causal_softmax_row(row, i + 1, T);
                 }
                 gemm_nn(i1 - i0, hs, i1, 1.0f, rows, T, v, C3, 0.0f, o + static_cast<long>(i0) * C,
                         C);

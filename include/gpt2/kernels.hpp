@@ -38,6 +38,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // Causal multi-head self-attention over qkv(B,T,3C) (q, k, v each NH heads of C/NH): att(B,NH,T,T)
 // holds the softmax probabilities (zero above the diagonal), out(B,T,C) the heads' outputs.
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// One attention row: softmax over row[0, visible), zeros in [visible, end).
+void causal_softmax_row(float* row, int visible, int end);
 // Number of floats of scratch attention_backward needs.
 [[nodiscard]] int attention_backward_scratch_size(int T);
 // dqkv is overwritten.
