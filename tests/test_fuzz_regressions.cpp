@@ -2,7 +2,6 @@
 // refused with a clear InputError or usage error, quickly and without a crash.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <filesystem>
 #include <string>
 
@@ -16,12 +15,17 @@ namespace {
 
 const std::string kRegressions = std::string(GPT2_SOURCE_DIR) + "/tests/fuzz/regressions/";
 
-TEST(FuzzRegressions, BpeMergesThatDoubleTokenLengthsAreRefusedQuickly) {
-    const auto start = std::chrono::steady_clock::now();
+// The input once asked for 2^40 bytes; it must be refused by the length bound (before anything
+// that large is built), not by running out of memory.
+TEST(FuzzRegressions, BpeMergesThatDoubleTokenLengthsAreRefusedByTheLengthBound) {
     const std::vector<std::uint8_t> bytes =
         read_file_bytes(kRegressions + "tokenizer/oom-bpe-doubling-merges.bin");
-    EXPECT_THROW((void)deserialize_tokenizer(bytes), InputError);
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+    try {
+        (void)deserialize_tokenizer(bytes);
+        ADD_FAILURE() << "the tokenizer was accepted";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("implausibly long"), std::string::npos) << e.what();
+    }
 }
 
 TEST(FuzzRegressions, CheckpointCarryingSuchATokenizerLoadsButItsTokenizerIsRefused) {

@@ -82,7 +82,7 @@ TEST(Signals, SigtermStopsAtAStepBoundaryWithACheckpointThatResumes) {
     const std::string log = dir / "log.txt";
     const auto result =
         run_command("bash -c '" + command + " > " + log + " 2>&1 & pid=$!; " +
-                    "for i in $(seq 1200); do grep -q \"step 5/\" " + log +
+                    "for i in $(seq 2400); do grep -q \"step 5/\" " + log +
                     " && break; sleep 0.05; done; " + "kill -TERM $pid; wait $pid; echo exit=$?'");
     EXPECT_NE(result.output.find("exit=0"), std::string::npos) << result.output;
     std::ifstream in(log);
