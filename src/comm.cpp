@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 namespace gpt2 {
 
@@ -36,6 +37,14 @@ void broadcast_chunked(std::span<T> data, MPI_Datatype type, int root) {
 MpiSession::MpiSession(int* argc, char*** argv) {
     int provided = 0;
     check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    // Worker threads never call MPI, but the main thread calls it while they exist: FUNNELED is
+    // the least this needs. An MPI that cannot promise it is refused rather than trusted.
+    if (provided < MPI_THREAD_FUNNELED) {
+        MPI_Finalize();
+        throw std::runtime_error(
+            "MPI_Init_thread: this MPI provides thread level " + std::to_string(provided) +
+            ", below MPI_THREAD_FUNNELED; rebuild Open MPI with thread support");
+    }
     // Errors come back as codes so that they can be reported with a clear message.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
@@ -112,10 +121,20 @@ void Communicator::barrier() const {
 }
 
 void Communicator::abort(std::string_view message, int code) const {
-    std::fprintf(stderr, "error (rank %d of %d): %.*s\n", rank_, size_,
-                 static_cast<int>(message.size()), message.data());
+    // The rank is only worth naming when there is more than one.
+    if (size_ > 1) {
+        std::fprintf(stderr, "error (rank %d of %d): %.*s\n", rank_, size_,
+                     static_cast<int>(message.size()), message.data());
+    } else {
+        std::fprintf(stderr, "error: %.*s\n", static_cast<int>(message.size()), message.data());
+    }
     std::fflush(stderr);
     if (size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    // One rank: end MPI properly, as a normal exit would (MpiSession's destructor does not run).
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Finalize();
     std::exit(code);
 }
 

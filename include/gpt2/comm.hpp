@@ -42,7 +42,8 @@ class Communicator {
     [[nodiscard]] std::vector<std::uint64_t> allgather(std::uint64_t value) const;
     void barrier() const;
 
-    // Prints "rank R: message" to stderr and ends the whole job (every rank) with `code`.
+    // Prints "error: message" (with "(rank R of N)" when there are several ranks) to stderr and
+    // ends the whole job (every rank) with `code`; a single rank still finalizes MPI.
     [[noreturn]] void abort(std::string_view message, int code = 1) const;
 
   private:
