@@ -36,8 +36,8 @@ void setup_logging(const std::string& level_name, LogStream stream, int rank, in
 }
 
 void add_common_flags(CLI::App& app, std::string& log_level) {
-    app.set_version_flag("--version", std::string(app.get_name()) + " (gpt2-mpi) " +
-                                          std::string(version()));
+    app.set_version_flag("--version",
+                         std::string(app.get_name()) + " (gpt2-mpi) " + std::string(version()));
     app.add_option("--log-level", log_level, "trace | debug | info | warn | error")
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
         ->type_name("LEVEL")
@@ -68,8 +68,7 @@ std::string format_bound(double value) {
     return out.str();
 }
 
-CLI::Validator numeric_check(std::string description,
-                             std::function<bool(double)> accept) {
+CLI::Validator numeric_check(std::string description, std::function<bool(double)> accept) {
     return CLI::Validator(
         [description, accept](std::string& input) -> std::string {
             double value = 0.0;

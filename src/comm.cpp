@@ -11,9 +11,15 @@
 
 namespace gpt2 {
 
+std::vector<Chunk> chunk_ranges(std::size_t total, std::size_t max_chunk) {
+    max_chunk = std::min<std::size_t>(std::max<std::size_t>(max_chunk, 1), INT_MAX);
+    std::vector<Chunk> chunks;
+    for (std::size_t begin = 0; begin < total; begin += max_chunk)
+        chunks.push_back(Chunk{begin, std::min(max_chunk, total - begin)});
+    return chunks;
+}
+
 namespace {
-// Elements per MPI call: MPI counts are int.
-constexpr std::size_t kMaxChunk = std::size_t{1} << 30;
 
 void check(int code, const char* what) {
     if (code != MPI_SUCCESS) {
@@ -25,11 +31,11 @@ void check(int code, const char* what) {
 }
 
 template <typename T>
-void broadcast_chunked(std::span<T> data, MPI_Datatype type, int root) {
-    for (std::size_t start = 0; start < data.size(); start += kMaxChunk) {
-        const std::size_t count = std::min(kMaxChunk, data.size() - start);
-        check(MPI_Bcast(data.data() + start, static_cast<int>(count), type, root, MPI_COMM_WORLD),
-              "MPI_Bcast");
+void broadcast_chunked(std::span<T> data, MPI_Datatype type, int root, std::size_t max_chunk) {
+    for (const Chunk& c : chunk_ranges(data.size(), max_chunk)) {
+        check(
+            MPI_Bcast(data.data() + c.begin, static_cast<int>(c.count), type, root, MPI_COMM_WORLD),
+            "MPI_Bcast");
     }
 }
 }  // namespace
@@ -59,13 +65,16 @@ Communicator::Communicator() {
 }
 
 void Communicator::broadcast(std::span<std::uint8_t> data, int root) const {
-    if (size_ > 1) broadcast_chunked(data, MPI_UINT8_T, root);
+    if (size_ > 1) broadcast_chunked(data, MPI_UINT8_T, root, max_chunk_);
 }
 void Communicator::broadcast(std::span<std::int32_t> data, int root) const {
-    if (size_ > 1) broadcast_chunked(data, MPI_INT32_T, root);
+    if (size_ > 1) broadcast_chunked(data, MPI_INT32_T, root, max_chunk_);
 }
 void Communicator::broadcast(std::span<float> data, int root) const {
-    if (size_ > 1) broadcast_chunked(data, MPI_FLOAT, root);
+    if (size_ > 1) broadcast_chunked(data, MPI_FLOAT, root, max_chunk_);
+}
+void Communicator::broadcast(std::span<std::int64_t> data, int root) const {
+    if (size_ > 1) broadcast_chunked(data, MPI_INT64_T, root, max_chunk_);
 }
 
 void Communicator::broadcast_vector(std::vector<std::uint8_t>& data, int root) const {
@@ -78,10 +87,9 @@ void Communicator::broadcast_vector(std::vector<std::uint8_t>& data, int root) c
 
 void Communicator::allreduce_sum(std::span<float> data) const {
     if (size_ == 1) return;
-    for (std::size_t start = 0; start < data.size(); start += kMaxChunk) {
-        const std::size_t count = std::min(kMaxChunk, data.size() - start);
-        check(MPI_Allreduce(MPI_IN_PLACE, data.data() + start, static_cast<int>(count), MPI_FLOAT,
-                            MPI_SUM, MPI_COMM_WORLD),
+    for (const Chunk& c : chunk_ranges(data.size(), max_chunk_)) {
+        check(MPI_Allreduce(MPI_IN_PLACE, data.data() + c.begin, static_cast<int>(c.count),
+                            MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
               "MPI_Allreduce");
     }
 }

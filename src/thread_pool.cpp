@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 namespace gpt2 {
 
@@ -34,27 +35,52 @@ int available_cpus() {
     return cpus.empty() ? 1 : static_cast<int>(cpus.size());
 }
 
+namespace {
+// Checked before any member is sized from it.
+int checked_worker_count(int num_workers) {
+    if (num_workers < 1) {
+        throw std::invalid_argument("ThreadPool: need at least one worker, got " +
+                                    std::to_string(num_workers));
+    }
+    return num_workers;
+}
+}  // namespace
+
 ThreadPool::ThreadPool(int num_workers, bool pin)
-    : num_workers_(num_workers), errors_(static_cast<std::size_t>(num_workers)) {
-    if (num_workers < 1) throw std::invalid_argument("ThreadPool: need at least one worker");
+    : num_workers_(checked_worker_count(num_workers)),
+      errors_(static_cast<std::size_t>(num_workers)) {
     const std::vector<int> cpus = pin ? affinity_cpus() : std::vector<int>{};
     if (pin && !cpus.empty()) pin_to_cpu(pthread_self(), cpus[0]);
     threads_.reserve(static_cast<std::size_t>(num_workers - 1));
-    for (int w = 1; w < num_workers; ++w) {
-        threads_.emplace_back([this, w] { worker_loop(w); });
-        if (pin && !cpus.empty()) {
-            pin_to_cpu(threads_.back().native_handle(),
-                       cpus[static_cast<std::size_t>(w) % cpus.size()]);
+    try {
+        for (int w = 1; w < num_workers; ++w) {
+            threads_.emplace_back([this, w] { worker_loop(w); });
+            if (pin && !cpus.empty()) {
+                pin_to_cpu(threads_.back().native_handle(),
+                           cpus[static_cast<std::size_t>(w) % cpus.size()]);
+            }
         }
+    } catch (const std::system_error& e) {
+        // The destructor does not run for a half-built pool: stop and join the threads that did
+        // start, or their std::thread objects would end the process (std::terminate).
+        stop_and_join();
+        throw std::runtime_error("cannot start worker thread " +
+                                 std::to_string(threads_.size() + 1) + " of " +
+                                 std::to_string(num_workers) + ": " + e.what());
     }
 }
 
 ThreadPool::~ThreadPool() {
+    stop_and_join();
+}
+
+void ThreadPool::stop_and_join() {
     stopping_.store(true, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_acq_rel);
     generation_.notify_all();
     for (auto& t : threads_)
         t.join();
+    threads_.clear();
 }
 
 void ThreadPool::execute(int worker) {

@@ -1,11 +1,20 @@
 #include "gpt2/trainer.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 
 namespace gpt2 {
 
 namespace {
+// Seconds since `start`, restarting the clock.
+double lap(std::chrono::steady_clock::time_point& start) {
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - start).count();
+    start = now;
+    return seconds;
+}
+
 std::vector<ThreadLocalTrainingContext> make_contexts(const ModelConfig& config, int workers,
                                                       int batch_size, int seq_len) {
     std::vector<ThreadLocalTrainingContext> contexts;
@@ -45,6 +54,8 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     const float dloss = static_cast<float>(1.0 / (static_cast<double>(batch.global_sequences) * T));
     const Model& weights = model;  // workers see the model read-only
     const std::span<WorkerPartial> sums = workers.partials();
+    StepMetrics metrics;
+    auto clock = std::chrono::steady_clock::now();
 
     workers.pool().run([&](int w) {
         double loss = 0.0;
@@ -58,6 +69,7 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     double loss_sum = 0.0;
     for (const WorkerPartial& s : sums)
         loss_sum += s.value;
+    metrics.timings.forward_backward = lap(clock);
 
     // Lock-free reduction into worker 0's buffer: worker w owns a disjoint slice and sums it over
     // all buffers in worker order (deterministic), clearing the others for the next step.
@@ -81,9 +93,10 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
         }
     });
 
+    metrics.timings.thread_reduction = lap(clock);
+
     comm.allreduce_sum(grad);
     const double global_tokens = static_cast<double>(batch.global_sequences) * T;
-    StepMetrics metrics;
     metrics.loss = comm.allreduce_sum(loss_sum) / global_tokens;
     if (!local_norm) {
         workers.pool().run([&](int w) {
@@ -96,6 +109,7 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     for (const WorkerPartial& s : sums)
         norm_sq += s.value;
     metrics.grad_norm = std::sqrt(norm_sq);
+    metrics.timings.allreduce = lap(clock);
 
     if (!std::isfinite(metrics.loss) || !std::isfinite(metrics.grad_norm)) {
         metrics.skipped = true;
@@ -114,6 +128,7 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
         adamw_update_range(model.layout, params, grad, optimizer, r.begin, r.end, hyper.adamw, t,
                            scale);
     });
+    metrics.timings.optimizer = lap(clock);
     return metrics;
 }
 

@@ -1,17 +1,23 @@
 #include "gpt2/training_run.hpp"
 
-#include <spdlog/sinks/stdout_sinks.h>
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstring>
-#include <fstream>
+#include <ctime>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <tuple>
 
+#include "gpt2/app_common.hpp"
 #include "gpt2/checkpoint.hpp"
 #include "gpt2/data.hpp"
 #include "gpt2/error.hpp"
@@ -29,10 +35,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One core's fp32 GEMM rate on the development machine (README, "Why OpenBLAS"): the MFU yardstick.
-constexpr double kDefaultPeakGflopsPerCore = 200.0;
+// GPT-2's vocabulary: a plain llm.c model file of this size is taken to use GPT-2's tokenizer.
+constexpr int kGpt2VocabSize = 50257;
 
-// Set by SIGINT/SIGTERM; a signal handler can only reach static storage.
+// Set by SIGINT/SIGTERM/SIGUSR1; a signal handler can only reach static storage.
 std::atomic<int>& stop_signal() {
     static std::atomic<int> signal{0};
     return signal;
@@ -40,6 +46,33 @@ std::atomic<int>& stop_signal() {
 
 extern "C" void on_stop_signal(int signum) {
     stop_signal().store(signum);
+}
+
+const char* signal_name(int signum) {
+    switch (signum) {
+        case SIGINT:
+            return "SIGINT";
+        case SIGTERM:
+            return "SIGTERM";
+        case SIGUSR1:
+            return "SIGUSR1";
+        default:
+            return "--stop-at-step";
+    }
+}
+
+void install_signal_handlers() {
+    // SIGINT/SIGTERM: Ctrl-C, kill, Slurm. SIGUSR1: what mpirun forwards to every rank without
+    // ending the job itself (Open MPI kills the ranks one second after forwarding SIGTERM and
+    // then exits 1, whatever they do), so it is the clean way to stop a job under mpirun.
+    for (const int signum : {SIGINT, SIGTERM, SIGUSR1})
+        std::signal(signum, on_stop_signal);
+    // Past a file-size limit, a write should fail with EFBIG (reported, previous checkpoint
+    // kept) rather than kill the process.
+    std::signal(SIGXFSZ, SIG_IGN);
+    // When mpirun goes away its output pipes close: a log line must not kill a rank that is
+    // about to write its checkpoint.
+    std::signal(SIGPIPE, SIG_IGN);
 }
 
 double seconds_since(Clock::time_point start) {
@@ -75,24 +108,81 @@ double peak_rss_bytes() {
     return static_cast<double>(usage.ru_maxrss) * 1024.0;
 }
 
-void setup_logging(const TrainOptions& o, const Communicator& comm) {
-    auto logger = spdlog::stdout_logger_mt("train");
-    const auto level = spdlog::level::from_str(o.log_level);
-    if (comm.is_root()) {
-        logger->set_pattern(comm.size() > 1 && level <= spdlog::level::debug
-                                ? "[%H:%M:%S rank 0] %v"
-                                : "[%H:%M:%S] %v");
-        logger->set_level(level);
-    } else {
-        // Other ranks stay quiet unless diagnostics are asked for.
-        logger->set_pattern(fmt::format("[%H:%M:%S rank {}] %v", comm.rank()));
-        logger->set_level(level <= spdlog::level::debug ? level : spdlog::level::warn);
-    }
-    logger->flush_on(spdlog::level::info);
-    spdlog::set_default_logger(logger);
+// ---- Where the run starts -------------------------------------------------------------------
+
+// Fresh, from weights (--init-from), or from a checkpoint (--resume). Decided on rank 0.
+struct StartPoint {
+    std::optional<LoadedModel> model;
+    std::filesystem::path state_file;  // non-empty when resuming
+    std::string source;                // how messages name where the weights came from
+};
+
+// A fresh run must not share --out-dir with another run's checkpoints: its pruning would mix
+// lineages and a later --resume auto would pick whichever is newest.
+void refuse_foreign_checkpoints(const TrainOptions& o) {
+    const std::vector<std::string> names = checkpoint_file_names(o.out_dir);
+    if (names.empty()) return;
+    std::string listed;
+    for (std::size_t i = 0; i < names.size() && i < 4; ++i)
+        listed += (i > 0 ? ", " : "") + names[i];
+    if (names.size() > 4) listed += ", ... (" + std::to_string(names.size()) + " files)";
+    throw InputError("--out-dir " + o.out_dir + " already holds checkpoints (" + listed +
+                     "): continue that run with --resume auto, or give another or an empty "
+                     "--out-dir");
 }
 
-// Tokenizer and tokens, identical on every rank.
+StartPoint load_init_from(const TrainOptions& o) {
+    StartPoint start;
+    start.model = load_checkpoint(o.init_from);
+    start.source = "--init-from " + o.init_from;
+    return start;
+}
+
+StartPoint find_start(const TrainOptions& o) {
+    if (o.resume == "auto") {
+        for (const std::int64_t step : list_checkpoints(o.out_dir)) {
+            try {
+                StartPoint start;
+                start.model = load_checkpoint(model_path(o.out_dir, step));
+                start.state_file = state_path(o.out_dir, step);
+                start.source = "--resume " + start.state_file.string();
+                if (!o.init_from.empty()) {
+                    spdlog::info("--init-from {} not used: resuming from {}", o.init_from,
+                                 start.state_file.string());
+                }
+                return start;
+            } catch (const InputError& e) {
+                spdlog::warn("skipping checkpoint at step {}: {}", step, e.what());
+            }
+        }
+        if (!o.init_from.empty()) {
+            spdlog::info("--resume auto: no checkpoint in {}; starting from --init-from {}",
+                         o.out_dir, o.init_from);
+            return load_init_from(o);
+        }
+        spdlog::info("--resume auto: no checkpoint in {}, starting fresh", o.out_dir);
+        return {};
+    }
+    if (!o.resume.empty()) {
+        const auto step = checkpoint_step(o.resume);
+        if (!step) {
+            throw InputError("--resume " + o.resume +
+                             ": expected 'auto' or a state_NNNNNN.bin file");
+        }
+        const std::filesystem::path dir = std::filesystem::path(o.resume).parent_path();
+        StartPoint start;
+        start.model = load_checkpoint(model_path(dir, *step));
+        start.state_file = state_path(dir, *step);
+        start.source = "--resume " + o.resume;
+        return start;
+    }
+    if (o.benchmark == 0) refuse_foreign_checkpoints(o);
+    if (!o.init_from.empty()) return load_init_from(o);
+    return {};
+}
+
+// ---- Tokenizer and tokens, identical on every rank ------------------------------------------
+
 struct Corpus {
     std::unique_ptr<Tokenizer> tokenizer;
     std::vector<std::int32_t> train;  // text mode: the tokens themselves
@@ -103,9 +193,57 @@ struct Corpus {
     TokenStore val_store;
 };
 
-std::unique_ptr<Tokenizer> build_tokenizer(const TrainOptions& o, std::string_view text) {
-    if (o.tokenizer == "gpt2") return load_gpt2_tokenizer(o.tokenizer_dir);
-    if (o.tokenizer == "bpe") return train_bpe_tokenizer(text, o.vocab_size);
+// Which tokenizer the run uses, decided on rank 0 before the corpus is read: the checkpoint's
+// own (serialized), or one of --tokenizer's kinds. Flags that contradict the weights are refused.
+struct TokenizerChoice {
+    std::vector<std::uint8_t> from_checkpoint;
+    std::string kind = "char";
+    std::string reason;  // for the log: why this tokenizer
+};
+
+TokenizerChoice choose_tokenizer(const TrainOptions& o, const StartPoint& start) {
+    TokenizerChoice choice;
+    choice.kind = o.tokenizer;
+    choice.reason = o.was_given("tokenizer") ? "--tokenizer" : "default --tokenizer";
+    if (!start.model) return choice;
+    if (start.model->extras) {
+        if (start.model->extras->tokenizer.empty()) {
+            throw InputError(start.source + ": the checkpoint has no tokenizer");
+        }
+        choice.from_checkpoint = start.model->extras->tokenizer;
+        const std::string kind(
+            tokenizer_kind_name(deserialize_tokenizer(choice.from_checkpoint)->kind()));
+        if (o.was_given("tokenizer") && kind != o.tokenizer) {
+            throw InputError("--tokenizer " + o.tokenizer + " contradicts " + start.source +
+                             ", whose tokenizer is " + kind +
+                             " (the weights only make sense with it): drop --tokenizer");
+        }
+        choice.kind = kind;
+        choice.reason = "the checkpoint's own";
+        return choice;
+    }
+    // A plain llm.c model file carries no tokenizer.
+    const int V = start.model->model.config.vocab_size;
+    if (!o.was_given("tokenizer")) {
+        if (V != kGpt2VocabSize) {
+            throw InputError(start.source +
+                             " is a plain llm.c model file without a tokenizer "
+                             "and its vocabulary (" +
+                             std::to_string(V) +
+                             ") is not GPT-2's: give the --tokenizer it was trained with");
+        }
+        choice.kind = "gpt2";
+        choice.reason = "GPT-2's, for a plain llm.c model file of vocabulary 50257 (from " +
+                        o.tokenizer_dir + ")";
+    }
+    return choice;
+}
+
+std::unique_ptr<Tokenizer> build_tokenizer(const TrainOptions& o, const TokenizerChoice& choice,
+                                           std::string_view text) {
+    if (!choice.from_checkpoint.empty()) return deserialize_tokenizer(choice.from_checkpoint);
+    if (choice.kind == "gpt2") return load_gpt2_tokenizer(o.tokenizer_dir);
+    if (choice.kind == "bpe") return train_bpe_tokenizer(text, o.vocab_size);
     return make_char_tokenizer(text);
 }
 
@@ -117,15 +255,14 @@ std::string read_text_file(const std::string& path) {
 
 // Rank 0 reads and tokenizes; the others receive the tokenizer and the tokens.
 void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
-                         const std::vector<std::uint8_t>& checkpoint_tokenizer, Corpus& corpus) {
+                         const TokenizerChoice& choice, Corpus& corpus) {
     std::vector<std::uint8_t> tokenizer_bytes;
-    std::vector<std::int32_t> counts(2, 0);
+    // 64-bit counts: a corpus may hold more than 2^31 tokens.
+    std::vector<std::int64_t> counts(2, 0);
     if (comm.is_root()) {
         const auto start = Clock::now();
         const std::string text = read_text_file(o.data);
-        corpus.tokenizer = checkpoint_tokenizer.empty()
-                               ? build_tokenizer(o, text)
-                               : deserialize_tokenizer(checkpoint_tokenizer);
+        corpus.tokenizer = build_tokenizer(o, choice, text);
         TokenSplit split = split_tokens(corpus.tokenizer->encode(text), o.val_fraction);
         corpus.train = std::move(split.train);
         corpus.val = std::move(split.val);
@@ -145,11 +282,11 @@ void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
                              " validation tokens, each split needs more than --seq-len " +
                              std::to_string(o.seq_len));
         }
-        counts = {static_cast<std::int32_t>(corpus.train.size()),
-                  static_cast<std::int32_t>(corpus.val.size())};
+        counts = {static_cast<std::int64_t>(corpus.train.size()),
+                  static_cast<std::int64_t>(corpus.val.size())};
     }
     comm.broadcast_vector(tokenizer_bytes);
-    comm.broadcast(std::span<std::int32_t>(counts));
+    comm.broadcast(std::span<std::int64_t>(counts));
     if (!comm.is_root()) {
         corpus.tokenizer = deserialize_tokenizer(tokenizer_bytes);
         corpus.train.resize(static_cast<std::size_t>(counts[0]));
@@ -169,18 +306,27 @@ void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
 
 // Every rank maps the shards itself; rank 0 still decides the tokenizer.
 void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
-                          const std::vector<std::uint8_t>& checkpoint_tokenizer, Corpus& corpus) {
+                          const TokenizerChoice& choice, Corpus& corpus) {
     std::vector<std::uint8_t> tokenizer_bytes;
     if (comm.is_root()) {
         // The shards' own tokenizer (prepare_data writes tokenizer.bin beside them) unless a
         // checkpoint brings one; GPT-2's tokenizer needs no corpus, so --tokenizer gpt2 also works.
         const std::filesystem::path beside =
             expand_shard_pattern(o.train_data).front().parent_path() / "tokenizer.bin";
-        if (!checkpoint_tokenizer.empty()) {
-            corpus.tokenizer = deserialize_tokenizer(checkpoint_tokenizer);
+        if (!choice.from_checkpoint.empty()) {
+            corpus.tokenizer = deserialize_tokenizer(choice.from_checkpoint);
+            spdlog::info("tokenizer: {} (the checkpoint's own)",
+                         tokenizer_kind_name(corpus.tokenizer->kind()));
         } else if (std::filesystem::exists(beside)) {
             corpus.tokenizer = deserialize_tokenizer(read_file_bytes(beside));
-        } else if (o.tokenizer == "gpt2") {
+            const std::string kind(tokenizer_kind_name(corpus.tokenizer->kind()));
+            if (o.was_given("tokenizer") && kind != o.tokenizer) {
+                throw InputError("--tokenizer " + o.tokenizer + " contradicts the shards' " +
+                                 beside.string() + " (" + kind +
+                                 ", the tokenizer the shards were made with): drop --tokenizer");
+            }
+            spdlog::info("tokenizer: {} from {} (the shards' own)", kind, beside.string());
+        } else if (choice.kind == "gpt2") {
             corpus.tokenizer = load_gpt2_tokenizer(o.tokenizer_dir);
         } else {
             throw InputError("--train-data " + o.train_data + ": no " + beside.string() +
@@ -210,14 +356,49 @@ void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
     }
 }
 
-ModelConfig configured_model(const TrainOptions& o, int vocab_size) {
-    const int maxT = o.block_size > 0 ? o.block_size : o.seq_len;
-    if (!o.model.empty()) {
-        ModelConfig c = preset_config(o.model, vocab_size);
-        if (o.block_size > 0) c.max_seq_len = o.block_size;
-        return c;
+// ---- The model's shape ----------------------------------------------------------------------
+
+// The shape the flags ask for: a preset, with any explicitly given dimension overriding it, or
+// the dimensions alone.
+ModelConfig requested_model(const TrainOptions& o, int vocab_size) {
+    if (o.model.empty()) {
+        const int maxT = o.block_size > 0 ? o.block_size : o.seq_len;
+        return ModelConfig{maxT, vocab_size, pad_vocab(vocab_size), o.n_layer, o.n_head, o.n_embd};
     }
-    return ModelConfig{maxT, vocab_size, pad_vocab(vocab_size), o.n_layer, o.n_head, o.n_embd};
+    ModelConfig c = preset_config(o.model, vocab_size);
+    if (o.was_given("n-layer")) c.num_layers = o.n_layer;
+    if (o.was_given("n-head")) c.num_heads = o.n_head;
+    if (o.was_given("n-embd")) c.channels = o.n_embd;
+    if (o.block_size > 0) c.max_seq_len = o.block_size;
+    return c;
+}
+
+// Shape flags given alongside weights must agree with them: the shape comes from the weights.
+void check_shape_flags(const TrainOptions& o, const ModelConfig& loaded,
+                       const std::string& source) {
+    const auto refuse = [&](const std::string& flag, const std::string& what) {
+        throw InputError(flag + " contradicts " + source + ", whose model is " + what + " (" +
+                         describe(loaded) + "); the shape comes from the weights: drop the flag");
+    };
+    if (o.was_given("model")) {
+        const ModelConfig preset = preset_config(o.model, loaded.vocab_size);
+        if (preset.num_layers != loaded.num_layers || preset.num_heads != loaded.num_heads ||
+            preset.channels != loaded.channels) {
+            refuse("--model " + o.model, "another shape");
+        }
+    }
+    const std::array<std::tuple<const char*, int, int>, 4> dims = {{
+        {"n-layer", o.n_layer, loaded.num_layers},
+        {"n-head", o.n_head, loaded.num_heads},
+        {"n-embd", o.n_embd, loaded.channels},
+        {"block-size", o.block_size, loaded.max_seq_len},
+    }};
+    for (const auto& [flag, value, actual] : dims) {
+        if (o.was_given(flag) && value != actual) {
+            refuse("--" + std::string(flag) + " " + std::to_string(value),
+                   std::string(flag) + " " + std::to_string(actual));
+        }
+    }
 }
 
 std::array<std::int32_t, 6> to_ints(const ModelConfig& c) {
@@ -228,6 +409,56 @@ std::array<std::int32_t, 6> to_ints(const ModelConfig& c) {
 ModelConfig from_ints(const std::array<std::int32_t, 6>& v) {
     return ModelConfig{v[0], v[1], v[2], v[3], v[4], v[5]};
 }
+
+// Rank 0 decides the shape (from the weights, or from the flags) and every rank agrees.
+ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, const StartPoint& start,
+                           const Tokenizer& tokenizer) {
+    const int vocab = tokenizer.vocab_size();
+    std::array<std::int32_t, 6> shape{};
+    if (comm.is_root()) {
+        if (start.model) {
+            const ModelConfig& loaded = start.model->model.config;
+            check_shape_flags(o, loaded, start.source);
+            if (loaded.vocab_size != vocab) {
+                throw InputError(start.source + ": the model's vocabulary (" +
+                                 std::to_string(loaded.vocab_size) + ") is not the " +
+                                 std::string(tokenizer_kind_name(tokenizer.kind())) +
+                                 " tokenizer's (" + std::to_string(vocab) +
+                                 "): these weights cannot be trained with it");
+            }
+            if (loaded.max_seq_len < o.seq_len) {
+                throw InputError("--seq-len " + std::to_string(o.seq_len) +
+                                 " exceeds the block size " + std::to_string(loaded.max_seq_len) +
+                                 " of " + start.source);
+            }
+            spdlog::info("{}: model {}, tokenizer {} (vocab {})", start.source, describe(loaded),
+                         tokenizer_kind_name(tokenizer.kind()), vocab);
+            shape = to_ints(loaded);
+        } else {
+            const ModelConfig requested = requested_model(o, vocab);
+            if (!o.model.empty()) {
+                std::string overrides;
+                for (const char* flag : {"n-layer", "n-head", "n-embd", "block-size"}) {
+                    if (o.was_given(flag)) overrides += std::string(" --") + flag;
+                }
+                if (!overrides.empty()) {
+                    spdlog::info("model: preset {} with{} given explicitly", o.model, overrides);
+                }
+            }
+            shape = to_ints(requested);
+        }
+    }
+    comm.broadcast(std::span<std::int32_t>(shape));
+    const ModelConfig config = from_ints(shape);
+    validate_config(config, "model");
+    if (config.max_seq_len < o.seq_len) {
+        throw InputError("--seq-len " + std::to_string(o.seq_len) + " exceeds --block-size " +
+                         std::to_string(config.max_seq_len));
+    }
+    return config;
+}
+
+// ---- Configuration and reporting helpers ----------------------------------------------------
 
 std::string config_json(const TrainOptions& o, const ModelConfig& c, int world, int workers) {
     nlohmann::json j;
@@ -253,123 +484,127 @@ std::string config_json(const TrainOptions& o, const ModelConfig& c, int world, 
     return j.dump(2);
 }
 
-// Where the run starts: fresh, from weights (--init-from), or from a checkpoint (--resume).
-struct StartPoint {
-    std::optional<LoadedModel> model;
-    std::filesystem::path state_file;
-};
-
-StartPoint find_start(const TrainOptions& o) {
-    StartPoint start;
-    if (o.resume == "auto") {
-        for (const std::int64_t step : list_checkpoints(o.out_dir)) {
-            try {
-                start.model = load_checkpoint(model_path(o.out_dir, step));
-                start.state_file = state_path(o.out_dir, step);
-                return start;
-            } catch (const InputError& e) {
-                spdlog::warn("skipping checkpoint at step {}: {}", step, e.what());
-            }
+// The CPU cores the job's workers can actually use (for MFU): per host, the workers of all its
+// ranks, capped at the host's CPUs. Warns (on rank 0) when workers outnumber CPUs.
+int cores_in_use(const Communicator& comm, int workers) {
+    std::array<char, 256> host{};
+    ::gethostname(host.data(), host.size() - 1);
+    const std::string_view name(host.data());
+    const std::uint64_t host_id =
+        checksum64(std::span(reinterpret_cast<const std::uint8_t*>(name.data()), name.size()));
+    const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+    const auto hosts = comm.allgather(host_id);
+    const auto host_cpus = comm.allgather(static_cast<std::uint64_t>(online > 0 ? online : 1));
+    const auto rank_workers = comm.allgather(static_cast<std::uint64_t>(workers));
+    const auto rank_cpus = comm.allgather(static_cast<std::uint64_t>(available_cpus()));
+    std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> per_host;  // workers, cpus
+    for (std::size_t r = 0; r < hosts.size(); ++r) {
+        auto& [w, c] = per_host[hosts[r]];
+        w += rank_workers[r];
+        c = host_cpus[r];
+        if (comm.is_root() && rank_workers[r] > rank_cpus[r]) {
+            spdlog::warn(
+                "rank {}: {} worker threads but only {} CPUs in its affinity mask: "
+                "workers share cores (oversubscribed), steps will be slower",
+                r, rank_workers[r], rank_cpus[r]);
         }
-        spdlog::info("--resume auto: no checkpoint in {}, starting fresh", o.out_dir);
-        return start;
     }
-    if (!o.resume.empty()) {
-        const auto step = checkpoint_step(o.resume);
-        if (!step) {
-            throw InputError("--resume " + o.resume +
-                             ": expected 'auto' or a state_NNNNNN.bin file");
+    std::uint64_t cores = 0;
+    for (const auto& [id, load] : per_host) {
+        const auto [w, c] = load;
+        if (comm.is_root() && w > c && comm.size() > 1) {
+            spdlog::warn(
+                "{} worker threads over the ranks of one host with {} CPUs: "
+                "oversubscribed, steps will be slower",
+                w, c);
         }
-        const std::filesystem::path dir = std::filesystem::path(o.resume).parent_path();
-        start.model = load_checkpoint(model_path(dir, *step));
-        start.state_file = state_path(dir, *step);
-        return start;
+        cores += std::min(w, c);
     }
-    if (!o.init_from.empty()) start.model = load_checkpoint(o.init_from);
-    return start;
+    return static_cast<int>(std::max<std::uint64_t>(cores, 1));
 }
 
+std::string iso_time_now() {
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    std::array<char, 32> text{};
+    std::strftime(text.data(), text.size(), "%Y-%m-%dT%H:%M:%SZ", &utc);
+    return text.data();
+}
+
+// One JSON object per line, appended with a single write() so that a crash never leaves half a
+// record behind a complete one; flushed to disk (fdatasync) with every checkpoint and at the end.
 class MetricsFile {
   public:
-    explicit MetricsFile(const std::string& path) {
+    explicit MetricsFile(const std::string& path) : path_(path) {
         if (path.empty()) return;
         const std::filesystem::path parent = std::filesystem::path(path).parent_path();
         std::error_code ec;
         if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-        out_.open(path, std::ios::app);
-        if (!out_) throw InputError("--metrics-file " + path + ": cannot open for writing");
+        fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd_ < 0) throw InputError("--metrics-file " + path + ": cannot open for writing");
     }
+    ~MetricsFile() {
+        if (fd_ >= 0) {
+            ::fdatasync(fd_);
+            ::close(fd_);
+        }
+    }
+    MetricsFile(const MetricsFile&) = delete;
+    MetricsFile& operator=(const MetricsFile&) = delete;
+
     void write(const nlohmann::json& record) {
-        if (out_.is_open()) out_ << record.dump() << '\n' << std::flush;
+        if (fd_ < 0) return;
+        const std::string line = record.dump() + '\n';
+        if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()) &&
+            !warned_) {
+            warned_ = true;
+            spdlog::warn("--metrics-file {}: write failed ({}); training goes on", path_,
+                         std::strerror(errno));
+        }
+    }
+    void sync() {
+        if (fd_ >= 0) ::fdatasync(fd_);
     }
 
   private:
-    std::ofstream out_;
+    std::string path_;
+    int fd_ = -1;
+    bool warned_ = false;
 };
 
 }  // namespace
 
 int run_training(const TrainOptions& o, const Communicator& comm) {
     const auto program_start = Clock::now();
-    setup_logging(o, comm);
-    validate_train_options(o, comm.size());
-    std::signal(SIGINT, on_stop_signal);
-    std::signal(SIGTERM, on_stop_signal);
-    // Past a file-size limit, a write should fail with EFBIG (reported, previous checkpoint
-    // kept) rather than kill the process.
-    std::signal(SIGXFSZ, SIG_IGN);
+    app::setup_logging(o.log_level, app::LogStream::Stdout, comm.rank(), comm.size());
+    install_signal_handlers();
+    if (!o.config_file.empty()) spdlog::info("config file {} applied", o.config_file);
 
-    // Rank 0 decides where we start and loads any weights; shapes and bytes are broadcast.
+    // Rank 0 decides where we start, loads any weights and chooses the tokenizer.
     StartPoint start;
-    std::vector<std::uint8_t> checkpoint_tokenizer;
+    TokenizerChoice tokenizer_choice;
     if (comm.is_root()) {
         start = find_start(o);
-        if (start.model && start.model->extras)
-            checkpoint_tokenizer = start.model->extras->tokenizer;
-        if (!o.resume.empty() || !o.init_from.empty()) {
-            if (start.model && start.model->extras && checkpoint_tokenizer.empty()) {
-                throw InputError("checkpoint has no tokenizer");
-            }
+        tokenizer_choice = choose_tokenizer(o, start);
+        if (tokenizer_choice.from_checkpoint.empty()) {
+            spdlog::debug("tokenizer: {} ({})", tokenizer_choice.kind, tokenizer_choice.reason);
+        }
+        if (start.model && !start.model->extras && tokenizer_choice.reason.starts_with("GPT-2")) {
+            spdlog::info("{}: no tokenizer in the file; using {}", start.source,
+                         tokenizer_choice.reason);
         }
     }
-    comm.broadcast_vector(checkpoint_tokenizer);
 
     Corpus corpus;
     if (o.train_data.empty()) {
-        prepare_text_corpus(o, comm, checkpoint_tokenizer, corpus);
+        prepare_text_corpus(o, comm, tokenizer_choice, corpus);
     } else {
-        prepare_shard_corpus(o, comm, checkpoint_tokenizer, corpus);
+        prepare_shard_corpus(o, comm, tokenizer_choice, corpus);
     }
-    const int vocab = corpus.tokenizer->vocab_size();
-
-    std::array<std::int32_t, 6> shape = to_ints(configured_model(o, vocab));
-    std::int32_t have_weights = 0;
-    if (comm.is_root() && start.model) {
-        const ModelConfig& loaded = start.model->model.config;
-        const std::string source = o.resume.empty() ? "--init-from " + o.init_from : "--resume";
-        if (!o.resume.empty() && loaded != from_ints(shape)) {
-            throw InputError(source + ": checkpoint model " + describe(loaded) +
-                             " differs from the requested " + describe(from_ints(shape)));
-        }
-        if (loaded.vocab_size < vocab) {
-            throw InputError(source + ": model vocabulary " + std::to_string(loaded.vocab_size) +
-                             " is smaller than the tokenizer's " + std::to_string(vocab));
-        }
-        if (loaded.max_seq_len < o.seq_len) {
-            throw InputError("--seq-len " + std::to_string(o.seq_len) + " exceeds the block size " +
-                             std::to_string(loaded.max_seq_len) + " of " + source);
-        }
-        shape = to_ints(loaded);
-        have_weights = 1;
-    }
-    comm.broadcast(std::span<std::int32_t>(shape));
+    const ModelConfig config = agree_on_model(o, comm, start, *corpus.tokenizer);
+    std::int32_t have_weights = comm.is_root() && start.model ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&have_weights, 1));
-    const ModelConfig config = from_ints(shape);
-    validate_config(config, "model");
-    if (config.max_seq_len < o.seq_len) {
-        throw InputError("--seq-len " + std::to_string(o.seq_len) + " exceeds --block-size " +
-                         std::to_string(config.max_seq_len));
-    }
     if (corpus.train_store.max_token() >= config.vocab_size) {
         throw InputError("token id " + std::to_string(corpus.train_store.max_token()) +
                          " is out of range for the model's vocabulary of " +
@@ -392,8 +627,7 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         init_parameters(model, o.seed, &workers.pool());
     }
 
-    ResumeState resume;
-    std::int64_t first_step = 0;
+    // Resume state, or a fresh lineage and schedule length.
     std::int32_t resuming = comm.is_root() && !start.state_file.empty() ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&resuming, 1));
     const int grad_accum =
@@ -405,10 +639,17 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     const std::int64_t global_sequences =
         static_cast<std::int64_t>(o.batch_size) * comm.size() * grad_accum;
     Rng sample_rng = Rng::derived(o.seed, 0x5a3e);
+    const std::int64_t requested_decay = o.lr_decay_steps > 0 ? o.lr_decay_steps : o.max_steps;
+    // first step, AdamW step, schedule length (the run id stays on rank 0, the only writer)
+    std::array<std::int64_t, 3> header{0, 0, requested_decay};
+    std::uint64_t run_id = 0;
+    if (comm.is_root()) {
+        std::random_device entropy;
+        run_id = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy() ^ 1;
+    }
     if (resuming) {
-        std::array<std::int64_t, 3> header{};
         if (comm.is_root()) {
-            resume = load_resume_state(start.state_file, config, optimizer);
+            const ResumeState resume = load_resume_state(start.state_file, config, optimizer);
             if (resume.sequences_per_step != global_sequences || resume.seq_len != o.seq_len) {
                 throw InputError(
                     "--resume " + start.state_file.string() + ": the checkpoint used " +
@@ -417,16 +658,42 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
                     std::to_string(global_sequences) + " of " + std::to_string(o.seq_len) +
                     " (keep the global batch to resume)");
             }
-            header = {resume.step, optimizer.step, static_cast<std::int64_t>(resume.seed)};
+            std::int64_t decay = requested_decay;
+            if (resume.lr_decay_steps > 0 && !o.was_given("lr-decay-steps")) {
+                decay = resume.lr_decay_steps;
+                if (decay != o.max_steps) {
+                    spdlog::info(
+                        "schedule: {} steps, as the run started with (--lr-decay-steps "
+                        "changes it)",
+                        decay);
+                }
+            }
+            header = {resume.step, optimizer.step, decay};
+            if (resume.run_id != 0) run_id = resume.run_id;
             sample_rng.set_state(resume.sample_rng);
             spdlog::info("resuming from {} at step {}", start.state_file.string(), resume.step);
         }
-        comm.broadcast(std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(header.data()),
-                                               sizeof(header)));
         comm.broadcast(optimizer.m.span());
         comm.broadcast(optimizer.v.span());
-        first_step = header[0];
-        optimizer.step = header[1];
+    }
+    comm.broadcast(std::span<std::int64_t>(header));
+    const std::int64_t first_step = header[0];
+    optimizer.step = header[1];
+    const std::int64_t decay_steps = header[2];
+    const bool benchmark = o.benchmark > 0;
+    if (resuming && first_step >= o.max_steps && !benchmark) {
+        spdlog::warn(
+            "nothing to do: the checkpoint is at step {} and --max-steps is {} (raise "
+            "--max-steps to train further)",
+            first_step, o.max_steps);
+        return 0;
+    }
+    if (comm.is_root() && (o.warmup_steps > o.max_steps || o.warmup_steps >= decay_steps)) {
+        spdlog::warn(
+            "--warmup-steps {} is not shorter than the run ({} steps, schedule over {}): "
+            "the learning rate {} --lr before the end",
+            o.warmup_steps, o.max_steps, decay_steps,
+            o.warmup_steps > o.max_steps ? "never reaches" : "only reaches");
     }
 
     const double startup_seconds = seconds_since(build_start);
@@ -435,9 +702,7 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     const std::int64_t tokens_per_step = global_sequences * T;
     const double flops_per_step =
         training_flops_per_token(config, T) * static_cast<double>(tokens_per_step);
-    const double peak_gflops =
-        (o.peak_gflops > 0 ? o.peak_gflops : kDefaultPeakGflopsPerCore) * W * comm.size();
-    const bool benchmark = o.benchmark > 0;
+    const double peak_gflops = o.peak_gflops * cores_in_use(comm, W);
     constexpr int kBenchmarkWarmup = 2;
     const std::int64_t last_step =
         benchmark ? first_step + o.benchmark + kBenchmarkWarmup : o.max_steps;
@@ -475,8 +740,17 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     std::vector<std::int32_t> val_inputs(val_tokens), val_targets(val_tokens);
     val_sampler.fill_step(0, comm.rank(), comm.size(), B, o.val_batches, val_inputs, val_targets);
 
-    const ScheduleConfig schedule{o.schedule, o.lr, o.min_lr, o.warmup_steps, o.max_steps};
+    const ScheduleConfig schedule{o.schedule, o.lr, o.min_lr, o.warmup_steps, decay_steps};
     MetricsFile metrics_file(comm.is_root() ? o.metrics_file : "");
+    metrics_file.write({{"type", "run"},
+                        {"start_step", first_step},
+                        {"max_steps", last_step},
+                        {"time", iso_time_now()},
+                        {"resumed", resuming != 0},
+                        {"ranks", comm.size()},
+                        {"threads", W},
+                        {"tokens_per_step", tokens_per_step},
+                        {"model", describe(config)}});
     const std::filesystem::path out_dir = o.out_dir;
     if (comm.is_root() && !benchmark) {
         std::error_code ec;
@@ -488,15 +762,20 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     }
     const std::string run_config = config_json(o, config, comm.size(), W);
 
+    std::optional<std::filesystem::path> last_checkpoint;
     const auto save = [&](std::int64_t completed) {
         if (!comm.is_root()) return;
         const auto t0 = Clock::now();
         const auto path =
             save_checkpoint(model_path(out_dir, completed), model,
                             CheckpointExtras{corpus.tokenizer->serialize(), run_config});
-        const ResumeState state{completed, o.seed, global_sequences, T, sample_rng.state()};
+        ResumeState state{completed, o.seed, global_sequences, T, sample_rng.state()};
+        state.run_id = run_id;
+        state.lr_decay_steps = decay_steps;
         save_resume_state(state_path(out_dir, completed), state, config, optimizer);
-        prune_checkpoints(out_dir, o.keep_checkpoints);
+        last_checkpoint = path;
+        prune_checkpoints(out_dir, o.keep_checkpoints, run_id);
+        metrics_file.sync();
         spdlog::info("checkpoint {} ({:.2f} s)", path.string(), seconds_since(t0));
     };
     const auto validate = [&](std::int64_t completed) {
@@ -507,7 +786,7 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
                      seconds_since(t0) * 1e3);
         metrics_file.write({{"type", "val"}, {"step", completed}, {"val_loss", val_loss}});
     };
-    const auto sample = [&]() {
+    const auto sample = [&](std::int64_t completed) {
         if (!comm.is_root() || o.sample_tokens == 0) return;
         std::vector<std::int32_t> tokens;
         if (const auto eot = corpus.tokenizer->eot_id()) {
@@ -519,7 +798,7 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         generate_recompute(model, tokens, o.sample_tokens, SamplingParams{}, sample_rng);
         const std::string text =
             corpus.tokenizer->decode(std::span<const std::int32_t>(tokens).subspan(prompt));
-        spdlog::info("sample:\n{}\n---", text);
+        spdlog::info("sample at step {}:\n{}\n---", completed, text);
     };
 
     if (first_step == 0 && !benchmark && o.val_every > 0) validate(0);
@@ -546,8 +825,10 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
             if (bad_steps >= o.max_bad_steps) {
                 throw InputError(
                     "stopping: " + std::to_string(bad_steps) +
-                    " non-finite steps in a row (--max-bad-steps); the last good checkpoint in " +
-                    o.out_dir + " is kept");
+                    " non-finite steps in a row (--max-bad-steps); " +
+                    (last_checkpoint
+                         ? "the last good checkpoint, " + last_checkpoint->string() + ", is kept"
+                         : std::string("this run has written no checkpoint yet")));
             }
         } else {
             bad_steps = 0;
@@ -562,6 +843,11 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
             completed, last_step, m.loss, hyper.adamw.lr, m.grad_norm, seconds * 1e3,
             with_commas(tok_s), mfu * 100,
             format_duration(ema_seconds * static_cast<double>(last_step - completed)));
+        spdlog::debug(
+            "rank {} step {}: forward/backward {:.1f} ms | thread reduction {:.1f} ms | "
+            "allreduce {:.1f} ms | optimizer {:.1f} ms",
+            comm.rank(), completed, m.timings.forward_backward * 1e3,
+            m.timings.thread_reduction * 1e3, m.timings.allreduce * 1e3, m.timings.optimizer * 1e3);
         metrics_file.write({{"type", "train"},
                             {"step", completed},
                             {"loss", m.loss},
@@ -587,20 +873,21 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
             }
             spdlog::debug("step {}: replicas identical (checksum {:016x})", completed, sum);
         }
-        const bool stop =
-            comm.allreduce_max(stop_signal().load()) != 0 || completed == o.stop_at_step;
+        const int signal = static_cast<int>(comm.allreduce_max(stop_signal().load()));
+        const bool stop = signal != 0 || completed == o.stop_at_step;
         if (benchmark) {
             if (stop) return 130;  // interrupted: no figures, nothing saved
             continue;
         }
         const bool last = completed == last_step;
         if ((o.val_every > 0 && completed % o.val_every == 0) || last) validate(completed);
-        if (o.sample_every > 0 && (completed % o.sample_every == 0 || last)) sample();
+        if (o.sample_every > 0 && (completed % o.sample_every == 0 || last)) sample(completed);
         if ((o.checkpoint_every > 0 && completed % o.checkpoint_every == 0) || last || stop) {
             save(completed);
         }
         if (stop) {
-            spdlog::info("stopped by signal at step {}; resume with --resume auto", completed);
+            spdlog::info("stopped by signal at step {} ({}); resume with --resume auto", completed,
+                         signal_name(signal));
             return 0;
         }
     }

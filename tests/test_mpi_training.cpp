@@ -137,8 +137,8 @@ TEST_P(MpiFailure, EndsTheWholeJobQuicklyWithAClearMessage) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, MpiFailure,
-    ::testing::Values(FailureCase{"rank1_bad_value", "", "--batch-size 0", 0,
-                                  "rank 1 of 2): --batch-size must be positive"},
+    ::testing::Values(FailureCase{"rank1_bad_value", "", "--batch-size 0", 2,
+                                  "rank 1 of 2): the ranks' command lines differ"},
                       FailureCase{"rank0_missing_corpus", "--data /nonexistent/corpus.txt", "", 0,
                                   "rank 0 of 2): /nonexistent/corpus.txt"},
                       FailureCase{"rank1_unparsable_flag", "", "--lr not-a-number", 2, "--lr"}),

@@ -10,6 +10,14 @@
 
 namespace gpt2 {
 
+// MPI counts are int: a buffer of `total` elements travels in pieces of at most `max_chunk`
+// elements (begin, count), in order. Pure arithmetic, so sizes beyond 2^31 are testable.
+struct Chunk {
+    std::size_t begin;
+    std::size_t count;
+};
+[[nodiscard]] std::vector<Chunk> chunk_ranges(std::size_t total, std::size_t max_chunk);
+
 // MPI_Init_thread(FUNNELED) in the constructor, MPI_Finalize in the destructor.
 class MpiSession {
   public:
@@ -31,6 +39,7 @@ class Communicator {
     void broadcast(std::span<std::uint8_t> data, int root = 0) const;
     void broadcast(std::span<std::int32_t> data, int root = 0) const;
     void broadcast(std::span<float> data, int root = 0) const;
+    void broadcast(std::span<std::int64_t> data, int root = 0) const;
     // Broadcasts a byte vector whose size only the root knows.
     void broadcast_vector(std::vector<std::uint8_t>& data, int root = 0) const;
     // In-place elementwise sum across ranks.
@@ -46,10 +55,15 @@ class Communicator {
     // ends the whole job (every rank) with `code`; a single rank still finalizes MPI.
     [[noreturn]] void abort(std::string_view message, int code = 1) const;
 
+    // Elements per MPI call in broadcasts and allreduces (default 2^30). Tests make it small so
+    // that the chunked path runs on small buffers.
+    void set_max_chunk_elements(std::size_t elements) { max_chunk_ = elements > 0 ? elements : 1; }
+
   private:
     Communicator(int rank, int size) : rank_(rank), size_(size) {}
     int rank_ = 0;
     int size_ = 1;
+    std::size_t max_chunk_ = std::size_t{1} << 30;
 };
 
 }  // namespace gpt2

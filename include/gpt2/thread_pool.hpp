@@ -37,6 +37,7 @@ class ThreadPool {
     using TaskFn = void (*)(void*, int);
     void run_erased(TaskFn fn, void* ctx);
     void worker_loop(int worker);
+    void stop_and_join();
     void execute(int worker);
 
     int num_workers_;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -48,6 +49,9 @@ struct TrainOptions {
     float eps = 1e-8f;
     float grad_clip = 1.0f;
     int max_steps = 600;
+    // Steps the schedule decays over; 0: --max-steps of the run's first start. Stored in the
+    // checkpoint, so resuming with a larger --max-steps keeps the learning rate where it was.
+    int lr_decay_steps = 0;
 
     // Evaluation, samples, checkpoints.
     int val_every = 100;
@@ -67,11 +71,27 @@ struct TrainOptions {
     bool pin_threads = false;
     std::string log_level = "info";
     std::string metrics_file;
-    double peak_gflops = 0.0;  // per core; 0: the documented default
-    int benchmark = 0;         // >0: time this many steps after warm-up and report
-    int inject_nan_step = -1;  // test hook: poison the gradient at this step
-    int stop_at_step = -1;     // test hook: behave as if SIGTERM arrived during this step
+    double peak_gflops = 200.0;  // one core's fp32 GEMM rate, the MFU yardstick
+    int benchmark = 0;           // >0: time this many steps after warm-up and report
+    int inject_nan_step = -1;    // test hook: poison the gradient at this step
+    int stop_at_step = -1;       // test hook: behave as if SIGTERM arrived during this step
+    std::int64_t mpi_chunk_elements = 0;  // test hook: elements per MPI call (0: default)
+
+    // How the options were given: the flags set explicitly (on the command line or in the
+    // config file, by their long name without dashes, e.g. "n-layer"), and the config file.
+    std::set<std::string> given;
+    std::string config_file;
+    [[nodiscard]] bool was_given(const std::string& flag) const { return given.count(flag) > 0; }
 };
+
+// Reads a --config file: one `flag = value` per line (flag spelled as on the command line, with
+// dashes or underscores; values bare, "double-quoted" or 'single-quoted'; true/false for
+// switches; # or ; starts a comment). Returns the equivalent command-line arguments. Anything
+// else (unknown flags, sections, arrays, `flag: value`) is an InputError naming the file, line
+// and key. `switches` are the flags that take no value.
+[[nodiscard]] std::vector<std::string> read_config_file(const std::string& path,
+                                                        const std::set<std::string>& known_flags,
+                                                        const std::set<std::string>& switches);
 
 // Parses argv. Returns the options, or an exit code when the program should stop now (--help
 // printed: 0; a bad flag: 2, with one message naming it on stderr). Only a `speaker` prints, so

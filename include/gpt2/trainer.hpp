@@ -64,10 +64,19 @@ struct StepHyper {
     float grad_clip = 1.0f;  // max global gradient norm; <= 0 disables clipping
 };
 
+// Where a step's time went on this rank (seconds), for --log-level debug.
+struct StepTimings {
+    double forward_backward = 0.0;
+    double thread_reduction = 0.0;  // summing the workers' gradients (and the local norm)
+    double allreduce = 0.0;         // gradient and loss across ranks (and the norm after it)
+    double optimizer = 0.0;
+};
+
 struct StepMetrics {
     double loss = 0.0;       // mean over every token of the step, all ranks
     double grad_norm = 0.0;  // global norm before clipping
     bool skipped = false;    // non-finite loss or norm: no update was made
+    StepTimings timings;
 };
 
 // Forward/backward over all micro-batches, gradient reduction across workers and ranks, and the
