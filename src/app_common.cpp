@@ -39,7 +39,7 @@ void add_common_flags(CLI::App& app, std::string& log_level) {
     app.set_version_flag("--version",
                          std::string(app.get_name()) + " (gpt2-mpi) " + std::string(version()));
     app.add_option("--log-level", log_level, "trace | debug | info | warn | error")
-        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}).description(""))
         ->type_name("LEVEL")
         ->capture_default_str();
     app.failure_message([](const CLI::App*, const CLI::Error& e) {

@@ -1,0 +1,604 @@
+// train_gpt2 never loses work and never ignores what it was told: checkpoints of another run are
+// neither overwritten nor pruned, contradictory flags are refused, config files are strict,
+// the schedule survives a longer resume, clean stops exit 0 under mpiexec, and the one voice
+// (exit codes, error lines, --version, --help) holds. Each test failed before its fix.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "gpt2/checkpoint.hpp"
+#include "gpt2/comm.hpp"
+#include "gpt2/model.hpp"
+#include "gpt2/random.hpp"
+#include "gpt2/thread_pool.hpp"
+#include "gpt2/training_state.hpp"
+#include "process_support.hpp"
+
+namespace gpt2 {
+namespace {
+
+namespace fs = std::filesystem;
+using test::run_command;
+using test::ScratchDir;
+
+const fs::path kGpt2Dir = fs::path(GPT2_SHARED_DATA_DIR) / "gpt2";
+
+constexpr const char* kSmall =
+    " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 16 --batch-size 2 --threads 1"
+    " --val-every 0 --sample-every 0 --lr 1e-3 --warmup-steps 2 --seed 5";
+
+// A test's working directory with a corpus; `train(...)` runs one process with the small model.
+class Run : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+        dir_ = std::make_unique<ScratchDir>(std::string("gpt2-trust-") + info->name());
+        test::write_corpus(dir_->path() / "corpus.txt", 30000);
+    }
+    [[nodiscard]] std::string path(const std::string& name) const { return *dir_ / name; }
+    [[nodiscard]] std::string command(const std::string& flags, int ranks = 0) const {
+        return (ranks > 0 ? test::mpiexec(ranks) : std::string()) + test::build_path("train_gpt2") +
+               kSmall + " --data " + path("corpus.txt") + " " + flags;
+    }
+    [[nodiscard]] test::ProcessResult train(const std::string& flags, int ranks = 0) const {
+        return run_command(command(flags, ranks));
+    }
+    std::unique_ptr<ScratchDir> dir_;
+};
+
+std::vector<nlohmann::json> records(const std::string& file, const std::string& type) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) {
+        auto record = nlohmann::json::parse(line);
+        if (record["type"] == type) out.push_back(std::move(record));
+    }
+    return out;
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+        ++n;
+    return n;
+}
+
+// ---- 1. checkpoints of another run ----
+
+TEST_F(Run, AFreshRunRefusesAnOutDirHoldingCheckpoints) {
+    ASSERT_EQ(train("--max-steps 4 --checkpoint-every 2 --out-dir " + path("out")).exit_code, 0);
+    const auto again = train("--max-steps 2 --out-dir " + path("out"));
+    EXPECT_NE(again.exit_code, 0) << again.output;
+    EXPECT_NE(again.output.find("already holds checkpoints (model_000002.bin, model_000004.bin"),
+              std::string::npos)
+        << again.output;
+    EXPECT_NE(again.output.find("--resume auto"), std::string::npos) << again.output;
+    // Nothing of the earlier run was touched.
+    EXPECT_EQ(list_checkpoints(path("out")), (std::vector<std::int64_t>{4, 2}));
+}
+
+TEST_F(Run, PruningOnlyRemovesCheckpointsOfItsOwnLineage) {
+    ASSERT_EQ(
+        train("--max-steps 6 --checkpoint-every 2 --keep-checkpoints 0 --out-dir " + path("out"))
+            .exit_code,
+        0);
+    ASSERT_EQ(train("--max-steps 2 --out-dir " + path("other")).exit_code, 0);
+    // Another run's (newer-numbered) checkpoint lands in the directory.
+    fs::copy_file(path("other/model_000002.bin"), path("out/model_000100.bin"));
+    fs::copy_file(path("other/state_000002.bin"), path("out/state_000100.bin"));
+    const auto resumed = train("--resume " + path("out/state_000006.bin") +
+                               " --max-steps 8 --checkpoint-every 1 --keep-checkpoints 1 "
+                               "--out-dir " +
+                               path("out"));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    // This lineage keeps its newest (8); the other run's 100 is untouched.
+    EXPECT_EQ(list_checkpoints(path("out")), (std::vector<std::int64_t>{100, 8}));
+}
+
+TEST(ResumeStateFile, HeaderIsWrittenFieldByFieldWithLineageAndScheduleLength) {
+    const ScratchDir dir("gpt2-state-format");
+    const ModelConfig config{16, 50, 64, 1, 2, 8};
+    AdamWState optimizer(ParameterLayout(config).total());
+    optimizer.step = 77;
+    ResumeState state{12, 99, 8, 16, Rng::State{1, 2, 3, 4}};
+    state.run_id = 0x1234567890abcdefULL;
+    state.lr_decay_steps = 600;
+    const fs::path path = dir.path() / "state_000012.bin";
+    save_resume_state(path, state, config, optimizer);
+    // 124 header bytes with no padding, two moment arrays, one checksum.
+    EXPECT_EQ(fs::file_size(path), 124 + 2 * 4 * optimizer.m.size() + 8);
+    const std::vector<std::uint8_t> bytes = read_file_bytes(path);
+    EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 8), "GPT2STA2");
+    std::int32_t seq_len = 0;
+    std::memcpy(&seq_len, bytes.data() + 32, 4);
+    EXPECT_EQ(seq_len, 16);
+    std::uint64_t num_params = 0;  // right after the six shape ints: no padding before it
+    std::memcpy(&num_params, bytes.data() + 60, 8);
+    EXPECT_EQ(num_params, optimizer.m.size());
+    EXPECT_EQ(read_run_id(path), state.run_id);
+    AdamWState loaded_optimizer(optimizer.m.size());
+    const ResumeState loaded = load_resume_state(path, config, loaded_optimizer);
+    EXPECT_EQ(loaded.run_id, state.run_id);
+    EXPECT_EQ(loaded.lr_decay_steps, 600);
+    EXPECT_EQ(loaded.sample_rng, state.sample_rng);
+    EXPECT_EQ(loaded_optimizer.step, 77);
+}
+
+TEST(ResumeStateFile, VersionOneFilesStillLoad) {
+    // Version 1 was a raw struct: 4 padding bytes after the shape, no lineage.
+    const ScratchDir dir("gpt2-state-v1");
+    const ModelConfig config{16, 50, 64, 1, 2, 8};
+    const std::size_t P = ParameterLayout(config).total();
+    std::vector<std::uint8_t> bytes;
+    const auto put = [&](const auto& value) {
+        const auto* p = reinterpret_cast<const std::uint8_t*>(&value);
+        bytes.insert(bytes.end(), p, p + sizeof(value));
+    };
+    for (const char c : std::string("GPT2STA1"))
+        put(c);
+    put(std::int64_t{7});
+    put(std::uint64_t{3});
+    put(std::int64_t{8});
+    put(std::int32_t{16});
+    for (const std::int32_t v : {16, 50, 64, 1, 2, 8})
+        put(v);
+    put(std::int32_t{0});  // padding
+    put(static_cast<std::uint64_t>(P));
+    put(std::int64_t{7});
+    for (const std::uint64_t v : {5, 6, 7, 8})
+        put(v);
+    ASSERT_EQ(bytes.size(), 112u);
+    std::vector<float> moments(2 * P, 0.5f);
+    const std::size_t header = bytes.size();
+    bytes.resize(header + moments.size() * 4);
+    std::memcpy(bytes.data() + header, moments.data(), moments.size() * 4);
+    const std::span<const std::uint8_t> all(bytes);
+    const std::uint64_t sum =
+        checksum64(all.subspan(header + P * 4, P * 4),
+                   checksum64(all.subspan(header, P * 4), checksum64(all.first(header))));
+    put(sum);
+    const fs::path path = dir.path() / "state_000007.bin";
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
+    AdamWState optimizer(P);
+    const ResumeState state = load_resume_state(path, config, optimizer);
+    EXPECT_EQ(state.step, 7);
+    EXPECT_EQ(state.run_id, 0u);
+    EXPECT_EQ(state.sample_rng, (Rng::State{5, 6, 7, 8}));
+    EXPECT_EQ(optimizer.v[P - 1], 0.5f);
+    EXPECT_FALSE(read_run_id(path).has_value());
+}
+
+TEST_F(Run, AStrayFileWithAHugeStepNumberIsSkippedWithAWarning) {
+    ASSERT_EQ(train("--max-steps 2 --out-dir " + path("out")).exit_code, 0);
+    std::ofstream(path("out/model_99999999999999999999.bin")) << "x";
+    std::ofstream(path("out/state_99999999999999999999.bin")) << "x";
+    EXPECT_EQ(list_checkpoints(path("out")), (std::vector<std::int64_t>{2}));
+    const auto resumed =
+        train("--resume auto --max-steps 3 --keep-checkpoints 1 --out-dir " + path("out"));
+    EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("model_99999999999999999999.bin: not a checkpoint of ours"),
+              std::string::npos)
+        << resumed.output;
+    EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
+}
+
+// ---- 2. config files ----
+
+struct ConfigCase {
+    const char* name;
+    const char* text;
+    const char* expected;  // in the error
+};
+
+class ConfigFile : public Run, public ::testing::WithParamInterface<ConfigCase> {};
+
+TEST_P(ConfigFile, AnythingUnknownIsRefusedWithFileLineAndKey) {
+    const ConfigCase& c = GetParam();
+    std::ofstream(path("run.toml")) << "max-steps = 2\n" << c.text << "\n";
+    const auto result = train("--config " + path("run.toml") + " --out-dir " + path("out"));
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_NE(result.output.find("--config " + path("run.toml") + ":2"), std::string::npos)
+        << result.output;
+    EXPECT_NE(result.output.find(c.expected), std::string::npos) << result.output;
+    EXPECT_FALSE(fs::exists(path("out"))) << "the run went ahead";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ConfigFile,
+    ::testing::Values(
+        ConfigCase{"misspelled", "n-layr = 2", "unknown key 'n-layr' (did you mean 'n-layer'?)"},
+        ConfigCase{"section", "[train]", "sections such as [train] are not supported"},
+        ConfigCase{"yaml_style", "max-steps: 3", "expected 'flag = value'"},
+        ConfigCase{"no_such_flag", "colour = \"blue\"", "unknown key 'colour'"},
+        ConfigCase{"array", "lr = [0.1, 0.2]", "arrays and tables are not supported"},
+        ConfigCase{"switch_value", "no-shuffle = 3", "no-shuffle is a switch"}),
+    [](const ::testing::TestParamInfo<ConfigCase>& info) { return std::string(info.param.name); });
+
+TEST_F(Run, ConfigFilesAcceptUnderscoresAndSayTheyWereApplied) {
+    std::ofstream(path("run.toml")) << "# both spellings\nmax_steps = 3\ngrad-accum = 2\n"
+                                       "out_dir = \""
+                                    << path("cfg-out")
+                                    << "\"\n"
+                                       "no_shuffle = true\n";
+    const auto result = train("--config " + path("run.toml"));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("config file " + path("run.toml") + " applied"), std::string::npos)
+        << result.output;
+    EXPECT_NE(result.output.find("step 3/3 |"), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("grad accum 2"), std::string::npos) << result.output;
+    EXPECT_TRUE(fs::exists(path("cfg-out/model_000003.bin")));
+}
+
+// ---- 3, 4. weights, tokenizer and shape flags ----
+
+// A plain llm.c model file (no tokenizer) of vocabulary V.
+std::string write_llmc_model(const std::string& path, int V) {
+    // The shape of kSmall, so that only the vocabulary differs.
+    Model model(ModelConfig{16, V, pad_vocab(V), 2, 2, 32});
+    init_parameters(model, 3);
+    return save_checkpoint(path, model, std::nullopt).string();
+}
+
+TEST_F(Run, APlainGpt2ModelFileIsNotTrainedOnCharacterIds) {
+    const std::string model = write_llmc_model(path("gpt2_tiny.bin"), 50257);
+    const auto refused =
+        train("--init-from " + model + " --tokenizer char --max-steps 1 --out-dir " + path("a"));
+    EXPECT_NE(refused.exit_code, 0) << refused.output;
+    EXPECT_NE(refused.output.find("vocabulary (50257) is not the char tokenizer's"),
+              std::string::npos)
+        << refused.output;
+    if (!fs::exists(kGpt2Dir / "encoder.json")) GTEST_SKIP() << "no GPT-2 tokenizer files";
+    // Without --tokenizer, a 50257-token llm.c file gets GPT-2's tokenizer, and says so.
+    const auto defaulted = train("--init-from " + model + " --tokenizer-dir " + kGpt2Dir.string() +
+                                 " --max-steps 1 --out-dir " + path("b"));
+    ASSERT_EQ(defaulted.exit_code, 0) << defaulted.output;
+    EXPECT_NE(defaulted.output.find("no tokenizer in the file; using GPT-2's"), std::string::npos)
+        << defaulted.output;
+    EXPECT_NE(defaulted.output.find("--init-from " + model + ": model L=2"), std::string::npos)
+        << defaulted.output;
+    EXPECT_NE(defaulted.output.find("tokenizer gpt2 (vocab 50257)"), std::string::npos)
+        << defaulted.output;
+}
+
+TEST_F(Run, APlainModelFileOfAnotherVocabularyNeedsItsTokenizerNamed) {
+    const std::string model = write_llmc_model(path("odd.bin"), 300);
+    const auto refused = train("--init-from " + model + " --max-steps 1 --out-dir " + path("a"));
+    EXPECT_NE(refused.exit_code, 0) << refused.output;
+    EXPECT_NE(refused.output.find("give the --tokenizer it was trained with"), std::string::npos)
+        << refused.output;
+}
+
+TEST_F(Run, ShapeFlagsThatContradictTheWeightsAreRefused) {
+    ASSERT_EQ(train("--max-steps 2 --out-dir " + path("a")).exit_code, 0);
+    const auto refused = train("--init-from " + path("a/model_000002.bin") +
+                               " --n-layer 3 --max-steps 1 --out-dir " + path("b"));
+    EXPECT_NE(refused.exit_code, 0) << refused.output;
+    EXPECT_NE(refused.output.find("--n-layer 3 contradicts --init-from"), std::string::npos)
+        << refused.output;
+    // The same shape given again is no contradiction.
+    const auto agreed = train("--init-from " + path("a/model_000002.bin") +
+                              " --n-layer 2 --max-steps 1 --out-dir " + path("c"));
+    EXPECT_EQ(agreed.exit_code, 0) << agreed.output;
+}
+
+TEST_F(Run, ExplicitDimensionsOverrideAPreset) {
+    const auto result = run_command(
+        test::build_path("train_gpt2") +
+        " --model char-small --n-layer 1 --seq-len 16 --batch-size 1 --threads 1 --max-steps 1"
+        " --val-every 0 --sample-every 0 --data " +
+        path("corpus.txt") + " --out-dir " + path("a"));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("preset char-small with --n-layer"), std::string::npos)
+        << result.output;
+    EXPECT_NE(result.output.find("L=1 H=4 C=256"), std::string::npos) << result.output;
+}
+
+TEST_F(Run, ResumeAutoOnAnEmptyDirectoryStartsFromInitFrom) {
+    ASSERT_EQ(train("--max-steps 3 --out-dir " + path("a")).exit_code, 0);
+    const std::string weights = path("a/model_000003.bin");
+    const auto plain = train("--init-from " + weights + " --max-steps 1 --metrics-file " +
+                             path("plain.jsonl") + " --out-dir " + path("b"));
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    const auto resumed =
+        train("--resume auto --init-from " + weights + " --max-steps 1 --metrics-file " +
+              path("auto.jsonl") + " --out-dir " + path("c"));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("no checkpoint in " + path("c") + "; starting from --init-from"),
+              std::string::npos)
+        << resumed.output;
+    const auto a = records(path("plain.jsonl"), "train");
+    const auto b = records(path("auto.jsonl"), "train");
+    ASSERT_EQ(a.size(), 1u);
+    ASSERT_EQ(b.size(), 1u);
+    EXPECT_EQ(a[0]["loss"], b[0]["loss"]) << "--init-from was not used";
+}
+
+// ---- 5, 7. runs with nothing to do, or nothing saved ----
+
+TEST_F(Run, ResumingPastMaxStepsSaysSo) {
+    ASSERT_EQ(train("--max-steps 4 --out-dir " + path("out")).exit_code, 0);
+    const auto result = train("--resume auto --max-steps 3 --out-dir " + path("out"));
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("nothing to do: the checkpoint is at step 4 and --max-steps is 3"),
+              std::string::npos)
+        << result.output;
+}
+
+TEST_F(Run, TheNonFiniteStopDoesNotClaimACheckpointThatDoesNotExist) {
+    const auto result =
+        train("--max-steps 5 --inject-nan-step 0 --max-bad-steps 1 --out-dir " + path("out"));
+    EXPECT_NE(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("this run has written no checkpoint yet"), std::string::npos)
+        << result.output;
+    EXPECT_EQ(result.output.find("is kept"), std::string::npos) << result.output;
+}
+
+// ---- 6. clean stops under mpiexec ----
+
+TEST_F(Run, Sigusr1ToMpiexecStopsTheJobCleanlyWithExitZero) {
+    const std::string log = path("log.txt");
+    const auto result = run_command(
+        "bash -c '" +
+        command("--max-steps 1000000 --checkpoint-every 0 --out-dir " + path("out"), 2) + " > " +
+        log + " 2>&1 & job=$!; for i in $(seq 2400); do grep -q \"step 3/\" " + log +
+        " && break; sleep 0.05; done; kill -USR1 $job; wait $job; echo exit=$?'");
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(result.output.find("exit=0"), std::string::npos) << result.output << text;
+    EXPECT_NE(text.find("stopped by signal at step"), std::string::npos) << text;
+    EXPECT_NE(text.find("(SIGUSR1)"), std::string::npos) << text;
+    const auto steps = list_checkpoints(path("out"));
+    ASSERT_EQ(steps.size(), 1u) << text;
+    const auto resumed = train(
+        "--resume auto --max-steps " + std::to_string(steps[0] + 1) + " --out-dir " + path("out"),
+        2);
+    EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+}
+
+TEST_F(Run, SigtermToOneRankStopsEveryRankWithExitZero) {
+    const std::string log = path("log.txt");
+    const std::string marker = "GPT2_TRUST_MARKER=" + std::to_string(::getpid());
+    const std::string job =
+        "mpiexec --oversubscribe --allow-run-as-root -x GPT2_TRUST_MARKER -n 2 " +
+        command("--max-steps 1000000 --checkpoint-every 0 --out-dir " + path("out"));
+    const auto result = run_command(
+        "bash -c '" + marker + " " + job + " > " + log +
+        " 2>&1 & job=$!; for i in $(seq 2400); do grep -q " + "\"step 3/\" " + log +
+        " && break; sleep 0.05; done; " +
+        "for p in $(pgrep -x train_gpt2); do tr \"\\0\" \"\\n\" < /proc/$p/environ | grep -qx " +
+        marker + " && tr \"\\0\" \"\\n\" < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && " +
+        "kill -TERM $p && echo signalled; done; wait $job; echo exit=$?'");
+    EXPECT_NE(result.output.find("signalled"), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("exit=0"), std::string::npos) << result.output;
+    EXPECT_EQ(list_checkpoints(path("out")).size(), 1u);
+}
+
+// ---- 9. 64-bit sizes ----
+
+TEST(Chunks, BuffersBeyondTwoToThe31ElementsTravelInIntSizedPieces) {
+    const std::size_t total = (std::size_t{1} << 31) + 5;
+    const std::vector<Chunk> chunks = chunk_ranges(total, std::size_t{1} << 30);
+    ASSERT_EQ(chunks.size(), 3u);
+    std::size_t next = 0;
+    for (const Chunk& c : chunks) {
+        EXPECT_EQ(c.begin, next);
+        EXPECT_LE(c.count, static_cast<std::size_t>(INT32_MAX));
+        next += c.count;
+    }
+    EXPECT_EQ(next, total);
+    // A maximum above INT_MAX is capped: MPI counts are int.
+    for (const Chunk& c : chunk_ranges(std::size_t{5} << 31, std::size_t{1} << 40))
+        EXPECT_LE(c.count, static_cast<std::size_t>(INT32_MAX));
+    EXPECT_TRUE(chunk_ranges(0, 8).empty());
+}
+
+TEST_F(Run, TheChunkedMpiPathGivesTheSameTrainingAsOneCall) {
+    const auto whole =
+        train("--max-steps 3 --metrics-file " + path("a.jsonl") + " --out-dir " + path("a"), 2);
+    ASSERT_EQ(whole.exit_code, 0) << whole.output;
+    // Tokens, parameters and gradients all cross in pieces of 1000 elements.
+    const auto chunked = train("--max-steps 3 --mpi-chunk-elements 1000 --metrics-file " +
+                                   path("b.jsonl") + " --out-dir " + path("b"),
+                               2);
+    ASSERT_EQ(chunked.exit_code, 0) << chunked.output;
+    const auto a = records(path("a.jsonl"), "train");
+    const auto b = records(path("b.jsonl"), "train");
+    ASSERT_EQ(a.size(), 3u);
+    ASSERT_EQ(b.size(), 3u);
+    for (std::size_t i = 0; i < a.size(); ++i)
+        EXPECT_EQ(a[i]["loss"], b[i]["loss"]) << "step " << i + 1;
+}
+
+// ---- 10. MPI and thread start-up ----
+
+TEST_F(Run, AOneRankErrorUnderMpiexecIsOneLineAndExitCodeOne) {
+    const auto result = run_command(test::mpiexec(1) + test::build_path("train_gpt2") + " --data " +
+                                    path("missing.txt"));
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_EQ(count(result.output, "error: "), 1u) << result.output;
+    EXPECT_NE(result.output.find(path("missing.txt")), std::string::npos) << result.output;
+}
+
+TEST(ThreadPoolStart, ANegativeWorkerCountIsAClearError) {
+    try {
+        ThreadPool pool(-1);
+        ADD_FAILURE() << "accepted -1 workers";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("at least one worker, got -1"), std::string::npos)
+            << e.what();
+    }
+}
+
+// Virtual memory use of this process, from /proc.
+std::size_t virtual_bytes() {
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);) {
+        if (line.starts_with("VmSize:")) return std::stoull(line.substr(7)) * 1024;
+    }
+    return 0;
+}
+
+// With the address space capped, thread stacks (8 MiB each) run out after a few dozen. Exits 0
+// when the pool reports the failure as an exception naming it (std::terminate would abort).
+[[noreturn]] void start_more_threads_than_memory_allows() {
+    const rlim_t cap = virtual_bytes() + (std::size_t{256} << 20);
+    const rlimit limit{cap, cap};
+    ::setrlimit(RLIMIT_AS, &limit);
+    try {
+        ThreadPool pool(400);
+        std::_Exit(3);
+    } catch (const std::runtime_error& e) {
+        const bool named =
+            std::string(e.what()).find("cannot start worker thread") != std::string::npos;
+        std::_Exit(named ? 0 : 4);
+    }
+}
+
+TEST(ThreadPoolStart, AThreadThatCannotStartIsAnErrorNotATerminate) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    GTEST_SKIP() << "sanitizers need more address space than this test leaves";
+#endif
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(start_more_threads_than_memory_allows(), ::testing::ExitedWithCode(0), "");
+}
+
+// ---- the common voice ----
+
+TEST_F(Run, ExitCodesErrorLinesAndVersion) {
+    const auto version = run_command(test::build_path("train_gpt2") + " --version");
+    EXPECT_EQ(version.exit_code, 0);
+    EXPECT_TRUE(
+        std::regex_search(version.output, std::regex(R"(^train_gpt2 \(gpt2-mpi\) \d+\.\d+\.\d+)")))
+        << version.output;
+    const auto bad_flag = train("--lr nope --out-dir " + path("out"));
+    EXPECT_EQ(bad_flag.exit_code, 2) << bad_flag.output;
+    EXPECT_NE(bad_flag.output.find("error: --lr"), std::string::npos) << bad_flag.output;
+    const auto bad_range = train("--warmup-steps -3 --out-dir " + path("out"));
+    EXPECT_EQ(bad_range.exit_code, 2) << bad_range.output;
+    EXPECT_NE(bad_range.output.find("error: --warmup-steps: must be >= 0 (got -3)"),
+              std::string::npos)
+        << bad_range.output;
+    const auto runtime = train("--data " + path("missing.txt") + " --out-dir " + path("out"));
+    EXPECT_EQ(runtime.exit_code, 1) << runtime.output;
+    EXPECT_NE(runtime.output.find("error: "), std::string::npos) << runtime.output;
+    EXPECT_NE(runtime.output.find(path("missing.txt")), std::string::npos) << runtime.output;
+    EXPECT_EQ(runtime.output.find("rank"), std::string::npos) << "one rank: no rank in the error";
+}
+
+TEST_F(Run, UnderMpiexecAFlagErrorIsPrintedOnce) {
+    const auto result = train("--lr nope --out-dir " + path("out"), 2);
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_EQ(count(result.output, "error: --lr"), 1u) << result.output;
+}
+
+TEST(TrainHelp, ShowsDefaultsAndWordsNotInternalMaps) {
+    const auto help = run_command(test::build_path("train_gpt2") + " --help");
+    EXPECT_EQ(help.exit_code, 0);
+    EXPECT_NE(help.output.find("--schedule NAME=cosine"), std::string::npos) << help.output;
+    EXPECT_NE(help.output.find("--peak-gflops FLOAT=200"), std::string::npos) << help.output;
+    EXPECT_NE(help.output.find("--log-level LEVEL=info"), std::string::npos) << help.output;
+    EXPECT_NE(help.output.find("--version"), std::string::npos) << help.output;
+    EXPECT_EQ(help.output.find("->"), std::string::npos) << help.output;
+    EXPECT_EQ(help.output.find("1.79769e+308"), std::string::npos) << help.output;
+}
+
+// ---- smaller things ----
+
+TEST_F(Run, MfuCountsCoresNotThreadsAndWarnsWhenOversubscribed) {
+    const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+    const int threads = static_cast<int>(cpus) + 2;
+    const auto result =
+        train("--threads " + std::to_string(threads) + " --batch-size " + std::to_string(threads) +
+              " --peak-gflops 100 --max-steps 1 "
+              "--out-dir " +
+              path("out"));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("MFU peak " + std::to_string(100 * cpus) + " GFLOP/s"),
+              std::string::npos)
+        << result.output;
+    EXPECT_NE(result.output.find("oversubscribed"), std::string::npos) << result.output;
+}
+
+TEST_F(Run, AWarmupLongerThanTheRunIsWarnedAbout) {
+    const auto result = train("--warmup-steps 50 --max-steps 3 --out-dir " + path("out"));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("--warmup-steps 50 is not shorter than the run"),
+              std::string::npos)
+        << result.output;
+}
+
+TEST_F(Run, ResumingWithALargerMaxStepsKeepsTheLearningRateSchedule) {
+    ASSERT_EQ(train("--max-steps 10 --metrics-file " + path("straight.jsonl") + " --out-dir " +
+                    path("straight"))
+                  .exit_code,
+              0);
+    ASSERT_EQ(train("--max-steps 10 --stop-at-step 5 --out-dir " + path("out")).exit_code, 0);
+    const auto longer = train("--resume auto --max-steps 20 --metrics-file " +
+                              path("longer.jsonl") + " --out-dir " + path("out"));
+    ASSERT_EQ(longer.exit_code, 0) << longer.output;
+    const auto straight = records(path("straight.jsonl"), "train");
+    const auto resumed = records(path("longer.jsonl"), "train");
+    ASSERT_EQ(straight.size(), 10u);
+    ASSERT_EQ(resumed.size(), 15u);
+    EXPECT_EQ(resumed[0]["step"], 6);
+    for (int i = 0; i < 5; ++i)  // steps 6..10 as the 10-step schedule had them
+        EXPECT_EQ(resumed[i]["lr"], straight[5 + i]["lr"]) << "step " << 6 + i;
+    // Asked for explicitly, a new schedule length is honoured.
+    ASSERT_EQ(train("--max-steps 10 --stop-at-step 5 --out-dir " + path("out2")).exit_code, 0);
+    ASSERT_EQ(train("--resume auto --max-steps 20 --lr-decay-steps 20 --metrics-file " +
+                    path("explicit.jsonl") + " --out-dir " + path("out2"))
+                  .exit_code,
+              0);
+    const auto explicit_length = records(path("explicit.jsonl"), "train");
+    ASSERT_FALSE(explicit_length.empty());
+    EXPECT_GT(explicit_length[0]["lr"].get<double>(), straight[5]["lr"].get<double>());
+}
+
+TEST_F(Run, TheMetricsFileMarksEachRun) {
+    ASSERT_EQ(train("--max-steps 10 --stop-at-step 2 --metrics-file " + path("m.jsonl") +
+                    " --out-dir " + path("out"))
+                  .exit_code,
+              0);
+    ASSERT_EQ(train("--resume auto --max-steps 4 --metrics-file " + path("m.jsonl") +
+                    " --out-dir " + path("out"))
+                  .exit_code,
+              0);
+    const auto runs = records(path("m.jsonl"), "run");
+    ASSERT_EQ(runs.size(), 2u);
+    EXPECT_EQ(runs[0]["start_step"], 0);
+    EXPECT_EQ(runs[0]["resumed"], false);
+    EXPECT_EQ(runs[1]["start_step"], 2);
+    EXPECT_EQ(runs[1]["resumed"], true);
+}
+
+TEST_F(Run, DebugLogsPerPhaseTimingsAndOnlyRankZeroPrintsStepsOtherwise) {
+    const auto quiet = train("--max-steps 2 --out-dir " + path("a"), 2);
+    ASSERT_EQ(quiet.exit_code, 0) << quiet.output;
+    EXPECT_EQ(count(quiet.output, "step 2/2 | loss"), 1u) << quiet.output;
+    const auto debug = train("--max-steps 2 --log-level debug --out-dir " + path("b"), 2);
+    ASSERT_EQ(debug.exit_code, 0) << debug.output;
+    for (const char* rank : {"rank 0 step 2: forward/backward", "rank 1 step 2: forward/backward"})
+        EXPECT_NE(debug.output.find(rank), std::string::npos) << debug.output;
+    EXPECT_NE(debug.output.find("| thread reduction "), std::string::npos);
+    EXPECT_NE(debug.output.find("| allreduce "), std::string::npos);
+    EXPECT_NE(debug.output.find("| optimizer "), std::string::npos);
+}
+
+TEST_F(Run, TheSampleLineNamesItsStep) {
+    const auto result =
+        train("--max-steps 2 --sample-every 2 --max-new-tokens 8 --out-dir " + path("out"));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("sample at step 2:"), std::string::npos) << result.output;
+}
+
+}  // namespace
+}  // namespace gpt2
