@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <regex>
 
 #include "gpt2/checkpoint.hpp"
@@ -91,6 +92,12 @@ ResumeState load_resume_state(const std::filesystem::path& path, const ModelConf
     std::memcpy(optimizer.v.data(), bytes.data() + sizeof(StateHeader) + floats, floats);
     optimizer.step = h.adam_step;
     return ResumeState{h.step, h.seed, h.sequences_per_step, h.seq_len, h.sample_rng};
+}
+
+bool is_resume_state_file(const std::filesystem::path& path) {
+    std::array<char, 8> magic{};
+    std::ifstream in(path, std::ios::binary);
+    return in.read(magic.data(), magic.size()) && magic == kStateMagic;
 }
 
 std::filesystem::path model_path(const std::filesystem::path& dir, std::int64_t step) {

@@ -27,6 +27,9 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
 // Loads into `optimizer` (sized for config). InputError naming the file on any mismatch or damage.
 [[nodiscard]] ResumeState load_resume_state(const std::filesystem::path& path,
                                             const ModelConfig& config, AdamWState& optimizer);
+// Whether the file begins like a resume state (reads 8 bytes; false if it cannot be read): lets a
+// program that wants a model say what it was given rather than report a bad magic number.
+[[nodiscard]] bool is_resume_state_file(const std::filesystem::path& path);
 
 [[nodiscard]] std::filesystem::path model_path(const std::filesystem::path& dir, std::int64_t step);
 [[nodiscard]] std::filesystem::path state_path(const std::filesystem::path& dir, std::int64_t step);
