@@ -2,11 +2,12 @@
 // (build/inference CHECKPOINT [flags]; --help lists them). Under mpirun rank 0 loads and
 // broadcasts the model, the samples are shared between ranks and rank 0 prints them in order.
 // Generated text goes to stdout (always valid UTF-8); statistics and diagnostics to stderr.
-#include <poll.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <CLI/CLI.hpp>
 
 #include <cstdint>
 #include <cstdio>
@@ -236,10 +237,12 @@ Loaded load(const Options& o) {
         }
         origin = "from " + o.tokenizer_dir;
     } else {
-        throw gpt2::InputError(o.checkpoint + ": has no tokenizer and its vocabulary (" +
-                               std::to_string(V) +
-                               ") is not GPT-2's; pass --tokenizer gpt2 --tokenizer-dir DIR "
-                               "(or --tokenizer char|bpe --tokenizer-corpus FILE)");
+        // GPT-2's tokenizer cannot fit this vocabulary, so only the rebuilt ones are offered.
+        throw gpt2::InputError(o.checkpoint + ": has no tokenizer, and its vocabulary (" +
+                               std::to_string(V) + " tokens) is not GPT-2's (" +
+                               std::to_string(kGpt2VocabSize) +
+                               "): pass --tokenizer char|bpe --tokenizer-corpus FILE (the text "
+                               "its tokenizer was built from)");
     }
     // A checkpoint may carry a smaller tokenizer than its model (trained from a larger model's
     // weights): generation then samples only the ids the tokenizer can print.
