@@ -47,7 +47,8 @@ for rep in $(seq "$reps"); do
             --prompt-file "$work/prompt_$ctx.txt" --max-new-tokens "$new_tokens" \
             --temperature 0 --threads "$threads" --no-stream >"$work/ours_$ctx.out" \
             2>"$work/ours.err"
-        grep '^stats:' "$work/ours.err" >>"$work/ours_$ctx.stats"
+        # The log line is "[HH:MM:SS] stats: sample=1 prompt_tokens=... ..."
+        grep -o 'stats: .*' "$work/ours.err" >>"$work/ours_$ctx.stats"
         for variant in tuned hf; do
             echo "run $rep/$reps, context $ctx: pytorch $variant" >&2
             "$python" "$root/scripts/bench_inference_pytorch.py" --model "$model" \
@@ -97,7 +98,8 @@ for ctx in contexts:
     out = open(os.path.join(work, f"ours_{ctx}.out"), "rb").read()
     ours_text = out[len(prompt):-1] if out.startswith(prompt) else out
     tuned, hf = best(torch_runs[("tuned", ctx)]), best(torch_runs[("hf", ctx)])
-    same = all(decode(r["tokens"]) == ours_text
+    # inference prints valid UTF-8 only (ill-formed bytes as U+FFFD, as Python's "replace" does)
+    same = all(decode(r["tokens"]).decode("utf-8", "replace").encode() == ours_text
                for v in ("tuned", "hf") for r in torch_runs[(v, ctx)])
     rows.append((ctx, ours, tuned, hf, same))
 

@@ -28,6 +28,7 @@
 #include "gpt2/tokenizer.hpp"
 #include "gpt2/trainer.hpp"
 #include "gpt2/training_state.hpp"
+#include "gpt2/utf8.hpp"
 
 namespace gpt2 {
 
@@ -126,7 +127,7 @@ void refuse_foreign_checkpoints(const TrainOptions& o) {
     for (std::size_t i = 0; i < names.size() && i < 4; ++i)
         listed += (i > 0 ? ", " : "") + names[i];
     if (names.size() > 4) listed += ", ... (" + std::to_string(names.size()) + " files)";
-    throw InputError("--out-dir " + o.out_dir + " already holds checkpoints (" + listed +
+    throw UsageError("--out-dir " + o.out_dir + " already holds checkpoints (" + listed +
                      "): continue that run with --resume auto, or give another or an empty "
                      "--out-dir");
 }
@@ -214,7 +215,7 @@ TokenizerChoice choose_tokenizer(const TrainOptions& o, const StartPoint& start)
         const std::string kind(
             tokenizer_kind_name(deserialize_tokenizer(choice.from_checkpoint)->kind()));
         if (o.was_given("tokenizer") && kind != o.tokenizer) {
-            throw InputError("--tokenizer " + o.tokenizer + " contradicts " + start.source +
+            throw UsageError("--tokenizer " + o.tokenizer + " contradicts " + start.source +
                              ", whose tokenizer is " + kind +
                              " (the weights only make sense with it): drop --tokenizer");
         }
@@ -226,7 +227,7 @@ TokenizerChoice choose_tokenizer(const TrainOptions& o, const StartPoint& start)
     const int V = start.model->model.config.vocab_size;
     if (!o.was_given("tokenizer")) {
         if (V != kGpt2VocabSize) {
-            throw InputError(start.source +
+            throw UsageError(start.source +
                              " is a plain llm.c model file without a tokenizer "
                              "and its vocabulary (" +
                              std::to_string(V) +
@@ -321,7 +322,7 @@ void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
             corpus.tokenizer = deserialize_tokenizer(read_file_bytes(beside));
             const std::string kind(tokenizer_kind_name(corpus.tokenizer->kind()));
             if (o.was_given("tokenizer") && kind != o.tokenizer) {
-                throw InputError("--tokenizer " + o.tokenizer + " contradicts the shards' " +
+                throw UsageError("--tokenizer " + o.tokenizer + " contradicts the shards' " +
                                  beside.string() + " (" + kind +
                                  ", the tokenizer the shards were made with): drop --tokenizer");
             }
@@ -377,7 +378,7 @@ ModelConfig requested_model(const TrainOptions& o, int vocab_size) {
 void check_shape_flags(const TrainOptions& o, const ModelConfig& loaded,
                        const std::string& source) {
     const auto refuse = [&](const std::string& flag, const std::string& what) {
-        throw InputError(flag + " contradicts " + source + ", whose model is " + what + " (" +
+        throw UsageError(flag + " contradicts " + source + ", whose model is " + what + " (" +
                          describe(loaded) + "); the shape comes from the weights: drop the flag");
     };
     if (o.was_given("model")) {
@@ -420,7 +421,7 @@ ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, cons
             const ModelConfig& loaded = start.model->model.config;
             check_shape_flags(o, loaded, start.source);
             if (loaded.vocab_size != vocab) {
-                throw InputError(start.source + ": the model's vocabulary (" +
+                throw UsageError(start.source + ": the model's vocabulary (" +
                                  std::to_string(loaded.vocab_size) + ") is not the " +
                                  std::string(tokenizer_kind_name(tokenizer.kind())) +
                                  " tokenizer's (" + std::to_string(vocab) +
@@ -798,7 +799,8 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         generate_recompute(model, tokens, o.sample_tokens, SamplingParams{}, sample_rng);
         const std::string text =
             corpus.tokenizer->decode(std::span<const std::int32_t>(tokens).subspan(prompt));
-        spdlog::info("sample at step {}:\n{}\n---", completed, text);
+        // Token bytes may split or break characters; the log only ever holds valid UTF-8.
+        spdlog::info("sample at step {}:\n{}\n---", completed, sanitize_utf8(text));
     };
 
     if (first_step == 0 && !benchmark && o.val_every > 0) validate(0);

@@ -145,6 +145,13 @@ std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path) {
     }
 }
 
+bool is_resume_state_file(const std::filesystem::path& path) {
+    std::array<char, 8> magic{};
+    std::ifstream in(path, std::ios::binary);
+    return in.read(magic.data(), magic.size()) &&
+           (magic == kStateMagicV1 || magic == kStateMagicV2);
+}
+
 std::filesystem::path model_path(const std::filesystem::path& dir, std::int64_t step) {
     char name[64];
     std::snprintf(name, sizeof(name), "model_%06lld.bin", static_cast<long long>(step));

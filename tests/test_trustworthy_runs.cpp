@@ -19,6 +19,7 @@
 #include "gpt2/random.hpp"
 #include "gpt2/thread_pool.hpp"
 #include "gpt2/training_state.hpp"
+#include "gpt2/utf8.hpp"
 #include "process_support.hpp"
 
 namespace gpt2 {
@@ -75,7 +76,7 @@ std::size_t count(const std::string& text, const std::string& what) {
 TEST_F(Run, AFreshRunRefusesAnOutDirHoldingCheckpoints) {
     ASSERT_EQ(train("--max-steps 4 --checkpoint-every 2 --out-dir " + path("out")).exit_code, 0);
     const auto again = train("--max-steps 2 --out-dir " + path("out"));
-    EXPECT_NE(again.exit_code, 0) << again.output;
+    EXPECT_EQ(again.exit_code, 2) << again.output;
     EXPECT_NE(again.output.find("already holds checkpoints (model_000002.bin, model_000004.bin"),
               std::string::npos)
         << again.output;
@@ -252,7 +253,7 @@ TEST_F(Run, APlainGpt2ModelFileIsNotTrainedOnCharacterIds) {
     const std::string model = write_llmc_model(path("gpt2_tiny.bin"), 50257);
     const auto refused =
         train("--init-from " + model + " --tokenizer char --max-steps 1 --out-dir " + path("a"));
-    EXPECT_NE(refused.exit_code, 0) << refused.output;
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
     EXPECT_NE(refused.output.find("vocabulary (50257) is not the char tokenizer's"),
               std::string::npos)
         << refused.output;
@@ -272,7 +273,7 @@ TEST_F(Run, APlainGpt2ModelFileIsNotTrainedOnCharacterIds) {
 TEST_F(Run, APlainModelFileOfAnotherVocabularyNeedsItsTokenizerNamed) {
     const std::string model = write_llmc_model(path("odd.bin"), 300);
     const auto refused = train("--init-from " + model + " --max-steps 1 --out-dir " + path("a"));
-    EXPECT_NE(refused.exit_code, 0) << refused.output;
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
     EXPECT_NE(refused.output.find("give the --tokenizer it was trained with"), std::string::npos)
         << refused.output;
 }
@@ -281,7 +282,7 @@ TEST_F(Run, ShapeFlagsThatContradictTheWeightsAreRefused) {
     ASSERT_EQ(train("--max-steps 2 --out-dir " + path("a")).exit_code, 0);
     const auto refused = train("--init-from " + path("a/model_000002.bin") +
                                " --n-layer 3 --max-steps 1 --out-dir " + path("b"));
-    EXPECT_NE(refused.exit_code, 0) << refused.output;
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
     EXPECT_NE(refused.output.find("--n-layer 3 contradicts --init-from"), std::string::npos)
         << refused.output;
     // The same shape given again is no contradiction.
@@ -591,6 +592,22 @@ TEST_F(Run, DebugLogsPerPhaseTimingsAndOnlyRankZeroPrintsStepsOtherwise) {
     EXPECT_NE(debug.output.find("| thread reduction "), std::string::npos);
     EXPECT_NE(debug.output.find("| allreduce "), std::string::npos);
     EXPECT_NE(debug.output.find("| optimizer "), std::string::npos);
+}
+
+TEST_F(Run, SamplesInTheLogAreValidUtf8) {
+    // Byte-level tokens of a text full of two- and three-byte characters: an untrained model's
+    // samples mix lead and continuation bytes freely.
+    std::ofstream corpus(path("unicode.txt"));
+    for (int i = 0; i < 2000; ++i)
+        corpus << "héllo wörld ünïcødé ñ € ✓ 日本語 ";
+    corpus.close();
+    const auto result =
+        train("--data " + path("unicode.txt") +
+              " --max-steps 1 --sample-every 1 --max-new-tokens 200 --out-dir " + path("out"));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    const auto at = result.output.find("sample at step 1:");
+    ASSERT_NE(at, std::string::npos) << result.output;
+    EXPECT_TRUE(is_valid_utf8(result.output.substr(at))) << result.output.substr(at);
 }
 
 TEST_F(Run, TheSampleLineNamesItsStep) {

@@ -12,4 +12,11 @@ class InputError : public std::runtime_error {
     explicit InputError(const std::string& message) : std::runtime_error(message) {}
 };
 
+// Bad input that only the command line can fix, found after files were read (a flag that
+// contradicts a checkpoint, say): the programs exit with 2, as for any bad flag, not 1.
+class UsageError : public InputError {
+  public:
+    using InputError::InputError;
+};
+
 }  // namespace gpt2

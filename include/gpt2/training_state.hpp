@@ -36,6 +36,9 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
                                             const ModelConfig& config, AdamWState& optimizer);
 // The lineage of a state file from its header alone; nullopt if unreadable or of version 1.
 [[nodiscard]] std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path);
+// Whether the file begins like a resume state (reads 8 bytes; false if it cannot be read): lets a
+// program that wants a model say what it was given rather than report a bad magic number.
+[[nodiscard]] bool is_resume_state_file(const std::filesystem::path& path);
 
 [[nodiscard]] std::filesystem::path model_path(const std::filesystem::path& dir, std::int64_t step);
 [[nodiscard]] std::filesystem::path state_path(const std::filesystem::path& dir, std::int64_t step);

@@ -1,14 +1,20 @@
 // inference: text generation from a checkpoint with the KV-cache generator
 // (build/inference CHECKPOINT [flags]; --help lists them). Under mpirun rank 0 loads and
 // broadcasts the model, the samples are shared between ranks and rank 0 prints them in order.
+// Generated text goes to stdout (always valid UTF-8); statistics and diagnostics to stderr.
+#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
-#include <cmath>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <optional>
@@ -17,14 +23,24 @@
 #include <variant>
 #include <vector>
 
+#include "gpt2/app_common.hpp"
 #include "gpt2/checkpoint.hpp"
 #include "gpt2/comm.hpp"
 #include "gpt2/error.hpp"
 #include "gpt2/gemm.hpp"
 #include "gpt2/inference.hpp"
 #include "gpt2/tokenizer.hpp"
+#include "gpt2/training_state.hpp"
+#include "gpt2/utf8.hpp"
 
 namespace {
+
+namespace app = gpt2::app;
+
+// GPT-2's vocabulary: a plain llm.c model file of this size is taken to be a GPT-2.
+constexpr int kGpt2VocabSize = 50257;
+// --prompt-file's name for standard input.
+constexpr std::string_view kStdinName = "-";
 
 struct Options {
     std::string checkpoint;
@@ -40,71 +56,82 @@ struct Options {
     bool interactive = false;
     int threads = 0;
     std::string tokenizer;
-    std::string tokenizer_dir;
+    std::string tokenizer_dir = "data/gpt2";
     std::string tokenizer_corpus;
+    std::string log_level = "info";
+
+    [[nodiscard]] bool prompt_from_stdin() const { return prompt_file == kStdinName; }
 };
 
 void validate(const Options& o) {
-    const auto require = [](bool ok, const std::string& message) {
-        if (!ok) throw gpt2::InputError(message);
-    };
-    require(std::isfinite(o.temperature), "--temperature must be a finite number");
-    require(o.top_p > 0.0f && o.top_p <= 1.0f, "--top-p must be in (0, 1]");
-    require(o.tokenizer != "gpt2" || !o.tokenizer_dir.empty(),
-            "--tokenizer gpt2 needs --tokenizer-dir DIR (with encoder.json and vocab.bpe)");
     const bool rebuilt = o.tokenizer == "char" || o.tokenizer == "bpe";
-    require(!rebuilt || !o.tokenizer_corpus.empty(),
-            "--tokenizer " + o.tokenizer + " needs --tokenizer-corpus FILE (its source text)");
+    if (rebuilt && o.tokenizer_corpus.empty()) {
+        throw gpt2::InputError("--tokenizer " + o.tokenizer +
+                               " needs --tokenizer-corpus FILE (its source text)");
+    }
 }
 
-// Options, or the exit code when parsing ends the program (--help, bad flags). Only the speaker
-// prints, so that N ranks parsing the same command line report a bad flag once (every rank
-// reaches the same verdict, so none waits for another).
+// Options, or the exit code when parsing ends the program (--help, --version, bad flags). Only the
+// speaker prints, so that N ranks parsing the same command line report a bad flag once (every
+// rank reaches the same verdict, so none waits for another).
 std::variant<Options, int> parse_options(int argc, char** argv, bool speaker) {
     Options o;
     CLI::App app{"Generate text from a GPT-2 checkpoint (KV cache; MPI shares the samples)",
                  "inference"};
-    app.add_option("checkpoint", o.checkpoint, "checkpoint or llm.c model file")->required();
-    auto* prompt = app.add_option("--prompt", o.prompt, "prompt text (default: end-of-text)");
-    auto* prompt_file = app.add_option("--prompt-file", o.prompt_file, "read the prompt from F");
+    app.option_defaults()->always_capture_default();
+    app::add_common_flags(app, o.log_level);
+    app.add_option("checkpoint", o.checkpoint, "checkpoint or llm.c model file")
+        ->required()
+        ->type_name("FILE");
+    auto* prompt = app.add_option("--prompt", o.prompt, "prompt text (none: end-of-text)");
+    auto* prompt_file =
+        app.add_option("--prompt-file", o.prompt_file,
+                       "read the prompt from FILE, as is ('-': all of standard input)")
+            ->type_name("FILE");
     prompt->excludes(prompt_file);
-    app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate per sample")
-        ->check(CLI::NonNegativeNumber);
+    app.add_option("--max-new-tokens,--sample-tokens", o.max_new_tokens,
+                   "tokens to generate per sample")
+        ->check(app::at_least(0));
     app.add_option("--temperature", o.temperature, "softmax temperature (0: greedy)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(app::at_least(0));
     app.add_option("--top-k", o.top_k, "sample among the k most likely tokens (0: all)")
-        ->check(CLI::NonNegativeNumber);
-    app.add_option("--top-p", o.top_p, "nucleus sampling: smallest set with this mass, in (0, 1]");
+        ->check(app::at_least(0));
+    app.add_option("--top-p", o.top_p, "nucleus sampling: smallest set with this mass, in (0, 1]")
+        ->check(app::in_unit_interval());
     app.add_option("--seed", o.seed, "sample m draws from a stream derived from (seed, m)");
     app.add_option("--num-samples", o.num_samples, "samples per prompt (shared between ranks)")
-        ->check(CLI::PositiveNumber);
-    app.add_flag("--stream,!--no-stream", o.stream, "print each token as it is generated");
-    auto* interactive = app.add_flag("--interactive", o.interactive,
-                                     "read prompts from stdin, one per line, until end of file");
+        ->check(app::positive());
+    app.add_flag("--stream,!--no-stream", o.stream,
+                 "print each token as it is generated (the default; --no-stream prints each "
+                 "sample when it is done)");
+    auto* interactive =
+        app.add_flag("--interactive", o.interactive,
+                     "read prompts from stdin, one per line, until end of file (a line that "
+                     "cannot be encoded is reported and skipped)");
     interactive->excludes(prompt)->excludes(prompt_file);
     app.add_option(
            "--threads", o.threads,
            "worker threads per rank (0: the CPUs available, 1 for models under 16M parameters)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(app::at_least(0));
     app.add_option("--tokenizer", o.tokenizer,
-                   "tokenizer for a model file without one: gpt2 (with --tokenizer-dir), or char "
-                   "| bpe (rebuilt from --tokenizer-corpus)")
+                   "for a model file without a tokenizer: gpt2 (from --tokenizer-dir), or char | "
+                   "bpe (rebuilt from --tokenizer-corpus); none: a checkpoint's own, or gpt2 for "
+                   "a model of GPT-2's vocabulary (50257)")
         ->check(CLI::IsMember({"char", "bpe", "gpt2"}));
     app.add_option("--tokenizer-dir", o.tokenizer_dir,
-                   "directory with GPT-2's encoder.json and vocab.bpe (--tokenizer gpt2)");
+                   "directory with GPT-2's encoder.json and vocab.bpe")
+        ->type_name("DIR");
     app.add_option("--tokenizer-corpus", o.tokenizer_corpus,
-                   "text the char or bpe tokenizer was built from (--tokenizer char|bpe)");
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        const int code = speaker ? app.exit(e) : e.get_exit_code();
-        return code == 0 ? 0 : 2;
+                   "text the char or bpe tokenizer was built from (--tokenizer char|bpe)")
+        ->type_name("FILE");
+    if (const std::optional<int> code = app::parse_command_line(app, argc, argv, speaker)) {
+        return *code;
     }
     try {
         validate(o);
     } catch (const gpt2::InputError& e) {
-        if (speaker) std::fprintf(stderr, "error: %s\n", e.what());
-        return 2;
+        if (speaker) std::cerr << app::error_line(e.what()) << std::endl;
+        return app::kExitBadFlags;
     }
     return o;
 }
@@ -113,40 +140,114 @@ std::string_view as_text(const std::vector<std::uint8_t>& bytes) {
     return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
 
+// Refuses a training resume state given where a model belongs, naming the model file to use.
+void refuse_resume_state(const std::string& path) {
+    if (!gpt2::is_resume_state_file(path)) return;
+    const std::optional<std::int64_t> step = gpt2::checkpoint_step(path);
+    const std::string model =
+        step ? gpt2::model_path("", *step).string() : std::string("the model_N.bin");
+    throw gpt2::InputError(path +
+                           " is a training resume state (optimizer moments), not a model: use " +
+                           model + " from the same directory");
+}
+
+// The tokenizer --tokenizer asks for, and how to name it in messages.
+struct Requested {
+    std::unique_ptr<gpt2::Tokenizer> tokenizer;
+    std::string origin;
+};
+
+Requested requested_tokenizer(const Options& o, int vocab_size) {
+    if (o.tokenizer == "gpt2") {
+        return {gpt2::load_gpt2_tokenizer(o.tokenizer_dir), "from " + o.tokenizer_dir};
+    }
+    const std::vector<std::uint8_t> corpus = gpt2::read_file_bytes(o.tokenizer_corpus);
+    auto tokenizer = o.tokenizer == "char" ? gpt2::make_char_tokenizer(as_text(corpus))
+                                           : gpt2::train_bpe_tokenizer(as_text(corpus), vocab_size);
+    return {std::move(tokenizer), "rebuilt from " + o.tokenizer_corpus};
+}
+
 // Rank 0's view of the checkpoint before it is shared: model and serialized tokenizer.
 struct Loaded {
     std::optional<gpt2::Model> model;
     std::vector<std::uint8_t> tokenizer;
 };
 
+// Reads the model and chooses its tokenizer: a checkpoint's own (which a --tokenizer must then
+// reproduce exactly), else --tokenizer (whose vocabulary must be the model's), else GPT-2's for a
+// model of GPT-2's vocabulary. A tokenizer whose vocabulary cannot be the model's would turn
+// every generated id into the wrong text, so it is refused rather than used.
 Loaded load(const Options& o) {
+    refuse_resume_state(o.checkpoint);
     gpt2::LoadedModel file = gpt2::load_checkpoint(o.checkpoint);
-    Loaded out;
     const int V = file.model.config.vocab_size;
-    std::unique_ptr<gpt2::Tokenizer> tokenizer;
-    if (o.tokenizer == "gpt2") {
-        tokenizer = gpt2::load_gpt2_tokenizer(o.tokenizer_dir);
-    } else if (o.tokenizer == "char" || o.tokenizer == "bpe") {
-        const std::vector<std::uint8_t> corpus = gpt2::read_file_bytes(o.tokenizer_corpus);
-        tokenizer = o.tokenizer == "char" ? gpt2::make_char_tokenizer(as_text(corpus))
-                                          : gpt2::train_bpe_tokenizer(as_text(corpus), V);
-    } else if (file.extras && !file.extras->tokenizer.empty()) {
+    std::unique_ptr<gpt2::Tokenizer> own;
+    if (file.extras && !file.extras->tokenizer.empty()) {
         try {
-            tokenizer = gpt2::deserialize_tokenizer(file.extras->tokenizer);
+            own = gpt2::deserialize_tokenizer(file.extras->tokenizer);
         } catch (const std::exception& e) {
             throw gpt2::InputError(o.checkpoint + ": its tokenizer is unreadable: " + e.what());
         }
-    } else {
-        throw gpt2::InputError(o.checkpoint +
-                               ": has no tokenizer; pass --tokenizer gpt2 --tokenizer-dir DIR "
-                               "(or --tokenizer char|bpe --tokenizer-corpus FILE)");
     }
+    const auto name = [](const gpt2::Tokenizer& t) {
+        return std::string(gpt2::tokenizer_kind_name(t.kind())) + " (vocab " +
+               std::to_string(t.vocab_size()) + ")";
+    };
+
+    std::unique_ptr<gpt2::Tokenizer> tokenizer;
+    std::string origin;
+    if (!o.tokenizer.empty()) {
+        Requested requested = requested_tokenizer(o, V);
+        if (own && requested.tokenizer->serialize() != own->serialize()) {
+            throw gpt2::UsageError(o.checkpoint + " carries its own tokenizer, " + name(*own) +
+                                   ", and --tokenizer " + o.tokenizer + " (" + requested.origin +
+                                   ") is a different one, " + name(*requested.tokenizer) +
+                                   ": leave out --tokenizer to use the checkpoint's");
+        }
+        if (!own && requested.tokenizer->vocab_size() != V) {
+            throw gpt2::UsageError(o.checkpoint + ": the model's vocabulary has " +
+                                   std::to_string(V) + " tokens but --tokenizer " + o.tokenizer +
+                                   " (" + requested.origin + ") has " +
+                                   std::to_string(requested.tokenizer->vocab_size()) +
+                                   ": a tokenizer must have exactly the model's vocabulary");
+        }
+        tokenizer = std::move(requested.tokenizer);
+        origin = requested.origin;
+    } else if (own) {
+        tokenizer = std::move(own);
+        origin = "from the checkpoint";
+    } else if (V == kGpt2VocabSize) {
+        spdlog::info(
+            "{} has no tokenizer; its vocabulary ({}) is GPT-2's, so it uses the GPT-2 "
+            "tokenizer from {} (--tokenizer to choose another)",
+            o.checkpoint, V, o.tokenizer_dir);
+        try {
+            tokenizer = gpt2::load_gpt2_tokenizer(o.tokenizer_dir);
+        } catch (const gpt2::InputError& e) {
+            throw gpt2::InputError(o.checkpoint + " needs the GPT-2 tokenizer (it has none), " +
+                                   "which could not be loaded: " + e.what() +
+                                   " (--tokenizer-dir DIR names its directory)");
+        }
+        origin = "from " + o.tokenizer_dir;
+    } else {
+        // GPT-2's tokenizer cannot fit this vocabulary, so only the rebuilt ones are offered.
+        throw gpt2::InputError(o.checkpoint + ": has no tokenizer, and its vocabulary (" +
+                               std::to_string(V) + " tokens) is not GPT-2's (" +
+                               std::to_string(kGpt2VocabSize) +
+                               "): pass --tokenizer char|bpe --tokenizer-corpus FILE (the text "
+                               "its tokenizer was built from)");
+    }
+    // A checkpoint may carry a smaller tokenizer than its model (trained from a larger model's
+    // weights): generation then samples only the ids the tokenizer can print.
     if (tokenizer->vocab_size() > V) {
         throw gpt2::InputError("the tokenizer's vocabulary (" +
                                std::to_string(tokenizer->vocab_size()) +
                                " tokens) is larger than the model's vocab_size (" +
                                std::to_string(V) + ") in " + o.checkpoint);
     }
+    spdlog::info("loaded {}: model {}, tokenizer {}, {}", o.checkpoint,
+                 gpt2::describe(file.model.config), name(*tokenizer), origin);
+    Loaded out;
     out.tokenizer = tokenizer->serialize();
     out.model.emplace(std::move(file.model));
     return out;
@@ -179,8 +280,22 @@ Shared share(const Options& o, const gpt2::Communicator& comm) {
     return Shared{std::move(loaded.model), gpt2::deserialize_tokenizer(loaded.tokenizer)};
 }
 
+// Whether standard input is a pipe or a file with bytes in it: text meant as a prompt that no
+// flag reads, which must not be ignored in silence. Never blocks: a pipe with nothing in it yet
+// counts as empty, and a terminal or /dev/null is not looked at. Consumes at most one byte (the
+// program then stops anyway).
+[[nodiscard]] bool stdin_holds_data() {
+    struct stat status {};
+    if (::fstat(STDIN_FILENO, &status) != 0) return false;
+    if (!S_ISFIFO(status.st_mode) && !S_ISREG(status.st_mode)) return false;
+    pollfd fd{STDIN_FILENO, POLLIN, 0};
+    if (::poll(&fd, 1, 0) != 1 || (fd.revents & POLLIN) == 0) return false;
+    char byte = 0;
+    return ::read(STDIN_FILENO, &byte, 1) == 1;  // 0: end of input, nothing was there
+}
+
 // The prompt's tokens; an empty prompt starts from end-of-text, or "\n" for the char tokenizer
-// (which has no end-of-text), or token 0.
+// (which has no end-of-text), or token 0. InputError naming `source` if it cannot be encoded.
 std::vector<std::int32_t> encode_prompt(const gpt2::Tokenizer& tokenizer, const gpt2::Model& model,
                                         std::string_view text, std::string_view source) {
     std::vector<std::int32_t> tokens;
@@ -212,8 +327,8 @@ std::vector<std::int32_t> encode_prompt(const gpt2::Tokenizer& tokenizer, const 
     }
     const auto maxT = static_cast<std::size_t>(model.config.max_seq_len);
     if (tokens.size() > maxT) {
-        std::fprintf(stderr, "%.*s: %zu prompt tokens, only the last %zu fit the context\n",
-                     static_cast<int>(source.size()), source.data(), tokens.size(), maxT);
+        spdlog::warn("{}: {} prompt tokens, only the last {} fit the context", source,
+                     tokens.size(), maxT);
     }
     return tokens;
 }
@@ -222,7 +337,7 @@ std::vector<std::int32_t> encode_prompt(const gpt2::Tokenizer& tokenizer, const 
 struct Sample {
     std::uint32_t index = 0;
     gpt2::GenerationStats stats;
-    std::string text;
+    std::string text;  // the generated bytes, as the tokens spell them (not yet sanitized)
 };
 
 template <typename T>
@@ -275,23 +390,42 @@ void write_out(std::string_view bytes) {
     std::fflush(stdout);
 }
 
-void print_header(const Options& o, std::uint32_t index) {
-    if (o.num_samples > 1) {
-        write_out("--- sample " + std::to_string(index + 1) + "/" + std::to_string(o.num_samples) +
-                  " ---\n");
+// Rank 0's stdout for one sample: prompt and generated bytes go through one UTF-8 sanitizer, so a
+// character split between tokens (or between the prompt and the first token) prints whole, and
+// bytes that are no UTF-8 at all print as U+FFFD.
+class SamplePrinter {
+  public:
+    SamplePrinter(const Options& o, std::uint32_t index) {
+        if (o.num_samples > 1) {
+            write_out("--- sample " + std::to_string(index + 1) + "/" +
+                      std::to_string(o.num_samples) + " ---\n");
+        }
     }
-}
+    void text(std::string_view bytes) { write_out(utf8_.push(bytes)); }
+    void end() { write_out(utf8_.finish() + "\n"); }
 
-void print_stats(const Sample& s) {
+  private:
+    gpt2::Utf8Sanitizer utf8_;
+};
+
+void log_stats(const Sample& s) {
     const gpt2::GenerationStats& st = s.stats;
     const double per_token =
         st.generated_tokens > 0 ? st.generate_seconds / st.generated_tokens : 0.0;
-    std::fprintf(stderr,
-                 "stats: sample=%u prompt_tokens=%d generated_tokens=%d prefill_ms=%.2f "
-                 "generate_ms=%.2f tokens_per_s=%.2f ms_per_token=%.3f slides=%d\n",
-                 s.index + 1, st.prompt_tokens, st.generated_tokens, st.prefill_seconds * 1e3,
-                 st.generate_seconds * 1e3, per_token > 0.0 ? 1.0 / per_token : 0.0,
-                 per_token * 1e3, st.slides);
+    spdlog::info(
+        "stats: sample={} prompt_tokens={} generated_tokens={} prefill_ms={:.2f} "
+        "generate_ms={:.2f} tokens_per_s={:.2f} ms_per_token={:.3f} slides={}",
+        s.index + 1, st.prompt_tokens, st.generated_tokens, st.prefill_seconds * 1e3,
+        st.generate_seconds * 1e3, per_token > 0.0 ? 1.0 / per_token : 0.0, per_token * 1e3,
+        st.slides);
+}
+
+void print_finished(const Options& o, const Sample& s, std::string_view prompt_text) {
+    SamplePrinter printer(o, s.index);
+    printer.text(prompt_text);
+    printer.text(s.text);
+    printer.end();
+    log_stats(s);
 }
 
 // Below ~16M parameters one token's work is too small to gain from a second worker (the 0.8M-
@@ -304,7 +438,7 @@ int default_threads(const gpt2::Model& model) {
 
 // Generates this rank's samples for one prompt; rank 0 prints all of them in order. Sample m
 // (of this prompt, numbered `prompt_index`) is made by rank m % size with the random stream
-// derived from (seed, m, prompt_index).
+// derived from (seed, m, prompt_index). Only rank 0 needs `prompt_text`.
 void run_prompt(const Options& o, const gpt2::Communicator& comm, gpt2::KvCacheSession& session,
                 const gpt2::Tokenizer& tokenizer, std::span<const std::int32_t> prompt,
                 std::string_view prompt_text, std::uint64_t prompt_index) {
@@ -321,16 +455,17 @@ void run_prompt(const Options& o, const gpt2::Communicator& comm, gpt2::KvCacheS
         const bool live = comm.is_root() && (m == 0 || size == 1);
         Sample sample;
         sample.index = m;
+        std::optional<SamplePrinter> printer;
         if (live) {
-            print_header(o, m);
-            write_out(prompt_text);
+            printer.emplace(o, m);
+            printer->text(prompt_text);
         }
         tokens.assign(prompt.begin(), prompt.end());
         gpt2::Rng rng = gpt2::Rng::derived(o.seed, m, prompt_index);
         const auto on_token = [&](std::int32_t id) {
             const std::string bytes = tokenizer.token_bytes(id);
             if (live && o.stream) {
-                write_out(bytes);
+                printer->text(bytes);
             } else {
                 sample.text += bytes;
             }
@@ -338,10 +473,9 @@ void run_prompt(const Options& o, const gpt2::Communicator& comm, gpt2::KvCacheS
         sample.stats = gpt2::generate_kv(session, tokens, o.max_new_tokens, params, rng, on_token,
                                          tokenizer.vocab_size());
         if (live) {
-            write_out(sample.text);
-            write_out("\n");
-            sample.text.clear();
-            print_stats(sample);
+            printer->text(sample.text);
+            printer->end();
+            log_stats(sample);
         } else if (comm.is_root()) {
             own.push_back(std::move(sample));
         } else {
@@ -349,13 +483,8 @@ void run_prompt(const Options& o, const gpt2::Communicator& comm, gpt2::KvCacheS
         }
     }
     if (comm.size() == 1) {
-        for (const Sample& s : own) {
-            print_header(o, s.index);
-            write_out(prompt_text);
-            write_out(s.text);
-            write_out("\n");
-            print_stats(s);
-        }
+        for (const Sample& s : own)
+            print_finished(o, s, prompt_text);
         return;
     }
     // Ranks done early sleep here rather than spin inside the gather.
@@ -370,32 +499,90 @@ void run_prompt(const Options& o, const gpt2::Communicator& comm, gpt2::KvCacheS
             if (s.index < count) by_index[s.index].emplace(std::move(s));
         }
     }
-    for (auto& s : by_index) {
-        if (!s) continue;  // sample 0, already printed live
-        print_header(o, s->index);
-        write_out(prompt_text);
-        write_out(s->text);
-        write_out("\n");
-        print_stats(*s);
+    for (const auto& s : by_index) {
+        if (s) print_finished(o, *s, prompt_text);  // sample 0 was printed live
     }
 }
 
-// Rank 0 reads the next stdin line and shares it; nullopt at end of input.
-std::optional<std::string> next_line(const gpt2::Communicator& comm) {
-    std::vector<std::uint8_t> message;  // [1, line bytes...] or [0] at end of input
+// One prompt of --interactive: its tokens (on every rank), its text (on rank 0, which prints it)
+// and its stdin line number (1-based; it also seeds the samples).
+struct Prompt {
+    std::uint64_t line = 0;
+    std::vector<std::int32_t> tokens;
+    std::string text;
+};
+
+// Rank 0 reads stdin lines until one encodes, reporting and skipping those that do not (one bad
+// line must not end a session), and shares its tokens; nullopt at end of input.
+std::optional<Prompt> next_prompt(const gpt2::Communicator& comm, const gpt2::Tokenizer& tokenizer,
+                                  const gpt2::Model& model, std::uint64_t& lines_read) {
+    Prompt prompt;
+    std::vector<std::uint8_t> message;  // [line number (8 bytes), token ids...], empty at the end
     if (comm.is_root()) {
         std::string line;
-        if (std::getline(std::cin, line)) {
-            message.push_back(1);
-            message.insert(message.end(), line.begin(), line.end());
-        } else {
-            message.push_back(0);
+        while (std::getline(std::cin, line)) {
+            ++lines_read;
+            try {
+                prompt.tokens = encode_prompt(tokenizer, model, line,
+                                              "stdin line " + std::to_string(lines_read));
+            } catch (const gpt2::InputError& e) {
+                spdlog::warn("{}; skipped, going on with the next line", e.what());
+                continue;
+            }
+            prompt.line = lines_read;
+            prompt.text = std::move(line);
+            put(message, prompt.line);
+            for (const std::int32_t t : prompt.tokens)
+                put(message, t);
+            break;
         }
     }
     gpt2::idle_barrier(comm);
     comm.broadcast_vector(message);
-    if (message.empty() || message[0] == 0) return std::nullopt;
-    return std::string(message.begin() + 1, message.end());
+    if (message.empty()) return std::nullopt;
+    if (!comm.is_root()) {
+        std::span<const std::uint8_t> in(message);
+        prompt.line = take<std::uint64_t>(in);
+        prompt.tokens.resize(in.size() / sizeof(std::int32_t));
+        std::memcpy(prompt.tokens.data(), in.data(), in.size());
+    }
+    return prompt;
+}
+
+// The single prompt (--prompt, --prompt-file or none), read and encoded by rank 0; every rank
+// gets the tokens, rank 0 also the text.
+Prompt single_prompt(const Options& o, const gpt2::Communicator& comm,
+                     const gpt2::Tokenizer& tokenizer, const gpt2::Model& model) {
+    Prompt prompt;
+    std::vector<std::uint8_t> bytes;
+    if (comm.is_root()) {
+        std::string source = "--prompt";
+        if (o.prompt_from_stdin()) {
+            source = "standard input (--prompt-file -)";
+            prompt.text.assign(std::istreambuf_iterator<char>(std::cin),
+                               std::istreambuf_iterator<char>());
+            if (std::cin.bad()) throw gpt2::InputError(source + ": read error");
+        } else if (!o.prompt_file.empty()) {
+            source = o.prompt_file;
+            const auto file = gpt2::read_file_bytes(o.prompt_file);
+            prompt.text.assign(file.begin(), file.end());
+        } else {
+            prompt.text = o.prompt;
+        }
+        try {
+            prompt.tokens = encode_prompt(tokenizer, model, prompt.text, source);
+        } catch (const gpt2::InputError& e) {
+            // --prompt is the command line's own text; a file's content is a bad input file.
+            if (o.prompt_file.empty()) throw gpt2::UsageError(e.what());
+            throw;
+        }
+        bytes.resize(prompt.tokens.size() * sizeof(std::int32_t));
+        std::memcpy(bytes.data(), prompt.tokens.data(), bytes.size());
+    }
+    comm.broadcast_vector(bytes);
+    prompt.tokens.resize(bytes.size() / sizeof(std::int32_t));
+    std::memcpy(prompt.tokens.data(), bytes.data(), bytes.size());
+    return prompt;
 }
 
 int run(const Options& o, const gpt2::Communicator& world) {
@@ -403,54 +590,37 @@ int run(const Options& o, const gpt2::Communicator& world) {
     const bool solo = o.num_samples == 1 || world.size() == 1;
     if (solo && !world.is_root()) {
         gpt2::idle_barrier(world);
-        return 0;
+        return app::kExitOk;
     }
     const gpt2::Communicator comm = solo ? gpt2::Communicator::single_process() : world;
     const Shared shared = share(o, comm);
     const gpt2::Model& model = *shared.model;
     const gpt2::Tokenizer& tokenizer = *shared.tokenizer;
+    // Checked once the model is loaded, when text piped in has most likely arrived (under mpirun
+    // it travels through mpirun first).
+    if (comm.is_root() && !o.interactive && !o.prompt_from_stdin() && stdin_holds_data()) {
+        throw gpt2::UsageError(
+            "standard input holds text that nothing reads: pass --interactive (one prompt per "
+            "line) or --prompt-file - (all of it as one prompt)");
+    }
     gpt2::ThreadPool pool(o.threads > 0 ? o.threads : default_threads(model));
     gpt2::KvCacheSession session(model, pool);
-    if (comm.is_root()) {
-        std::fprintf(stderr,
-                     "%s: %s, tokenizer %s (vocab %d), KV cache + scratch %.1f MiB, %d working "
-                     "rank(s) of %d x %d thread(s)\n",
-                     o.checkpoint.c_str(), gpt2::describe(model.config).c_str(),
-                     std::string(gpt2::tokenizer_kind_name(tokenizer.kind())).c_str(),
-                     tokenizer.vocab_size(),
-                     static_cast<double>(session.memory_bytes()) / (1 << 20), comm.size(),
-                     world.size(), pool.size());
-    }
+    spdlog::info("KV cache + scratch {:.1f} MiB, {} working rank(s) of {} x {} thread(s)",
+                 static_cast<double>(session.memory_bytes()) / (1 << 20), comm.size(), world.size(),
+                 pool.size());
 
     if (o.interactive) {
-        for (std::uint64_t index = 0;; ++index) {
-            const std::optional<std::string> line = next_line(comm);
-            if (!line) break;
-            const std::vector<std::int32_t> prompt =
-                encode_prompt(tokenizer, model, *line, "stdin line " + std::to_string(index + 1));
-            run_prompt(o, comm, session, tokenizer, prompt, *line, index);
+        std::uint64_t lines_read = 0;
+        while (const std::optional<Prompt> prompt =
+                   next_prompt(comm, tokenizer, model, lines_read)) {
+            run_prompt(o, comm, session, tokenizer, prompt->tokens, prompt->text, prompt->line - 1);
         }
     } else {
-        // Rank 0 reads and encodes the prompt; the tokens travel as bytes.
-        std::string text = o.prompt;
-        std::vector<std::uint8_t> bytes;
-        if (comm.is_root()) {
-            if (!o.prompt_file.empty()) {
-                const auto file = gpt2::read_file_bytes(o.prompt_file);
-                text.assign(file.begin(), file.end());
-            }
-            const std::vector<std::int32_t> prompt = encode_prompt(
-                tokenizer, model, text, o.prompt_file.empty() ? "--prompt" : o.prompt_file);
-            bytes.resize(prompt.size() * sizeof(std::int32_t));
-            std::memcpy(bytes.data(), prompt.data(), bytes.size());
-        }
-        comm.broadcast_vector(bytes);
-        std::vector<std::int32_t> prompt(bytes.size() / sizeof(std::int32_t));
-        std::memcpy(prompt.data(), bytes.data(), bytes.size());
-        run_prompt(o, comm, session, tokenizer, prompt, text, 0);
+        const Prompt prompt = single_prompt(o, comm, tokenizer, model);
+        run_prompt(o, comm, session, tokenizer, prompt.tokens, prompt.text, 0);
     }
     if (solo) gpt2::idle_barrier(world);
-    return 0;
+    return app::kExitOk;
 }
 
 }  // namespace
@@ -462,15 +632,17 @@ int main(int argc, char** argv) {
     auto parsed = parse_options(argc, argv, comm.is_root());
     if (const int* code = std::get_if<int>(&parsed)) return *code;
     const Options& options = std::get<Options>(parsed);
+    app::setup_logging(options.log_level, app::LogStream::Stderr, comm.rank(), comm.size());
+    // An error is found the same way on every rank that looks, or only on rank 0: either way the
+    // whole job must end, and MPI_Abort does that without waiting for anyone.
     try {
         return run(options, comm);
     } catch (const std::bad_alloc&) {
-        comm.abort("out of memory loading or running " + options.checkpoint);
-    } catch (const gpt2::InputError& e) {
-        // Bad input is found the same way on every rank that looks, or only on rank 0: either
-        // way the whole job must end, and MPI_Abort does that without waiting for anyone.
-        comm.abort(e.what(), 2);
+        comm.abort("out of memory loading or running " + options.checkpoint,
+                   app::kExitRuntimeError);
+    } catch (const gpt2::UsageError& e) {
+        comm.abort(e.what(), app::kExitBadFlags);
     } catch (const std::exception& e) {
-        comm.abort(e.what());
+        comm.abort(e.what(), app::kExitRuntimeError);
     }
 }

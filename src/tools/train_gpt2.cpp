@@ -71,6 +71,8 @@ int main(int argc, char** argv) {
         }
         try {
             return gpt2::run_training(options, comm);
+        } catch (const gpt2::UsageError& e) {
+            comm.abort(e.what(), gpt2::app::kExitBadFlags);
         } catch (const std::bad_alloc&) {
             comm.abort("out of memory (try a smaller --batch-size, --seq-len or model)");
         } catch (const std::exception& e) {
