@@ -574,6 +574,416 @@ class MetricsFile {
     bool warned_ = false;
 };
 
+// ---- The run ------------------------------------------------------------------------------
+
+// This rank's replica: the model, its optimizer state and the worker threads with their contexts.
+struct Replica {
+    Replica(const ModelConfig& config, int num_workers, const TrainOptions& o)
+        : workers(config, num_workers, o.batch_size, o.seq_len, o.pin_threads),
+          model(config),
+          optimizer(model.layout.total()) {}
+    WorkerGroup workers;
+    Model model;
+    AdamWState optimizer;
+};
+
+std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator& comm,
+                                       const ModelConfig& config, StartPoint& start) {
+    std::int32_t have_weights = comm.is_root() && start.model ? 1 : 0;
+    comm.broadcast(std::span<std::int32_t>(&have_weights, 1));
+    const int workers = o.threads > 0 ? o.threads : std::min(available_cpus(), o.batch_size);
+    auto replica = std::make_unique<Replica>(config, workers, o);
+    if (have_weights) {
+        if (comm.is_root()) {
+            const auto loaded = start.model->model.params.span();
+            std::copy(loaded.begin(), loaded.end(), replica->model.params.data());
+            start.model.reset();
+        }
+        comm.broadcast(replica->model.params.span());
+    } else {
+        init_parameters(replica->model, o.seed, &replica->workers.pool());
+    }
+    return replica;
+}
+
+// Plain values the step loop runs on, fixed before it starts.
+struct RunPlan {
+    int grad_accum = 1;
+    std::int64_t global_sequences = 0;  // per optimizer step, all ranks
+    std::int64_t first_step = 0;
+    std::int64_t decay_steps = 0;  // the schedule's length
+    std::uint64_t run_id = 0;      // the lineage (rank 0's; only rank 0 writes checkpoints)
+    bool resumed = false;
+    Rng sample_rng{0};
+};
+
+int derived_grad_accum(const TrainOptions& o, int world) {
+    if (o.grad_accum > 0) return o.grad_accum;
+    if (o.total_batch_tokens > 0) {
+        return static_cast<int>(o.total_batch_tokens /
+                                (static_cast<std::int64_t>(o.batch_size) * o.seq_len * world));
+    }
+    return 1;
+}
+
+// A fresh lineage and schedule, or the resume state of the checkpoint we start from (rank 0
+// reads it; every rank receives step, moments and schedule length).
+RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoint& start,
+                 Replica& replica) {
+    RunPlan plan;
+    plan.grad_accum = derived_grad_accum(o, comm.size());
+    plan.global_sequences = static_cast<std::int64_t>(o.batch_size) * comm.size() * plan.grad_accum;
+    plan.sample_rng = Rng::derived(o.seed, 0x5a3e);
+    std::int32_t resuming = comm.is_root() && !start.state_file.empty() ? 1 : 0;
+    comm.broadcast(std::span<std::int32_t>(&resuming, 1));
+    plan.resumed = resuming != 0;
+    // first step, AdamW step, schedule length
+    std::array<std::int64_t, 3> header{0, 0, o.lr_decay_steps > 0 ? o.lr_decay_steps : o.max_steps};
+    if (comm.is_root()) {
+        std::random_device entropy;
+        plan.run_id = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy() ^ 1;
+    }
+    if (plan.resumed) {
+        if (comm.is_root()) {
+            const ResumeState resume =
+                load_resume_state(start.state_file, replica.model.config, replica.optimizer);
+            if (resume.sequences_per_step != plan.global_sequences || resume.seq_len != o.seq_len) {
+                throw UsageError(
+                    "--resume " + start.state_file.string() + ": the checkpoint used " +
+                    std::to_string(resume.sequences_per_step) + " sequences of " +
+                    std::to_string(resume.seq_len) + " tokens per step; this run uses " +
+                    std::to_string(plan.global_sequences) + " of " + std::to_string(o.seq_len) +
+                    " (keep the global batch to resume)");
+            }
+            if (resume.lr_decay_steps > 0 && !o.was_given("lr-decay-steps")) {
+                header[2] = resume.lr_decay_steps;
+                if (header[2] != o.max_steps) {
+                    spdlog::info(
+                        "schedule: {} steps, as the run started with (--lr-decay-steps "
+                        "changes it)",
+                        header[2]);
+                }
+            }
+            header[0] = resume.step;
+            header[1] = replica.optimizer.step;
+            if (resume.run_id != 0) plan.run_id = resume.run_id;
+            plan.sample_rng.set_state(resume.sample_rng);
+            spdlog::info("resuming from {} at step {}", start.state_file.string(), resume.step);
+        }
+        comm.broadcast(replica.optimizer.m.span());
+        comm.broadcast(replica.optimizer.v.span());
+    }
+    comm.broadcast(std::span<std::int64_t>(header));
+    plan.first_step = header[0];
+    replica.optimizer.step = header[1];
+    plan.decay_steps = header[2];
+    return plan;
+}
+
+void warn_about_schedule(const TrainOptions& o, const RunPlan& plan) {
+    if (o.warmup_steps > o.max_steps || o.warmup_steps >= plan.decay_steps) {
+        spdlog::warn(
+            "--warmup-steps {} is not shorter than the run ({} steps, schedule over {}): "
+            "the learning rate {} --lr before the end",
+            o.warmup_steps, o.max_steps, plan.decay_steps,
+            o.warmup_steps > o.max_steps ? "never reaches" : "only reaches");
+    }
+}
+
+// The step loop and what it does between steps (validate, sample, checkpoint, compare replicas),
+// over state built once: the replica, the data, the batch buffers and the metrics file.
+class TrainingLoop {
+  public:
+    TrainingLoop(const TrainOptions& o, const Communicator& comm, const Corpus& corpus,
+                 Replica& replica, RunPlan& plan, double startup_seconds);
+    void log_banner() const;
+    [[nodiscard]] int run();
+
+  private:
+    struct StepOutcome {
+        bool stop = false;
+        int signal = 0;
+    };
+    [[nodiscard]] StepOutcome step(std::int64_t step, int& bad_steps, double& ema_seconds);
+    void validate(std::int64_t completed);
+    void sample(std::int64_t completed);
+    void save(std::int64_t completed);
+    void check_replicas(std::int64_t completed) const;
+    void report_benchmark();
+
+    const TrainOptions& o_;
+    const Communicator& comm_;
+    const Corpus& corpus_;
+    Replica& replica_;
+    RunPlan& plan_;
+    const int B_, T_;
+    const bool benchmark_;
+    const std::int64_t last_step_;
+    const std::int64_t tokens_per_step_;
+    const double flops_per_step_;
+    const double peak_gflops_;
+    const ScheduleConfig schedule_;
+    const std::string run_config_;
+    const double startup_seconds_;
+    std::vector<std::int32_t> inputs_, targets_, val_inputs_, val_targets_;
+    WindowSampler train_sampler_;
+    MetricsFile metrics_;
+    std::optional<std::filesystem::path> last_checkpoint_;
+    std::vector<double> step_ms_;
+};
+
+constexpr int kBenchmarkWarmup = 2;
+
+TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, const Corpus& corpus,
+                           Replica& replica, RunPlan& plan, double startup_seconds)
+    : o_(o),
+      comm_(comm),
+      corpus_(corpus),
+      replica_(replica),
+      plan_(plan),
+      B_(o.batch_size),
+      T_(o.seq_len),
+      benchmark_(o.benchmark > 0),
+      last_step_(benchmark_ ? plan.first_step + o.benchmark + kBenchmarkWarmup : o.max_steps),
+      tokens_per_step_(plan.global_sequences * o.seq_len),
+      flops_per_step_(training_flops_per_token(replica.model.config, o.seq_len) *
+                      static_cast<double>(tokens_per_step_)),
+      peak_gflops_(o.peak_gflops * cores_in_use(comm, replica.workers.size())),
+      schedule_{o.schedule, o.lr, o.min_lr, o.warmup_steps, plan.decay_steps},
+      run_config_(config_json(o, replica.model.config, comm.size(), replica.workers.size())),
+      startup_seconds_(startup_seconds),
+      inputs_(static_cast<std::size_t>(plan.grad_accum) * B_ * T_),
+      targets_(inputs_.size()),
+      val_inputs_(static_cast<std::size_t>(o.val_batches) * B_ * T_),
+      val_targets_(val_inputs_.size()),
+      train_sampler_(corpus.train_store, T_, o.seed, !o.no_shuffle),
+      metrics_(comm.is_root() ? o.metrics_file : "") {
+    // The validation set is fixed: the first windows of the validation data, in order.
+    WindowSampler val_sampler(corpus.val_store, T_, o.seed, false);
+    val_sampler.fill_step(0, comm.rank(), comm.size(), B_, o.val_batches, val_inputs_,
+                          val_targets_);
+    if (comm.is_root() && !benchmark_) {
+        std::error_code ec;
+        std::filesystem::create_directories(o.out_dir, ec);
+        if (ec || !std::filesystem::is_directory(o.out_dir)) {
+            throw InputError("--out-dir " + o.out_dir + ": cannot create directory (" +
+                             ec.message() + ")");
+        }
+    }
+    metrics_.write({{"type", "run"},
+                    {"start_step", plan.first_step},
+                    {"max_steps", last_step_},
+                    {"time", iso_time_now()},
+                    {"resumed", plan.resumed},
+                    {"ranks", comm.size()},
+                    {"threads", replica.workers.size()},
+                    {"tokens_per_step", tokens_per_step_},
+                    {"model", describe(replica.model.config)}});
+}
+
+void TrainingLoop::log_banner() const {
+    const ModelConfig& config = replica_.model.config;
+    const WorkerGroup& workers = replica_.workers;
+    const int W = workers.size();
+    spdlog::info("model {} | {} parameters ({})", describe(config),
+                 with_commas(static_cast<double>(replica_.model.layout.total())),
+                 human_bytes(static_cast<double>(replica_.model.layout.total()) * 4));
+    spdlog::info("ranks x workers {} x {} | batch {} x {} per rank, grad accum {} | {} tokens/step",
+                 comm_.size(), W, B_, T_, plan_.grad_accum,
+                 with_commas(static_cast<double>(tokens_per_step_)));
+    spdlog::info("thread context {} each ({} activations + {} gradients) | startup {:.0f} ms",
+                 human_bytes(static_cast<double>(workers.context(0).total_bytes())),
+                 human_bytes(static_cast<double>(workers.context(0).activation_bytes())),
+                 human_bytes(static_cast<double>(workers.context(0).grads.size() * 4)),
+                 startup_seconds_ * 1e3);
+    spdlog::info(
+        "data: {} train windows, {} val windows of {} tokens | GEMM kernels {} | MFU peak {:.0f} "
+        "GFLOP/s",
+        with_commas(static_cast<double>(corpus_.train_store.num_windows(T_))),
+        with_commas(static_cast<double>(corpus_.val_store.num_windows(T_))), T_, gemm_kernel_name(),
+        peak_gflops_);
+    for (int w = 0; w < W; ++w) {
+        const Range share = split_range(static_cast<std::size_t>(B_), w, W);
+        spdlog::debug("rank {} worker {}: {} sequences, context {}", comm_.rank(), w,
+                      share.end - share.begin,
+                      human_bytes(static_cast<double>(workers.context(w).total_bytes())));
+    }
+}
+
+int TrainingLoop::run() {
+    if (plan_.first_step == 0 && !benchmark_ && o_.val_every > 0) validate(0);
+    double ema_seconds = 0.0;
+    int bad_steps = 0;
+    for (std::int64_t s = plan_.first_step; s < last_step_; ++s) {
+        const StepOutcome outcome = step(s, bad_steps, ema_seconds);
+        const std::int64_t completed = s + 1;
+        if (benchmark_) {
+            if (outcome.stop) return 130;  // interrupted: no figures, nothing saved
+            continue;
+        }
+        const bool last = completed == last_step_;
+        if ((o_.val_every > 0 && completed % o_.val_every == 0) || last) validate(completed);
+        if (o_.sample_every > 0 && (completed % o_.sample_every == 0 || last)) sample(completed);
+        if ((o_.checkpoint_every > 0 && completed % o_.checkpoint_every == 0) || last ||
+            outcome.stop) {
+            save(completed);
+        }
+        if (outcome.stop) {
+            spdlog::info("stopped by signal at step {} ({}); resume with --resume auto", completed,
+                         signal_name(outcome.signal));
+            return 0;
+        }
+    }
+    if (benchmark_ && comm_.is_root()) report_benchmark();
+    return 0;
+}
+
+TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
+                                             double& ema_seconds) {
+    const auto t0 = Clock::now();
+    train_sampler_.fill_step(static_cast<std::uint64_t>(step), comm_.rank(), comm_.size(), B_,
+                             plan_.grad_accum, inputs_, targets_);
+    const StepHyper hyper{
+        AdamWHyper{learning_rate(schedule_, step), o_.beta1, o_.beta2, o_.eps, o_.weight_decay},
+        o_.grad_clip};
+    const StepMetrics m =
+        train_step(replica_.model, replica_.optimizer, replica_.workers, comm_,
+                   StepBatch{inputs_, targets_, plan_.grad_accum, plan_.global_sequences}, hyper,
+                   step == o_.inject_nan_step);
+    const double seconds = seconds_since(t0);
+    const std::int64_t completed = step + 1;
+    if (m.skipped) {
+        ++bad_steps;
+        spdlog::warn(
+            "step {}: non-finite loss {} or gradient norm {}: update skipped ({} in a row)",
+            completed, m.loss, m.grad_norm, bad_steps);
+        if (bad_steps >= o_.max_bad_steps) {
+            throw InputError(
+                "stopping: " + std::to_string(bad_steps) +
+                " non-finite steps in a row (--max-bad-steps); " +
+                (last_checkpoint_
+                     ? "the last good checkpoint, " + last_checkpoint_->string() + ", is kept"
+                     : std::string("this run has written no checkpoint yet")));
+        }
+    } else {
+        bad_steps = 0;
+    }
+    ema_seconds = step == plan_.first_step ? seconds : 0.9 * ema_seconds + 0.1 * seconds;
+    if (benchmark_ && step >= plan_.first_step + kBenchmarkWarmup) {
+        step_ms_.push_back(seconds * 1e3);
+    }
+    const double tok_s = static_cast<double>(tokens_per_step_) / seconds;
+    const double mfu = flops_per_step_ / seconds / (peak_gflops_ * 1e9);
+    spdlog::info(
+        "step {}/{} | loss {:.4f} | lr {:.1e} | norm {:.2f} | {:.0f} ms | {} tok/s | MFU "
+        "{:.0f}% | ETA {}",
+        completed, last_step_, m.loss, hyper.adamw.lr, m.grad_norm, seconds * 1e3,
+        with_commas(tok_s), mfu * 100,
+        format_duration(ema_seconds * static_cast<double>(last_step_ - completed)));
+    spdlog::debug(
+        "rank {} step {}: forward/backward {:.1f} ms | thread reduction {:.1f} ms | "
+        "allreduce {:.1f} ms | optimizer {:.1f} ms",
+        comm_.rank(), completed, m.timings.forward_backward * 1e3, m.timings.thread_reduction * 1e3,
+        m.timings.allreduce * 1e3, m.timings.optimizer * 1e3);
+    metrics_.write({{"type", "train"},
+                    {"step", completed},
+                    {"loss", m.loss},
+                    {"lr", hyper.adamw.lr},
+                    {"grad_norm", m.grad_norm},
+                    {"ms", seconds * 1e3},
+                    {"tokens_per_s", tok_s},
+                    {"mfu", mfu},
+                    {"skipped", m.skipped}});
+    if (o_.check_replicas > 0 && completed % o_.check_replicas == 0) check_replicas(completed);
+    const int signal = static_cast<int>(comm_.allreduce_max(stop_signal().load()));
+    return StepOutcome{signal != 0 || completed == o_.stop_at_step, signal};
+}
+
+void TrainingLoop::validate(std::int64_t completed) {
+    const auto t0 = Clock::now();
+    const double val_loss = evaluate(replica_.model, replica_.workers, comm_, val_inputs_,
+                                     val_targets_, o_.val_batches);
+    spdlog::info("step {}/{} | val loss {:.4f} | {:.0f} ms", completed, o_.max_steps, val_loss,
+                 seconds_since(t0) * 1e3);
+    metrics_.write({{"type", "val"}, {"step", completed}, {"val_loss", val_loss}});
+}
+
+void TrainingLoop::sample(std::int64_t completed) {
+    if (!comm_.is_root() || o_.sample_tokens == 0) return;
+    std::vector<std::int32_t> tokens;
+    if (const auto eot = corpus_.tokenizer->eot_id()) {
+        tokens.push_back(*eot);
+    } else {
+        tokens.push_back(val_inputs_[0]);
+    }
+    const std::size_t prompt = tokens.size();
+    generate_recompute(replica_.model, tokens, o_.sample_tokens, SamplingParams{},
+                       plan_.sample_rng);
+    const std::string text =
+        corpus_.tokenizer->decode(std::span<const std::int32_t>(tokens).subspan(prompt));
+    // Token bytes may split or break characters; the log only ever holds valid UTF-8.
+    spdlog::info("sample at step {}:\n{}\n---", completed, sanitize_utf8(text));
+}
+
+void TrainingLoop::save(std::int64_t completed) {
+    if (!comm_.is_root()) return;
+    const auto t0 = Clock::now();
+    const std::filesystem::path out_dir = o_.out_dir;
+    const auto path =
+        save_checkpoint(model_path(out_dir, completed), replica_.model,
+                        CheckpointExtras{corpus_.tokenizer->serialize(), run_config_});
+    ResumeState state{completed, o_.seed, plan_.global_sequences, T_, plan_.sample_rng.state()};
+    state.run_id = plan_.run_id;
+    state.lr_decay_steps = plan_.decay_steps;
+    save_resume_state(state_path(out_dir, completed), state, replica_.model.config,
+                      replica_.optimizer);
+    last_checkpoint_ = path;
+    prune_checkpoints(out_dir, o_.keep_checkpoints, plan_.run_id);
+    metrics_.sync();
+    spdlog::info("checkpoint {} ({:.2f} s)", path.string(), seconds_since(t0));
+}
+
+void TrainingLoop::check_replicas(std::int64_t completed) const {
+    const std::uint64_t sum =
+        checksum64(std::span(reinterpret_cast<const std::uint8_t*>(replica_.model.params.data()),
+                             replica_.model.params.size() * 4));
+    const auto all = comm_.allgather(sum);
+    for (std::size_t r = 0; r < all.size(); ++r) {
+        if (all[r] != all[0]) {
+            comm_.abort(
+                fmt::format("step {}: parameters of rank {} differ from rank 0 "
+                            "(replicas diverged; checksums {:016x} vs {:016x})",
+                            completed, r, all[r], all[0]));
+        }
+    }
+    spdlog::debug("step {}: replicas identical (checksum {:016x})", completed, sum);
+}
+
+void TrainingLoop::report_benchmark() {
+    std::sort(step_ms_.begin(), step_ms_.end());
+    const double median_ms = step_ms_[step_ms_.size() / 2];
+    const double tok_s = static_cast<double>(tokens_per_step_) / (median_ms / 1e3);
+    const double gflops = flops_per_step_ / (median_ms / 1e3) / 1e9;
+    fmt::print(
+        "benchmark: median {:.1f} ms/step | {:.1f} tok/s | {:.1f} GFLOP/s | MFU {:.1f}% "
+        "| peak RSS {} | startup {:.0f} ms | {} steps, ranks {} x workers {}\n",
+        median_ms, tok_s, gflops, 100.0 * gflops / peak_gflops_, human_bytes(peak_rss_bytes()),
+        startup_seconds_ * 1e3, step_ms_.size(), comm_.size(), replica_.workers.size());
+    std::fflush(stdout);
+}
+
+// Rank 0 decides where the run starts and which tokenizer it uses.
+void choose_start(const TrainOptions& o, StartPoint& start, TokenizerChoice& choice) {
+    start = find_start(o);
+    choice = choose_tokenizer(o, start);
+    if (choice.from_checkpoint.empty()) {
+        spdlog::debug("tokenizer: {} ({})", choice.kind, choice.reason);
+    }
+    if (start.model && !start.model->extras && choice.reason.starts_with("GPT-2")) {
+        spdlog::info("{}: no tokenizer in the file; using {}", start.source, choice.reason);
+    }
+}
+
 }  // namespace
 
 int run_training(const TrainOptions& o, const Communicator& comm) {
@@ -582,21 +992,9 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     install_signal_handlers();
     if (!o.config_file.empty()) spdlog::info("config file {} applied", o.config_file);
 
-    // Rank 0 decides where we start, loads any weights and chooses the tokenizer.
     StartPoint start;
     TokenizerChoice tokenizer_choice;
-    if (comm.is_root()) {
-        start = find_start(o);
-        tokenizer_choice = choose_tokenizer(o, start);
-        if (tokenizer_choice.from_checkpoint.empty()) {
-            spdlog::debug("tokenizer: {} ({})", tokenizer_choice.kind, tokenizer_choice.reason);
-        }
-        if (start.model && !start.model->extras && tokenizer_choice.reason.starts_with("GPT-2")) {
-            spdlog::info("{}: no tokenizer in the file; using {}", start.source,
-                         tokenizer_choice.reason);
-        }
-    }
-
+    if (comm.is_root()) choose_start(o, start, tokenizer_choice);
     Corpus corpus;
     if (o.train_data.empty()) {
         prepare_text_corpus(o, comm, tokenizer_choice, corpus);
@@ -604,8 +1002,6 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         prepare_shard_corpus(o, comm, tokenizer_choice, corpus);
     }
     const ModelConfig config = agree_on_model(o, comm, start, *corpus.tokenizer);
-    std::int32_t have_weights = comm.is_root() && start.model ? 1 : 0;
-    comm.broadcast(std::span<std::int32_t>(&have_weights, 1));
     if (corpus.train_store.max_token() >= config.vocab_size) {
         throw InputError("token id " + std::to_string(corpus.train_store.max_token()) +
                          " is out of range for the model's vocabulary of " +
@@ -613,301 +1009,23 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     }
 
     const auto build_start = Clock::now();
-    const int workers_wanted = o.threads > 0 ? o.threads : std::min(available_cpus(), o.batch_size);
-    WorkerGroup workers(config, workers_wanted, o.batch_size, o.seq_len, o.pin_threads);
-    Model model(config);
-    AdamWState optimizer(model.layout.total());
-    if (have_weights) {
-        if (comm.is_root()) {
-            std::copy(start.model->model.params.span().begin(),
-                      start.model->model.params.span().end(), model.params.data());
-            start.model.reset();
-        }
-        comm.broadcast(model.params.span());
-    } else {
-        init_parameters(model, o.seed, &workers.pool());
-    }
-
-    // Resume state, or a fresh lineage and schedule length.
-    std::int32_t resuming = comm.is_root() && !start.state_file.empty() ? 1 : 0;
-    comm.broadcast(std::span<std::int32_t>(&resuming, 1));
-    const int grad_accum =
-        o.grad_accum > 0 ? o.grad_accum
-        : o.total_batch_tokens > 0
-            ? static_cast<int>(o.total_batch_tokens /
-                               (static_cast<std::int64_t>(o.batch_size) * o.seq_len * comm.size()))
-            : 1;
-    const std::int64_t global_sequences =
-        static_cast<std::int64_t>(o.batch_size) * comm.size() * grad_accum;
-    Rng sample_rng = Rng::derived(o.seed, 0x5a3e);
-    const std::int64_t requested_decay = o.lr_decay_steps > 0 ? o.lr_decay_steps : o.max_steps;
-    // first step, AdamW step, schedule length (the run id stays on rank 0, the only writer)
-    std::array<std::int64_t, 3> header{0, 0, requested_decay};
-    std::uint64_t run_id = 0;
-    if (comm.is_root()) {
-        std::random_device entropy;
-        run_id = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy() ^ 1;
-    }
-    if (resuming) {
-        if (comm.is_root()) {
-            const ResumeState resume = load_resume_state(start.state_file, config, optimizer);
-            if (resume.sequences_per_step != global_sequences || resume.seq_len != o.seq_len) {
-                throw InputError(
-                    "--resume " + start.state_file.string() + ": the checkpoint used " +
-                    std::to_string(resume.sequences_per_step) + " sequences of " +
-                    std::to_string(resume.seq_len) + " tokens per step; this run uses " +
-                    std::to_string(global_sequences) + " of " + std::to_string(o.seq_len) +
-                    " (keep the global batch to resume)");
-            }
-            std::int64_t decay = requested_decay;
-            if (resume.lr_decay_steps > 0 && !o.was_given("lr-decay-steps")) {
-                decay = resume.lr_decay_steps;
-                if (decay != o.max_steps) {
-                    spdlog::info(
-                        "schedule: {} steps, as the run started with (--lr-decay-steps "
-                        "changes it)",
-                        decay);
-                }
-            }
-            header = {resume.step, optimizer.step, decay};
-            if (resume.run_id != 0) run_id = resume.run_id;
-            sample_rng.set_state(resume.sample_rng);
-            spdlog::info("resuming from {} at step {}", start.state_file.string(), resume.step);
-        }
-        comm.broadcast(optimizer.m.span());
-        comm.broadcast(optimizer.v.span());
-    }
-    comm.broadcast(std::span<std::int64_t>(header));
-    const std::int64_t first_step = header[0];
-    optimizer.step = header[1];
-    const std::int64_t decay_steps = header[2];
-    const bool benchmark = o.benchmark > 0;
-    if (resuming && first_step >= o.max_steps && !benchmark) {
+    const std::unique_ptr<Replica> replica = build_replica(o, comm, config, start);
+    RunPlan plan = plan_run(o, comm, start, *replica);
+    if (plan.resumed && plan.first_step >= o.max_steps && o.benchmark == 0) {
         spdlog::warn(
             "nothing to do: the checkpoint is at step {} and --max-steps is {} (raise "
             "--max-steps to train further)",
-            first_step, o.max_steps);
+            plan.first_step, o.max_steps);
         return 0;
     }
-    if (comm.is_root() && (o.warmup_steps > o.max_steps || o.warmup_steps >= decay_steps)) {
-        spdlog::warn(
-            "--warmup-steps {} is not shorter than the run ({} steps, schedule over {}): "
-            "the learning rate {} --lr before the end",
-            o.warmup_steps, o.max_steps, decay_steps,
-            o.warmup_steps > o.max_steps ? "never reaches" : "only reaches");
-    }
-
+    if (comm.is_root()) warn_about_schedule(o, plan);
     const double startup_seconds = seconds_since(build_start);
 
-    const int B = o.batch_size, T = o.seq_len, W = workers.size();
-    const std::int64_t tokens_per_step = global_sequences * T;
-    const double flops_per_step =
-        training_flops_per_token(config, T) * static_cast<double>(tokens_per_step);
-    const double peak_gflops = o.peak_gflops * cores_in_use(comm, W);
-    constexpr int kBenchmarkWarmup = 2;
-    const std::int64_t last_step =
-        benchmark ? first_step + o.benchmark + kBenchmarkWarmup : o.max_steps;
-
-    spdlog::info("model {} | {} parameters ({})", describe(config),
-                 with_commas(static_cast<double>(model.layout.total())),
-                 human_bytes(static_cast<double>(model.layout.total()) * 4));
-    spdlog::info("ranks x workers {} x {} | batch {} x {} per rank, grad accum {} | {} tokens/step",
-                 comm.size(), W, B, T, grad_accum,
-                 with_commas(static_cast<double>(tokens_per_step)));
-    spdlog::info("thread context {} each ({} activations + {} gradients) | startup {:.0f} ms",
-                 human_bytes(static_cast<double>(workers.context(0).total_bytes())),
-                 human_bytes(static_cast<double>(workers.context(0).activation_bytes())),
-                 human_bytes(static_cast<double>(workers.context(0).grads.size() * 4)),
-                 startup_seconds * 1e3);
-    spdlog::info(
-        "data: {} train windows, {} val windows of {} tokens | GEMM kernels {} | MFU peak {:.0f} "
-        "GFLOP/s",
-        with_commas(static_cast<double>(corpus.train_store.num_windows(T))),
-        with_commas(static_cast<double>(corpus.val_store.num_windows(T))), T, gemm_kernel_name(),
-        peak_gflops);
-    for (int w = 0; w < W; ++w) {
-        spdlog::debug("rank {} worker {}: {} sequences, context {}", comm.rank(), w,
-                      split_range(static_cast<std::size_t>(B), w, W).end -
-                          split_range(static_cast<std::size_t>(B), w, W).begin,
-                      human_bytes(static_cast<double>(workers.context(w).total_bytes())));
-    }
-
-    // Buffers for a step and for the fixed validation set, allocated once.
-    const std::size_t step_tokens = static_cast<std::size_t>(grad_accum) * B * T;
-    std::vector<std::int32_t> inputs(step_tokens), targets(step_tokens);
-    WindowSampler train_sampler(corpus.train_store, T, o.seed, !o.no_shuffle);
-    WindowSampler val_sampler(corpus.val_store, T, o.seed, false);
-    const std::size_t val_tokens = static_cast<std::size_t>(o.val_batches) * B * T;
-    std::vector<std::int32_t> val_inputs(val_tokens), val_targets(val_tokens);
-    val_sampler.fill_step(0, comm.rank(), comm.size(), B, o.val_batches, val_inputs, val_targets);
-
-    const ScheduleConfig schedule{o.schedule, o.lr, o.min_lr, o.warmup_steps, decay_steps};
-    MetricsFile metrics_file(comm.is_root() ? o.metrics_file : "");
-    metrics_file.write({{"type", "run"},
-                        {"start_step", first_step},
-                        {"max_steps", last_step},
-                        {"time", iso_time_now()},
-                        {"resumed", resuming != 0},
-                        {"ranks", comm.size()},
-                        {"threads", W},
-                        {"tokens_per_step", tokens_per_step},
-                        {"model", describe(config)}});
-    const std::filesystem::path out_dir = o.out_dir;
-    if (comm.is_root() && !benchmark) {
-        std::error_code ec;
-        std::filesystem::create_directories(out_dir, ec);
-        if (ec || !std::filesystem::is_directory(out_dir)) {
-            throw InputError("--out-dir " + o.out_dir + ": cannot create directory (" +
-                             ec.message() + ")");
-        }
-    }
-    const std::string run_config = config_json(o, config, comm.size(), W);
-
-    std::optional<std::filesystem::path> last_checkpoint;
-    const auto save = [&](std::int64_t completed) {
-        if (!comm.is_root()) return;
-        const auto t0 = Clock::now();
-        const auto path =
-            save_checkpoint(model_path(out_dir, completed), model,
-                            CheckpointExtras{corpus.tokenizer->serialize(), run_config});
-        ResumeState state{completed, o.seed, global_sequences, T, sample_rng.state()};
-        state.run_id = run_id;
-        state.lr_decay_steps = decay_steps;
-        save_resume_state(state_path(out_dir, completed), state, config, optimizer);
-        last_checkpoint = path;
-        prune_checkpoints(out_dir, o.keep_checkpoints, run_id);
-        metrics_file.sync();
-        spdlog::info("checkpoint {} ({:.2f} s)", path.string(), seconds_since(t0));
-    };
-    const auto validate = [&](std::int64_t completed) {
-        const auto t0 = Clock::now();
-        const double val_loss =
-            evaluate(model, workers, comm, val_inputs, val_targets, o.val_batches);
-        spdlog::info("step {}/{} | val loss {:.4f} | {:.0f} ms", completed, o.max_steps, val_loss,
-                     seconds_since(t0) * 1e3);
-        metrics_file.write({{"type", "val"}, {"step", completed}, {"val_loss", val_loss}});
-    };
-    const auto sample = [&](std::int64_t completed) {
-        if (!comm.is_root() || o.sample_tokens == 0) return;
-        std::vector<std::int32_t> tokens;
-        if (const auto eot = corpus.tokenizer->eot_id()) {
-            tokens.push_back(*eot);
-        } else {
-            tokens.push_back(val_inputs[0]);
-        }
-        const std::size_t prompt = tokens.size();
-        generate_recompute(model, tokens, o.sample_tokens, SamplingParams{}, sample_rng);
-        const std::string text =
-            corpus.tokenizer->decode(std::span<const std::int32_t>(tokens).subspan(prompt));
-        // Token bytes may split or break characters; the log only ever holds valid UTF-8.
-        spdlog::info("sample at step {}:\n{}\n---", completed, sanitize_utf8(text));
-    };
-
-    if (first_step == 0 && !benchmark && o.val_every > 0) validate(0);
-    std::vector<double> step_ms;
-    double ema_seconds = 0.0;
-    int bad_steps = 0;
-    for (std::int64_t step = first_step; step < last_step; ++step) {
-        const auto t0 = Clock::now();
-        train_sampler.fill_step(static_cast<std::uint64_t>(step), comm.rank(), comm.size(), B,
-                                grad_accum, inputs, targets);
-        StepHyper hyper{
-            AdamWHyper{learning_rate(schedule, step), o.beta1, o.beta2, o.eps, o.weight_decay},
-            o.grad_clip};
-        const StepMetrics m = train_step(model, optimizer, workers, comm,
-                                         StepBatch{inputs, targets, grad_accum, global_sequences},
-                                         hyper, step == o.inject_nan_step);
-        const double seconds = seconds_since(t0);
-        const std::int64_t completed = step + 1;
-        if (m.skipped) {
-            ++bad_steps;
-            spdlog::warn(
-                "step {}: non-finite loss {} or gradient norm {}: update skipped ({} in a row)",
-                completed, m.loss, m.grad_norm, bad_steps);
-            if (bad_steps >= o.max_bad_steps) {
-                throw InputError(
-                    "stopping: " + std::to_string(bad_steps) +
-                    " non-finite steps in a row (--max-bad-steps); " +
-                    (last_checkpoint
-                         ? "the last good checkpoint, " + last_checkpoint->string() + ", is kept"
-                         : std::string("this run has written no checkpoint yet")));
-            }
-        } else {
-            bad_steps = 0;
-        }
-        ema_seconds = step == first_step ? seconds : 0.9 * ema_seconds + 0.1 * seconds;
-        if (benchmark && step >= first_step + kBenchmarkWarmup) step_ms.push_back(seconds * 1e3);
-        const double tok_s = static_cast<double>(tokens_per_step) / seconds;
-        const double mfu = flops_per_step / seconds / (peak_gflops * 1e9);
-        spdlog::info(
-            "step {}/{} | loss {:.4f} | lr {:.1e} | norm {:.2f} | {:.0f} ms | {} tok/s | MFU "
-            "{:.0f}% | ETA {}",
-            completed, last_step, m.loss, hyper.adamw.lr, m.grad_norm, seconds * 1e3,
-            with_commas(tok_s), mfu * 100,
-            format_duration(ema_seconds * static_cast<double>(last_step - completed)));
-        spdlog::debug(
-            "rank {} step {}: forward/backward {:.1f} ms | thread reduction {:.1f} ms | "
-            "allreduce {:.1f} ms | optimizer {:.1f} ms",
-            comm.rank(), completed, m.timings.forward_backward * 1e3,
-            m.timings.thread_reduction * 1e3, m.timings.allreduce * 1e3, m.timings.optimizer * 1e3);
-        metrics_file.write({{"type", "train"},
-                            {"step", completed},
-                            {"loss", m.loss},
-                            {"lr", hyper.adamw.lr},
-                            {"grad_norm", m.grad_norm},
-                            {"ms", seconds * 1e3},
-                            {"tokens_per_s", tok_s},
-                            {"mfu", mfu},
-                            {"skipped", m.skipped}});
-
-        if (o.check_replicas > 0 && completed % o.check_replicas == 0) {
-            const std::uint64_t sum =
-                checksum64(std::span(reinterpret_cast<const std::uint8_t*>(model.params.data()),
-                                     model.params.size() * 4));
-            const auto all = comm.allgather(sum);
-            for (std::size_t r = 0; r < all.size(); ++r) {
-                if (all[r] != all[0]) {
-                    comm.abort(
-                        fmt::format("step {}: parameters of rank {} differ from rank 0 "
-                                    "(replicas diverged; checksums {:016x} vs {:016x})",
-                                    completed, r, all[r], all[0]));
-                }
-            }
-            spdlog::debug("step {}: replicas identical (checksum {:016x})", completed, sum);
-        }
-        const int signal = static_cast<int>(comm.allreduce_max(stop_signal().load()));
-        const bool stop = signal != 0 || completed == o.stop_at_step;
-        if (benchmark) {
-            if (stop) return 130;  // interrupted: no figures, nothing saved
-            continue;
-        }
-        const bool last = completed == last_step;
-        if ((o.val_every > 0 && completed % o.val_every == 0) || last) validate(completed);
-        if (o.sample_every > 0 && (completed % o.sample_every == 0 || last)) sample(completed);
-        if ((o.checkpoint_every > 0 && completed % o.checkpoint_every == 0) || last || stop) {
-            save(completed);
-        }
-        if (stop) {
-            spdlog::info("stopped by signal at step {} ({}); resume with --resume auto", completed,
-                         signal_name(signal));
-            return 0;
-        }
-    }
-
-    if (benchmark && comm.is_root()) {
-        std::sort(step_ms.begin(), step_ms.end());
-        const double median_ms = step_ms[step_ms.size() / 2];
-        const double tok_s = static_cast<double>(tokens_per_step) / (median_ms / 1e3);
-        const double gflops = flops_per_step / (median_ms / 1e3) / 1e9;
-        fmt::print(
-            "benchmark: median {:.1f} ms/step | {:.1f} tok/s | {:.1f} GFLOP/s | MFU {:.1f}% "
-            "| peak RSS {} | startup {:.0f} ms | {} steps, ranks {} x workers {}\n",
-            median_ms, tok_s, gflops, 100.0 * gflops / peak_gflops, human_bytes(peak_rss_bytes()),
-            startup_seconds * 1e3, step_ms.size(), comm.size(), W);
-        std::fflush(stdout);
-    }
+    TrainingLoop loop(o, comm, corpus, *replica, plan, startup_seconds);
+    loop.log_banner();
+    const int code = loop.run();
     spdlog::debug("rank {} done after {:.1f} s", comm.rank(), seconds_since(program_start));
-    return 0;
+    return code;
 }
 
 }  // namespace gpt2
