@@ -163,19 +163,10 @@ std::vector<std::string> read_config_file(const std::string& path,
     return args;
 }
 
-std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool speaker) {
-    TrainOptions o;
-    CLI::App app{"gpt2-mpi: train a GPT-2 on CPUs (run under mpirun -np N for several ranks)",
-                 "train_gpt2"};
-    // A flag given twice (or in --config and on the command line): the last one wins.
-    app.option_defaults()->always_capture_default()->multi_option_policy(
-        CLI::MultiOptionPolicy::TakeLast);
-    app::add_common_flags(app, o.log_level);
-    std::string config_file;
-    app.add_option("--config", config_file,
-                   "read flags from a file: one 'flag = value' per line, applied before the "
-                   "command line (which wins)");
+namespace {
 
+// The flags, one group per concern (as --help shows them).
+void add_model_flags(CLI::App& app, TrainOptions& o) {
     auto* model = app.add_option_group("Model");
     model->add_option("--model", o.model,
                       "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, d6, char-small; "
@@ -189,7 +180,9 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
         ->check(app::at_least(0));
     model->add_option("--init-from", o.init_from,
                       "start from an llm.c model file or our checkpoint (its shape and tokenizer)");
+}
 
+void add_data_flags(CLI::App& app, TrainOptions& o) {
     auto* data = app.add_option_group("Data");
     data->add_option("--data", o.data, "plain-text corpus (read and tokenized by rank 0)");
     data->add_option("--train-data", o.train_data, "llm.c token shards (glob), instead of --data");
@@ -206,7 +199,9 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     data->add_option("--val-fraction", o.val_fraction,
                      "last fraction of --data used for validation");
     data->add_flag("--no-shuffle", o.no_shuffle, "visit windows in file order (as llm.c does)");
+}
 
+void add_batch_flags(CLI::App& app, TrainOptions& o) {
     auto* batch = app.add_option_group("Batch");
     batch->add_option("--batch-size,-b", o.batch_size, "sequences per rank per micro-step (B)")
         ->check(app::positive());
@@ -217,8 +212,9 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
         ->add_option("--total-batch-tokens", o.total_batch_tokens,
                      "tokens per optimizer step over all ranks; derives --grad-accum")
         ->check(app::at_least(0));
+}
 
-    std::string schedule = "cosine";
+void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule) {
     auto* opt = app.add_option_group("Optimizer");
     opt->add_option("--lr", o.lr, "peak learning rate")->check(app::positive());
     opt->add_option("--min-lr", o.min_lr, "final learning rate of the decay")
@@ -240,7 +236,9 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     opt->add_option("--grad-clip", o.grad_clip, "max global gradient norm (0: off)")
         ->check(app::at_least(0));
     opt->add_option("--max-steps", o.max_steps, "optimizer steps to train")->check(app::positive());
+}
 
+void add_run_flags(CLI::App& app, TrainOptions& o) {
     auto* run = app.add_option_group("Run");
     run->add_option("--val-every", o.val_every, "validate every N steps (0: only at the end)")
         ->check(app::at_least(0));
@@ -286,6 +284,29 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
         ->group("");
     run->add_option("--mpi-chunk-elements", o.mpi_chunk_elements, "testing: elements per MPI call")
         ->group("");
+}
+
+}  // namespace
+
+std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool speaker) {
+    TrainOptions o;
+    CLI::App app{"gpt2-mpi: train a GPT-2 on CPUs (run under mpirun -np N for several ranks)",
+                 "train_gpt2"};
+    // A flag given twice (or in --config and on the command line): the last one wins.
+    app.option_defaults()->always_capture_default()->multi_option_policy(
+        CLI::MultiOptionPolicy::TakeLast);
+    app::add_common_flags(app, o.log_level);
+    std::string config_file;
+    app.add_option("--config", config_file,
+                   "read flags from a file: one 'flag = value' per line, applied before the "
+                   "command line (which wins)");
+
+    std::string schedule = "cosine";
+    add_model_flags(app, o);
+    add_data_flags(app, o);
+    add_batch_flags(app, o);
+    add_optimizer_flags(app, o, schedule);
+    add_run_flags(app, o);
 
     // The config file's flags go first, so that the command line overrides them.
     std::vector<std::string> args;

@@ -44,6 +44,32 @@ WorkerGroup::WorkerGroup(const ModelConfig& config, int workers, int batch_size,
       contexts_(make_contexts(config, workers, batch_size, seq_len)),
       partials_(static_cast<std::size_t>(workers)) {}
 
+namespace {
+// Lock-free reduction into worker 0's buffer: worker w owns a disjoint slice and sums it over
+// all buffers in worker order (deterministic), clearing the others for the next step. With one
+// rank the squared norm of each slice is taken in the same pass.
+void reduce_worker_gradients(WorkerGroup& workers, bool with_norm) {
+    const int W = workers.size();
+    const std::span<float> grad = workers.gradient();
+    const std::span<WorkerPartial> sums = workers.partials();
+    workers.pool().run([&](int w) {
+        const Range r = split_range(grad.size(), w, W);
+        float* out = grad.data();
+        for (int src = 1; src < W; ++src) {
+            float* in = workers.context(src).grads.data();
+            for (std::size_t i = r.begin; i < r.end; ++i) {
+                out[i] += in[i];
+                in[i] = 0.0f;
+            }
+        }
+        if (with_norm) {
+            sums[static_cast<std::size_t>(w)].value =
+                sum_of_squares(grad.subspan(r.begin, r.end - r.begin));
+        }
+    });
+}
+}  // namespace
+
 StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers,
                        const Communicator& comm, const StepBatch& batch, const StepHyper& hyper,
                        bool inject_nan) {
@@ -71,28 +97,11 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
         loss_sum += s.value;
     metrics.timings.forward_backward = lap(clock);
 
-    // Lock-free reduction into worker 0's buffer: worker w owns a disjoint slice and sums it over
-    // all buffers in worker order (deterministic), clearing the others for the next step.
     const std::size_t P = model.layout.total();
     std::span<float> grad = workers.gradient();
     const bool local_norm = comm.size() == 1;
     if (inject_nan) grad[0] = std::numeric_limits<float>::quiet_NaN();
-    workers.pool().run([&](int w) {
-        const Range r = split_range(P, w, W);
-        float* out = grad.data();
-        for (int src = 1; src < W; ++src) {
-            float* in = workers.context(src).grads.data();
-            for (std::size_t i = r.begin; i < r.end; ++i) {
-                out[i] += in[i];
-                in[i] = 0.0f;
-            }
-        }
-        if (local_norm) {
-            sums[static_cast<std::size_t>(w)].value =
-                sum_of_squares(grad.subspan(r.begin, r.end - r.begin));
-        }
-    });
-
+    reduce_worker_gradients(workers, local_norm);
     metrics.timings.thread_reduction = lap(clock);
 
     comm.allreduce_sum(grad);
