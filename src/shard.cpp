@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "gpt2/error.hpp"
+#include "gpt2/file_io.hpp"
 
 namespace gpt2 {
 
@@ -85,25 +86,9 @@ void write_shard(const std::filesystem::path& path, std::span<const std::int32_t
         bytes.push_back(static_cast<char>(id >> 8));
     }
 
-    std::filesystem::path temp = path;
-    temp += ".tmp." + std::to_string(::getpid());
-    {
-        std::ofstream file(temp, std::ios::binary | std::ios::trunc);
-        file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        file.close();
-        if (!file) {
-            std::error_code ignored;
-            std::filesystem::remove(temp, ignored);
-            fail(path, "cannot write shard (via " + temp.string() + ")");
-        }
-    }
-    std::error_code ec;
-    std::filesystem::rename(temp, path, ec);
-    if (ec) {
-        std::error_code ignored;
-        std::filesystem::remove(temp, ignored);
-        fail(path, "cannot move the written shard into place: " + ec.message());
-    }
+    // Atomic with fsync: an interrupted preparation leaves only complete shards.
+    write_file_atomically(
+        path, std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
 }
 
 MappedShard::MappedShard(const std::filesystem::path& path) : path_(path) {

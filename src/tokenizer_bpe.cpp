@@ -167,19 +167,22 @@ class BpeTokenizer final : public Tokenizer {
     [[nodiscard]] int vocab_size() const override { return static_cast<int>(vocab_.size()); }
     [[nodiscard]] std::optional<int> eot_id() const override { return eot_id_; }
 
-    [[nodiscard]] std::vector<std::int32_t> encode(std::string_view text) const override {
+    [[nodiscard]] std::vector<std::int32_t> encode(std::string_view text,
+                                                   EotInText eot) const override {
         std::vector<std::int32_t> out;
         out.reserve(text.size() / 3 + 16);
         PieceCache cache;
         MergeScratch scratch;
-        split_end_of_text(
-            text,
-            [&](std::string_view ordinary) {
-                pretokenizer_.split(ordinary, [&](std::string_view piece) {
-                    encode_piece(piece, cache, scratch, out);
-                });
-            },
-            [&] { out.push_back(eot_id_); });
+        const auto encode_ordinary = [&](std::string_view ordinary) {
+            pretokenizer_.split(ordinary, [&](std::string_view piece) {
+                encode_piece(piece, cache, scratch, out);
+            });
+        };
+        if (eot == EotInText::Text) {
+            encode_ordinary(text);
+        } else {
+            split_end_of_text(text, encode_ordinary, [&] { out.push_back(eot_id_); });
+        }
         return out;
     }
 

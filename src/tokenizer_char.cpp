@@ -33,7 +33,9 @@ class CharTokenizer final : public Tokenizer {
     [[nodiscard]] int vocab_size() const override { return static_cast<int>(alphabet_.size()); }
     [[nodiscard]] std::optional<int> eot_id() const override { return std::nullopt; }
 
-    [[nodiscard]] std::vector<std::int32_t> encode(std::string_view text) const override {
+    // No end-of-text token: every byte is ordinary text whatever `eot` says.
+    [[nodiscard]] std::vector<std::int32_t> encode(std::string_view text,
+                                                   EotInText /*eot*/) const override {
         std::vector<std::int32_t> ids;
         ids.reserve(text.size());
         for (std::size_t i = 0; i < text.size(); ++i) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "gpt2/error.hpp"
+#include "gpt2/file_io.hpp"
 #include "gpt2/tokenizer.hpp"
 #include "tokenizer_internal.hpp"
 
@@ -141,9 +142,16 @@ namespace {
 
 }  // namespace
 
+EotInText parse_eot_in_text(std::string_view word) {
+    if (word == "token") return EotInText::Token;
+    if (word == "text") return EotInText::Text;
+    throw InputError("--eot-in-text must be token or text, not '" + std::string(word) + "'");
+}
+
 std::vector<std::int32_t> encode_blocks(const Tokenizer& tokenizer, std::string_view text,
                                         int threads,
-                                        const std::function<void(std::size_t)>& on_progress) {
+                                        const std::function<void(std::size_t)>& on_progress,
+                                        EotInText eot) {
     constexpr std::size_t kBlockSize = std::size_t{1} << 20;
     const std::vector<std::size_t> cuts = block_cuts(text, kBlockSize);
     const std::size_t num_blocks = cuts.size() - 1;
@@ -153,7 +161,7 @@ std::vector<std::int32_t> encode_blocks(const Tokenizer& tokenizer, std::string_
     const std::size_t workers = std::min<std::size_t>(std::max(threads, 1), num_blocks);
     if (workers <= 1) {
         for (std::size_t i = 0; i < num_blocks; ++i) {
-            results[i] = tokenizer.encode(block(i));
+            results[i] = tokenizer.encode(block(i), eot);
             if (on_progress) on_progress(cuts[i + 1]);
         }
     } else {
@@ -175,7 +183,7 @@ std::vector<std::int32_t> encode_blocks(const Tokenizer& tokenizer, std::string_
                             i = next_block++;
                         }
                         try {
-                            results[i] = tokenizer.encode(block(i));
+                            results[i] = tokenizer.encode(block(i), eot);
                         } catch (...) {
                             const std::lock_guard lock(mutex);
                             error = std::current_exception();
@@ -244,12 +252,7 @@ void write_llmc_tokenizer(const Tokenizer& tokenizer, const std::filesystem::pat
         out.u8(static_cast<std::uint8_t>(bytes.size()));
         out.raw(bytes);
     }
-    const std::vector<std::uint8_t> bytes = out.take();
-    std::ofstream file(path, std::ios::binary | std::ios::trunc);
-    file.write(reinterpret_cast<const char*>(bytes.data()),
-               static_cast<std::streamsize>(bytes.size()));
-    file.close();
-    if (!file) throw InputError(path.string() + ": cannot write llm.c tokenizer file");
+    write_file_atomically(path, out.take());
 }
 
 std::vector<std::string> read_llmc_tokenizer(const std::filesystem::path& path) {

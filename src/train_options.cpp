@@ -196,6 +196,11 @@ void add_data_flags(CLI::App& app, TrainOptions& o) {
         ->check(app::at_least(257));
     data->add_option("--tokenizer-dir", o.tokenizer_dir,
                      "directory with encoder.json and vocab.bpe");
+    data->add_option("--eot-in-text", o.eot_in_text,
+                     "a literal <|endoftext|> in --data: token (the end-of-text token, documents "
+                     "separated) | text (ordinary characters, as llm.c's encode_ordinary)")
+        ->check(CLI::IsMember({"token", "text"}).description(""))
+        ->type_name("MODE");
     data->add_option("--val-fraction", o.val_fraction,
                      "last fraction of --data used for validation");
     data->add_flag("--no-shuffle", o.no_shuffle, "visit windows in file order (as llm.c does)");

@@ -264,7 +264,8 @@ void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
         const auto start = Clock::now();
         const std::string text = read_text_file(o.data);
         corpus.tokenizer = build_tokenizer(o, choice, text);
-        TokenSplit split = split_tokens(corpus.tokenizer->encode(text), o.val_fraction);
+        TokenSplit split = split_tokens(
+            corpus.tokenizer->encode(text, parse_eot_in_text(o.eot_in_text)), o.val_fraction);
         corpus.train = std::move(split.train);
         corpus.val = std::move(split.val);
         tokenizer_bytes = corpus.tokenizer->serialize();

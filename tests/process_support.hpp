@@ -69,6 +69,26 @@ class ScratchDir {
     std::filesystem::path path_;
 };
 
+// A small tmpfs mounted for the test (needs the right to mount, as root in CI has); unmounted by
+// the destructor.
+class TinyFileSystem {
+  public:
+    TinyFileSystem(const std::filesystem::path& where, const std::string& size) : where_(where) {
+        std::filesystem::create_directories(where);
+        mounted_ =
+            run_command("mount -t tmpfs -o size=" + size + " tmpfs " + where.string()).exit_code ==
+            0;
+    }
+    ~TinyFileSystem() {
+        if (mounted_) (void)run_command("umount " + where_.string());
+    }
+    [[nodiscard]] bool mounted() const { return mounted_; }
+
+  private:
+    std::filesystem::path where_;
+    bool mounted_ = false;
+};
+
 // A deterministic English-like corpus of about `bytes` bytes.
 inline void write_corpus(const std::filesystem::path& path, std::size_t bytes) {
     static constexpr std::array<const char*, 16> kWords = {

@@ -67,31 +67,11 @@ TEST(Faults, KilledAtRandomMomentsWhileCheckpointingTheNewestCheckpointAlwaysVer
         << resumed.output;
 }
 
-// A small tmpfs mounted for the test (needs the right to mount, as root in CI has); unmounted by
-// the destructor.
-class TinyFileSystem {
-  public:
-    TinyFileSystem(const std::filesystem::path& where, const std::string& size) : where_(where) {
-        std::filesystem::create_directories(where);
-        mounted_ =
-            run_command("mount -t tmpfs -o size=" + size + " tmpfs " + where.string()).exit_code ==
-            0;
-    }
-    ~TinyFileSystem() {
-        if (mounted_) (void)run_command("umount " + where_.string());
-    }
-    [[nodiscard]] bool mounted() const { return mounted_; }
-
-  private:
-    std::filesystem::path where_;
-    bool mounted_ = false;
-};
-
 TEST(Faults, AFullDiskDuringACheckpointKeepsThePreviousOneAndSaysWhy) {
     const ScratchDir dir("gpt2-fulldisk");
     test::write_corpus(dir.path() / "corpus.txt", 40000);
     // One checkpoint (1.7 MB model + 3.3 MB state) fits in 6 MB; the next one does not.
-    const TinyFileSystem disk(dir.path() / "out", "6m");
+    const test::TinyFileSystem disk(dir.path() / "out", "6m");
     if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
     const auto out = dir.path() / "out";
     const auto result = run_command(train(dir, "--max-steps 8 --checkpoint-every 2"));

@@ -481,6 +481,42 @@ TEST(Gpt2Tokenizer, StressTextMatchesJsTiktoken) {
     EXPECT_EQ(gpt2_tokenizer().decode(ids), text);
 }
 
+// A literal <|endoftext|>: the end-of-text token (tiktoken's allowed_special="all") or ordinary
+// text (encode_ordinary), both checked against js-tiktoken's ids.
+TEST(EotInText, Gpt2BothModesMatchJsTiktoken) {
+    SKIP_WITHOUT(kGpt2Dir / "encoder.json");
+    const std::string text = read_file(kTestData / "tokenizer_eot.txt");
+    const Tokenizer& tokenizer = gpt2_tokenizer();
+    const auto as_token = tokenizer.encode(text, gpt2::EotInText::Token);
+    const auto as_text = tokenizer.encode(text, gpt2::EotInText::Text);
+    EXPECT_EQ(as_token, read_u16_ids(kTestData / "tokenizer_gpt2_eot_token.u16"));
+    EXPECT_EQ(as_text, read_u16_ids(kTestData / "tokenizer_gpt2_eot_text.u16"));
+    EXPECT_EQ(std::count(as_token.begin(), as_token.end(), 50256), 6);
+    EXPECT_EQ(std::count(as_text.begin(), as_text.end(), 50256), 0);
+    EXPECT_EQ(tokenizer.decode(as_token), text);
+    EXPECT_EQ(tokenizer.decode(as_text), text);
+    EXPECT_EQ(tokenizer.encode(text), as_token) << "the default is the token";
+    // encode_blocks honours the mode too.
+    EXPECT_EQ(gpt2::encode_blocks(tokenizer, text, 2, {}, gpt2::EotInText::Text), as_text);
+}
+
+TEST(EotInText, BpeModesDifferAndBothDecodeBack) {
+    const auto bpe = gpt2::train_bpe_tokenizer(small_corpus(), 400);
+    const std::string text = "one<|endoftext|>two <|endoftext|> three";
+    const auto as_token = bpe->encode(text, gpt2::EotInText::Token);
+    const auto as_text = bpe->encode(text, gpt2::EotInText::Text);
+    EXPECT_EQ(std::count(as_token.begin(), as_token.end(), *bpe->eot_id()), 2);
+    EXPECT_EQ(std::count(as_text.begin(), as_text.end(), *bpe->eot_id()), 0);
+    EXPECT_EQ(bpe->decode(as_token), text);
+    EXPECT_EQ(bpe->decode(as_text), text);
+    // The char tokenizer has no end-of-text token: both modes are the same bytes.
+    const auto chars = gpt2::make_char_tokenizer(text);
+    EXPECT_EQ(chars->encode(text, gpt2::EotInText::Token), chars->encode(text, gpt2::EotInText::Text));
+    EXPECT_EQ(gpt2::parse_eot_in_text("text"), gpt2::EotInText::Text);
+    EXPECT_EQ(gpt2::parse_eot_in_text("token"), gpt2::EotInText::Token);
+    EXPECT_THROW((void)gpt2::parse_eot_in_text("special"), gpt2::InputError);
+}
+
 TEST(Gpt2Tokenizer, RoundTripsRandomBytesIncludingInvalidUtf8) {
     SKIP_WITHOUT(kGpt2Dir / "encoder.json");
     expect_round_trips(gpt2_tokenizer(), 5, 1000);

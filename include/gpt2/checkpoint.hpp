@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gpt2/file_io.hpp"
 #include "gpt2/model.hpp"
 
 namespace gpt2 {
@@ -36,14 +37,5 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& path, const M
 // Reads a plain llm.c model file or a checkpoint; verifies the checksum when present. Throws
 // InputError naming the file for anything missing, truncated, corrupt or of the wrong kind.
 [[nodiscard]] LoadedModel load_checkpoint(const std::filesystem::path& path);
-
-// Writes bytes to `path` atomically (used for every file a run produces).
-void write_file_atomically(const std::filesystem::path& path,
-                           std::span<const std::span<const std::uint8_t>> pieces);
-// Reads a whole file; InputError naming it if missing, a directory or unreadable.
-[[nodiscard]] std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path);
-
-// A fast 64-bit checksum over bytes (word-wise multiply-mix, not cryptographic).
-[[nodiscard]] std::uint64_t checksum64(std::span<const std::uint8_t> bytes, std::uint64_t seed = 0);
 
 }  // namespace gpt2

@@ -16,6 +16,12 @@ namespace gpt2 {
 
 enum class TokenizerKind : std::uint8_t { Char = 1, Bpe = 2, Gpt2 = 3 };
 
+// What a literal "<|endoftext|>" in the text becomes (bpe and gpt2; char has no end-of-text token).
+// Token: the end-of-text token (tiktoken's encode(text, allowed_special="all")), so documents can
+// be separated in plain text. Text: ordinary characters (tiktoken's encode_ordinary, as llm.c's
+// data scripts encode documents), so user text can never inject the control token.
+enum class EotInText { Token, Text };
+
 class Tokenizer {
   public:
     virtual ~Tokenizer() = default;
@@ -23,7 +29,8 @@ class Tokenizer {
     [[nodiscard]] virtual int vocab_size() const = 0;
     // The end-of-text token, if the vocabulary has one (the char tokenizer has none).
     [[nodiscard]] virtual std::optional<int> eot_id() const = 0;
-    [[nodiscard]] virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
+    [[nodiscard]] virtual std::vector<std::int32_t> encode(
+        std::string_view text, EotInText eot = EotInText::Token) const = 0;
     [[nodiscard]] virtual std::string decode(std::span<const std::int32_t> ids) const = 0;
     // The raw bytes of one token (possibly a partial UTF-8 sequence): lets generation stream.
     [[nodiscard]] virtual std::string token_bytes(int id) const = 0;
@@ -48,8 +55,9 @@ class Tokenizer {
 //   outside the alphabet throws InputError naming the byte.
 // - bpe and gpt2 pre-tokenize with GPT-2's regex (PCRE2, UTF + UCP). Invalid UTF-8 matches no
 //   pattern item: each run of it becomes a pre-token of its own, so any byte string round-trips.
-// - bpe and gpt2 encode the literal text <|endoftext|> as the EOT token (like tiktoken's
-//   encode(text, allowed_special="all"), not encode_ordinary), and decode EOT back to that text.
+// - bpe and gpt2 encode the literal text <|endoftext|> as the EOT token by default (like tiktoken's
+//   encode(text, allowed_special="all")), or as ordinary text with EotInText::Text (like
+//   encode_ordinary), and decode EOT back to that text.
 //   bpe training treats it as a document separator. bpe's EOT is its last id; gpt2's is 50256.
 // - bpe training picks the most frequent pair, ties broken by the smallest (left id, right id);
 //   it stops early (a smaller vocabulary) if no pair is left to merge.
@@ -60,7 +68,11 @@ class Tokenizer {
 // on_progress, if set, is called on the calling thread with the number of bytes encoded so far.
 [[nodiscard]] std::vector<std::int32_t> encode_blocks(
     const Tokenizer& tokenizer, std::string_view text, int threads,
-    const std::function<void(std::size_t bytes_done)>& on_progress = {});
+    const std::function<void(std::size_t bytes_done)>& on_progress = {},
+    EotInText eot = EotInText::Token);
+
+// "token" or "text" (the --eot-in-text flag's words) to the enum; InputError otherwise.
+[[nodiscard]] EotInText parse_eot_in_text(std::string_view word);
 
 // llm.c's decode-only tokenizer file (gpt2_tokenizer.bin): uint32 header[256] = {20240328, 2,
 // vocab size, EOT id (0xFFFFFFFF when there is none)}, then per token a uint8 length and its bytes.

@@ -29,6 +29,7 @@ struct TrainOptions {
     std::string tokenizer = "char";
     int vocab_size = 4096;  // for --tokenizer bpe
     std::string tokenizer_dir = "data/gpt2";
+    std::string eot_in_text = "token";  // a literal <|endoftext|> in --data: token | text
     double val_fraction = 0.1;
     bool no_shuffle = false;
 

@@ -59,6 +59,7 @@ struct Options {
     std::string tokenizer_dir = "data/gpt2";
     std::string tokenizer_corpus;
     std::string log_level = "info";
+    std::string eot_in_text = "token";
 
     [[nodiscard]] bool prompt_from_stdin() const { return prompt_file == kStdinName; }
 };
@@ -121,6 +122,11 @@ std::variant<Options, int> parse_options(int argc, char** argv, bool speaker) {
     app.add_option("--tokenizer-dir", o.tokenizer_dir,
                    "directory with GPT-2's encoder.json and vocab.bpe")
         ->type_name("DIR");
+    app.add_option("--eot-in-text", o.eot_in_text,
+                   "a literal <|endoftext|> in a prompt: token (the end-of-text token) | text "
+                   "(ordinary characters)")
+        ->check(CLI::IsMember({"token", "text"}).description(""))
+        ->type_name("MODE");
     app.add_option("--tokenizer-corpus", o.tokenizer_corpus,
                    "text the char or bpe tokenizer was built from (--tokenizer char|bpe)")
         ->type_name("FILE");
@@ -297,11 +303,12 @@ Shared share(const Options& o, const gpt2::Communicator& comm) {
 // The prompt's tokens; an empty prompt starts from end-of-text, or "\n" for the char tokenizer
 // (which has no end-of-text), or token 0. InputError naming `source` if it cannot be encoded.
 std::vector<std::int32_t> encode_prompt(const gpt2::Tokenizer& tokenizer, const gpt2::Model& model,
-                                        std::string_view text, std::string_view source) {
+                                        std::string_view text, std::string_view source,
+                                        gpt2::EotInText eot) {
     std::vector<std::int32_t> tokens;
     if (!text.empty()) {
         try {
-            tokens = tokenizer.encode(text);
+            tokens = tokenizer.encode(text, eot);
         } catch (const std::exception& e) {
             throw gpt2::InputError(std::string(source) + ": cannot encode the prompt: " + e.what());
         }
@@ -515,7 +522,8 @@ struct Prompt {
 // Rank 0 reads stdin lines until one encodes, reporting and skipping those that do not (one bad
 // line must not end a session), and shares its tokens; nullopt at end of input.
 std::optional<Prompt> next_prompt(const gpt2::Communicator& comm, const gpt2::Tokenizer& tokenizer,
-                                  const gpt2::Model& model, std::uint64_t& lines_read) {
+                                  const gpt2::Model& model, gpt2::EotInText eot,
+                                  std::uint64_t& lines_read) {
     Prompt prompt;
     std::vector<std::uint8_t> message;  // [line number (8 bytes), token ids...], empty at the end
     if (comm.is_root()) {
@@ -524,7 +532,7 @@ std::optional<Prompt> next_prompt(const gpt2::Communicator& comm, const gpt2::To
             ++lines_read;
             try {
                 prompt.tokens = encode_prompt(tokenizer, model, line,
-                                              "stdin line " + std::to_string(lines_read));
+                                              "stdin line " + std::to_string(lines_read), eot);
             } catch (const gpt2::InputError& e) {
                 spdlog::warn("{}; skipped, going on with the next line", e.what());
                 continue;
@@ -570,7 +578,8 @@ Prompt single_prompt(const Options& o, const gpt2::Communicator& comm,
             prompt.text = o.prompt;
         }
         try {
-            prompt.tokens = encode_prompt(tokenizer, model, prompt.text, source);
+            prompt.tokens = encode_prompt(tokenizer, model, prompt.text, source,
+                                          gpt2::parse_eot_in_text(o.eot_in_text));
         } catch (const gpt2::InputError& e) {
             // --prompt is the command line's own text; a file's content is a bad input file.
             if (o.prompt_file.empty()) throw gpt2::UsageError(e.what());
@@ -612,7 +621,7 @@ int run(const Options& o, const gpt2::Communicator& world) {
     if (o.interactive) {
         std::uint64_t lines_read = 0;
         while (const std::optional<Prompt> prompt =
-                   next_prompt(comm, tokenizer, model, lines_read)) {
+                   next_prompt(comm, tokenizer, model, gpt2::parse_eot_in_text(o.eot_in_text), lines_read)) {
             run_prompt(o, comm, session, tokenizer, prompt->tokens, prompt->text, prompt->line - 1);
         }
     } else {

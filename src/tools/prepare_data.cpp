@@ -12,13 +12,16 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "gpt2/app_common.hpp"
 #include "gpt2/error.hpp"
+#include "gpt2/file_io.hpp"
 #include "gpt2/shard.hpp"
 #include "gpt2/tokenizer.hpp"
 
@@ -36,6 +39,8 @@ struct Options {
     double val_fraction = 0.1;
     std::int64_t shard_tokens = 100'000'000;
     int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    std::string eot_in_text = "token";
+    std::string log_level = "info";
 };
 
 [[nodiscard]] std::string read_input(const fs::path& path) {
@@ -133,8 +138,9 @@ void run(Options options) {
     std::vector<std::int32_t> ids;
     {
         ProgressBar bar(text.size());
-        ids = gpt2::encode_blocks(*tokenizer, text, options.threads,
-                                  [&](std::size_t done) { bar.update(done); });
+        ids = gpt2::encode_blocks(
+            *tokenizer, text, options.threads, [&](std::size_t done) { bar.update(done); },
+            gpt2::parse_eot_in_text(options.eot_in_text));
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -162,12 +168,7 @@ void run(Options options) {
     write_shards(options, "train", all.first(ids.size() - val_count));
 
     const fs::path serialized_path = options.out_dir / "tokenizer.bin";
-    const std::vector<std::uint8_t> bytes = tokenizer->serialize();
-    std::ofstream serialized(serialized_path, std::ios::binary | std::ios::trunc);
-    serialized.write(reinterpret_cast<const char*>(bytes.data()),
-                     static_cast<std::streamsize>(bytes.size()));
-    serialized.close();
-    if (!serialized) throw gpt2::InputError(serialized_path.string() + ": cannot write");
+    gpt2::write_file_atomically(serialized_path, tokenizer->serialize());
     spdlog::info("wrote {}", serialized_path.string());
 
     const fs::path llmc_path = options.out_dir / "gpt2_tokenizer.bin";
@@ -183,44 +184,61 @@ void run(Options options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"Tokenizes a text file into llm.c token shards plus the tokenizer files."};
+    namespace app = gpt2::app;
+    CLI::App cli{"Tokenizes a text file into llm.c token shards plus the tokenizer files.",
+                 "prepare_data"};
+    cli.option_defaults()->always_capture_default();
     Options options;
-    app.add_option("--input", options.input, "UTF-8 (or any bytes) text file")->required();
-    app.add_option("--tokenizer", options.tokenizer, "Tokenizer kind")
+    app::add_common_flags(cli, options.log_level);
+    cli.add_option("--data,--input", options.input,
+                   "text file to tokenize (any bytes; --input is the older name)")
+        ->required();
+    cli.add_option("--tokenizer", options.tokenizer, "char | bpe | gpt2")
         ->required()
-        ->check(CLI::IsMember({"char", "bpe", "gpt2"}));
-    app.add_option("--vocab-size", options.vocab_size,
-                   "BPE vocabulary: 256 bytes + merges + <|endoftext|>")
-        ->capture_default_str()
-        ->check(CLI::Range(257, 65536));
-    app.add_option("--tokenizer-dir", options.tokenizer_dir,
-                   "Directory with GPT-2's encoder.json and vocab.bpe")
-        ->capture_default_str();
-    app.add_option("--out-dir", options.out_dir, "Output directory")->required();
-    app.add_option("--name", options.name, "Shard name prefix (default: the input's file stem)");
-    app.add_option("--val-fraction", options.val_fraction,
-                   "Fraction of tokens, from the end of the text, for validation")
-        ->capture_default_str()
-        ->check(CLI::Range(0.0, 0.99));
-    app.add_option("--shard-tokens", options.shard_tokens, "Maximum tokens per shard")
-        ->capture_default_str()
-        ->check(CLI::Range(std::int64_t{1}, std::int64_t{INT32_MAX}));
-    app.add_option("--threads", options.threads, "Encoding threads")
-        ->capture_default_str()
-        ->check(CLI::Range(1, 1024));
-    CLI11_PARSE(app, argc, argv);
-
+        ->check(CLI::IsMember({"char", "bpe", "gpt2"}).description(""))
+        ->type_name("NAME");
+    cli.add_option("--vocab-size", options.vocab_size,
+                   "BPE vocabulary: 256 bytes + merges + <|endoftext|> (257..65536)")
+        ->check(app::at_least(257))
+        ->check(CLI::Validator(
+            [](std::string& value) {
+                return std::stod(value) <= 65536 ? std::string()
+                                                 : "must be <= 65536 (llm.c's uint16 shards)";
+            },
+            "", ""));
+    cli.add_option("--tokenizer-dir", options.tokenizer_dir,
+                   "directory with GPT-2's encoder.json and vocab.bpe");
+    cli.add_option("--eot-in-text", options.eot_in_text,
+                   "a literal <|endoftext|> in the text: token (the end-of-text token) | text "
+                   "(ordinary characters, as llm.c's encode_ordinary)")
+        ->check(CLI::IsMember({"token", "text"}).description(""))
+        ->type_name("MODE");
+    cli.add_option("--out-dir", options.out_dir, "output directory")->required();
+    cli.add_option("--name", options.name, "shard name prefix (default: the input's file stem)");
+    cli.add_option("--val-fraction", options.val_fraction,
+                   "fraction of tokens, from the end of the text, for validation (0..0.99)")
+        ->check(app::at_least(0))
+        ->check(CLI::Validator(
+            [](std::string& value) {
+                return std::stod(value) <= 0.99 ? std::string() : "must be <= 0.99";
+            },
+            "", ""));
+    cli.add_option("--shard-tokens", options.shard_tokens, "maximum tokens per shard")
+        ->check(app::positive());
+    cli.add_option("--threads", options.threads, "encoding threads")->check(app::positive());
+    if (const std::optional<int> code = app::parse_command_line(cli, argc, argv)) return *code;
+    app::setup_logging(options.log_level, app::LogStream::Stderr);
     try {
-        if (options.tokenizer != "bpe" && app.count("--vocab-size") > 0) {
+        if (options.tokenizer != "bpe" && cli.count("--vocab-size") > 0) {
             spdlog::warn("--vocab-size only applies to --tokenizer bpe; ignored");
         }
         run(options);
-    } catch (const gpt2::InputError& e) {
-        spdlog::error("{}", e.what());
-        return 1;
+    } catch (const gpt2::UsageError& e) {
+        std::cerr << app::error_line(e.what()) << std::endl;
+        return app::kExitBadFlags;
     } catch (const std::exception& e) {
-        spdlog::error("unexpected error: {}", e.what());
-        return 2;
+        std::cerr << app::error_line(e.what()) << std::endl;
+        return app::kExitRuntimeError;
     }
-    return 0;
+    return app::kExitOk;
 }
