@@ -3,68 +3,122 @@
 loss against step, and throughput in tokens/s.
 
     /usr/bin/python3 scripts/plot_metrics.py out/metrics.jsonl -o out/metrics.png
+    /usr/bin/python3 scripts/plot_metrics.py out/metrics.jsonl --all-runs     # every run
+    /usr/bin/python3 scripts/plot_metrics.py out/metrics.jsonl --summary      # no plot: the runs
 
-Needs Debian's python3-matplotlib (GPT2_WITH_PYTHON=1 scripts/setup.sh installs it).
+Every run of train_gpt2 appends a {"type": "run", ...} record before its steps, so one file can
+hold a run and its resumptions (or unrelated runs): the last run is plotted unless --all-runs.
+Plotting needs Debian's python3-matplotlib (GPT2_WITH_PYTHON=1 scripts/setup.sh installs it).
 """
 import argparse
 import json
 import math
 import sys
 
-import matplotlib
 
-matplotlib.use("Agg")  # files only; no display needed
-import matplotlib.pyplot as plt
+def fail(message):
+    print(f"plot_metrics: {message}", file=sys.stderr)
+    sys.exit(1)
 
 
-def read_metrics(path):
-    train, val = [], []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"{path}:{number}: not JSON ({e})")
-            if record.get("type") == "train":
-                train.append(record)
-            elif record.get("type") == "val":
-                val.append(record)
-    if not train and not val:
-        sys.exit(f"{path}: no train or val records")
-    return train, val
+def read_runs(path):
+    """The file's runs, oldest first: each a dict with its "run" record (or None for records
+    before any run record, as older train_gpt2 versions wrote) and its train and val records."""
+    runs = [{"run": None, "train": [], "val": []}]
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = list(enumerate(f, 1))
+    except OSError as e:
+        fail(f"{path}: cannot read ({e.strerror})")
+    except UnicodeDecodeError:
+        fail(f"{path}: not a text file (expected JSON Lines from train_gpt2 --metrics-file)")
+    for number, line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            fail(f"{path}:{number}: not a JSON object ({e.msg}); expected JSON Lines from "
+                 "train_gpt2 --metrics-file")
+        if not isinstance(record, dict):
+            fail(f"{path}:{number}: not a JSON object; expected JSON Lines from "
+                 "train_gpt2 --metrics-file")
+        kind = record.get("type")
+        if kind == "run":
+            runs.append({"run": record, "train": [], "val": []})
+        elif kind in ("train", "val"):
+            if "step" not in record:
+                fail(f"{path}:{number}: a {kind} record without a step")
+            runs[-1][kind].append(record)
+    runs = [r for r in runs if r["run"] is not None or r["train"] or r["val"]]
+    if not any(r["train"] or r["val"] for r in runs):
+        fail(f"{path}: no train or val records")
+    return runs
+
+
+def describe(index, run):
+    steps = [r["step"] for r in run["train"]]
+    span = f"steps {min(steps)}-{max(steps)}" if steps else "no steps"
+    start = run["run"]
+    when = f", started {start.get('time')} at step {start.get('start_step')}" if start else ""
+    return f"run {index}: {span}, {len(run['val'])} validations{when}"
 
 
 def finite(x):
     return x is not None and math.isfinite(x)
 
 
+def plot(runs, title, output):
+    try:
+        import matplotlib
+    except ImportError:
+        fail("plotting needs matplotlib: apt-get install python3-matplotlib (or "
+             "GPT2_WITH_PYTHON=1 scripts/setup.sh); --summary works without it")
+
+    matplotlib.use("Agg")  # files only; no display needed
+    import matplotlib.pyplot as plt
+
+    fig, (loss_ax, speed_ax) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    for index, run in runs:
+        label = f" (run {index})" if len(runs) > 1 else ""
+        train = [r for r in run["train"] if finite(r.get("loss"))]
+        loss_ax.plot([r["step"] for r in train], [r["loss"] for r in train],
+                     label="train loss" + label, linewidth=1, alpha=0.8)
+        if run["val"]:
+            loss_ax.plot([r["step"] for r in run["val"]], [r["val_loss"] for r in run["val"]],
+                         "o-", label="val loss" + label, linewidth=2)
+        speed_ax.plot([r["step"] for r in run["train"]],
+                      [r.get("tokens_per_s", 0) for r in run["train"]], linewidth=1,
+                      label="tokens/s" + label)
+    loss_ax.set_ylabel("loss (nats/token)")
+    loss_ax.grid(alpha=0.3)
+    loss_ax.legend()
+    speed_ax.set_ylabel("tokens/s")
+    speed_ax.set_xlabel("step")
+    speed_ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(output, dpi=110)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("metrics", help="the --metrics-file of a run")
     parser.add_argument("-o", "--output", default="metrics.png", help="PNG to write")
+    parser.add_argument("--all-runs", action="store_true",
+                        help="plot every run in the file, not only the last")
+    parser.add_argument("--summary", action="store_true",
+                        help="print the runs in the file and the one that would be plotted")
     args = parser.parse_args()
-    train, val = read_metrics(args.metrics)
-
-    fig, (loss_ax, speed_ax) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
-    steps = [r["step"] for r in train if finite(r.get("loss"))]
-    loss_ax.plot(steps, [r["loss"] for r in train if finite(r.get("loss"))],
-                 label="train loss", linewidth=1, alpha=0.8)
-    if val:
-        loss_ax.plot([r["step"] for r in val], [r["val_loss"] for r in val], "o-",
-                     label="val loss", linewidth=2)
-    loss_ax.set_ylabel("loss (nats/token)")
-    loss_ax.grid(alpha=0.3)
-    loss_ax.legend()
-    speed_ax.plot([r["step"] for r in train], [r["tokens_per_s"] for r in train], linewidth=1)
-    speed_ax.set_ylabel("tokens/s")
-    speed_ax.set_xlabel("step")
-    speed_ax.grid(alpha=0.3)
-    fig.suptitle(args.metrics)
-    fig.tight_layout()
-    fig.savefig(args.output, dpi=110)
+    runs = list(enumerate(read_runs(args.metrics), 1))
+    chosen = runs if args.all_runs else runs[-1:]
+    if args.summary:
+        for index, run in runs:
+            print(describe(index, run))
+        print("plotted: " + ", ".join(f"run {index}" for index, _ in chosen))
+        return
+    plot(chosen, args.metrics, args.output)
     print(f"wrote {args.output}")
 
 

@@ -3,7 +3,8 @@
 # tinyshakespeare corpus at data/, configure a Release build and build it. Safe to run again.
 #   scripts/setup.sh            # everything
 #   GPT2_NATIVE=OFF scripts/setup.sh   # portable binaries (no -march=native)
-#   GPT2_WITH_PYTHON=1 scripts/setup.sh # also PyTorch/matplotlib (fixtures, benchmarks, plots)
+#   GPT2_WITH_PYTHON=1 scripts/setup.sh # also PyTorch/matplotlib/Node (fixtures, benchmarks, plots)
+#   GPT2_SETUP_DRY_RUN=1 scripts/setup.sh # only print the packages it would install
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,13 +13,23 @@ packages=(build-essential cmake ninja-build pkg-config git
           libgtest-dev libgmock-dev libcli11-dev libspdlog-dev libfmt-dev
           nlohmann-json3-dev libpcre2-dev clang libclang-rt-14-dev)
 if [[ "${GPT2_WITH_PYTHON:-0}" == "1" ]]; then
-  packages+=(python3-torch python3-numpy python3-matplotlib nodejs npm)
+  # What is already there counts, wherever it came from: Node from nodesource or nvm conflicts
+  # with Debian's npm package, so the commands and modules are checked, not package names.
+  for module in torch numpy matplotlib; do
+    /usr/bin/python3 -c "import $module" 2>/dev/null || packages+=("python3-$module")
+  done
+  command -v node >/dev/null || packages+=(nodejs)
+  command -v npm >/dev/null || packages+=(npm)
 fi
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
+if [[ "${GPT2_SETUP_DRY_RUN:-0}" == "1" ]]; then  # tests: say what would be installed, stop
+  echo "setup: would install: ${missing[*]}"
+  exit 0
+fi
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   sudo_cmd=()

@@ -46,8 +46,7 @@ TEST(PrepareData, ShardsEqualTiktokensIdsInBothEndOfTextModes) {
         ASSERT_EQ(result.exit_code, 0) << result.output;
         const MappedShard shard(dir.path() / mode / "eot_train_000000.bin");
         const std::vector<std::int32_t> ids(shard.tokens().begin(), shard.tokens().end());
-        EXPECT_EQ(ids, read_u16_ids(kTestData / ("tokenizer_gpt2_eot_" + mode + ".u16")))
-            << mode;
+        EXPECT_EQ(ids, read_u16_ids(kTestData / ("tokenizer_gpt2_eot_" + mode + ".u16"))) << mode;
     }
 }
 
@@ -55,12 +54,11 @@ TEST(PrepareData, InputIsTheOlderNameOfData) {
     const ScratchDir dir("gpt2-prepare-alias");
     test::write_corpus(dir.path() / "corpus.txt", 20000);
     const std::string common = " --tokenizer char --name c --out-dir ";
-    ASSERT_EQ(run_command(prepare("--data " + (dir / "corpus.txt") + common + (dir / "a")))
-                  .exit_code,
-              0);
-    ASSERT_EQ(run_command(prepare("--input " + (dir / "corpus.txt") + common + (dir / "b")))
-                  .exit_code,
-              0);
+    ASSERT_EQ(
+        run_command(prepare("--data " + (dir / "corpus.txt") + common + (dir / "a"))).exit_code, 0);
+    ASSERT_EQ(
+        run_command(prepare("--input " + (dir / "corpus.txt") + common + (dir / "b"))).exit_code,
+        0);
     for (const char* file : {"c_train_000000.bin", "c_val_000000.bin", "tokenizer.bin"}) {
         std::ifstream a(dir.path() / "a" / file, std::ios::binary);
         std::ifstream b(dir.path() / "b" / file, std::ios::binary);
@@ -99,17 +97,17 @@ TEST(PrepareData, SpeaksWithTheCommonVoice) {
     const auto version = run_command(prepare("--version"));
     EXPECT_EQ(version.exit_code, 0);
     EXPECT_EQ(version.output.rfind("prepare_data (gpt2-mpi) ", 0), 0u) << version.output;
-    const auto bad_flag = run_command(prepare("--data x --tokenizer chars --out-dir " +
-                                              (dir / "o")));
+    const auto bad_flag =
+        run_command(prepare("--data x --tokenizer chars --out-dir " + (dir / "o")));
     EXPECT_EQ(bad_flag.exit_code, 2) << bad_flag.output;
     EXPECT_EQ(bad_flag.output.rfind("error: --tokenizer", 0), 0u) << bad_flag.output;
-    const auto bad_range = run_command(prepare("--data x --tokenizer char --threads 0 --out-dir " +
-                                               (dir / "o")));
+    const auto bad_range =
+        run_command(prepare("--data x --tokenizer char --threads 0 --out-dir " + (dir / "o")));
     EXPECT_EQ(bad_range.exit_code, 2) << bad_range.output;
     EXPECT_NE(bad_range.output.find("--threads: must be > 0 (got 0)"), std::string::npos)
         << bad_range.output;
-    const auto missing = run_command(prepare("--data " + (dir / "missing.txt") +
-                                             " --tokenizer char --out-dir " + (dir / "o")));
+    const auto missing = run_command(
+        prepare("--data " + (dir / "missing.txt") + " --tokenizer char --out-dir " + (dir / "o")));
     EXPECT_EQ(missing.exit_code, 1) << missing.output;
     EXPECT_EQ(missing.output.rfind("error: " + (dir / "missing.txt"), 0), 0u) << missing.output;
     const auto help = run_command(prepare("--help"));

@@ -511,7 +511,8 @@ TEST(EotInText, BpeModesDifferAndBothDecodeBack) {
     EXPECT_EQ(bpe->decode(as_text), text);
     // The char tokenizer has no end-of-text token: both modes are the same bytes.
     const auto chars = gpt2::make_char_tokenizer(text);
-    EXPECT_EQ(chars->encode(text, gpt2::EotInText::Token), chars->encode(text, gpt2::EotInText::Text));
+    EXPECT_EQ(chars->encode(text, gpt2::EotInText::Token),
+              chars->encode(text, gpt2::EotInText::Text));
     EXPECT_EQ(gpt2::parse_eot_in_text("text"), gpt2::EotInText::Text);
     EXPECT_EQ(gpt2::parse_eot_in_text("token"), gpt2::EotInText::Token);
     EXPECT_THROW((void)gpt2::parse_eot_in_text("special"), gpt2::InputError);

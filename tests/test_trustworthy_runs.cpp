@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -608,6 +609,43 @@ TEST_F(Run, SamplesInTheLogAreValidUtf8) {
     const auto at = result.output.find("sample at step 1:");
     ASSERT_NE(at, std::string::npos) << result.output;
     EXPECT_TRUE(is_valid_utf8(result.output.substr(at))) << result.output.substr(at);
+}
+
+TEST_F(Run, EotInTextDecidesWhatALiteralEndOfTextBecomes) {
+    std::ofstream corpus(path("docs.txt"));
+    for (int i = 0; i < 400; ++i)
+        corpus << "document number " << i << " is here<|endoftext|>";
+    corpus.close();
+    std::map<std::string, std::string> counts;
+    for (const std::string mode : {"token", "text"}) {
+        const auto result = train("--data " + path("docs.txt") +
+                                  " --tokenizer bpe --vocab-size 300 --max-steps 1 --eot-in-text " +
+                                  mode + " --out-dir " + path(mode));
+        ASSERT_EQ(result.exit_code, 0) << result.output;
+        const std::regex line(R"(-> ([\d,]+) train \+ ([\d,]+) val tokens)");
+        std::smatch match;
+        ASSERT_TRUE(std::regex_search(result.output, match, line)) << result.output;
+        counts[mode] = match[1].str();
+    }
+    // One token per separator against several: the text mode holds more tokens.
+    EXPECT_NE(counts["token"], counts["text"]);
+    // The same choice for inference's prompts.
+    std::map<std::string, std::string> prompt_tokens;
+    for (const std::string mode : {"token", "text"}) {
+        const auto result =
+            run_command(test::build_path("inference") + " " + path("token/model_000001.bin") +
+                        " --prompt 'is here<|endoftext|>document' "
+                        "--max-new-tokens 1 --eot-in-text " +
+                        mode);
+        ASSERT_EQ(result.exit_code, 0) << result.output;
+        const std::regex stats(R"(prompt_tokens=(\d+))");
+        std::smatch match;
+        ASSERT_TRUE(std::regex_search(result.output, match, stats)) << result.output;
+        prompt_tokens[mode] = match[1].str();
+    }
+    EXPECT_LT(std::stoi(prompt_tokens["token"]), std::stoi(prompt_tokens["text"]));
+    EXPECT_LT(std::stoll(std::regex_replace(counts["token"], std::regex(","), "")),
+              std::stoll(std::regex_replace(counts["text"], std::regex(","), "")));
 }
 
 TEST_F(Run, TheSampleLineNamesItsStep) {

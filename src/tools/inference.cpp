@@ -620,8 +620,8 @@ int run(const Options& o, const gpt2::Communicator& world) {
 
     if (o.interactive) {
         std::uint64_t lines_read = 0;
-        while (const std::optional<Prompt> prompt =
-                   next_prompt(comm, tokenizer, model, gpt2::parse_eot_in_text(o.eot_in_text), lines_read)) {
+        while (const std::optional<Prompt> prompt = next_prompt(
+                   comm, tokenizer, model, gpt2::parse_eot_in_text(o.eot_in_text), lines_read)) {
             run_prompt(o, comm, session, tokenizer, prompt->tokens, prompt->text, prompt->line - 1);
         }
     } else {

@@ -1,0 +1,161 @@
+// The README is the user's manual: every flag the programs accept is documented in it, every
+// flag it names exists, and the example output it shows has the shape of what the programs
+// print today (numbers, sizes and machine-dependent names aside).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "process_support.hpp"
+
+namespace gpt2 {
+namespace {
+
+namespace fs = std::filesystem;
+using test::run_command;
+
+std::string readme() {
+    std::ifstream in(std::string(GPT2_SOURCE_DIR) + "/README.md");
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::set<std::string> long_flags(const std::string& text) {
+    static const std::regex flag(R"((^|[^A-Za-z0-9-])(--[a-z][a-z0-9]*(-[a-z0-9]+)*))");
+    std::set<std::string> flags;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), flag);
+         it != std::sregex_iterator(); ++it) {
+        flags.insert((*it)[2].str());
+    }
+    return flags;
+}
+
+const std::vector<std::string> kPrograms = {"train_gpt2", "inference", "prepare_data"};
+
+TEST(Readme, DocumentsEveryFlagOfEveryProgram) {
+    const std::string manual = readme();
+    const std::set<std::string> documented = long_flags(manual);
+    for (const std::string& program : kPrograms) {
+        const auto help = run_command(test::build_path(program) + " --help");
+        ASSERT_EQ(help.exit_code, 0) << program;
+        for (const std::string& flag : long_flags(help.output)) {
+            EXPECT_TRUE(documented.count(flag) > 0)
+                << program << " " << flag << " is not mentioned in README.md";
+        }
+    }
+}
+
+TEST(Readme, NamesNoFlagThatDoesNotExist) {
+    std::set<std::string> real;
+    for (const std::string& program : kPrograms) {
+        const auto help = run_command(test::build_path(program) + " --help");
+        for (const std::string& flag : long_flags(help.output))
+            real.insert(flag);
+    }
+    // Flags of other tools the README shows (mpirun, Slurm, ctest, cmake, scripts).
+    const std::set<std::string> others = {"--allow-run-as-root",
+                                          "--oversubscribe",
+                                          "--hostfile",
+                                          "--map-by",
+                                          "--bind-to",
+                                          "--mca",
+                                          "--nodes",
+                                          "--ntasks-per-node",
+                                          "--cpus-per-task",
+                                          "--test-dir",
+                                          "--output-on-failure",
+                                          "--signal",
+                                          "--repeats",
+                                          "--all-runs",
+                                          "--prefix",
+                                          "--install",
+                                          "--build",
+                                          "--batch",
+                                          "--summary"};
+    for (const std::string& flag : long_flags(readme())) {
+        EXPECT_TRUE(real.count(flag) > 0 || others.count(flag) > 0)
+            << "README.md names " << flag << ", which no program accepts";
+    }
+}
+
+// A log line reduced to its words: any token holding a digit becomes '#', sizes' units one word,
+// the GEMM kernel name (machine-dependent) '*'.
+std::string shape(const std::string& line) {
+    std::istringstream in(line);
+    std::string out, token, previous;
+    while (in >> token) {
+        std::string word = token;
+        if (std::any_of(token.begin(), token.end(), [](char c) { return std::isdigit(c); })) {
+            word = "#";
+        } else if (token == "KiB" || token == "MiB" || token == "GiB" || token == "KiB)" ||
+                   token == "MiB)" || token == "GiB)") {
+            word = "UNIT";
+        } else if (previous == "kernels") {
+            word = "*";
+        }
+        out += word + " ";
+        previous = token;
+    }
+    return out;
+}
+
+TEST(Readme, TheDefaultRunsExampleOutputHasTheShapeOfTheRealOutput) {
+    // The README's example of the default run, as the program prints it today, on a small corpus
+    // at the same relative paths.
+    const std::string manual = readme();
+    const auto begin = manual.find("It prints (abridged):");
+    ASSERT_NE(begin, std::string::npos);
+    const auto block = manual.find("```\n", begin) + 4;
+    const auto end = manual.find("```", block);
+    const std::string example = manual.substr(block, end - block);
+
+    test::ScratchDir dir("gpt2-readme");
+    fs::create_directories(dir.path() / "data");
+    test::write_corpus(dir.path() / "data" / "tinyshakespeare.txt", 40000);
+    const auto run =
+        run_command("cd " + dir.path().string() + " && " + test::build_path("train_gpt2") +
+                    " --max-steps 2 --val-every 1 --sample-every 2 "
+                    "--max-new-tokens 16 --batch-size 4 --seq-len 16");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    std::set<std::string> actual;
+    std::istringstream lines(run.output);
+    for (std::string line; std::getline(lines, line);) {
+        if (line.starts_with("[")) actual.insert(shape(line.substr(line.find(']') + 1)));
+    }
+    std::istringstream examples(example);
+    int checked = 0;
+    for (std::string line; std::getline(examples, line);) {
+        if (!line.starts_with("[")) continue;  // sample text, "..."
+        ++checked;
+        EXPECT_TRUE(actual.count(shape(line.substr(line.find(']') + 1))) > 0)
+            << "README line not printed in this shape today:\n"
+            << line << "\nactual output:\n"
+            << run.output;
+    }
+    EXPECT_GE(checked, 10);
+}
+
+TEST(Readme, TheStepLineExampleHasTheShapeOfTheRealOne) {
+    const std::string manual = readme();
+    const std::regex example_line(R"(\n(\[\d\d:\d\d:\d\d\] step 120/600 \|[^\n]*))");
+    std::smatch match;
+    ASSERT_TRUE(std::regex_search(manual, match, example_line));
+    test::ScratchDir dir("gpt2-readme-step");
+    test::write_corpus(dir.path() / "corpus.txt", 30000);
+    const auto run = run_command(test::build_path("train_gpt2") +
+                                 " --n-layer 1 --n-embd 16 --n-head 2 --seq-len 16 "
+                                 "--batch-size 2 --max-steps 1 --val-every 0 --sample-every 0 "
+                                 "--data " +
+                                 (dir / "corpus.txt") + " --out-dir " + (dir / "out"));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const auto at = run.output.find("] step 1/1 | loss");
+    ASSERT_NE(at, std::string::npos) << run.output;
+    const std::string real = run.output.substr(at + 1, run.output.find('\n', at) - at - 1);
+    const std::string documented = match[1].str();
+    EXPECT_EQ(shape(documented.substr(documented.find(']') + 1)), shape(real)) << real;
+}
+
+}  // namespace
+}  // namespace gpt2
