@@ -3,11 +3,13 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace gpt2 {
 
@@ -126,6 +128,44 @@ std::vector<std::uint64_t> Communicator::allgather(std::uint64_t value) const {
 
 void Communicator::barrier() const {
     if (size_ > 1) check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+std::vector<std::vector<std::uint8_t>> Communicator::gather_bytes(
+    std::span<const std::uint8_t> mine) const {
+    if (size_ == 1) return {std::vector<std::uint8_t>(mine.begin(), mine.end())};
+    const std::vector<std::uint64_t> sizes = allgather(mine.size());
+    std::vector<int> counts(sizes.size()), displs(sizes.size());
+    std::uint64_t total = 0;
+    for (std::size_t r = 0; r < sizes.size(); ++r) {
+        if (sizes[r] > INT_MAX || total + sizes[r] > INT_MAX) {
+            throw std::runtime_error("gather_bytes: more than 2 GiB of output to gather");
+        }
+        counts[r] = static_cast<int>(sizes[r]);
+        displs[r] = static_cast<int>(total);
+        total += sizes[r];
+    }
+    std::vector<std::uint8_t> all(is_root() ? total : 0);
+    check(MPI_Gatherv(mine.data(), static_cast<int>(mine.size()), MPI_UINT8_T, all.data(),
+                      counts.data(), displs.data(), MPI_UINT8_T, 0, MPI_COMM_WORLD),
+          "MPI_Gatherv");
+    std::vector<std::vector<std::uint8_t>> out;
+    if (!is_root()) return out;
+    out.reserve(sizes.size());
+    for (std::size_t r = 0; r < sizes.size(); ++r) {
+        const auto begin = all.begin() + displs[r];
+        out.emplace_back(begin, begin + counts[r]);
+    }
+    return out;
+}
+
+void Communicator::idle_barrier() const {
+    if (size_ == 1) return;
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier");
+    for (int done = 0; done == 0;) {
+        check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+        if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
 }
 
 void Communicator::abort(std::string_view message, int code) const {

@@ -97,23 +97,6 @@ LayerActs layer_acts(const ThreadLocalTrainingContext& ctx, const ModelConfig& c
                      a.residual3 + l * N * C};
 }
 
-// Const views of layer l's weights (or, with float, writable views of its gradients).
-template <typename F>
-struct LayerParams {
-    F *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
-        *fcprojb;
-};
-
-template <typename F>
-LayerParams<F> layer_params(const ParameterLayout& layout, std::span<F> flat, int l) {
-    const auto at = [&](ParamTensor t) { return layout.layer(flat, t, l).data(); };
-    return LayerParams<F>{
-        at(ParamTensor::ln1w), at(ParamTensor::ln1b),     at(ParamTensor::qkvw),
-        at(ParamTensor::qkvb), at(ParamTensor::attprojw), at(ParamTensor::attprojb),
-        at(ParamTensor::ln2w), at(ParamTensor::ln2b),     at(ParamTensor::fcw),
-        at(ParamTensor::fcb),  at(ParamTensor::fcprojw),  at(ParamTensor::fcprojb)};
-}
-
 void check_batch(const ThreadLocalTrainingContext& ctx, const Model& model,
                  const TokenBatch& batch) {
     if (batch.B > ctx.max_batch() || batch.T > ctx.seq_len() ||
@@ -137,7 +120,7 @@ void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const T
     const float* residual = ctx.acts.encoded;
     for (int l = 0; l < c.num_layers; ++l) {
         const LayerActs a = layer_acts(ctx, c, l);
-        const LayerParams<const float> p = layer_params(layout, w, l);
+        const LayerView<const float> p = layer_view(layout, w, l);
         layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
         matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * C);
         attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
@@ -211,8 +194,8 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
 
     for (int l = c.num_layers - 1; l >= 0; --l) {
         const LayerActs a = layer_acts(ctx, c, l);
-        const LayerParams<const float> p = layer_params(layout, w, l);
-        const LayerParams<float> d = layer_params(layout, g, l);
+        const LayerView<const float> p = layer_view(layout, w, l);
+        const LayerView<float> d = layer_view(layout, g, l);
         const float* residual = l == 0 ? ctx.acts.encoded : layer_acts(ctx, c, l - 1).residual3;
         // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
         matmul_backward(ctx.scratch.dfch, d.fcprojw, d.fcprojb, dres, a.fch_gelu, p.fcprojw, N,

@@ -1,7 +1,5 @@
 #include "gpt2/inference.hpp"
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -23,7 +21,8 @@ namespace {
 // keeping the GEMMs large enough to run near peak.
 constexpr int kChunkRows = 128;
 // Query rows whose attention scores are materialised at once (per worker).
-constexpr int kAttentionRowBlock = 32;
+// Prefill attention works on this many query rows at a time (their score rows fit in cache).
+constexpr int kPrefillScoreRows = 32;
 // Column shares are multiples of a cache line so workers never write the same line.
 constexpr std::size_t kLineFloats = 16;
 
@@ -130,7 +129,7 @@ struct HeadCache {
 };
 
 // Causal attention of one head for M query rows (row stride C, offset to the head) at positions
-// pos0.. against cached positions 0..pos0+M-1; out likewise. scores holds kAttentionRowBlock rows
+// pos0.. against cached positions 0..pos0+M-1; out likewise. scores holds kPrefillScoreRows rows
 // of stride maxT.
 void attention_head(float* out, const float* q, const HeadCache& cache, float* scores, int M,
                     int pos0, int C, int hs, int maxT) {
@@ -159,8 +158,8 @@ void attention_head(float* out, const float* q, const HeadCache& cache, float* s
         }
         return;
     }
-    for (int i0 = 0; i0 < M; i0 += kAttentionRowBlock) {
-        const int i1 = std::min(M, i0 + kAttentionRowBlock);
+    for (int i0 = 0; i0 < M; i0 += kPrefillScoreRows) {
+        const int i1 = std::min(M, i0 + kPrefillScoreRows);
         const int keys = pos0 + i1;  // visible to the block's last row
         gemm_nn(i1 - i0, keys, hs, scale, q + static_cast<long>(i0) * C, C, cache.keys_t, maxT,
                 0.0f, scores, maxT);
@@ -227,20 +226,6 @@ class KvCacheSession::PhaseBarrier {
 
 namespace {
 
-struct LayerWeights {
-    const float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb,
-        *fcprojw, *fcprojb;
-};
-
-[[nodiscard]] LayerWeights layer_weights(const Model& model, int l) {
-    const std::span<const float> w = model.weights();
-    const auto at = [&](ParamTensor t) { return model.layout.layer(w, t, l).data(); };
-    return LayerWeights{at(ParamTensor::ln1w), at(ParamTensor::ln1b),     at(ParamTensor::qkvw),
-                        at(ParamTensor::qkvb), at(ParamTensor::attprojw), at(ParamTensor::attprojb),
-                        at(ParamTensor::ln2w), at(ParamTensor::ln2b),     at(ParamTensor::fcw),
-                        at(ParamTensor::fcb),  at(ParamTensor::fcprojw),  at(ParamTensor::fcprojb)};
-}
-
 [[nodiscard]] int checked_keep(const ModelConfig& c, int slide_keep) {
     const int maxT = c.max_seq_len;
     const int keep = slide_keep == 0 ? std::max(1, maxT / 2) : slide_keep;
@@ -274,7 +259,7 @@ KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_k
     const std::size_t fch = round_to_line(rows * 4 * C);
     const std::size_t logits = round_to_line(static_cast<std::size_t>(c.vocab_size));
     const std::size_t ln = round_to_line(rows * C), stats = round_to_line(2 * rows);
-    const std::size_t scores = round_to_line(kAttentionRowBlock * maxT);
+    const std::size_t scores = round_to_line(kPrefillScoreRows * maxT);
     scratch_ = AlignedBuffer<float>(x + q + atty + fch + logits + W * (ln + stats + scores));
     float* p = scratch_.data();
     const auto carve = [&p](std::size_t count) {
@@ -349,7 +334,7 @@ void KvCacheSession::forward_rows(std::span<const std::int32_t> tokens, bool log
     const std::size_t ln_stride = round_to_line(static_cast<std::size_t>(chunk_rows_) * C);
     const std::size_t stats_stride = round_to_line(2 * static_cast<std::size_t>(chunk_rows_));
     const std::size_t scores_stride =
-        round_to_line(static_cast<std::size_t>(kAttentionRowBlock) * maxT);
+        round_to_line(static_cast<std::size_t>(kPrefillScoreRows) * maxT);
     // Each worker's private LayerNorm output (recomputed by all: cheaper than a barrier).
     const auto head_cache = [&](int l, int h) {
         float* keys = kv_.data() + (static_cast<long>(l) * 2 * NH + h) * maxT * hs;
@@ -378,7 +363,7 @@ void KvCacheSession::forward_rows(std::span<const std::int32_t> tokens, bool log
     pool_.run([&](int worker) {
         float* scores = scores_ + scores_stride * static_cast<std::size_t>(worker);
         for (int l = 0; l < c.num_layers; ++l) {
-            const LayerWeights p = layer_weights(model_, l);
+            const LayerView<const float> p = layer_view(model_.layout, model_.weights(), l);
             // qkv and attention, by head: a head's attention needs only its own q, k and v.
             const float* ln = worker_ln(worker, x_, p.ln1w, p.ln1b, M);
             const Range heads = split_range(static_cast<std::size_t>(NH), worker, W);
@@ -459,49 +444,6 @@ GenerationStats generate_kv(KvCacheSession& session, std::vector<std::int32_t>& 
     stats.generate_seconds = std::chrono::duration<double>(t2 - t1).count();
     stats.slides = session.slides() - slides_before;
     return stats;
-}
-
-std::vector<std::vector<std::uint8_t>> gather_bytes(const Communicator& comm,
-                                                    std::span<const std::uint8_t> mine) {
-    if (comm.size() == 1) return {std::vector<std::uint8_t>(mine.begin(), mine.end())};
-    const std::vector<std::uint64_t> sizes = comm.allgather(mine.size());
-    std::vector<int> counts(sizes.size()), displs(sizes.size());
-    std::uint64_t total = 0;
-    for (std::size_t r = 0; r < sizes.size(); ++r) {
-        if (sizes[r] > INT_MAX || total + sizes[r] > INT_MAX) {
-            throw std::runtime_error("gather_bytes: more than 2 GiB of output to gather");
-        }
-        counts[r] = static_cast<int>(sizes[r]);
-        displs[r] = static_cast<int>(total);
-        total += sizes[r];
-    }
-    std::vector<std::uint8_t> all(comm.is_root() ? total : 0);
-    const int code =
-        MPI_Gatherv(mine.data(), static_cast<int>(mine.size()), MPI_UINT8_T, all.data(),
-                    counts.data(), displs.data(), MPI_UINT8_T, 0, MPI_COMM_WORLD);
-    if (code != MPI_SUCCESS) throw std::runtime_error("MPI_Gatherv failed");
-    std::vector<std::vector<std::uint8_t>> out;
-    if (!comm.is_root()) return out;
-    out.reserve(sizes.size());
-    for (std::size_t r = 0; r < sizes.size(); ++r) {
-        const auto begin = all.begin() + displs[r];
-        out.emplace_back(begin, begin + counts[r]);
-    }
-    return out;
-}
-
-void idle_barrier(const Communicator& comm) {
-    if (comm.size() == 1) return;
-    MPI_Request request = MPI_REQUEST_NULL;
-    if (MPI_Ibarrier(MPI_COMM_WORLD, &request) != MPI_SUCCESS) {
-        throw std::runtime_error("MPI_Ibarrier failed");
-    }
-    for (int done = 0; done == 0;) {
-        if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-            throw std::runtime_error("MPI_Test failed");
-        }
-        if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
 }
 
 }  // namespace gpt2

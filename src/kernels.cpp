@@ -12,7 +12,7 @@ namespace gpt2 {
 namespace {
 // Causal attention works on blocks of query rows so that each block only multiplies against the
 // keys it can see: the upper triangle beyond the block is never computed.
-constexpr int kAttentionRowBlock = 64;
+constexpr int kTrainingQueryRows = 64;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 
 // exp(x) in a form the compiler vectorises (libm's expf is a call per element): x = n*ln2 + r
@@ -183,8 +183,8 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
             const float* v = q + 2 * C;
             float* a = att + (static_cast<long>(b) * NH + h) * T * T;
             float* o = out + static_cast<long>(b) * T * C + h * hs;
-            for (int i0 = 0; i0 < T; i0 += kAttentionRowBlock) {
-                const int i1 = std::min(T, i0 + kAttentionRowBlock);
+            for (int i0 = 0; i0 < T; i0 += kTrainingQueryRows) {
+                const int i1 = std::min(T, i0 + kTrainingQueryRows);
                 float* rows = a + static_cast<long>(i0) * T;
                 // Scores against the keys visible to this block, then a causal softmax per row.
                 gemm_nt(i1 - i0, i1, hs, scale, q + static_cast<long>(i0) * C3, C3, k, C3, 0.0f,
@@ -201,7 +201,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 }
 
 int attention_backward_scratch_size(int T) {
-    return kAttentionRowBlock * T;
+    return kTrainingQueryRows * T;
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
@@ -209,7 +209,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     const int hs = C / NH;
     const int C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    const int num_blocks = (T + kAttentionRowBlock - 1) / kAttentionRowBlock;
+    const int num_blocks = (T + kTrainingQueryRows - 1) / kTrainingQueryRows;
     for (int b = 0; b < B; ++b) {
         for (int h = 0; h < NH; ++h) {
             const long base = static_cast<long>(b) * T * C3 + h * hs;
@@ -224,8 +224,8 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             // Last block first: it sees every key, so it initialises all rows of dk and dv and
             // the earlier blocks can accumulate.
             for (int blk = num_blocks - 1; blk >= 0; --blk) {
-                const int i0 = blk * kAttentionRowBlock;
-                const int i1 = std::min(T, i0 + kAttentionRowBlock);
+                const int i0 = blk * kTrainingQueryRows;
+                const int i1 = std::min(T, i0 + kTrainingQueryRows);
                 const int rows = i1 - i0;
                 const float beta = blk == num_blocks - 1 ? 0.0f : 1.0f;
                 const float* p = a + static_cast<long>(i0) * T;

@@ -36,6 +36,15 @@ void validate_config(const ModelConfig& c, std::string_view source) {
     if (params > 4.0e10) fail("model too large");
 }
 
+ShapeInts to_shape_ints(const ModelConfig& c) {
+    return {c.max_seq_len, c.vocab_size, c.padded_vocab_size,
+            c.num_layers,  c.num_heads,  c.channels};
+}
+
+ModelConfig from_shape_ints(const ShapeInts& v) {
+    return ModelConfig{v[0], v[1], v[2], v[3], v[4], v[5]};
+}
+
 std::string describe(const ModelConfig& c) {
     std::ostringstream out;
     out << "L=" << c.num_layers << " H=" << c.num_heads << " C=" << c.channels

@@ -403,20 +403,11 @@ void check_shape_flags(const TrainOptions& o, const ModelConfig& loaded,
     }
 }
 
-std::array<std::int32_t, 6> to_ints(const ModelConfig& c) {
-    return {c.max_seq_len, c.vocab_size, c.padded_vocab_size,
-            c.num_layers,  c.num_heads,  c.channels};
-}
-
-ModelConfig from_ints(const std::array<std::int32_t, 6>& v) {
-    return ModelConfig{v[0], v[1], v[2], v[3], v[4], v[5]};
-}
-
 // Rank 0 decides the shape (from the weights, or from the flags) and every rank agrees.
 ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, const StartPoint& start,
                            const Tokenizer& tokenizer) {
     const int vocab = tokenizer.vocab_size();
-    std::array<std::int32_t, 6> shape{};
+    ShapeInts shape{};
     if (comm.is_root()) {
         if (start.model) {
             const ModelConfig& loaded = start.model->model.config;
@@ -435,7 +426,7 @@ ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, cons
             }
             spdlog::info("{}: model {}, tokenizer {} (vocab {})", start.source, describe(loaded),
                          tokenizer_kind_name(tokenizer.kind()), vocab);
-            shape = to_ints(loaded);
+            shape = to_shape_ints(loaded);
         } else {
             const ModelConfig requested = requested_model(o, vocab);
             if (!o.model.empty()) {
@@ -447,11 +438,11 @@ ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, cons
                     spdlog::info("model: preset {} with{} given explicitly", o.model, overrides);
                 }
             }
-            shape = to_ints(requested);
+            shape = to_shape_ints(requested);
         }
     }
     comm.broadcast(std::span<std::int32_t>(shape));
-    const ModelConfig config = from_ints(shape);
+    const ModelConfig config = from_shape_ints(shape);
     validate_config(config, "model");
     if (config.max_seq_len < o.seq_len) {
         throw InputError("--seq-len " + std::to_string(o.seq_len) + " exceeds --block-size " +

@@ -29,11 +29,6 @@ std::span<const std::uint8_t> bytes_of(const void* p, std::size_t n) {
     return {static_cast<const std::uint8_t*>(p), n};
 }
 
-std::array<std::int32_t, 6> config_ints(const ModelConfig& c) {
-    return {c.max_seq_len, c.vocab_size, c.padded_vocab_size,
-            c.num_layers,  c.num_heads,  c.channels};
-}
-
 struct StateHeader {
     ResumeState state;
     std::array<std::int32_t, 6> config{};
@@ -84,7 +79,7 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
     out.put(state.seed);
     out.put(state.sequences_per_step);
     out.put(state.seq_len);
-    out.put_array(config_ints(config));
+    out.put_array(to_shape_ints(config));
     out.put(static_cast<std::uint64_t>(optimizer.m.size()));
     out.put(optimizer.step);
     out.put_array(state.sample_rng);
@@ -105,7 +100,7 @@ ResumeState load_resume_state(const std::filesystem::path& path, const ModelConf
     const StateHeader h = parse_header(bytes, name);
     const std::size_t floats = optimizer.m.size() * sizeof(float);
     const std::size_t expected = h.bytes + 2 * floats + sizeof(std::uint64_t);
-    if (h.config != config_ints(config) || h.num_params != optimizer.m.size()) {
+    if (h.config != to_shape_ints(config) || h.num_params != optimizer.m.size()) {
         throw InputError(name + ": resume state is for another model shape than " +
                          describe(config));
     }

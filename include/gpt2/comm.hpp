@@ -50,6 +50,13 @@ class Communicator {
     // Gathers one 64-bit value from every rank on every rank.
     [[nodiscard]] std::vector<std::uint64_t> allgather(std::uint64_t value) const;
     void barrier() const;
+    // Gathers every rank's bytes on rank 0 (in rank order; other ranks get an empty result). A
+    // world of one returns its own bytes without calling MPI.
+    [[nodiscard]] std::vector<std::vector<std::uint8_t>> gather_bytes(
+        std::span<const std::uint8_t> mine) const;
+    // A barrier that sleeps between polls instead of spinning in MPI, so ranks waiting for others
+    // (idle, or done early) leave the shared cores to the ranks still working.
+    void idle_barrier() const;
 
     // Prints "error: message" (with "(rank R of N)" when there are several ranks) to stderr and
     // ends the whole job (every rank) with `code`; a single rank still finalizes MPI.

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "gpt2/aligned_buffer.hpp"
-#include "gpt2/comm.hpp"
 #include "gpt2/model.hpp"
 #include "gpt2/random.hpp"
 #include "gpt2/sampling.hpp"
@@ -112,13 +111,5 @@ GenerationStats generate_kv(KvCacheSession& session, std::vector<std::int32_t>& 
                             const SamplingParams& params, Rng& rng,
                             const std::function<void(std::int32_t)>& on_token = {},
                             int vocab_limit = 0);
-
-// Gathers every rank's bytes on rank 0 (in rank order; other ranks get an empty result). A world
-// of one returns its own bytes without calling MPI.
-[[nodiscard]] std::vector<std::vector<std::uint8_t>> gather_bytes(
-    const Communicator& comm, std::span<const std::uint8_t> mine);
-// A barrier that sleeps between polls instead of spinning in MPI, so ranks waiting for others
-// (idle, or done early) leave the shared cores to the ranks still working.
-void idle_barrier(const Communicator& comm);
 
 }  // namespace gpt2

@@ -25,6 +25,12 @@ struct ModelConfig {
     friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
+// The six dimensions in one fixed order (maxT, V, Vp, L, NH, C), as ranks exchange them and the
+// resume state stores them.
+using ShapeInts = std::array<std::int32_t, 6>;
+[[nodiscard]] ShapeInts to_shape_ints(const ModelConfig& config);
+[[nodiscard]] ModelConfig from_shape_ints(const ShapeInts& ints);
+
 [[nodiscard]] int pad_vocab(int vocab_size, int multiple = 128);
 // Throws InputError naming `source` when the shape is impossible (non-positive, C % NH != 0, ...).
 void validate_config(const ModelConfig& config, std::string_view source);
@@ -93,6 +99,23 @@ struct Model {
 };
 
 class ThreadPool;
+
+// Pointers to layer l's twelve tensors inside a flat buffer laid out as `layout`: F = const float
+// for weights, float for gradients. Forward/backward and the KV-cache generator share it.
+template <typename F>
+struct LayerView {
+    F *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
+        *fcprojb;
+};
+
+template <typename F>
+[[nodiscard]] LayerView<F> layer_view(const ParameterLayout& layout, std::span<F> flat, int l) {
+    const auto at = [&](ParamTensor t) { return layout.layer(flat, t, l).data(); };
+    return LayerView<F>{at(ParamTensor::ln1w), at(ParamTensor::ln1b),     at(ParamTensor::qkvw),
+                        at(ParamTensor::qkvb), at(ParamTensor::attprojw), at(ParamTensor::attprojb),
+                        at(ParamTensor::ln2w), at(ParamTensor::ln2b),     at(ParamTensor::fcw),
+                        at(ParamTensor::fcb),  at(ParamTensor::fcprojw),  at(ParamTensor::fcprojb)};
+}
 
 // GPT-2's initialisation: N(0, 0.02) for embeddings and matrices, residual output projections
 // scaled by 1/sqrt(2L), biases 0, LayerNorm weights 1. Padded wte rows are zero. Deterministic in

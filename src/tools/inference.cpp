@@ -269,18 +269,11 @@ Shared share(const Options& o, const gpt2::Communicator& comm) {
     Loaded loaded;
     if (comm.is_root()) loaded = load(o);
     // Waiting ranks sleep instead of spinning in the broadcast while rank 0 reads.
-    gpt2::idle_barrier(comm);
-    std::vector<std::int32_t> shape(6);
-    if (comm.is_root()) {
-        const gpt2::ModelConfig& c = loaded.model->config;
-        shape = {c.max_seq_len, c.vocab_size, c.padded_vocab_size,
-                 c.num_layers,  c.num_heads,  c.channels};
-    }
+    comm.idle_barrier();
+    gpt2::ShapeInts shape{};
+    if (comm.is_root()) shape = gpt2::to_shape_ints(loaded.model->config);
     comm.broadcast(std::span<std::int32_t>(shape));
-    if (!comm.is_root()) {
-        loaded.model.emplace(
-            gpt2::ModelConfig{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5]});
-    }
+    if (!comm.is_root()) loaded.model.emplace(gpt2::from_shape_ints(shape));
     comm.broadcast(loaded.model->params.span());
     comm.broadcast_vector(loaded.tokenizer);
     return Shared{std::move(loaded.model), gpt2::deserialize_tokenizer(loaded.tokenizer)};
@@ -495,8 +488,8 @@ void run_prompt(const Options& o, const gpt2::Communicator& comm, gpt2::KvCacheS
         return;
     }
     // Ranks done early sleep here rather than spin inside the gather.
-    gpt2::idle_barrier(comm);
-    const auto inboxes = gpt2::gather_bytes(comm, outbox);
+    comm.idle_barrier();
+    const auto inboxes = comm.gather_bytes(outbox);
     if (!comm.is_root()) return;
     std::vector<std::optional<Sample>> by_index(count);
     for (Sample& s : own)
@@ -545,7 +538,7 @@ std::optional<Prompt> next_prompt(const gpt2::Communicator& comm, const gpt2::To
             break;
         }
     }
-    gpt2::idle_barrier(comm);
+    comm.idle_barrier();
     comm.broadcast_vector(message);
     if (message.empty()) return std::nullopt;
     if (!comm.is_root()) {
@@ -598,7 +591,7 @@ int run(const Options& o, const gpt2::Communicator& world) {
     // With one sample per prompt only rank 0 works: the others wait without taking the CPUs.
     const bool solo = o.num_samples == 1 || world.size() == 1;
     if (solo && !world.is_root()) {
-        gpt2::idle_barrier(world);
+        world.idle_barrier();
         return app::kExitOk;
     }
     const gpt2::Communicator comm = solo ? gpt2::Communicator::single_process() : world;
@@ -628,7 +621,7 @@ int run(const Options& o, const gpt2::Communicator& world) {
         const Prompt prompt = single_prompt(o, comm, tokenizer, model);
         run_prompt(o, comm, session, tokenizer, prompt.tokens, prompt.text, 0);
     }
-    if (solo) gpt2::idle_barrier(world);
+    if (solo) world.idle_barrier();
     return app::kExitOk;
 }
 
