@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "gpt2/bytes.hpp"
 #include "gpt2/error.hpp"
 
 namespace gpt2 {
@@ -19,19 +20,6 @@ constexpr std::size_t kHeaderBytes = kHeaderInts * sizeof(std::int32_t);
 constexpr std::array<char, 8> kFooterMagic = {'G', 'P', 'T', '2', 'C', 'K', 'P', '1'};
 constexpr std::size_t kFooterBytes = 8 + 8 + 8;
 enum class TrailerTag : std::uint32_t { Tokenizer = 1, ConfigJson = 2 };
-
-template <typename T>
-void append_pod(std::vector<std::uint8_t>& out, const T& value) {
-    const auto* p = reinterpret_cast<const std::uint8_t*>(&value);
-    out.insert(out.end(), p, p + sizeof(T));
-}
-
-template <typename T>
-T read_pod(std::span<const std::uint8_t> bytes, std::size_t offset) {
-    T value;
-    std::memcpy(&value, bytes.data() + offset, sizeof(T));
-    return value;
-}
 
 }  // namespace
 
@@ -57,11 +45,11 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& path, const M
         write_file_atomically(path, pieces);
         return path;
     }
-    std::vector<std::uint8_t> trailer;
+    ByteWriter trailer;
     const auto add_section = [&](TrailerTag tag, std::span<const std::uint8_t> bytes) {
-        append_pod(trailer, static_cast<std::uint32_t>(tag));
-        append_pod(trailer, static_cast<std::uint64_t>(bytes.size()));
-        trailer.insert(trailer.end(), bytes.begin(), bytes.end());
+        trailer.put(static_cast<std::uint32_t>(tag));
+        trailer.put(static_cast<std::uint64_t>(bytes.size()));
+        trailer.raw(bytes);
     };
     add_section(TrailerTag::Tokenizer, extras->tokenizer);
     add_section(TrailerTag::ConfigJson,
@@ -69,11 +57,12 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& path, const M
                           extras->config_json.size()));
     std::uint64_t sum = checksum64(header_bytes);
     sum = checksum64(param_bytes, sum);
-    sum = checksum64(trailer, sum);
-    append_pod(trailer, kFooterMagic);
-    append_pod(trailer, static_cast<std::uint64_t>(kHeaderBytes + param_bytes.size()));
-    append_pod(trailer, sum);
-    const std::array pieces = {header_bytes, param_bytes, std::span<const std::uint8_t>(trailer)};
+    sum = checksum64(trailer.bytes(), sum);
+    trailer.raw(std::string_view(kFooterMagic.data(), kFooterMagic.size()));
+    trailer.put(static_cast<std::uint64_t>(kHeaderBytes + param_bytes.size()));
+    trailer.put(sum);
+    const std::array pieces = {header_bytes, param_bytes,
+                               std::span<const std::uint8_t>(trailer.bytes())};
     write_file_atomically(path, pieces);
     return path;
 }
@@ -85,7 +74,9 @@ LoadedModel load_checkpoint(const std::filesystem::path& path) {
         throw InputError(name + ": too short for an llm.c model header (" +
                          std::to_string(bytes.size()) + " bytes), truncated or not a model file");
     }
-    const auto h = [&](std::size_t i) { return read_pod<std::int32_t>(bytes, i * 4); };
+    const auto header = ByteReader(std::span<const std::uint8_t>(bytes).first(kHeaderBytes), name)
+                            .get_array<std::int32_t, kHeaderInts>("header");
+    const auto h = [&](std::size_t i) { return header[i]; };
     if (h(0) != kLlmcModelMagic) {
         throw InputError(name + ": bad magic " + std::to_string(h(0)) + " (expected " +
                          std::to_string(kLlmcModelMagic) + "), not an llm.c model file");
@@ -114,8 +105,9 @@ LoadedModel load_checkpoint(const std::filesystem::path& path) {
                          ": unexpected bytes after the model (truncated or corrupt checkpoint)");
     }
     const std::size_t footer = bytes.size() - kFooterBytes;
-    const auto trailer_offset = read_pod<std::uint64_t>(bytes, footer + 8);
-    const auto stored_sum = read_pod<std::uint64_t>(bytes, footer + 16);
+    ByteReader footer_reader(std::span<const std::uint8_t>(bytes).subspan(footer + 8), name);
+    const auto trailer_offset = footer_reader.get<std::uint64_t>("trailer offset");
+    const auto stored_sum = footer_reader.get<std::uint64_t>("checksum");
     if (trailer_offset != model_bytes) {
         throw InputError(name + ": checkpoint footer does not match the model size (corrupt)");
     }
@@ -128,16 +120,16 @@ LoadedModel load_checkpoint(const std::filesystem::path& path) {
         throw InputError(name + ": checksum mismatch, the file is corrupt");
     }
     CheckpointExtras extras;
-    for (std::size_t at = model_bytes; at < footer;) {
-        if (at + 12 > footer) throw InputError(name + ": corrupt checkpoint trailer");
-        const auto tag = static_cast<TrailerTag>(read_pod<std::uint32_t>(bytes, at));
-        const auto length = read_pod<std::uint64_t>(bytes, at + 4);
-        at += 12;
-        if (length > footer - at) throw InputError(name + ": corrupt checkpoint trailer");
-        const auto* begin = bytes.data() + at;
-        if (tag == TrailerTag::Tokenizer) extras.tokenizer.assign(begin, begin + length);
-        if (tag == TrailerTag::ConfigJson) extras.config_json.assign(begin, begin + length);
-        at += length;
+    ByteReader trailer(all.subspan(model_bytes, footer - model_bytes),
+                       name + ": corrupt checkpoint trailer");
+    while (trailer.remaining() > 0) {
+        const auto tag = static_cast<TrailerTag>(trailer.get<std::uint32_t>("section tag"));
+        const auto length = trailer.get<std::uint64_t>("section length");
+        if (length > trailer.remaining()) throw InputError(name + ": corrupt checkpoint trailer");
+        const auto section = trailer.take(static_cast<std::size_t>(length), "section");
+        if (tag == TrailerTag::Tokenizer) extras.tokenizer.assign(section.begin(), section.end());
+        if (tag == TrailerTag::ConfigJson)
+            extras.config_json.assign(section.begin(), section.end());
     }
     loaded.extras = std::move(extras);
     return loaded;

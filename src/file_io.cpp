@@ -112,6 +112,11 @@ std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path) {
     return bytes;
 }
 
+std::string read_text_file(const std::filesystem::path& path) {
+    const std::vector<std::uint8_t> bytes = read_file_bytes(path);
+    return std::string(bytes.begin(), bytes.end());
+}
+
 void write_file_atomically(const std::filesystem::path& path, std::span<const std::uint8_t> bytes) {
     const std::array pieces = {bytes};
     write_file_atomically(path, pieces);

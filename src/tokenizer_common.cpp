@@ -18,55 +18,6 @@
 namespace gpt2 {
 namespace detail {
 
-void ByteReader::need(std::size_t size, std::string_view field) const {
-    if (size > bytes_.size() - pos_) {
-        fail("truncated: " + std::string(field) + " needs " + std::to_string(size) +
-             " bytes at offset " + std::to_string(pos_) + " but only " +
-             std::to_string(bytes_.size() - pos_) + " remain");
-    }
-}
-
-std::uint8_t ByteReader::u8(std::string_view field) {
-    need(1, field);
-    return bytes_[pos_++];
-}
-
-std::uint32_t ByteReader::u32(std::string_view field) {
-    need(4, field);
-    std::uint32_t value = 0;
-    for (int i = 0; i < 4; ++i)
-        value |= std::uint32_t{bytes_[pos_ + i]} << (8 * i);
-    pos_ += 4;
-    return value;
-}
-
-std::string_view ByteReader::raw(std::size_t size, std::string_view field) {
-    need(size, field);
-    const std::string_view view(reinterpret_cast<const char*>(bytes_.data()) + pos_, size);
-    pos_ += size;
-    return view;
-}
-
-std::uint32_t ByteReader::count(std::string_view field, std::size_t min_item_bytes) {
-    const std::uint32_t n = u32(field);
-    if (min_item_bytes > 0 && n > (bytes_.size() - pos_) / min_item_bytes) {
-        fail(std::string(field) + " " + std::to_string(n) + " is more than the remaining " +
-             std::to_string(bytes_.size() - pos_) + " bytes can hold");
-    }
-    return n;
-}
-
-void ByteReader::expect_end() const {
-    if (pos_ != bytes_.size()) {
-        fail(std::to_string(bytes_.size() - pos_) + " unexpected trailing bytes at offset " +
-             std::to_string(pos_));
-    }
-}
-
-void ByteReader::fail(std::string_view what) const {
-    throw InputError(context_ + ": " + std::string(what));
-}
-
 std::string describe_id(long long id, int vocab_size) {
     return "token id " + std::to_string(id) + " is out of range for a vocabulary of " +
            std::to_string(vocab_size) + " tokens";
@@ -256,15 +207,7 @@ void write_llmc_tokenizer(const Tokenizer& tokenizer, const std::filesystem::pat
 }
 
 std::vector<std::string> read_llmc_tokenizer(const std::filesystem::path& path) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) {
-        throw InputError(path.string() + ": is a directory, not an llm.c tokenizer file");
-    }
-    std::ifstream file(path, std::ios::binary);
-    if (!file) throw InputError(path.string() + ": cannot open llm.c tokenizer file");
-    const std::vector<std::uint8_t> bytes{std::istreambuf_iterator<char>(file),
-                                          std::istreambuf_iterator<char>()};
-    if (file.bad()) throw InputError(path.string() + ": error reading llm.c tokenizer file");
+    const std::vector<std::uint8_t> bytes = read_file_bytes(path);
 
     detail::ByteReader reader(bytes, path.string());
     std::array<std::uint32_t, kLlmcHeaderWords> header{};

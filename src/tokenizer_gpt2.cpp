@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "gpt2/error.hpp"
+#include "gpt2/file_io.hpp"
 #include "gpt2/tokenizer.hpp"
 #include "tokenizer_internal.hpp"
 
@@ -53,20 +54,15 @@ constexpr std::array<std::int16_t, 0x200> kUnicodeToByte = make_unicode_to_byte(
     return bytes;
 }
 
-[[nodiscard]] std::string read_text_file(const std::filesystem::path& path) {
+// The file's text; a missing file says where GPT-2's tokenizer files come from.
+[[nodiscard]] std::string read_tokenizer_file(const std::filesystem::path& path) {
     std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) {
-        throw InputError(path.string() + ": is a directory, expected GPT-2's tokenizer file");
-    }
-    std::ifstream file(path, std::ios::binary);
-    if (!file) {
+    if (!std::filesystem::exists(path, ec)) {
         throw InputError(path.string() +
                          ": cannot open GPT-2 tokenizer file (scripts/get_gpt2_tokenizer.sh "
                          "downloads encoder.json and vocab.bpe)");
     }
-    std::string text{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
-    if (file.bad()) throw InputError(path.string() + ": read error");
-    return text;
+    return read_text_file(path);
 }
 
 }  // namespace
@@ -74,8 +70,8 @@ constexpr std::array<std::int16_t, 0x200> kUnicodeToByte = make_unicode_to_byte(
 std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir) {
     const std::filesystem::path encoder_path = dir / "encoder.json";
     const std::filesystem::path merges_path = dir / "vocab.bpe";
-    const std::string encoder_text = read_text_file(encoder_path);
-    const std::string merges_text = read_text_file(merges_path);
+    const std::string encoder_text = read_tokenizer_file(encoder_path);
+    const std::string merges_text = read_tokenizer_file(merges_path);
 
     nlohmann::json encoder;
     try {

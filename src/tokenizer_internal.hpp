@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpt2/bytes.hpp"
 #include "gpt2/tokenizer.hpp"
 
 namespace gpt2::detail {
@@ -18,41 +19,8 @@ namespace gpt2::detail {
 inline constexpr std::string_view kEndOfText = "<|endoftext|>";
 inline constexpr std::uint8_t kSerialFormatVersion = 1;
 
-class ByteWriter {
-  public:
-    void u8(std::uint8_t value) { bytes_.push_back(value); }
-    void u32(std::uint32_t value) {
-        for (int shift = 0; shift < 32; shift += 8)
-            bytes_.push_back((value >> shift) & 0xFF);
-    }
-    void raw(std::string_view data) { bytes_.insert(bytes_.end(), data.begin(), data.end()); }
-    [[nodiscard]] std::vector<std::uint8_t> take() { return std::move(bytes_); }
-
-  private:
-    std::vector<std::uint8_t> bytes_;
-};
-
-// Bounds-checked reader: every failure is an InputError naming what was being read.
-class ByteReader {
-  public:
-    ByteReader(std::span<const std::uint8_t> bytes, std::string context)
-        : bytes_(bytes), context_(std::move(context)) {}
-    [[nodiscard]] std::uint8_t u8(std::string_view field);
-    [[nodiscard]] std::uint32_t u32(std::string_view field);
-    [[nodiscard]] std::string_view raw(std::size_t size, std::string_view field);
-    // A count of items that each need at least min_item_bytes more bytes: rejects huge counts
-    // from corrupt data before anything is allocated for them.
-    [[nodiscard]] std::uint32_t count(std::string_view field, std::size_t min_item_bytes);
-    void expect_end() const;
-    [[noreturn]] void fail(std::string_view what) const;
-
-  private:
-    void need(std::size_t size, std::string_view field) const;
-
-    std::span<const std::uint8_t> bytes_;
-    std::size_t pos_ = 0;
-    std::string context_;
-};
+using gpt2::ByteReader;
+using gpt2::ByteWriter;
 
 [[nodiscard]] std::string describe_id(long long id, int vocab_size);
 

@@ -248,10 +248,10 @@ std::unique_ptr<Tokenizer> build_tokenizer(const TrainOptions& o, const Tokenize
     return make_char_tokenizer(text);
 }
 
-std::string read_text_file(const std::string& path) {
-    const std::vector<std::uint8_t> bytes = read_file_bytes(path);
-    if (bytes.empty()) throw InputError("--data " + path + ": the corpus is empty");
-    return std::string(bytes.begin(), bytes.end());
+std::string read_corpus(const std::string& path) {
+    std::string text = read_text_file(path);
+    if (text.empty()) throw InputError("--data " + path + ": the corpus is empty");
+    return text;
 }
 
 // Rank 0 reads and tokenizes; the others receive the tokenizer and the tokens.
@@ -262,7 +262,7 @@ void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
     std::vector<std::int64_t> counts(2, 0);
     if (comm.is_root()) {
         const auto start = Clock::now();
-        const std::string text = read_text_file(o.data);
+        const std::string text = read_corpus(o.data);
         corpus.tokenizer = build_tokenizer(o, choice, text);
         TokenSplit split = split_tokens(
             corpus.tokenizer->encode(text, parse_eot_in_text(o.eot_in_text)), o.val_fraction);

@@ -47,20 +47,20 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
         throw InputError(name + ": not a resume state file (bad magic)");
     }
     ByteReader in(bytes, name + " (resume state header)");
-    in.skip(8);
+    in.skip(8, "magic");
     StateHeader h;
-    h.state.step = in.get<std::int64_t>();
-    h.state.seed = in.get<std::uint64_t>();
-    h.state.sequences_per_step = in.get<std::int64_t>();
-    h.state.seq_len = in.get<std::int32_t>();
-    h.config = in.get_array<std::int32_t, 6>();
-    if (v1) in.skip(4);  // the struct's padding
-    h.num_params = in.get<std::uint64_t>();
-    h.adam_step = in.get<std::int64_t>();
-    h.state.sample_rng = in.get_array<std::uint64_t, 4>();
+    h.state.step = in.get<std::int64_t>("step");
+    h.state.seed = in.get<std::uint64_t>("seed");
+    h.state.sequences_per_step = in.get<std::int64_t>("sequences per step");
+    h.state.seq_len = in.get<std::int32_t>("sequence length");
+    h.config = in.get_array<std::int32_t, 6>("model shape");
+    if (v1) in.skip(4, "padding");  // the struct's padding
+    h.num_params = in.get<std::uint64_t>("parameter count");
+    h.adam_step = in.get<std::int64_t>("AdamW step");
+    h.state.sample_rng = in.get_array<std::uint64_t, 4>("sampling RNG");
     if (!v1) {
-        h.state.run_id = in.get<std::uint64_t>();
-        h.state.lr_decay_steps = in.get<std::int64_t>();
+        h.state.run_id = in.get<std::uint64_t>("run id");
+        h.state.lr_decay_steps = in.get<std::int64_t>("schedule length");
     }
     h.bytes = in.offset();
     if (h.bytes != (v1 ? kHeaderBytesV1 : kHeaderBytesV2)) {

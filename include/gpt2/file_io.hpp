@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace gpt2 {
@@ -16,6 +17,8 @@ void write_file_atomically(const std::filesystem::path& path,
 void write_file_atomically(const std::filesystem::path& path, std::span<const std::uint8_t> bytes);
 // Reads a whole file; InputError naming it if missing, a directory or unreadable.
 [[nodiscard]] std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path);
+// The same, as text (any bytes).
+[[nodiscard]] std::string read_text_file(const std::filesystem::path& path);
 
 // A fast 64-bit checksum over bytes (word-wise multiply-mix, not cryptographic).
 [[nodiscard]] std::uint64_t checksum64(std::span<const std::uint8_t> bytes, std::uint64_t seed = 0);

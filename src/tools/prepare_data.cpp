@@ -44,12 +44,7 @@ struct Options {
 };
 
 [[nodiscard]] std::string read_input(const fs::path& path) {
-    std::error_code ec;
-    if (fs::is_directory(path, ec)) throw gpt2::InputError(path.string() + ": is a directory");
-    std::ifstream file(path, std::ios::binary);
-    if (!file) throw gpt2::InputError(path.string() + ": cannot open input file");
-    std::string text{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
-    if (file.bad()) throw gpt2::InputError(path.string() + ": read error");
+    std::string text = gpt2::read_text_file(path);
     if (text.empty()) throw gpt2::InputError(path.string() + ": input file is empty");
     return text;
 }
