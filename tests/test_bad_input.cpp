@@ -5,10 +5,10 @@
 
 #include <fstream>
 
-#include "gpt2/checkpoint.hpp"
-#include "gpt2/shard.hpp"
-#include "gpt2/tokenizer.hpp"
+#include "data/shard.hpp"
 #include "process_support.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "train/checkpoint.hpp"
 
 namespace gpt2 {
 namespace {

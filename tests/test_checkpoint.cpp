@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "gpt2/checkpoint.hpp"
-#include "gpt2/error.hpp"
-#include "gpt2/model.hpp"
+#include "core/error.hpp"
+#include "model/model.hpp"
+#include "train/checkpoint.hpp"
 
 namespace gpt2 {
 namespace {

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "gpt2/training_state.hpp"
 #include "process_support.hpp"
+#include "train/resume_state.hpp"
 
 namespace gpt2 {
 namespace {

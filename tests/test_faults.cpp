@@ -4,10 +4,10 @@
 
 #include <random>
 
-#include "gpt2/checkpoint.hpp"
-#include "gpt2/optimizer.hpp"
-#include "gpt2/training_state.hpp"
+#include "model/optimizer.hpp"
 #include "process_support.hpp"
+#include "train/checkpoint.hpp"
+#include "train/resume_state.hpp"
 
 namespace gpt2 {
 namespace {

@@ -5,10 +5,10 @@
 #include <filesystem>
 #include <string>
 
-#include "gpt2/checkpoint.hpp"
-#include "gpt2/error.hpp"
-#include "gpt2/tokenizer.hpp"
-#include "gpt2/train_options.hpp"
+#include "apps/train_gpt2/options.hpp"
+#include "core/error.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "train/checkpoint.hpp"
 
 namespace gpt2 {
 namespace {

@@ -10,18 +10,18 @@
 #include <string>
 #include <vector>
 
-#include "gpt2/checkpoint.hpp"
-#include "gpt2/error.hpp"
-#include "gpt2/gemm.hpp"
-#include "gpt2/generate.hpp"
-#include "gpt2/inference.hpp"
-#include "gpt2/optimizer.hpp"
-#include "gpt2/tokenizer.hpp"
-#include "gpt2/training_context.hpp"
-#include "gpt2/training_state.hpp"
-#include "gpt2/utf8.hpp"
+#include "core/error.hpp"
+#include "core/utf8.hpp"
+#include "model/generate.hpp"
+#include "model/kv_cache.hpp"
+#include "model/optimizer.hpp"
+#include "model/training_context.hpp"
+#include "ops/gemm.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "train/checkpoint.hpp"
+#include "train/resume_state.hpp"
 
 namespace gpt2 {
 namespace {

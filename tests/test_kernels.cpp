@@ -11,8 +11,8 @@
 #include <span>
 #include <vector>
 
-#include "gpt2/kernels.hpp"
-#include "gpt2/random.hpp"
+#include "core/random.hpp"
+#include "ops/kernels.hpp"
 #include "test_support.hpp"
 
 namespace gpt2 {

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "gpt2/model.hpp"
-#include "gpt2/thread_pool.hpp"
+#include "model/model.hpp"
+#include "parallel/thread_pool.hpp"
 
 namespace gpt2 {
 namespace {

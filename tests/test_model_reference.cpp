@@ -6,11 +6,11 @@
 #include <cstring>
 #include <vector>
 
-#include "gpt2/comm.hpp"
-#include "gpt2/kernels.hpp"
-#include "gpt2/model.hpp"
-#include "gpt2/trainer.hpp"
-#include "gpt2/training_context.hpp"
+#include "model/model.hpp"
+#include "model/training_context.hpp"
+#include "ops/kernels.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/data_parallel.hpp"
 #include "reference_fixture.hpp"
 #include "test_support.hpp"
 

@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "gpt2/shard.hpp"
-#include "gpt2/tokenizer.hpp"
+#include "data/shard.hpp"
 #include "process_support.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
 namespace {

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "gpt2/checkpoint.hpp"
-#include "gpt2/training_state.hpp"
 #include "process_support.hpp"
+#include "train/checkpoint.hpp"
+#include "train/resume_state.hpp"
 
 namespace gpt2 {
 namespace {

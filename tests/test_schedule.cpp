@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "gpt2/schedule.hpp"
+#include "model/schedule.hpp"
 
 namespace gpt2 {
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "gpt2/error.hpp"
-#include "gpt2/shard.hpp"
+#include "core/error.hpp"
+#include "data/shard.hpp"
 
 namespace fs = std::filesystem;
 using gpt2::InputError;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "gpt2/model.hpp"
+#include "model/model.hpp"
 
 namespace gpt2::test {
 

@@ -8,10 +8,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "gpt2/comm.hpp"
-#include "gpt2/random.hpp"
-#include "gpt2/thread_pool.hpp"
-#include "gpt2/trainer.hpp"
+#include "core/random.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/data_parallel.hpp"
+#include "parallel/thread_pool.hpp"
 #include "test_support.hpp"
 
 namespace gpt2 {

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "gpt2/error.hpp"
-#include "gpt2/tokenizer.hpp"
+#include "core/error.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
 using gpt2::InputError;

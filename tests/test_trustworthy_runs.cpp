@@ -14,14 +14,14 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "gpt2/checkpoint.hpp"
-#include "gpt2/comm.hpp"
-#include "gpt2/model.hpp"
-#include "gpt2/random.hpp"
-#include "gpt2/thread_pool.hpp"
-#include "gpt2/training_state.hpp"
-#include "gpt2/utf8.hpp"
+#include "core/random.hpp"
+#include "core/utf8.hpp"
+#include "model/model.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/thread_pool.hpp"
 #include "process_support.hpp"
+#include "train/checkpoint.hpp"
+#include "train/resume_state.hpp"
 
 namespace gpt2 {
 namespace {

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "gpt2/utf8.hpp"
+#include "core/utf8.hpp"
 
 namespace gpt2 {
 namespace {

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "fuzz_support.hpp"
-#include "gpt2/checkpoint.hpp"
+#include "train/checkpoint.hpp"
 
 namespace {
 

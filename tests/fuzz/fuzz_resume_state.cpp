@@ -2,7 +2,7 @@
 #include <cstdint>
 
 #include "fuzz_support.hpp"
-#include "gpt2/training_state.hpp"
+#include "train/resume_state.hpp"
 
 namespace {
 

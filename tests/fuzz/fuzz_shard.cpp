@@ -1,8 +1,8 @@
 // Fuzzes gpt2::MappedShard (llm.c token shard header and size checks) and validate_token_range.
 #include <cstdint>
 
+#include "data/shard.hpp"
 #include "fuzz_support.hpp"
-#include "gpt2/shard.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     if (size > gpt2::fuzz::kMaxInputBytes) return -1;

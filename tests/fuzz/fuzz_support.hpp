@@ -17,8 +17,8 @@
 #include <system_error>
 #include <vector>
 
-#include "gpt2/error.hpp"
-#include "gpt2/tokenizer.hpp"
+#include "core/error.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace gpt2::fuzz {
 

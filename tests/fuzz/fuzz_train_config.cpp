@@ -5,8 +5,8 @@
 #include <variant>
 #include <vector>
 
+#include "apps/train_gpt2/options.hpp"
 #include "fuzz_support.hpp"
-#include "gpt2/train_options.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     if (size > gpt2::fuzz::kMaxInputBytes) return -1;

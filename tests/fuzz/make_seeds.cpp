@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "data/shard.hpp"
 #include "fuzz_support.hpp"
-#include "gpt2/checkpoint.hpp"
-#include "gpt2/shard.hpp"
-#include "gpt2/training_state.hpp"
+#include "train/checkpoint.hpp"
+#include "train/resume_state.hpp"
 
 namespace fs = std::filesystem;
 

@@ -1,0 +1,353 @@
+#include "apps/train_gpt2/options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "apps/common/cli.hpp"
+#include "core/error.hpp"
+
+namespace gpt2 {
+
+namespace {
+
+std::string trim(std::string_view text) {
+    const auto first = text.find_first_not_of(" \t\r");
+    if (first == std::string_view::npos) return {};
+    const auto last = text.find_last_not_of(" \t\r");
+    return std::string(text.substr(first, last - first + 1));
+}
+
+// The closest known flag, for "did you mean" (edit distance at most 2).
+std::string closest_flag(const std::string& key, const std::set<std::string>& known) {
+    std::string best;
+    std::size_t best_distance = 3;
+    for (const std::string& candidate : known) {
+        std::vector<std::size_t> row(candidate.size() + 1);
+        for (std::size_t j = 0; j < row.size(); ++j)
+            row[j] = j;
+        for (std::size_t i = 1; i <= key.size(); ++i) {
+            std::size_t diagonal = row[0];
+            row[0] = i;
+            for (std::size_t j = 1; j <= candidate.size(); ++j) {
+                const std::size_t above = row[j];
+                row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                                   diagonal + (key[i - 1] == candidate[j - 1] ? 0 : 1)});
+                diagonal = above;
+            }
+        }
+        if (row.back() < best_distance) {
+            best_distance = row.back();
+            best = candidate;
+        }
+    }
+    return best;
+}
+
+// The value part of `key = value`: quoted strings keep everything inside the quotes; a bare value
+// ends at a comment.
+std::string parse_value(const std::string& raw, const std::string& where) {
+    if (raw.empty()) throw InputError(where + ": no value");
+    const char quote = raw.front();
+    if (quote == '"' || quote == '\'') {
+        std::string value;
+        std::size_t i = 1;
+        for (; i < raw.size() && raw[i] != quote; ++i) {
+            if (quote == '"' && raw[i] == '\\' && i + 1 < raw.size()) ++i;
+            value += raw[i];
+        }
+        if (i == raw.size()) throw InputError(where + ": unterminated string");
+        const std::string rest = trim(std::string_view(raw).substr(i + 1));
+        if (!rest.empty() && rest.front() != '#' && rest.front() != ';') {
+            throw InputError(where + ": unexpected text after the closing quote");
+        }
+        return value;
+    }
+    if (quote == '[' || quote == '{') {
+        throw InputError(where + ": arrays and tables are not supported; give one value");
+    }
+    std::string value = raw;
+    for (const char* comment : {" #", "\t#", " ;", "\t;"}) {
+        const auto at = value.find(comment);
+        if (at != std::string::npos) value.resize(at);
+    }
+    value = trim(value);
+    if (value.empty()) throw InputError(where + ": no value");
+    return value;
+}
+
+// Flags the config file may not set: they decide what the file is or end the program.
+bool config_may_set(const std::string& flag) {
+    return flag != "config" && flag != "help" && flag != "version";
+}
+
+// The long name of every option of `app` (and of its option groups), without dashes.
+void collect_flags(const CLI::App& app, std::set<std::string>& known,
+                   std::set<std::string>& switches) {
+    for (const CLI::Option* option : app.get_options()) {
+        for (const std::string& name : option->get_lnames()) {
+            known.insert(name);
+            if (option->get_expected_min() == 0) switches.insert(name);
+        }
+    }
+    for (const CLI::App* group : app.get_subcommands([](const CLI::App*) { return true; })) {
+        collect_flags(*group, known, switches);
+    }
+}
+
+// The --config path on the command line (last one wins), if any.
+std::optional<std::string> config_path(int argc, char** argv) {
+    std::optional<std::string> path;
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        if (arg == "--config" && i + 1 < argc) {
+            path = argv[++i];
+        } else if (arg.starts_with("--config=")) {
+            path = std::string(arg.substr(9));
+        }
+    }
+    return path;
+}
+
+}  // namespace
+
+std::vector<std::string> read_config_file(const std::string& path,
+                                          const std::set<std::string>& known_flags,
+                                          const std::set<std::string>& switches) {
+    std::ifstream file(path);
+    if (!file) throw InputError("--config " + path + ": cannot open");
+    std::vector<std::string> args;
+    std::string line;
+    for (int number = 1; std::getline(file, line); ++number) {
+        const std::string where = "--config " + path + ":" + std::to_string(number);
+        const std::string text = trim(line);
+        if (text.empty() || text.front() == '#' || text.front() == ';') continue;
+        if (text.front() == '[') {
+            throw InputError(where + ": sections such as " + text +
+                             " are not supported; write flag = value lines only");
+        }
+        const auto equals = text.find('=');
+        if (equals == std::string::npos) {
+            throw InputError(where + ": expected 'flag = value', got '" + text + "'");
+        }
+        std::string key = trim(std::string_view(text).substr(0, equals));
+        if (key.starts_with("--")) key = key.substr(2);
+        std::replace(key.begin(), key.end(), '_', '-');
+        if (key.empty()) throw InputError(where + ": no flag name before '='");
+        if (known_flags.count(key) == 0 || !config_may_set(key)) {
+            const std::string suggestion = closest_flag(key, known_flags);
+            throw InputError(where + ": unknown key '" + key + "'" +
+                             (suggestion.empty() || !config_may_set(suggestion)
+                                  ? std::string()
+                                  : " (did you mean '" + suggestion + "'?)"));
+        }
+        const std::string value =
+            parse_value(trim(std::string_view(text).substr(equals + 1)), where + " (" + key + ")");
+        if (switches.count(key) > 0) {
+            if (value == "true") {
+                args.push_back("--" + key);
+            } else if (value != "false") {
+                throw InputError(where + ": " + key + " is a switch: true or false, not '" + value +
+                                 "'");
+            }
+            continue;
+        }
+        args.push_back("--" + key);
+        args.push_back(value);
+    }
+    if (file.bad()) throw InputError("--config " + path + ": read error");
+    return args;
+}
+
+namespace {
+
+// The flags, one group per concern (as --help shows them).
+void add_model_flags(CLI::App& app, TrainOptions& o) {
+    auto* model = app.add_option_group("Model");
+    model->add_option("--model", o.model,
+                      "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, d6, char-small; "
+                      "--n-layer/--n-head/--n-embd given with it override the preset");
+    model->add_option("--n-layer", o.n_layer, "transformer blocks (L)")->check(app::positive());
+    model->add_option("--n-head", o.n_head, "attention heads (NH)")->check(app::positive());
+    model->add_option("--n-embd", o.n_embd, "channels (C)")->check(app::positive());
+    model
+        ->add_option("--block-size", o.block_size,
+                     "max context (position embeddings); 0: --seq-len")
+        ->check(app::at_least(0));
+    model->add_option("--init-from", o.init_from,
+                      "start from an llm.c model file or our checkpoint (its shape and tokenizer)");
+}
+
+void add_data_flags(CLI::App& app, TrainOptions& o) {
+    auto* data = app.add_option_group("Data");
+    data->add_option("--data", o.data, "plain-text corpus (read and tokenized by rank 0)");
+    data->add_option("--train-data", o.train_data, "llm.c token shards (glob), instead of --data");
+    data->add_option("--val-data", o.val_data, "llm.c validation shards (glob)");
+    data->add_option("--tokenizer", o.tokenizer,
+                     "char | bpe | gpt2 (a checkpoint's or the shards' own tokenizer comes first)")
+        ->check(CLI::IsMember({"char", "bpe", "gpt2"}).description(""))
+        ->type_name("NAME");
+    data->add_option("--vocab-size", o.vocab_size,
+                     "vocabulary of the trained BPE (--tokenizer bpe)")
+        ->check(app::at_least(257));
+    data->add_option("--tokenizer-dir", o.tokenizer_dir,
+                     "directory with encoder.json and vocab.bpe");
+    data->add_option("--eot-in-text", o.eot_in_text,
+                     "a literal <|endoftext|> in --data: token (the end-of-text token, documents "
+                     "separated) | text (ordinary characters, as llm.c's encode_ordinary)")
+        ->check(CLI::IsMember({"token", "text"}).description(""))
+        ->type_name("MODE");
+    data->add_option("--val-fraction", o.val_fraction,
+                     "last fraction of --data used for validation");
+    data->add_flag("--no-shuffle", o.no_shuffle, "visit windows in file order (as llm.c does)");
+}
+
+void add_batch_flags(CLI::App& app, TrainOptions& o) {
+    auto* batch = app.add_option_group("Batch");
+    batch->add_option("--batch-size,-b", o.batch_size, "sequences per rank per micro-step (B)")
+        ->check(app::positive());
+    batch->add_option("--seq-len,-t", o.seq_len, "tokens per sequence (T)")->check(app::positive());
+    batch->add_option("--grad-accum", o.grad_accum, "micro-steps per optimizer step (0: derive)")
+        ->check(app::at_least(0));
+    batch
+        ->add_option("--total-batch-tokens", o.total_batch_tokens,
+                     "tokens per optimizer step over all ranks; derives --grad-accum")
+        ->check(app::at_least(0));
+}
+
+void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule) {
+    auto* opt = app.add_option_group("Optimizer");
+    opt->add_option("--lr", o.lr, "peak learning rate")->check(app::positive());
+    opt->add_option("--min-lr", o.min_lr, "final learning rate of the decay")
+        ->check(app::at_least(0));
+    opt->add_option("--warmup-steps", o.warmup_steps, "linear warmup steps")
+        ->check(app::at_least(0));
+    opt->add_option("--schedule", schedule, "cosine | linear | constant")
+        ->check(CLI::IsMember({"cosine", "linear", "constant"}).description(""))
+        ->type_name("NAME");
+    opt->add_option("--lr-decay-steps", o.lr_decay_steps,
+                    "steps the schedule spans (0: --max-steps when the run starts; kept on "
+                    "resume)")
+        ->check(app::at_least(0));
+    opt->add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay (2-D weights)")
+        ->check(app::at_least(0));
+    opt->add_option("--beta1", o.beta1, "AdamW beta1, in [0, 1)");
+    opt->add_option("--beta2", o.beta2, "AdamW beta2, in [0, 1)");
+    opt->add_option("--eps", o.eps, "AdamW epsilon")->check(app::positive());
+    opt->add_option("--grad-clip", o.grad_clip, "max global gradient norm (0: off)")
+        ->check(app::at_least(0));
+    opt->add_option("--max-steps", o.max_steps, "optimizer steps to train")->check(app::positive());
+}
+
+void add_run_flags(CLI::App& app, TrainOptions& o) {
+    auto* run = app.add_option_group("Run");
+    run->add_option("--val-every", o.val_every, "validate every N steps (0: only at the end)")
+        ->check(app::at_least(0));
+    run->add_option("--val-batches", o.val_batches, "validation micro-batches per evaluation")
+        ->check(app::positive());
+    run->add_option("--sample-every", o.sample_every, "print a sample every N steps (0: never)")
+        ->check(app::at_least(0));
+    run->add_option("--max-new-tokens,--sample-tokens", o.sample_tokens,
+                    "tokens per printed sample (as inference's --max-new-tokens)")
+        ->check(app::at_least(0));
+    run->add_option("--checkpoint-every", o.checkpoint_every,
+                    "checkpoint every N steps (0: only at the end)")
+        ->check(app::at_least(0));
+    run->add_option("--keep-checkpoints", o.keep_checkpoints,
+                    "checkpoints of this run kept in --out-dir (0: all)")
+        ->check(app::at_least(0));
+    run->add_option("--out-dir", o.out_dir, "where checkpoints go");
+    run->add_option("--resume", o.resume,
+                    "'auto' (newest checkpoint in --out-dir, else --init-from or fresh) or a "
+                    "state_N.bin file");
+    run->add_option("--max-bad-steps", o.max_bad_steps,
+                    "stop after this many non-finite steps in a row")
+        ->check(app::positive());
+    run->add_option("--check-replicas", o.check_replicas,
+                    "compare parameter checksums across ranks every K steps")
+        ->check(app::at_least(0));
+    run->add_option("--seed", o.seed, "seed for initialisation, data order and samples");
+    run->add_option("--threads", o.threads,
+                    "worker threads per rank (0: CPUs in the affinity mask)")
+        ->check(app::at_least(0));
+    run->add_flag("--pin-threads", o.pin_threads, "bind each worker thread to one CPU");
+    run->add_option("--metrics-file", o.metrics_file,
+                    "append one JSON object per step/eval (a 'run' record starts each run)");
+    run->add_option("--peak-gflops", o.peak_gflops, "one core's peak GFLOP/s, the MFU yardstick")
+        ->check(app::positive());
+    run->add_option("--benchmark", o.benchmark, "time N steps after warm-up, print figures, exit")
+        ->check(app::at_least(0));
+    run->add_option("--inject-nan-step", o.inject_nan_step,
+                    "testing: poison the gradient at this step")
+        ->group("");
+    run->add_option("--stop-at-step", o.stop_at_step,
+                    "testing: act as if SIGTERM came at this step")
+        ->group("");
+    run->add_option("--mpi-chunk-elements", o.mpi_chunk_elements, "testing: elements per MPI call")
+        ->group("");
+}
+
+}  // namespace
+
+std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool speaker) {
+    TrainOptions o;
+    CLI::App app{"gpt2-mpi: train a GPT-2 on CPUs (run under mpirun -np N for several ranks)",
+                 "train_gpt2"};
+    // A flag given twice (or in --config and on the command line): the last one wins.
+    app.option_defaults()->always_capture_default()->multi_option_policy(
+        CLI::MultiOptionPolicy::TakeLast);
+    app::add_common_flags(app, o.log_level);
+    std::string config_file;
+    app.add_option("--config", config_file,
+                   "read flags from a file: one 'flag = value' per line, applied before the "
+                   "command line (which wins)");
+
+    std::string schedule = "cosine";
+    add_model_flags(app, o);
+    add_data_flags(app, o);
+    add_batch_flags(app, o);
+    add_optimizer_flags(app, o, schedule);
+    add_run_flags(app, o);
+
+    // The config file's flags go first, so that the command line overrides them.
+    std::vector<std::string> args;
+    if (const auto path = config_path(argc, argv)) {
+        std::set<std::string> known, switches;
+        collect_flags(app, known, switches);
+        try {
+            args = read_config_file(*path, known, switches);
+        } catch (const InputError& e) {
+            if (speaker) std::cerr << app::error_line(e.what()) << std::endl;
+            return app::kExitBadFlags;
+        }
+        o.config_file = *path;
+    }
+    // CLI11 parses a reversed vector of the arguments after the program name.
+    std::vector<std::string> reversed(argv + 1, argv + argc);
+    reversed.insert(reversed.begin(), args.begin(), args.end());
+    std::reverse(reversed.begin(), reversed.end());
+    try {
+        app.parse(reversed);
+    } catch (const CLI::ParseError& e) {
+        if (!speaker) return e.get_exit_code() == 0 ? app::kExitOk : app::kExitBadFlags;
+        const int code = app.exit(e);
+        return code == 0 ? app::kExitOk : app::kExitBadFlags;
+    }
+    o.schedule = schedule == "linear"     ? LrSchedule::Linear
+                 : schedule == "constant" ? LrSchedule::Constant
+                                          : LrSchedule::Cosine;
+    std::set<std::string> known, switches;
+    collect_flags(app, known, switches);
+    for (const std::string& flag : known) {
+        if (app.get_option_no_throw("--" + flag) != nullptr) {
+            if (app.get_option("--" + flag)->count() > 0) o.given.insert(flag);
+        }
+    }
+    return o;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,203 @@
+// llm.c token shards: writing, memory-mapped reading with validation, and shard globs.
+#include "data/shard.hpp"
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+
+namespace gpt2 {
+
+// Tokens are read in place from the mapping, which only matches the file's byte order here.
+static_assert(std::endian::native == std::endian::little,
+              "MappedShard reads little-endian uint16 tokens in place");
+
+namespace {
+
+constexpr std::size_t kHeaderWords = kShardHeaderBytes / sizeof(std::int32_t);
+
+void put_le32(std::vector<char>& out, std::int32_t value) {
+    const auto bits = static_cast<std::uint32_t>(value);
+    for (int shift = 0; shift < 32; shift += 8)
+        out.push_back(static_cast<char>(bits >> shift));
+}
+
+[[nodiscard]] std::int32_t get_le32(const unsigned char* p) {
+    return static_cast<std::int32_t>(std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) |
+                                     (std::uint32_t{p[2]} << 16) | (std::uint32_t{p[3]} << 24));
+}
+
+[[noreturn]] void fail(const std::filesystem::path& path, const std::string& what) {
+    throw InputError(path.string() + ": " + what);
+}
+
+// Closes the descriptor on every exit path of the constructor.
+class FileDescriptor {
+  public:
+    explicit FileDescriptor(int fd) : fd_(fd) {}
+    ~FileDescriptor() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    FileDescriptor(const FileDescriptor&) = delete;
+    FileDescriptor& operator=(const FileDescriptor&) = delete;
+    [[nodiscard]] int get() const { return fd_; }
+
+  private:
+    int fd_;
+};
+
+}  // namespace
+
+void write_shard(const std::filesystem::path& path, std::span<const std::int32_t> tokens) {
+    if (tokens.empty()) fail(path, "refusing to write a shard with no tokens");
+    if (tokens.size() > static_cast<std::size_t>(INT32_MAX)) {
+        fail(path, "too many tokens for one shard (" + std::to_string(tokens.size()) + ")");
+    }
+    std::vector<char> bytes;
+    bytes.reserve(kShardHeaderBytes + 2 * tokens.size());
+    std::array<std::int32_t, kHeaderWords> header{};
+    header[0] = kShardMagic;
+    header[1] = kShardVersion;
+    header[2] = static_cast<std::int32_t>(tokens.size());
+    for (const std::int32_t word : header)
+        put_le32(bytes, word);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        const std::int32_t id = tokens[i];
+        if (id < 0 || id > 0xFFFF) {
+            fail(path, "token id " + std::to_string(id) + " at position " + std::to_string(i) +
+                           " does not fit llm.c's uint16 shard format (0..65535)");
+        }
+        bytes.push_back(static_cast<char>(id & 0xFF));
+        bytes.push_back(static_cast<char>(id >> 8));
+    }
+
+    // Atomic with fsync: an interrupted preparation leaves only complete shards.
+    write_file_atomically(
+        path, std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
+}
+
+MappedShard::MappedShard(const std::filesystem::path& path) : path_(path) {
+    const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) {
+        const int error = errno;
+        if (error == ENOENT) fail(path, "shard file does not exist");
+        fail(path, std::string("cannot open shard: ") + std::strerror(error));
+    }
+    struct stat info {};
+    if (::fstat(fd.get(), &info) != 0) {
+        fail(path, std::string("cannot stat shard: ") + std::strerror(errno));
+    }
+    if (S_ISDIR(info.st_mode)) fail(path, "is a directory, not a shard file");
+    if (!S_ISREG(info.st_mode)) fail(path, "is not a regular file");
+    const auto size = static_cast<std::size_t>(info.st_size);
+    if (size == 0) fail(path, "shard file is empty");
+    if (size < kShardHeaderBytes) {
+        fail(path, "shard file is " + std::to_string(size) + " bytes, too small for the " +
+                       std::to_string(kShardHeaderBytes) + "-byte header");
+    }
+    void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (mapping == MAP_FAILED)
+        fail(path, std::string("cannot mmap shard: ") + std::strerror(errno));
+    mapping_ = mapping;
+    mapping_size_ = size;
+    try {
+        const auto* bytes = static_cast<const unsigned char*>(mapping);
+        const std::int32_t magic = get_le32(bytes);
+        const std::int32_t version = get_le32(bytes + 4);
+        const std::int32_t count = get_le32(bytes + 8);
+        if (magic != kShardMagic) {
+            fail(path, "wrong magic " + std::to_string(magic) + " (expected " +
+                           std::to_string(kShardMagic) + "): not an llm.c token shard");
+        }
+        if (version != kShardVersion) {
+            fail(path, "wrong shard version " + std::to_string(version) + " (expected " +
+                           std::to_string(kShardVersion) + ")");
+        }
+        if (count <= 0) fail(path, "header token count is " + std::to_string(count));
+        const std::size_t expected = kShardHeaderBytes + 2 * static_cast<std::size_t>(count);
+        if (size != expected) {
+            fail(path, "size mismatch: the header says " + std::to_string(count) + " tokens (" +
+                           std::to_string(expected) + " bytes) but the file is " +
+                           std::to_string(size) + " bytes");
+        }
+        tokens_ = std::span(reinterpret_cast<const std::uint16_t*>(bytes + kShardHeaderBytes),
+                            static_cast<std::size_t>(count));
+    } catch (...) {
+        unmap();
+        throw;
+    }
+}
+
+MappedShard::~MappedShard() {
+    unmap();
+}
+
+MappedShard::MappedShard(MappedShard&& other) noexcept
+    : path_(std::move(other.path_)),
+      mapping_(std::exchange(other.mapping_, nullptr)),
+      mapping_size_(std::exchange(other.mapping_size_, 0)),
+      tokens_(std::exchange(other.tokens_, {})) {}
+
+MappedShard& MappedShard::operator=(MappedShard&& other) noexcept {
+    if (this != &other) {
+        unmap();
+        path_ = std::move(other.path_);
+        mapping_ = std::exchange(other.mapping_, nullptr);
+        mapping_size_ = std::exchange(other.mapping_size_, 0);
+        tokens_ = std::exchange(other.tokens_, {});
+    }
+    return *this;
+}
+
+void MappedShard::unmap() noexcept {
+    if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
+    mapping_ = nullptr;
+    mapping_size_ = 0;
+    tokens_ = {};
+}
+
+void validate_token_range(std::span<const std::uint16_t> tokens, int vocab_size,
+                          const std::filesystem::path& file) {
+    const auto bad = std::find_if(tokens.begin(), tokens.end(), [vocab_size](std::uint16_t id) {
+        return static_cast<int>(id) >= vocab_size;
+    });
+    if (bad != tokens.end()) {
+        fail(file, "token id " + std::to_string(*bad) + " at position " +
+                       std::to_string(bad - tokens.begin()) + " is out of range for vocab size " +
+                       std::to_string(vocab_size));
+    }
+}
+
+std::vector<std::filesystem::path> expand_shard_pattern(std::string_view pattern) {
+    const std::string pattern_string(pattern);
+    glob_t matches{};
+    const int rc = ::glob(pattern_string.c_str(), 0, nullptr, &matches);
+    const std::unique_ptr<glob_t, decltype(&::globfree)> guard(&matches, &::globfree);
+    if (rc == GLOB_NOMATCH) {
+        throw InputError("shard pattern '" + pattern_string + "' matches no files");
+    }
+    if (rc != 0) {
+        throw InputError("shard pattern '" + pattern_string + "': glob failed (" +
+                         (rc == GLOB_ABORTED ? "read error" : "out of memory") + ")");
+    }
+    std::vector<std::filesystem::path> paths(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
+    std::sort(paths.begin(), paths.end());
+    return paths;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,449 @@
+#include "model/kv_cache.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "core/error.hpp"
+#include "ops/gemm.hpp"
+#include "ops/kernels.hpp"
+
+namespace gpt2 {
+
+namespace {
+// Prompt positions encoded per forward: bounds the scratch (it does not grow with maxT) while
+// keeping the GEMMs large enough to run near peak.
+constexpr int kChunkRows = 128;
+// Query rows whose attention scores are materialised at once (per worker).
+// Prefill attention works on this many query rows at a time (their score rows fit in cache).
+constexpr int kPrefillScoreRows = 32;
+// Column shares are multiples of a cache line so workers never write the same line.
+constexpr std::size_t kLineFloats = 16;
+
+[[nodiscard]] std::size_t round_to_line(std::size_t count) {
+    return (count + kLineFloats - 1) / kLineFloats * kLineFloats;
+}
+
+// Worker w's share of n columns, cut at cache-line multiples.
+[[nodiscard]] Range column_share(std::size_t n, int w, int W) {
+    const Range units = split_range((n + kLineFloats - 1) / kLineFloats, w, W);
+    return Range{std::min(n, units.begin * kLineFloats), std::min(n, units.end * kLineFloats)};
+}
+
+// y[j] = ((accumulate ? y[j] : 0) + bias[j]) + dot(w[j, 0:K], x) for j < n (bias may be null),
+// rows of w ldw apart. Four rows at a time with one accumulator per lane, so x is reused from
+// registers and w (the only large operand) streams through once: one token's products are
+// bandwidth-bound, and sgemm with M = 1 packs w first and runs about three times slower.
+void matvec(float* y, const float* x, const float* w, long ldw, int n, int K, const float* bias,
+            bool accumulate) {
+    const auto finish = [&](int j, float dot) {
+        const float base = (accumulate ? y[j] : 0.0f) + (bias != nullptr ? bias[j] : 0.0f);
+        y[j] = base + dot;
+    };
+    constexpr int kLanes = 16;
+    const int body = K / kLanes * kLanes;
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float* w0 = w + j * ldw;
+        const float* w1 = w0 + ldw;
+        const float* w2 = w1 + ldw;
+        const float* w3 = w2 + ldw;
+        float a0[kLanes] = {}, a1[kLanes] = {}, a2[kLanes] = {}, a3[kLanes] = {};
+        for (int k = 0; k < body; k += kLanes) {
+            for (int l = 0; l < kLanes; ++l) {
+                const float xv = x[k + l];
+                a0[l] += w0[k + l] * xv;
+                a1[l] += w1[k + l] * xv;
+                a2[l] += w2[k + l] * xv;
+                a3[l] += w3[k + l] * xv;
+            }
+        }
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        for (int l = 0; l < kLanes; ++l) {
+            s0 += a0[l];
+            s1 += a1[l];
+            s2 += a2[l];
+            s3 += a3[l];
+        }
+        for (int k = body; k < K; ++k) {
+            s0 += w0[k] * x[k];
+            s1 += w1[k] * x[k];
+            s2 += w2[k] * x[k];
+            s3 += w3[k] * x[k];
+        }
+        finish(j, s0);
+        finish(j + 1, s1);
+        finish(j + 2, s2);
+        finish(j + 3, s3);
+    }
+    for (; j < n; ++j) {
+        const float* w0 = w + j * ldw;
+        float a0[kLanes] = {};
+        for (int k = 0; k < body; k += kLanes) {
+            for (int l = 0; l < kLanes; ++l)
+                a0[l] += w0[k + l] * x[k + l];
+        }
+        float s0 = 0.0f;
+        for (int l = 0; l < kLanes; ++l)
+            s0 += a0[l];
+        for (int k = body; k < K; ++k)
+            s0 += w0[k] * x[k];
+        finish(j, s0);
+    }
+}
+
+// out[i, 0:n] (row stride ldo) = (accumulate ? out : 0) + bias[0:n] + inp[i, 0:K] @ weight(n, K)^T
+// for i < M: a slice of a linear layer, in the same order of operations as matmul_forward and
+// matmul_residual_forward (bias first, then the product added onto it).
+void linear_slice(float* out, int ldo, const float* inp, int M, int K, const float* weight,
+                  const float* bias, int n, bool accumulate) {
+    if (n <= 0) return;
+    if (M == 1) {
+        matvec(out, inp, weight, K, n, K, bias, accumulate);
+        return;
+    }
+    for (int i = 0; i < M; ++i) {
+        float* o = out + static_cast<long>(i) * ldo;
+        if (accumulate) {
+            for (int j = 0; j < n; ++j)
+                o[j] += bias[j];
+        } else {
+            std::memcpy(o, bias, sizeof(float) * static_cast<std::size_t>(n));
+        }
+    }
+    gemm_nt(M, n, K, 1.0f, inp, K, weight, K, 1.0f, out, ldo);
+}
+
+// One head's cache: keys transposed, (hs, maxT), so that one query's scores are a sum of hs
+// contiguous rows scaled by q[d] (vector work with no horizontal sums, streaming through memory);
+// values (maxT, hs), so that its output is a sum of contiguous rows. Each is maxT * hs floats.
+struct HeadCache {
+    float* keys_t;  // [d * maxT + position]
+    float* values;  // [position * hs + d]
+};
+
+// Causal attention of one head for M query rows (row stride C, offset to the head) at positions
+// pos0.. against cached positions 0..pos0+M-1; out likewise. scores holds kPrefillScoreRows rows
+// of stride maxT.
+void attention_head(float* out, const float* q, const HeadCache& cache, float* scores, int M,
+                    int pos0, int C, int hs, int maxT) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    if (M == 1) {
+        // One query (GEMM with one row would copy the cache first).
+        const int keys = pos0 + 1;
+        float* __restrict s = scores;
+        std::fill(s, s + keys, 0.0f);
+        for (int d = 0; d < hs; ++d) {
+            const float qd = q[d];
+            const float* __restrict kd = cache.keys_t + static_cast<long>(d) * maxT;
+            for (int j = 0; j < keys; ++j)
+                s[j] += qd * kd[j];
+        }
+        for (int j = 0; j < keys; ++j)
+            s[j] *= scale;
+        causal_softmax_row(s, keys, keys);
+        float* __restrict o = out;
+        std::fill(o, o + hs, 0.0f);
+        for (int j = 0; j < keys; ++j) {
+            const float a = s[j];
+            const float* __restrict vj = cache.values + static_cast<long>(j) * hs;
+            for (int d = 0; d < hs; ++d)
+                o[d] += a * vj[d];
+        }
+        return;
+    }
+    for (int i0 = 0; i0 < M; i0 += kPrefillScoreRows) {
+        const int i1 = std::min(M, i0 + kPrefillScoreRows);
+        const int keys = pos0 + i1;  // visible to the block's last row
+        gemm_nn(i1 - i0, keys, hs, scale, q + static_cast<long>(i0) * C, C, cache.keys_t, maxT,
+                0.0f, scores, maxT);
+        for (int i = i0; i < i1; ++i)
+            causal_softmax_row(scores + static_cast<long>(i - i0) * maxT, pos0 + i + 1, keys);
+        gemm_nn(i1 - i0, hs, keys, 1.0f, scores, maxT, cache.values, hs, 0.0f,
+                out + static_cast<long>(i0) * C, C);
+    }
+}
+
+// Appends M rows of keys, ln(M, C) @ wk(hs, C)^T + bias, to a head's transposed key cache at
+// positions pos0.. (column pos0 + i of keys_t). `row` is hs floats of scratch for M = 1.
+void append_keys(float* keys_t, int maxT, const float* ln, int M, int C, const float* wk,
+                 const float* bias, int hs, int pos0, float* row) {
+    if (M == 1) {
+        matvec(row, ln, wk, C, hs, C, bias, false);
+        for (int d = 0; d < hs; ++d)
+            keys_t[static_cast<long>(d) * maxT + pos0] = row[d];
+        return;
+    }
+    for (int d = 0; d < hs; ++d)
+        std::fill_n(keys_t + static_cast<long>(d) * maxT + pos0, M, bias[d]);
+    // keys_t(hs, M) += wk(hs, C) @ ln(M, C)^T
+    gemm_nt(hs, M, C, 1.0f, wk, C, ln, C, 1.0f, keys_t + pos0, maxT);
+}
+
+}  // namespace
+
+// A barrier for the phases of one forward. Waiters spin briefly before sleeping: a phase of one
+// token takes tens to hundreds of microseconds and the workers arrive close together, so a
+// short spin usually avoids the sleep and wake-up (a futex round trip, far longer under load).
+class KvCacheSession::PhaseBarrier {
+  public:
+    explicit PhaseBarrier(int count) : count_(count) {}
+
+    void arrive_and_wait() {
+        if (count_ == 1) return;
+        const std::uint32_t generation = generation_.load(std::memory_order_acquire);
+        if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == count_) {
+            arrived_.store(0, std::memory_order_relaxed);
+            generation_.fetch_add(1, std::memory_order_release);
+            generation_.notify_all();
+            return;
+        }
+        for (int spin = 0; spin < kSpins; ++spin) {
+            if (generation_.load(std::memory_order_acquire) != generation) return;
+            cpu_relax();
+        }
+        while (generation_.load(std::memory_order_acquire) == generation)
+            generation_.wait(generation, std::memory_order_acquire);
+    }
+
+  private:
+    static constexpr int kSpins = 1000;  // some 10-30 microseconds
+    static void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+    const int count_;
+    std::atomic<int> arrived_{0};
+    std::atomic<std::uint32_t> generation_{0};
+};
+
+namespace {
+
+[[nodiscard]] int checked_keep(const ModelConfig& c, int slide_keep) {
+    const int maxT = c.max_seq_len;
+    const int keep = slide_keep == 0 ? std::max(1, maxT / 2) : slide_keep;
+    if (keep < 1 || keep > maxT) {
+        throw std::invalid_argument("KvCacheSession: slide_keep " + std::to_string(slide_keep) +
+                                    " is outside [1, " + std::to_string(maxT) + "]");
+    }
+    return keep;
+}
+}  // namespace
+
+KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_keep)
+    : model_(model),
+      pool_(pool),
+      slide_keep_(checked_keep(model.config, slide_keep)),
+      chunk_rows_(std::min(kChunkRows, model.config.max_seq_len)),
+      workers_(pool.size()),
+      barrier_(std::make_unique<PhaseBarrier>(pool.size())) {
+    const ModelConfig& c = model.config;
+    validate_config(c, "KvCacheSession");
+    const auto L = static_cast<std::size_t>(c.num_layers);
+    const auto C = static_cast<std::size_t>(c.channels);
+    const auto maxT = static_cast<std::size_t>(c.max_seq_len);
+    const auto rows = static_cast<std::size_t>(chunk_rows_);
+    const auto W = static_cast<std::size_t>(workers_);
+    context_.reserve(maxT);
+    window_.reserve(maxT);
+    kv_ = AlignedBuffer<float>(L * 2 * maxT * C);
+
+    const std::size_t x = round_to_line(rows * C), q = x, atty = x;
+    const std::size_t fch = round_to_line(rows * 4 * C);
+    const std::size_t logits = round_to_line(static_cast<std::size_t>(c.vocab_size));
+    const std::size_t ln = round_to_line(rows * C), stats = round_to_line(2 * rows);
+    const std::size_t scores = round_to_line(kPrefillScoreRows * maxT);
+    scratch_ = AlignedBuffer<float>(x + q + atty + fch + logits + W * (ln + stats + scores));
+    float* p = scratch_.data();
+    const auto carve = [&p](std::size_t count) {
+        float* start = p;
+        p += count;
+        return start;
+    };
+    x_ = carve(x);
+    q_ = carve(q);
+    atty_ = carve(atty);
+    fch_ = carve(fch);
+    logits_ = carve(logits);
+    ln_ = carve(W * ln);
+    ln_stats_ = carve(W * stats);
+    scores_ = carve(W * scores);
+}
+
+KvCacheSession::~KvCacheSession() = default;
+
+void KvCacheSession::check_token(std::int32_t token) const {
+    if (token < 0 || token >= model_.config.vocab_size) {
+        throw InputError("token id " + std::to_string(token) +
+                         " is outside the model's vocabulary [0, " +
+                         std::to_string(model_.config.vocab_size) + ")");
+    }
+}
+
+std::span<const float> KvCacheSession::prefill(std::span<const std::int32_t> tokens) {
+    if (tokens.empty()) throw std::invalid_argument("KvCacheSession::prefill: no tokens");
+    for (const std::int32_t t : tokens)
+        check_token(t);
+    const std::size_t n = std::min(tokens.size(), static_cast<std::size_t>(config().max_seq_len));
+    // Staged through window_ so that a caller may pass context() itself.
+    window_.assign(tokens.end() - static_cast<std::ptrdiff_t>(n), tokens.end());
+    encode_window();
+    return {logits_, static_cast<std::size_t>(config().vocab_size)};
+}
+
+std::span<const float> KvCacheSession::step(std::int32_t token) {
+    check_token(token);
+    if (length() < config().max_seq_len) {
+        forward_rows(std::span<const std::int32_t>(&token, 1), true);
+        return {logits_, static_cast<std::size_t>(config().vocab_size)};
+    }
+    // Full: re-encode the last slide_keep tokens (the new one included) from position 0.
+    window_.assign(context_.end() - (slide_keep_ - 1), context_.end());
+    window_.push_back(token);
+    ++slides_;
+    encode_window();
+    return {logits_, static_cast<std::size_t>(config().vocab_size)};
+}
+
+void KvCacheSession::encode_window() {
+    context_.clear();
+    const std::span<const std::int32_t> all(window_);
+    const auto chunk = static_cast<std::size_t>(chunk_rows_);
+    for (std::size_t start = 0; start < all.size(); start += chunk) {
+        const std::size_t rows = std::min(chunk, all.size() - start);
+        forward_rows(all.subspan(start, rows), start + rows == all.size());
+    }
+}
+
+void KvCacheSession::forward_rows(std::span<const std::int32_t> tokens, bool logits) {
+    const ModelConfig& c = model_.config;
+    const int M = static_cast<int>(tokens.size());
+    const int pos0 = length();
+    const int C = c.channels, NH = c.num_heads, hs = c.head_size(), maxT = c.max_seq_len;
+    const int W = workers_;
+    const std::span<const float> w = model_.weights();
+    const float* wte = model_.layout.tensor(w, ParamTensor::wte).data();
+    const float* wpe = model_.layout.tensor(w, ParamTensor::wpe).data();
+    const std::size_t ln_stride = round_to_line(static_cast<std::size_t>(chunk_rows_) * C);
+    const std::size_t stats_stride = round_to_line(2 * static_cast<std::size_t>(chunk_rows_));
+    const std::size_t scores_stride =
+        round_to_line(static_cast<std::size_t>(kPrefillScoreRows) * maxT);
+    // Each worker's private LayerNorm output (recomputed by all: cheaper than a barrier).
+    const auto head_cache = [&](int l, int h) {
+        float* keys = kv_.data() + (static_cast<long>(l) * 2 * NH + h) * maxT * hs;
+        return HeadCache{keys, keys + static_cast<long>(NH) * maxT * hs};
+    };
+    const auto worker_ln = [&](int worker, const float* inp, const float* weight, const float* bias,
+                               int rows) {
+        float* out = ln_ + ln_stride * static_cast<std::size_t>(worker);
+        float* mean = ln_stats_ + stats_stride * static_cast<std::size_t>(worker);
+        layernorm_forward(out, mean, mean + chunk_rows_, inp, weight, bias, rows, C);
+        return out;
+    };
+
+    for (int i = 0; i < M; ++i) {
+        const float* te = wte + static_cast<long>(tokens[static_cast<std::size_t>(i)]) * C;
+        const float* pe = wpe + static_cast<long>(pos0 + i) * C;
+        float* o = x_ + static_cast<long>(i) * C;
+        for (int j = 0; j < C; ++j)
+            o[j] = te[j] + pe[j];
+    }
+
+    const float* lnfw = model_.layout.tensor(w, ParamTensor::lnfw).data();
+    const float* lnfb = model_.layout.tensor(w, ParamTensor::lnfb).data();
+    // One pool.run per forward; the phases inside are separated by barriers (4 per layer). Each
+    // phase writes only its worker's share, and the next reads what all shares wrote.
+    pool_.run([&](int worker) {
+        float* scores = scores_ + scores_stride * static_cast<std::size_t>(worker);
+        for (int l = 0; l < c.num_layers; ++l) {
+            const LayerView<const float> p = layer_view(model_.layout, model_.weights(), l);
+            // qkv and attention, by head: a head's attention needs only its own q, k and v.
+            const float* ln = worker_ln(worker, x_, p.ln1w, p.ln1b, M);
+            const Range heads = split_range(static_cast<std::size_t>(NH), worker, W);
+            for (auto h = static_cast<int>(heads.begin); h < static_cast<int>(heads.end); ++h) {
+                const long col = static_cast<long>(h) * hs;
+                const HeadCache cache = head_cache(l, h);
+                linear_slice(q_ + col, C, ln, M, C, p.qkvw + col * C, p.qkvb + col, hs, false);
+                append_keys(cache.keys_t, maxT, ln, M, C, p.qkvw + (C + col) * C, p.qkvb + C + col,
+                            hs, pos0, scores + maxT);
+                linear_slice(cache.values + static_cast<long>(pos0) * hs, hs, ln, M, C,
+                             p.qkvw + (2L * C + col) * C, p.qkvb + 2 * C + col, hs, false);
+                attention_head(atty_ + col, q_ + col, cache, scores, M, pos0, C, hs, maxT);
+            }
+            barrier_->arrive_and_wait();
+            // Attention projection onto the residual stream, by output column.
+            const Range r = column_share(static_cast<std::size_t>(C), worker, W);
+            const auto b = static_cast<long>(r.begin);
+            const int n = static_cast<int>(r.end - r.begin);
+            linear_slice(x_ + b, C, atty_, M, C, p.attprojw + b * C, p.attprojb + b, n, true);
+            barrier_->arrive_and_wait();
+            // MLP up-projection and GELU, by hidden column.
+            const float* ln2 = worker_ln(worker, x_, p.ln2w, p.ln2b, M);
+            const Range r4 = column_share(4 * static_cast<std::size_t>(C), worker, W);
+            const auto b4 = static_cast<long>(r4.begin);
+            const int n4 = static_cast<int>(r4.end - r4.begin);
+            linear_slice(fch_ + b4, 4 * C, ln2, M, C, p.fcw + b4 * C, p.fcb + b4, n4, false);
+            for (int i = 0; i < M; ++i) {
+                float* h = fch_ + static_cast<long>(i) * 4 * C + b4;
+                gelu_forward(h, h, n4);
+            }
+            barrier_->arrive_and_wait();
+            // MLP down-projection onto the residual stream, by output column.
+            linear_slice(x_ + b, C, fch_, M, 4 * C, p.fcprojw + b * 4 * C, p.fcprojb + b, n, true);
+            barrier_->arrive_and_wait();
+        }
+        if (!logits) return;
+        // Final LayerNorm of the last row and the LM head (tied to wte), by vocabulary row; the
+        // padded rows >= V are never predicted, so they are not computed.
+        const float* lnf = worker_ln(worker, x_ + static_cast<long>(M - 1) * C, lnfw, lnfb, 1);
+        const Range r = column_share(static_cast<std::size_t>(c.vocab_size), worker, W);
+        matvec(logits_ + r.begin, lnf, wte + static_cast<long>(r.begin) * C, C,
+               static_cast<int>(r.end - r.begin), C, nullptr, false);
+    });
+    context_.insert(context_.end(), tokens.begin(), tokens.end());
+}
+
+GenerationStats generate_kv(KvCacheSession& session, std::vector<std::int32_t>& tokens, int count,
+                            const SamplingParams& params, Rng& rng,
+                            const std::function<void(std::int32_t)>& on_token, int vocab_limit) {
+    if (tokens.empty()) throw std::invalid_argument("generate_kv: empty prompt");
+    GenerationStats stats;
+    if (count <= 0) {
+        stats.prompt_tokens =
+            std::min<int>(static_cast<int>(tokens.size()), session.config().max_seq_len);
+        return stats;
+    }
+    using Clock = std::chrono::steady_clock;
+    const int V = session.config().vocab_size;
+    const auto limit = static_cast<std::size_t>(vocab_limit > 0 ? std::min(vocab_limit, V) : V);
+    const int slides_before = session.slides();
+    tokens.reserve(tokens.size() + static_cast<std::size_t>(count));
+    std::vector<std::pair<float, int>> scratch;
+    scratch.reserve(limit);
+
+    const auto t0 = Clock::now();
+    std::span<const float> logits = session.prefill(tokens);
+    const auto t1 = Clock::now();
+    stats.prompt_tokens = session.length();
+    for (int n = 0; n < count; ++n) {
+        const int next = sample_token(logits.first(limit), params, rng, scratch);
+        tokens.push_back(next);
+        ++stats.generated_tokens;
+        if (on_token) on_token(next);
+        if (n + 1 < count) logits = session.step(next);
+    }
+    const auto t2 = Clock::now();
+    stats.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+    stats.generate_seconds = std::chrono::duration<double>(t2 - t1).count();
+    stats.slides = session.slides() - slides_before;
+    return stats;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,115 @@
+// KV-cache text generation: each new token costs one forward over ONE position, reusing the keys
+// and values cached for the earlier ones, with one token's matrix-vector products split across a
+// ThreadPool. Also the byte gather the inference tool uses to collect samples on rank 0.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/aligned_buffer.hpp"
+#include "core/random.hpp"
+#include "model/model.hpp"
+#include "model/sampling.hpp"
+#include "parallel/thread_pool.hpp"
+
+namespace gpt2 {
+
+// One generation context: per-layer K and V caches (maxT x C each, stored per head) plus scratch
+// for a chunk of rows, all allocated in the constructor; prefill() and step() never allocate.
+//
+// Sliding window. GPT-2 has learned absolute positions, so a token's cached K/V depend on its
+// position and cannot be reused once the window moves. When step() is called with the cache full
+// (maxT positions), the session keeps the last `slide_keep` tokens of its context (the new token
+// included), re-encodes them at positions 0.. with a prefill, and continues. The default keep is
+// maxT/2: one prefill of maxT/2 rows buys maxT/2 cheap steps, so the amortised cost per token
+// stays about one full-context forward divided by maxT/2 while the model always sees at least
+// maxT/2 tokens of context. slide_keep = maxT re-encodes the full last maxT tokens on every
+// token once the window is full, which reproduces generate_recompute exactly (at its cost).
+//
+// Threading: one pool.run() per forward; inside it each layer is four phases separated by a
+// barrier (qkv + attention split by head; attention projection, MLP up and MLP down split by
+// output column), then the LM head split by vocabulary row. LayerNorms are recomputed by every
+// worker into its own scratch rather than paying another synchronisation.
+class KvCacheSession {
+  public:
+    // slide_keep: tokens kept when the window slides, in [1, maxT]; 0 means maxT/2 (at least 1).
+    // The model and the pool must outlive the session.
+    KvCacheSession(const Model& model, ThreadPool& pool, int slide_keep = 0);
+    ~KvCacheSession();
+    KvCacheSession(const KvCacheSession&) = delete;
+    KvCacheSession& operator=(const KvCacheSession&) = delete;
+
+    // Clears the cache and encodes the last min(maxT, size) tokens (non-empty) at positions 0..;
+    // returns the logits over the vocabulary (V entries, valid until the next call) after the
+    // last one. Throws InputError for a token outside [0, V).
+    std::span<const float> prefill(std::span<const std::int32_t> tokens);
+    // Appends one token (sliding first if the cache is full) and returns the logits after it.
+    std::span<const float> step(std::int32_t token);
+
+    // Positions currently cached, and the tokens at them.
+    [[nodiscard]] int length() const { return static_cast<int>(context_.size()); }
+    [[nodiscard]] std::span<const std::int32_t> context() const { return context_; }
+    [[nodiscard]] int slide_keep() const { return slide_keep_; }
+    // Times the window has slid since construction.
+    [[nodiscard]] int slides() const { return slides_; }
+    [[nodiscard]] const ModelConfig& config() const { return model_.config; }
+    // Bytes of the K/V caches and the scratch.
+    [[nodiscard]] std::size_t memory_bytes() const {
+        return (kv_.size() + scratch_.size()) * sizeof(float);
+    }
+
+  private:
+    // Forward over `tokens` (at most chunk_rows_) at positions length().., appending their K/V;
+    // with `logits`, the logits after the last one land in logits_.
+    void forward_rows(std::span<const std::int32_t> tokens, bool logits);
+    // Clears the cache and encodes window_ from position 0 in chunks.
+    void encode_window();
+    void check_token(std::int32_t token) const;
+
+    class PhaseBarrier;
+
+    const Model& model_;
+    ThreadPool& pool_;
+    int slide_keep_;
+    int chunk_rows_;  // rows of scratch: prompts are encoded in chunks of this many positions
+    int workers_;
+    std::unique_ptr<PhaseBarrier> barrier_;
+    int slides_ = 0;
+    std::vector<std::int32_t> context_;  // capacity maxT, reserved once
+    std::vector<std::int32_t> window_;   // staging for a slide, capacity maxT
+    // [L][keys, values][NH][maxT * hs]: per layer and head, the keys transposed (hs, maxT) and
+    // the values (maxT, hs), so one query reads both as contiguous streams.
+    AlignedBuffer<float> kv_;
+    AlignedBuffer<float> scratch_;  // the arrays below
+    float* x_ = nullptr;            // (rows, C) residual stream
+    float* q_ = nullptr;            // (rows, C) queries
+    float* atty_ = nullptr;         // (rows, C) attention outputs
+    float* fch_ = nullptr;          // (rows, 4C) MLP hidden, GELU applied in place
+    float* logits_ = nullptr;       // (V)
+    float* ln_ = nullptr;           // [workers] (rows, C): each worker's LayerNorm output
+    float* ln_stats_ = nullptr;     // [workers] (2 * rows): its means and rstds
+    float* scores_ = nullptr;       // [workers] (attention row block, maxT)
+};
+
+// What one generate_kv() call did; seconds are wall time.
+struct GenerationStats {
+    int prompt_tokens = 0;     // tokens prefilled (at most maxT)
+    int generated_tokens = 0;  // tokens appended
+    double prefill_seconds = 0.0;
+    double generate_seconds = 0.0;  // sampling and steps after the prefill
+    int slides = 0;
+};
+
+// Appends `count` tokens to `tokens` (the prompt, non-empty) using the session: prefill, then one
+// step per token. Same contract as generate_recompute; on_token, when set, sees each new token.
+// vocab_limit > 0 restricts sampling to ids below it (a tokenizer smaller than the model's
+// vocabulary cannot print the others); 0 means the model's V.
+GenerationStats generate_kv(KvCacheSession& session, std::vector<std::int32_t>& tokens, int count,
+                            const SamplingParams& params, Rng& rng,
+                            const std::function<void(std::int32_t)>& on_token = {},
+                            int vocab_limit = 0);
+
+}  // namespace gpt2

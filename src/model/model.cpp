@@ -1,0 +1,185 @@
+#include "model/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/random.hpp"
+#include "parallel/thread_pool.hpp"
+
+namespace gpt2 {
+
+int pad_vocab(int vocab_size, int multiple) {
+    return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+void validate_config(const ModelConfig& c, std::string_view source) {
+    const auto fail = [&](const std::string& what) {
+        throw InputError(std::string(source) + ": " + what + " (model " + describe(c) + ")");
+    };
+    if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 ||
+        c.channels <= 0)
+        fail("every model dimension must be positive");
+    if (c.padded_vocab_size < c.vocab_size)
+        fail("padded vocabulary is smaller than the vocabulary");
+    if (c.channels % c.num_heads != 0) fail("channels must be divisible by the number of heads");
+    // Bound each dimension first so the parameter count below cannot overflow.
+    if (c.max_seq_len > (1 << 20) || c.padded_vocab_size > (1 << 24) || c.num_layers > 4096 ||
+        c.channels > (1 << 16)) {
+        fail("a model dimension is implausibly large");
+    }
+    const double C = c.channels, L = c.num_layers;
+    const double params = (static_cast<double>(c.padded_vocab_size) + c.max_seq_len) * C +
+                          L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+    if (params > 4.0e10) fail("model too large");
+}
+
+ShapeInts to_shape_ints(const ModelConfig& c) {
+    return {c.max_seq_len, c.vocab_size, c.padded_vocab_size,
+            c.num_layers,  c.num_heads,  c.channels};
+}
+
+ModelConfig from_shape_ints(const ShapeInts& v) {
+    return ModelConfig{v[0], v[1], v[2], v[3], v[4], v[5]};
+}
+
+std::string describe(const ModelConfig& c) {
+    std::ostringstream out;
+    out << "L=" << c.num_layers << " H=" << c.num_heads << " C=" << c.channels
+        << " V=" << c.vocab_size << " Vp=" << c.padded_vocab_size << " maxT=" << c.max_seq_len;
+    return out.str();
+}
+
+std::string_view param_tensor_name(ParamTensor t) {
+    static constexpr std::array<std::string_view, kNumParamTensors> kNames = {
+        "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+        "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
+    return kNames[static_cast<std::size_t>(t)];
+}
+
+ParameterLayout::ParameterLayout(const ModelConfig& c) : num_layers_(c.num_layers) {
+    const auto L = static_cast<std::size_t>(c.num_layers);
+    const auto C = static_cast<std::size_t>(c.channels);
+    const auto Vp = static_cast<std::size_t>(c.padded_vocab_size);
+    const auto maxT = static_cast<std::size_t>(c.max_seq_len);
+    sizes_ = {Vp * C,        maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
+              L * C * C,     L * C,    L * C, L * C, L * 4 * C * C, L * 4 * C,
+              L * C * 4 * C, L * C,    C,     C};
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < sizes_.size(); ++i) {
+        offsets_[i] = offset;
+        offset += sizes_[i];
+    }
+    total_ = offset;
+}
+
+bool ParameterLayout::decays(ParamTensor t) {
+    switch (t) {
+        case ParamTensor::wte:
+        case ParamTensor::wpe:
+        case ParamTensor::qkvw:
+        case ParamTensor::attprojw:
+        case ParamTensor::fcw:
+        case ParamTensor::fcprojw:
+            return true;
+        default:
+            return false;
+    }
+}
+
+void init_parameters(Model& model, std::uint64_t seed, ThreadPool* pool) {
+    const ModelConfig& c = model.config;
+    const ParameterLayout& layout = model.layout;
+    const std::span<float> flat = model.params.span();
+    const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.num_layers));
+    // Work in blocks, each drawn from its own derived stream: the values do not depend on how
+    // the blocks are shared between threads.
+    constexpr std::size_t kBlock = 1 << 16;
+    struct Block {
+        ParamTensor tensor;
+        std::size_t begin, end;
+    };
+    std::vector<Block> blocks;
+    for (int i = 0; i < kNumParamTensors; ++i) {
+        const auto t = static_cast<ParamTensor>(i);
+        for (std::size_t b = 0; b < layout.size(t); b += kBlock) {
+            blocks.push_back(Block{t, b, std::min(layout.size(t), b + kBlock)});
+        }
+    }
+    const auto fill = [&](const Block& block) {
+        const std::span<float> tensor = layout.tensor(flat, block.tensor);
+        float* out = tensor.data();
+        if (block.tensor == ParamTensor::ln1w || block.tensor == ParamTensor::ln2w ||
+            block.tensor == ParamTensor::lnfw) {
+            std::fill(out + block.begin, out + block.end, 1.0f);
+            return;
+        }
+        if (!ParameterLayout::decays(block.tensor)) {
+            std::fill(out + block.begin, out + block.end, 0.0f);
+            return;
+        }
+        const bool residual =
+            block.tensor == ParamTensor::attprojw || block.tensor == ParamTensor::fcprojw;
+        const float std = residual ? residual_std : 0.02f;
+        Rng rng =
+            Rng::derived(seed, static_cast<std::uint64_t>(block.tensor), block.begin / kBlock);
+        // Box-Muller, both outputs of each pair used.
+        for (std::size_t k = block.begin; k < block.end; k += 2) {
+            const float u1 = (static_cast<float>(rng.next_u64() >> 40) + 0.5f) * 0x1.0p-24f;
+            const float u2 = static_cast<float>(rng.next_u64() >> 40) * 0x1.0p-24f;
+            const float radius = std * std::sqrt(-2.0f * std::log(u1));
+            const float angle = 6.2831853f * u2;
+            out[k] = radius * std::cos(angle);
+            if (k + 1 < block.end) out[k + 1] = radius * std::sin(angle);
+        }
+    };
+    if (pool == nullptr) {
+        for (const Block& block : blocks)
+            fill(block);
+    } else {
+        pool->run([&](int w) {
+            const Range mine = split_range(blocks.size(), w, pool->size());
+            for (std::size_t i = mine.begin; i < mine.end; ++i)
+                fill(blocks[i]);
+        });
+    }
+    // Padded vocabulary rows stay zero so they never contribute to logits or gradients.
+    const std::span<float> wte = layout.tensor(flat, ParamTensor::wte);
+    const auto C = static_cast<std::size_t>(c.channels);
+    std::fill(wte.begin() + static_cast<std::ptrdiff_t>(C * static_cast<std::size_t>(c.vocab_size)),
+              wte.end(), 0.0f);
+}
+
+ModelConfig preset_config(std::string_view name, int vocab_size) {
+    struct Preset {
+        std::string_view name;
+        int L, NH, C, maxT;
+    };
+    static constexpr std::array<Preset, 6> kPresets = {{{"gpt2-124M", 12, 12, 768, 1024},
+                                                        {"gpt2-350M", 24, 16, 1024, 1024},
+                                                        {"gpt2-774M", 36, 20, 1280, 1024},
+                                                        {"gpt2-1558M", 48, 25, 1600, 1024},
+                                                        {"d6", 6, 6, 384, 256},
+                                                        {"char-small", 4, 4, 256, 256}}};
+    for (const Preset& p : kPresets) {
+        if (p.name == name) {
+            return ModelConfig{p.maxT, vocab_size, pad_vocab(vocab_size), p.L, p.NH, p.C};
+        }
+    }
+    std::string known;
+    for (const Preset& p : kPresets)
+        known += (known.empty() ? "" : ", ") + std::string(p.name);
+    throw InputError("--model: unknown preset '" + std::string(name) + "' (known: " + known + ")");
+}
+
+double training_flops_per_token(const ModelConfig& c, int seq_len) {
+    const double C = c.channels, L = c.num_layers, T = seq_len;
+    const double matmul_params = L * 12.0 * C * C + static_cast<double>(c.padded_vocab_size) * C;
+    // Causal attention: QK^T and PV each 2*T*C flops per token forward (full, as computed).
+    const double attention = L * 2.0 * 2.0 * T * C;
+    return 3.0 * (2.0 * matmul_params + attention);
+}
+
+}  // namespace gpt2

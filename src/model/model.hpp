@@ -1,0 +1,132 @@
+// The GPT-2 model: its shape, the flat parameter buffer with its 16 named tensors in llm.c's
+// order, and GPT-2's initialisation.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/aligned_buffer.hpp"
+
+namespace gpt2 {
+
+struct ModelConfig {
+    int max_seq_len = 0;        // maxT: rows of the position embedding
+    int vocab_size = 0;         // V: real tokens
+    int padded_vocab_size = 0;  // Vp: rows of wte, a multiple of 128; rows >= V are never predicted
+    int num_layers = 0;         // L
+    int num_heads = 0;          // NH
+    int channels = 0;           // C
+
+    [[nodiscard]] int head_size() const { return channels / num_heads; }
+    friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
+};
+
+// The six dimensions in one fixed order (maxT, V, Vp, L, NH, C), as ranks exchange them and the
+// resume state stores them.
+using ShapeInts = std::array<std::int32_t, 6>;
+[[nodiscard]] ShapeInts to_shape_ints(const ModelConfig& config);
+[[nodiscard]] ModelConfig from_shape_ints(const ShapeInts& ints);
+
+[[nodiscard]] int pad_vocab(int vocab_size, int multiple = 128);
+// Throws InputError naming `source` when the shape is impossible (non-positive, C % NH != 0, ...).
+void validate_config(const ModelConfig& config, std::string_view source);
+[[nodiscard]] std::string describe(const ModelConfig& config);
+
+enum class ParamTensor : int {
+    wte,
+    wpe,
+    ln1w,
+    ln1b,
+    qkvw,
+    qkvb,
+    attprojw,
+    attprojb,
+    ln2w,
+    ln2b,
+    fcw,
+    fcb,
+    fcprojw,
+    fcprojb,
+    lnfw,
+    lnfb,
+};
+inline constexpr int kNumParamTensors = 16;
+[[nodiscard]] std::string_view param_tensor_name(ParamTensor t);
+
+// Where each tensor lives in the flat buffer (the same layout serves parameters, gradients and
+// optimizer moments). Per-layer tensors are stacked [L][...].
+class ParameterLayout {
+  public:
+    explicit ParameterLayout(const ModelConfig& config);
+
+    [[nodiscard]] std::size_t total() const { return total_; }
+    [[nodiscard]] std::size_t size(ParamTensor t) const { return sizes_[index(t)]; }
+    [[nodiscard]] std::size_t offset(ParamTensor t) const { return offsets_[index(t)]; }
+    // Whether AdamW's decoupled weight decay applies (the 2-D matrices only).
+    [[nodiscard]] static bool decays(ParamTensor t);
+
+    template <typename T>
+    [[nodiscard]] std::span<T> tensor(std::span<T> flat, ParamTensor t) const {
+        return flat.subspan(offset(t), size(t));
+    }
+    // Layer l's slice of a per-layer tensor.
+    template <typename T>
+    [[nodiscard]] std::span<T> layer(std::span<T> flat, ParamTensor t, int l) const {
+        const std::size_t per_layer = size(t) / static_cast<std::size_t>(num_layers_);
+        return flat.subspan(offset(t) + per_layer * static_cast<std::size_t>(l), per_layer);
+    }
+
+  private:
+    static constexpr std::size_t index(ParamTensor t) { return static_cast<std::size_t>(t); }
+    std::array<std::size_t, kNumParamTensors> sizes_{};
+    std::array<std::size_t, kNumParamTensors> offsets_{};
+    std::size_t total_ = 0;
+    int num_layers_ = 0;
+};
+
+// A model replica: shape plus parameters. Workers only ever see `weights()` (const).
+struct Model {
+    ModelConfig config;
+    ParameterLayout layout;
+    AlignedBuffer<float> params;
+
+    explicit Model(const ModelConfig& c) : config(c), layout(c), params(layout.total()) {}
+    [[nodiscard]] std::span<const float> weights() const { return params.span(); }
+};
+
+class ThreadPool;
+
+// Pointers to layer l's twelve tensors inside a flat buffer laid out as `layout`: F = const float
+// for weights, float for gradients. Forward/backward and the KV-cache generator share it.
+template <typename F>
+struct LayerView {
+    F *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
+        *fcprojb;
+};
+
+template <typename F>
+[[nodiscard]] LayerView<F> layer_view(const ParameterLayout& layout, std::span<F> flat, int l) {
+    const auto at = [&](ParamTensor t) { return layout.layer(flat, t, l).data(); };
+    return LayerView<F>{at(ParamTensor::ln1w), at(ParamTensor::ln1b),     at(ParamTensor::qkvw),
+                        at(ParamTensor::qkvb), at(ParamTensor::attprojw), at(ParamTensor::attprojb),
+                        at(ParamTensor::ln2w), at(ParamTensor::ln2b),     at(ParamTensor::fcw),
+                        at(ParamTensor::fcb),  at(ParamTensor::fcprojw),  at(ParamTensor::fcprojb)};
+}
+
+// GPT-2's initialisation: N(0, 0.02) for embeddings and matrices, residual output projections
+// scaled by 1/sqrt(2L), biases 0, LayerNorm weights 1. Padded wte rows are zero. Deterministic in
+// `seed` and independent of the thread count; spread over `pool`'s workers when given.
+void init_parameters(Model& model, std::uint64_t seed, ThreadPool* pool = nullptr);
+
+// Named model shapes (gpt2-124M, ...). Throws InputError for an unknown name.
+[[nodiscard]] ModelConfig preset_config(std::string_view name, int vocab_size);
+
+// FLOPs of one forward+backward over one token with a context of T (for MFU): 6 per
+// multiply-accumulate'd parameter plus attention's score and value products.
+[[nodiscard]] double training_flops_per_token(const ModelConfig& config, int seq_len);
+
+}  // namespace gpt2

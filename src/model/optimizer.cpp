@@ -1,0 +1,64 @@
+#include "model/optimizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gpt2 {
+
+double sum_of_squares(std::span<const float> x) {
+    // Float partial sums in blocks vectorise; double across blocks keeps 124M terms accurate.
+    constexpr std::size_t kBlock = 1024;
+    double total = 0.0;
+    for (std::size_t start = 0; start < x.size(); start += kBlock) {
+        const std::size_t end = std::min(x.size(), start + kBlock);
+        float partial = 0.0f;
+        for (std::size_t i = start; i < end; ++i)
+            partial += x[i] * x[i];
+        total += partial;
+    }
+    return total;
+}
+
+float clip_scale(double norm, float max_norm) {
+    if (max_norm <= 0.0f) return 1.0f;
+    const double coef = static_cast<double>(max_norm) / (norm + 1e-6);
+    return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
+}
+
+namespace {
+void adamw_kernel(float* __restrict p, float* __restrict g, float* __restrict m,
+                  float* __restrict v, std::size_t n, float lr, float beta1, float beta2, float eps,
+                  float decay_factor, float inv_bias1, float inv_sqrt_bias2, float grad_scale) {
+    for (std::size_t i = 0; i < n; ++i) {
+        const float grad = g[i] * grad_scale;
+        const float mi = beta1 * m[i] + (1.0f - beta1) * grad;
+        const float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
+        const float denom = std::sqrt(vi) * inv_sqrt_bias2 + eps;
+        p[i] = p[i] * decay_factor - lr * inv_bias1 * mi / denom;
+        m[i] = mi;
+        v[i] = vi;
+        g[i] = 0.0f;
+    }
+}
+}  // namespace
+
+void adamw_update_range(const ParameterLayout& layout, std::span<float> params,
+                        std::span<float> grads, AdamWState& state, std::size_t begin,
+                        std::size_t end, const AdamWHyper& h, std::int64_t t, float grad_scale) {
+    const float inv_bias1 =
+        1.0f / (1.0f - static_cast<float>(std::pow(static_cast<double>(h.beta1), t)));
+    const float inv_sqrt_bias2 =
+        1.0f / std::sqrt(1.0f - static_cast<float>(std::pow(static_cast<double>(h.beta2), t)));
+    for (int i = 0; i < kNumParamTensors; ++i) {
+        const auto tensor = static_cast<ParamTensor>(i);
+        const std::size_t lo = std::max(begin, layout.offset(tensor));
+        const std::size_t hi = std::min(end, layout.offset(tensor) + layout.size(tensor));
+        if (lo >= hi) continue;
+        const float wd = ParameterLayout::decays(tensor) ? h.weight_decay : 0.0f;
+        adamw_kernel(params.data() + lo, grads.data() + lo, state.m.data() + lo,
+                     state.v.data() + lo, hi - lo, h.lr, h.beta1, h.beta2, h.eps, 1.0f - h.lr * wd,
+                     inv_bias1, inv_sqrt_bias2, grad_scale);
+    }
+}
+
+}  // namespace gpt2

@@ -1,0 +1,315 @@
+#include "ops/kernels.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "ops/gemm.hpp"
+
+namespace gpt2 {
+
+namespace {
+// Causal attention works on blocks of query rows so that each block only multiplies against the
+// keys it can see: the upper triangle beyond the block is never computed.
+constexpr int kTrainingQueryRows = 64;
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+
+// exp(x) in a form the compiler vectorises (libm's expf is a call per element): x = n*ln2 + r
+// with |r| <= ln2/2, a degree-6 Taylor polynomial for e^r (relative error < 2e-7), and 2^n built
+// directly in the exponent bits. Inputs are clamped to [-87, 88], where float exp is normal.
+inline float vexp(float x) {
+    x = std::min(std::max(x, -87.0f), 88.0f);
+    constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+    const float shifted = x * 1.44269504088896341f + kRound;
+    const float n = shifted - kRound;
+    const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
+    const float p =
+        1.0f +
+        r * (1.0f +
+             r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    const std::int32_t exponent = std::bit_cast<std::int32_t>(shifted) - 0x4B400000 + 127;
+    return p * std::bit_cast<float>(exponent << 23);
+}
+
+// tanh through vexp: 1 - 2 / (1 + e^(2u)), exact at the saturated ends.
+inline float vtanh(float u) {
+    return 1.0f - 2.0f / (1.0f + vexp(2.0f * u));
+}
+}  // namespace
+
+void encoder_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+                     int B, int T, int C) {
+    for (int b = 0; b < B; ++b) {
+        for (int t = 0; t < T; ++t) {
+            float* o = out + (static_cast<long>(b) * T + t) * C;
+            const float* w = wte + static_cast<long>(tokens[b * T + t]) * C;
+            const float* p = wpe + static_cast<long>(t) * C;
+            for (int i = 0; i < C; ++i)
+                o[i] = w[i] + p[i];
+        }
+    }
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                      int B, int T, int C) {
+    for (int b = 0; b < B; ++b) {
+        for (int t = 0; t < T; ++t) {
+            const float* d = dout + (static_cast<long>(b) * T + t) * C;
+            float* dw = dwte + static_cast<long>(tokens[b * T + t]) * C;
+            float* dp = dwpe + static_cast<long>(t) * C;
+            for (int i = 0; i < C; ++i) {
+                dw[i] += d[i];
+                dp[i] += d[i];
+            }
+        }
+    }
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+    for (int n = 0; n < N; ++n) {
+        const float* x = inp + static_cast<long>(n) * C;
+        float sum = 0.0f;
+        for (int i = 0; i < C; ++i)
+            sum += x[i];
+        const float m = sum / static_cast<float>(C);
+        float var = 0.0f;
+        for (int i = 0; i < C; ++i)
+            var += (x[i] - m) * (x[i] - m);
+        const float s = 1.0f / std::sqrt(var / static_cast<float>(C) + kLayerNormEps);
+        float* o = out + static_cast<long>(n) * C;
+        for (int i = 0; i < C; ++i)
+            o[i] = (x[i] - m) * s * weight[i] + bias[i];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C) {
+    for (int n = 0; n < N; ++n) {
+        const float* d = dout + static_cast<long>(n) * C;
+        const float* x = inp + static_cast<long>(n) * C;
+        float* dx = dinp + static_cast<long>(n) * C;
+        const float m = mean[n];
+        const float s = rstd[n];
+        float dnorm_mean = 0.0f;
+        float dnorm_norm_mean = 0.0f;
+        for (int i = 0; i < C; ++i) {
+            const float norm = (x[i] - m) * s;
+            const float dnorm = weight[i] * d[i];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= static_cast<float>(C);
+        dnorm_norm_mean /= static_cast<float>(C);
+        for (int i = 0; i < C; ++i) {
+            const float norm = (x[i] - m) * s;
+            const float dnorm = weight[i] * d[i];
+            dbias[i] += d[i];
+            dweight[i] += norm * d[i];
+            dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+}
+
+namespace {
+void fill_rows_with_bias(float* out, const float* bias, int N, int OC) {
+    for (int n = 0; n < N; ++n) {
+        std::memcpy(out + static_cast<long>(n) * OC, bias, sizeof(float) * OC);
+    }
+}
+}  // namespace
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC) {
+    float beta = 0.0f;
+    if (bias != nullptr) {
+        fill_rows_with_bias(out, bias, N, OC);
+        beta = 1.0f;
+    }
+    gemm_nt(N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+}
+
+void matmul_residual_forward(float* out, const float* residual, const float* inp,
+                             const float* weight, const float* bias, int N, int C, int OC) {
+    for (int n = 0; n < N; ++n) {
+        float* o = out + static_cast<long>(n) * OC;
+        const float* r = residual + static_cast<long>(n) * OC;
+        for (int i = 0; i < OC; ++i)
+            o[i] = r[i] + bias[i];
+    }
+    gemm_nt(N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC) {
+    if (dinp != nullptr) gemm_nn(N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+    gemm_tn(OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dbias != nullptr) {
+        for (int n = 0; n < N; ++n) {
+            const float* d = dout + static_cast<long>(n) * OC;
+            for (int o = 0; o < OC; ++o)
+                dbias[o] += d[o];
+        }
+    }
+}
+
+void causal_softmax_row(float* row, int visible, int end) {
+    float maxv = row[0];
+    for (int j = 1; j < visible; ++j)
+        maxv = std::max(maxv, row[j]);
+    float sum = 0.0f;
+    for (int j = 0; j < visible; ++j) {
+        row[j] = vexp(row[j] - maxv);
+        sum += row[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int j = 0; j < visible; ++j)
+        row[j] *= inv;
+    std::fill(row + visible, row + end, 0.0f);
+}
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+    const int hs = C / NH;
+    const int C3 = 3 * C;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    for (int b = 0; b < B; ++b) {
+        for (int h = 0; h < NH; ++h) {
+            const float* q = qkv + static_cast<long>(b) * T * C3 + h * hs;
+            const float* k = q + C;
+            const float* v = q + 2 * C;
+            float* a = att + (static_cast<long>(b) * NH + h) * T * T;
+            float* o = out + static_cast<long>(b) * T * C + h * hs;
+            for (int i0 = 0; i0 < T; i0 += kTrainingQueryRows) {
+                const int i1 = std::min(T, i0 + kTrainingQueryRows);
+                float* rows = a + static_cast<long>(i0) * T;
+                // Scores against the keys visible to this block, then a causal softmax per row.
+                gemm_nt(i1 - i0, i1, hs, scale, q + static_cast<long>(i0) * C3, C3, k, C3, 0.0f,
+                        rows, T);
+                for (int i = i0; i < i1; ++i) {
+                    float* row = a + static_cast<long>(i) * T;
+                    causal_softmax_row(row, i + 1, T);
+                }
+                gemm_nn(i1 - i0, hs, i1, 1.0f, rows, T, v, C3, 0.0f, o + static_cast<long>(i0) * C,
+                        C);
+            }
+        }
+    }
+}
+
+int attention_backward_scratch_size(int T) {
+    return kTrainingQueryRows * T;
+}
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH) {
+    const int hs = C / NH;
+    const int C3 = 3 * C;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    const int num_blocks = (T + kTrainingQueryRows - 1) / kTrainingQueryRows;
+    for (int b = 0; b < B; ++b) {
+        for (int h = 0; h < NH; ++h) {
+            const long base = static_cast<long>(b) * T * C3 + h * hs;
+            const float* q = qkv + base;
+            const float* k = q + C;
+            const float* v = q + 2 * C;
+            float* dq = dqkv + base;
+            float* dk = dq + C;
+            float* dv = dq + 2 * C;
+            const float* a = att + (static_cast<long>(b) * NH + h) * T * T;
+            const float* d = dout + static_cast<long>(b) * T * C + h * hs;
+            // Last block first: it sees every key, so it initialises all rows of dk and dv and
+            // the earlier blocks can accumulate.
+            for (int blk = num_blocks - 1; blk >= 0; --blk) {
+                const int i0 = blk * kTrainingQueryRows;
+                const int i1 = std::min(T, i0 + kTrainingQueryRows);
+                const int rows = i1 - i0;
+                const float beta = blk == num_blocks - 1 ? 0.0f : 1.0f;
+                const float* p = a + static_cast<long>(i0) * T;
+                const float* drow = d + static_cast<long>(i0) * C;
+                // dv[0:i1] += p^T @ dout
+                gemm_tn(i1, hs, rows, 1.0f, p, T, drow, C, beta, dv, C3);
+                // dp = dout @ v^T, then softmax backward in place: ds = p * (dp - sum(p * dp)).
+                float* ds = scratch;
+                gemm_nt(rows, i1, hs, 1.0f, drow, C, v, C3, 0.0f, ds, i1);
+                for (int r = 0; r < rows; ++r) {
+                    const float* prow = p + static_cast<long>(r) * T;
+                    float* srow = ds + static_cast<long>(r) * i1;
+                    const int visible = i0 + r + 1;
+                    float dot = 0.0f;
+                    for (int j = 0; j < visible; ++j)
+                        dot += prow[j] * srow[j];
+                    for (int j = 0; j < visible; ++j)
+                        srow[j] = prow[j] * (srow[j] - dot);
+                    for (int j = visible; j < i1; ++j)
+                        srow[j] = 0.0f;
+                }
+                // dq[i0:i1] = scale * ds @ k[0:i1];  dk[0:i1] += scale * ds^T @ q[i0:i1]
+                gemm_nn(rows, hs, i1, scale, ds, i1, k, C3, 0.0f, dq + static_cast<long>(i0) * C3,
+                        C3);
+                gemm_tn(i1, hs, rows, scale, ds, i1, q + static_cast<long>(i0) * C3, C3, beta, dk,
+                        C3);
+            }
+        }
+    }
+}
+
+void gelu_forward(float* out, const float* inp, int N) {
+    for (int i = 0; i < N; ++i) {
+        const float x = inp[i];
+        const float u = kGeluScale * (x + 0.044715f * x * x * x);
+        out[i] = 0.5f * x * (1.0f + vtanh(u));
+    }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int N) {
+    for (int i = 0; i < N; ++i) {
+        const float x = inp[i];
+        const float u = kGeluScale * (x + 0.044715f * x * x * x);
+        const float th = vtanh(u);
+        const float sech2 = 1.0f - th * th;
+        const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du);
+    }
+}
+
+namespace {
+// Returns log(sum(exp(row - max))) + max over the first V entries, i.e. the log-partition.
+float log_sum_exp(const float* row, int V) {
+    float maxv = row[0];
+    for (int j = 1; j < V; ++j)
+        maxv = std::max(maxv, row[j]);
+    float sum = 0.0f;
+    for (int j = 0; j < V; ++j)
+        sum += vexp(row[j] - maxv);
+    return std::log(sum) + maxv;
+}
+}  // namespace
+
+void cross_entropy_forward(float* losses, const float* logits, const std::int32_t* targets, int R,
+                           int V, int Vp) {
+    for (int r = 0; r < R; ++r) {
+        const float* row = logits + static_cast<long>(r) * Vp;
+        losses[r] = log_sum_exp(row, V) - row[targets[r]];
+    }
+}
+
+void cross_entropy_forward_backward(float* losses, float* logits, const std::int32_t* targets,
+                                    int R, int V, int Vp, float dloss) {
+    for (int r = 0; r < R; ++r) {
+        float* row = logits + static_cast<long>(r) * Vp;
+        const float lse = log_sum_exp(row, V);
+        const int target = targets[r];
+        losses[r] = lse - row[target];
+        for (int j = 0; j < V; ++j)
+            row[j] = vexp(row[j] - lse) * dloss;
+        row[target] -= dloss;
+        for (int j = V; j < Vp; ++j)
+            row[j] = 0.0f;
+    }
+}
+
+}  // namespace gpt2

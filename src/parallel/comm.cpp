@@ -1,0 +1,189 @@
+#include "parallel/comm.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace gpt2 {
+
+std::vector<Chunk> chunk_ranges(std::size_t total, std::size_t max_chunk) {
+    max_chunk = std::min<std::size_t>(std::max<std::size_t>(max_chunk, 1), INT_MAX);
+    std::vector<Chunk> chunks;
+    for (std::size_t begin = 0; begin < total; begin += max_chunk)
+        chunks.push_back(Chunk{begin, std::min(max_chunk, total - begin)});
+    return chunks;
+}
+
+namespace {
+
+void check(int code, const char* what) {
+    if (code != MPI_SUCCESS) {
+        char text[MPI_MAX_ERROR_STRING];
+        int length = 0;
+        MPI_Error_string(code, text, &length);
+        throw std::runtime_error(std::string(what) + " failed: " + std::string(text, length));
+    }
+}
+
+template <typename T>
+void broadcast_chunked(std::span<T> data, MPI_Datatype type, int root, std::size_t max_chunk) {
+    for (const Chunk& c : chunk_ranges(data.size(), max_chunk)) {
+        check(
+            MPI_Bcast(data.data() + c.begin, static_cast<int>(c.count), type, root, MPI_COMM_WORLD),
+            "MPI_Bcast");
+    }
+}
+}  // namespace
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+    int provided = 0;
+    check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    // Worker threads never call MPI, but the main thread calls it while they exist: FUNNELED is
+    // the least this needs. An MPI that cannot promise it is refused rather than trusted.
+    if (provided < MPI_THREAD_FUNNELED) {
+        MPI_Finalize();
+        throw std::runtime_error(
+            "MPI_Init_thread: this MPI provides thread level " + std::to_string(provided) +
+            ", below MPI_THREAD_FUNNELED; rebuild Open MPI with thread support");
+    }
+    // Errors come back as codes so that they can be reported with a clear message.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+MpiSession::~MpiSession() {
+    MPI_Finalize();
+}
+
+Communicator::Communicator() {
+    check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+}
+
+void Communicator::broadcast(std::span<std::uint8_t> data, int root) const {
+    if (size_ > 1) broadcast_chunked(data, MPI_UINT8_T, root, max_chunk_);
+}
+void Communicator::broadcast(std::span<std::int32_t> data, int root) const {
+    if (size_ > 1) broadcast_chunked(data, MPI_INT32_T, root, max_chunk_);
+}
+void Communicator::broadcast(std::span<float> data, int root) const {
+    if (size_ > 1) broadcast_chunked(data, MPI_FLOAT, root, max_chunk_);
+}
+void Communicator::broadcast(std::span<std::int64_t> data, int root) const {
+    if (size_ > 1) broadcast_chunked(data, MPI_INT64_T, root, max_chunk_);
+}
+
+void Communicator::broadcast_vector(std::vector<std::uint8_t>& data, int root) const {
+    if (size_ == 1) return;
+    std::uint64_t size = data.size();
+    check(MPI_Bcast(&size, 1, MPI_UINT64_T, root, MPI_COMM_WORLD), "MPI_Bcast");
+    data.resize(size);
+    broadcast(std::span<std::uint8_t>(data), root);
+}
+
+void Communicator::allreduce_sum(std::span<float> data) const {
+    if (size_ == 1) return;
+    for (const Chunk& c : chunk_ranges(data.size(), max_chunk_)) {
+        check(MPI_Allreduce(MPI_IN_PLACE, data.data() + c.begin, static_cast<int>(c.count),
+                            MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+              "MPI_Allreduce");
+    }
+}
+
+double Communicator::allreduce_sum(double value) const {
+    if (size_ == 1) return value;
+    check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+          "MPI_Allreduce");
+    return value;
+}
+
+std::int64_t Communicator::allreduce_max(std::int64_t value) const {
+    if (size_ == 1) return value;
+    check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD),
+          "MPI_Allreduce");
+    return value;
+}
+
+std::int64_t Communicator::allreduce_min(std::int64_t value) const {
+    if (size_ == 1) return value;
+    check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD),
+          "MPI_Allreduce");
+    return value;
+}
+
+std::vector<std::uint64_t> Communicator::allgather(std::uint64_t value) const {
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(size_), value);
+    if (size_ > 1) {
+        check(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD),
+              "MPI_Allgather");
+    }
+    return all;
+}
+
+void Communicator::barrier() const {
+    if (size_ > 1) check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+std::vector<std::vector<std::uint8_t>> Communicator::gather_bytes(
+    std::span<const std::uint8_t> mine) const {
+    if (size_ == 1) return {std::vector<std::uint8_t>(mine.begin(), mine.end())};
+    const std::vector<std::uint64_t> sizes = allgather(mine.size());
+    std::vector<int> counts(sizes.size()), displs(sizes.size());
+    std::uint64_t total = 0;
+    for (std::size_t r = 0; r < sizes.size(); ++r) {
+        if (sizes[r] > INT_MAX || total + sizes[r] > INT_MAX) {
+            throw std::runtime_error("gather_bytes: more than 2 GiB of output to gather");
+        }
+        counts[r] = static_cast<int>(sizes[r]);
+        displs[r] = static_cast<int>(total);
+        total += sizes[r];
+    }
+    std::vector<std::uint8_t> all(is_root() ? total : 0);
+    check(MPI_Gatherv(mine.data(), static_cast<int>(mine.size()), MPI_UINT8_T, all.data(),
+                      counts.data(), displs.data(), MPI_UINT8_T, 0, MPI_COMM_WORLD),
+          "MPI_Gatherv");
+    std::vector<std::vector<std::uint8_t>> out;
+    if (!is_root()) return out;
+    out.reserve(sizes.size());
+    for (std::size_t r = 0; r < sizes.size(); ++r) {
+        const auto begin = all.begin() + displs[r];
+        out.emplace_back(begin, begin + counts[r]);
+    }
+    return out;
+}
+
+void Communicator::idle_barrier() const {
+    if (size_ == 1) return;
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier");
+    for (int done = 0; done == 0;) {
+        check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+        if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+}
+
+void Communicator::abort(std::string_view message, int code) const {
+    // The rank is only worth naming when there is more than one.
+    if (size_ > 1) {
+        std::fprintf(stderr, "error (rank %d of %d): %.*s\n", rank_, size_,
+                     static_cast<int>(message.size()), message.data());
+    } else {
+        std::fprintf(stderr, "error: %.*s\n", static_cast<int>(message.size()), message.data());
+    }
+    std::fflush(stderr);
+    if (size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    // One rank: end MPI properly, as a normal exit would (MpiSession's destructor does not run).
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Finalize();
+    std::exit(code);
+}
+
+}  // namespace gpt2

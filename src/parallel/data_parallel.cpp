@@ -1,0 +1,168 @@
+#include "parallel/data_parallel.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+namespace gpt2 {
+
+namespace {
+// Seconds since `start`, restarting the clock.
+double lap(std::chrono::steady_clock::time_point& start) {
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - start).count();
+    start = now;
+    return seconds;
+}
+
+std::vector<ThreadLocalTrainingContext> make_contexts(const ModelConfig& config, int workers,
+                                                      int batch_size, int seq_len) {
+    std::vector<ThreadLocalTrainingContext> contexts;
+    contexts.reserve(static_cast<std::size_t>(workers));
+    const int per_worker = (batch_size + workers - 1) / workers;
+    for (int w = 0; w < workers; ++w)
+        contexts.emplace_back(config, per_worker, seq_len);
+    return contexts;
+}
+
+// Worker w's sequences of a micro-batch starting at `offset` tokens.
+TokenBatch worker_share(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
+                        std::size_t offset, int B, int T, int w, int W) {
+    const Range seqs = split_range(static_cast<std::size_t>(B), w, W);
+    const std::size_t begin = offset + seqs.begin * static_cast<std::size_t>(T);
+    const std::size_t count = (seqs.end - seqs.begin) * static_cast<std::size_t>(T);
+    return TokenBatch{inputs.subspan(begin, count), targets.subspan(begin, count),
+                      static_cast<int>(seqs.end - seqs.begin), T};
+}
+}  // namespace
+
+WorkerGroup::WorkerGroup(const ModelConfig& config, int workers, int batch_size, int seq_len,
+                         bool pin)
+    : batch_size_(batch_size),
+      seq_len_(seq_len),
+      pool_(workers, pin),
+      contexts_(make_contexts(config, workers, batch_size, seq_len)),
+      partials_(static_cast<std::size_t>(workers)) {}
+
+namespace {
+// Lock-free reduction into worker 0's buffer: worker w owns a disjoint slice and sums it over
+// all buffers in worker order (deterministic), clearing the others for the next step. With one
+// rank the squared norm of each slice is taken in the same pass.
+void reduce_worker_gradients(WorkerGroup& workers, bool with_norm) {
+    const int W = workers.size();
+    const std::span<float> grad = workers.gradient();
+    const std::span<WorkerPartial> sums = workers.partials();
+    workers.pool().run([&](int w) {
+        const Range r = split_range(grad.size(), w, W);
+        float* out = grad.data();
+        for (int src = 1; src < W; ++src) {
+            float* in = workers.context(src).grads.data();
+            for (std::size_t i = r.begin; i < r.end; ++i) {
+                out[i] += in[i];
+                in[i] = 0.0f;
+            }
+        }
+        if (with_norm) {
+            sums[static_cast<std::size_t>(w)].value =
+                sum_of_squares(grad.subspan(r.begin, r.end - r.begin));
+        }
+    });
+}
+}  // namespace
+
+StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers,
+                       const Communicator& comm, const StepBatch& batch, const StepHyper& hyper,
+                       bool inject_nan) {
+    const int W = workers.size();
+    const int B = workers.batch_size();
+    const int T = workers.seq_len();
+    const std::size_t micro_tokens = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
+    const float dloss = static_cast<float>(1.0 / (static_cast<double>(batch.global_sequences) * T));
+    const Model& weights = model;  // workers see the model read-only
+    const std::span<WorkerPartial> sums = workers.partials();
+    StepMetrics metrics;
+    auto clock = std::chrono::steady_clock::now();
+
+    workers.pool().run([&](int w) {
+        double loss = 0.0;
+        for (int a = 0; a < batch.grad_accum; ++a) {
+            const TokenBatch share =
+                worker_share(batch.inputs, batch.targets, a * micro_tokens, B, T, w, W);
+            if (share.B > 0) loss += forward_backward(weights, workers.context(w), share, dloss);
+        }
+        sums[static_cast<std::size_t>(w)].value = loss;
+    });
+    double loss_sum = 0.0;
+    for (const WorkerPartial& s : sums)
+        loss_sum += s.value;
+    metrics.timings.forward_backward = lap(clock);
+
+    const std::size_t P = model.layout.total();
+    std::span<float> grad = workers.gradient();
+    const bool local_norm = comm.size() == 1;
+    if (inject_nan) grad[0] = std::numeric_limits<float>::quiet_NaN();
+    reduce_worker_gradients(workers, local_norm);
+    metrics.timings.thread_reduction = lap(clock);
+
+    comm.allreduce_sum(grad);
+    const double global_tokens = static_cast<double>(batch.global_sequences) * T;
+    metrics.loss = comm.allreduce_sum(loss_sum) / global_tokens;
+    if (!local_norm) {
+        workers.pool().run([&](int w) {
+            const Range r = split_range(P, w, W);
+            sums[static_cast<std::size_t>(w)].value =
+                sum_of_squares(grad.subspan(r.begin, r.end - r.begin));
+        });
+    }
+    double norm_sq = 0.0;
+    for (const WorkerPartial& s : sums)
+        norm_sq += s.value;
+    metrics.grad_norm = std::sqrt(norm_sq);
+    metrics.timings.allreduce = lap(clock);
+
+    if (!std::isfinite(metrics.loss) || !std::isfinite(metrics.grad_norm)) {
+        metrics.skipped = true;
+        workers.pool().run([&](int w) {
+            const Range r = split_range(P, w, W);
+            std::fill(grad.begin() + static_cast<std::ptrdiff_t>(r.begin),
+                      grad.begin() + static_cast<std::ptrdiff_t>(r.end), 0.0f);
+        });
+        return metrics;
+    }
+    const float scale = clip_scale(metrics.grad_norm, hyper.grad_clip);
+    const std::int64_t t = ++optimizer.step;
+    std::span<float> params = model.params.span();
+    workers.pool().run([&](int w) {
+        const Range r = split_range(P, w, W);
+        adamw_update_range(model.layout, params, grad, optimizer, r.begin, r.end, hyper.adamw, t,
+                           scale);
+    });
+    metrics.timings.optimizer = lap(clock);
+    return metrics;
+}
+
+double evaluate(const Model& model, WorkerGroup& workers, const Communicator& comm,
+                std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
+                int num_batches) {
+    const int W = workers.size();
+    const int B = workers.batch_size();
+    const int T = workers.seq_len();
+    const std::size_t micro_tokens = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
+    const std::span<WorkerPartial> sums = workers.partials();
+    workers.pool().run([&](int w) {
+        double loss = 0.0;
+        for (int a = 0; a < num_batches; ++a) {
+            const TokenBatch share = worker_share(inputs, targets, a * micro_tokens, B, T, w, W);
+            if (share.B > 0) loss += forward_loss(model, workers.context(w), share);
+        }
+        sums[static_cast<std::size_t>(w)].value = loss;
+    });
+    double loss_sum = 0.0;
+    for (const WorkerPartial& s : sums)
+        loss_sum += s.value;
+    const double tokens =
+        static_cast<double>(micro_tokens) * num_batches * static_cast<double>(comm.size());
+    return comm.allreduce_sum(loss_sum) / tokens;
+}
+
+}  // namespace gpt2

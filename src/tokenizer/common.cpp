@@ -1,0 +1,245 @@
+// Kind-independent tokenizer code: deserialization dispatch, block-parallel encoding and llm.c's
+// gpt2_tokenizer.bin file.
+#include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <exception>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "tokenizer/internal.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace gpt2 {
+namespace detail {
+
+std::string describe_id(long long id, int vocab_size) {
+    return "token id " + std::to_string(id) + " is out of range for a vocabulary of " +
+           std::to_string(vocab_size) + " tokens";
+}
+
+}  // namespace detail
+
+std::string_view tokenizer_kind_name(TokenizerKind kind) {
+    switch (kind) {
+        case TokenizerKind::Char:
+            return "char";
+        case TokenizerKind::Bpe:
+            return "bpe";
+        case TokenizerKind::Gpt2:
+            return "gpt2";
+    }
+    return "unknown";
+}
+
+std::unique_ptr<Tokenizer> deserialize_tokenizer(std::span<const std::uint8_t> bytes) {
+    detail::ByteReader reader(bytes, "serialized tokenizer");
+    const std::uint8_t tag = reader.u8("kind tag");
+    const std::uint8_t version = reader.u8("format version");
+    if (version != detail::kSerialFormatVersion) {
+        reader.fail("unsupported format version " + std::to_string(version) + " (expected " +
+                    std::to_string(detail::kSerialFormatVersion) + ")");
+    }
+    std::unique_ptr<Tokenizer> tokenizer;
+    switch (tag) {
+        case static_cast<std::uint8_t>(TokenizerKind::Char):
+            tokenizer = detail::deserialize_char(reader);
+            break;
+        case static_cast<std::uint8_t>(TokenizerKind::Bpe):
+            tokenizer = detail::deserialize_bpe(reader, TokenizerKind::Bpe);
+            break;
+        case static_cast<std::uint8_t>(TokenizerKind::Gpt2):
+            tokenizer = detail::deserialize_bpe(reader, TokenizerKind::Gpt2);
+            break;
+        default:
+            reader.fail("unknown tokenizer kind tag " + std::to_string(tag));
+    }
+    reader.expect_end();
+    return tokenizer;
+}
+
+namespace {
+
+[[nodiscard]] bool is_ascii_graphic(char c) {
+    return c > ' ' && c < 0x7F;
+}
+
+// Cut points where the pre-tokenizer always splits, whatever follows or precedes the cut: "x\nY"
+// with x and Y printable ASCII. A lone '\n' between two non-space characters is its own pre-token
+// both in the whole text and at the end of a block, and <|endoftext|> contains no '\n'. (A cut
+// after a longer whitespace run would not be safe: "  \n" ends a block as one pre-token but is
+// "  " + "\n" before a letter.) The char tokenizer has no pre-tokenizer, so any cut is safe.
+[[nodiscard]] std::vector<std::size_t> block_cuts(std::string_view text, std::size_t block_size) {
+    std::vector<std::size_t> cuts{0};
+    std::size_t pos = block_size;
+    while (pos < text.size()) {
+        while (pos < text.size() &&
+               !(text[pos - 1] == '\n' && pos >= 2 && is_ascii_graphic(text[pos - 2]) &&
+                 is_ascii_graphic(text[pos]))) {
+            ++pos;
+        }
+        if (pos >= text.size()) break;
+        cuts.push_back(pos);
+        pos += block_size;
+    }
+    cuts.push_back(text.size());
+    return cuts;
+}
+
+}  // namespace
+
+EotInText parse_eot_in_text(std::string_view word) {
+    if (word == "token") return EotInText::Token;
+    if (word == "text") return EotInText::Text;
+    throw InputError("--eot-in-text must be token or text, not '" + std::string(word) + "'");
+}
+
+std::vector<std::int32_t> encode_blocks(const Tokenizer& tokenizer, std::string_view text,
+                                        int threads,
+                                        const std::function<void(std::size_t)>& on_progress,
+                                        EotInText eot) {
+    constexpr std::size_t kBlockSize = std::size_t{1} << 20;
+    const std::vector<std::size_t> cuts = block_cuts(text, kBlockSize);
+    const std::size_t num_blocks = cuts.size() - 1;
+    std::vector<std::vector<std::int32_t>> results(num_blocks);
+    const auto block = [&](std::size_t i) { return text.substr(cuts[i], cuts[i + 1] - cuts[i]); };
+
+    const std::size_t workers = std::min<std::size_t>(std::max(threads, 1), num_blocks);
+    if (workers <= 1) {
+        for (std::size_t i = 0; i < num_blocks; ++i) {
+            results[i] = tokenizer.encode(block(i), eot);
+            if (on_progress) on_progress(cuts[i + 1]);
+        }
+    } else {
+        std::mutex mutex;
+        std::condition_variable changed;
+        std::size_t next_block = 0;
+        std::size_t blocks_done = 0;
+        std::size_t bytes_done = 0;
+        std::exception_ptr error;
+        {
+            std::vector<std::jthread> pool;
+            for (std::size_t w = 0; w < workers; ++w) {
+                pool.emplace_back([&] {
+                    for (;;) {
+                        std::size_t i = 0;
+                        {
+                            const std::lock_guard lock(mutex);
+                            if (next_block == num_blocks || error) return;
+                            i = next_block++;
+                        }
+                        try {
+                            results[i] = tokenizer.encode(block(i), eot);
+                        } catch (...) {
+                            const std::lock_guard lock(mutex);
+                            error = std::current_exception();
+                        }
+                        {
+                            const std::lock_guard lock(mutex);
+                            ++blocks_done;
+                            bytes_done += block(i).size();
+                        }
+                        changed.notify_one();
+                    }
+                });
+            }
+            std::unique_lock lock(mutex);
+            std::size_t reported = 0;
+            while (blocks_done < num_blocks && !error) {
+                changed.wait(lock);
+                if (on_progress && bytes_done != reported) {
+                    reported = bytes_done;
+                    lock.unlock();
+                    on_progress(reported);
+                    lock.lock();
+                }
+            }
+        }  // joins the pool
+        if (error) std::rethrow_exception(error);
+    }
+
+    std::size_t total = 0;
+    for (const auto& ids : results)
+        total += ids.size();
+    std::vector<std::int32_t> ids;
+    ids.reserve(total);
+    for (const auto& part : results)
+        ids.insert(ids.end(), part.begin(), part.end());
+    return ids;
+}
+
+namespace {
+
+constexpr std::uint32_t kLlmcTokenizerMagic = 20240328;
+constexpr std::uint32_t kLlmcTokenizerVersion = 2;
+constexpr std::uint32_t kLlmcNoEot = 0xFFFFFFFF;
+constexpr std::size_t kLlmcHeaderWords = 256;
+
+}  // namespace
+
+void write_llmc_tokenizer(const Tokenizer& tokenizer, const std::filesystem::path& path) {
+    const int vocab_size = tokenizer.vocab_size();
+    detail::ByteWriter out;
+    std::array<std::uint32_t, kLlmcHeaderWords> header{};
+    header[0] = kLlmcTokenizerMagic;
+    header[1] = kLlmcTokenizerVersion;
+    header[2] = static_cast<std::uint32_t>(vocab_size);
+    header[3] = tokenizer.eot_id() ? static_cast<std::uint32_t>(*tokenizer.eot_id()) : kLlmcNoEot;
+    for (const std::uint32_t word : header)
+        out.u32(word);
+    for (int id = 0; id < vocab_size; ++id) {
+        const std::string bytes = tokenizer.token_bytes(id);
+        // llm.c stores lengths in one byte and rejects empty tokens.
+        if (bytes.empty() || bytes.size() > 255) {
+            throw InputError(path.string() + ": token " + std::to_string(id) + " is " +
+                             std::to_string(bytes.size()) +
+                             " bytes long; llm.c's tokenizer format allows 1..255");
+        }
+        out.u8(static_cast<std::uint8_t>(bytes.size()));
+        out.raw(bytes);
+    }
+    write_file_atomically(path, out.take());
+}
+
+std::vector<std::string> read_llmc_tokenizer(const std::filesystem::path& path) {
+    const std::vector<std::uint8_t> bytes = read_file_bytes(path);
+
+    detail::ByteReader reader(bytes, path.string());
+    std::array<std::uint32_t, kLlmcHeaderWords> header{};
+    for (std::uint32_t& word : header)
+        word = reader.u32("header");
+    if (header[0] != kLlmcTokenizerMagic) {
+        reader.fail("bad magic " + std::to_string(header[0]) + " (expected " +
+                    std::to_string(kLlmcTokenizerMagic) + "): not an llm.c tokenizer file");
+    }
+    // Version 1 is the same layout without an EOT id.
+    if (header[1] != 1 && header[1] != kLlmcTokenizerVersion) {
+        reader.fail("unsupported version " + std::to_string(header[1]) + " (expected 1 or 2)");
+    }
+    const std::uint32_t vocab_size = header[2];
+    // Each token takes at least 2 bytes, so a corrupt size fails here instead of in reserve().
+    if (vocab_size == 0 || vocab_size > (bytes.size() - kLlmcHeaderWords * 4) / 2) {
+        reader.fail("vocab size " + std::to_string(vocab_size) + " does not fit the file size " +
+                    std::to_string(bytes.size()));
+    }
+    if (header[1] == 2 && header[3] != kLlmcNoEot && header[3] >= vocab_size) {
+        reader.fail("EOT id " + std::to_string(header[3]) + " is not below the vocab size " +
+                    std::to_string(vocab_size));
+    }
+    std::vector<std::string> tokens;
+    tokens.reserve(vocab_size);
+    for (std::uint32_t id = 0; id < vocab_size; ++id) {
+        const std::uint8_t length = reader.u8("token length");
+        if (length == 0) reader.fail("token " + std::to_string(id) + " has length 0");
+        tokens.emplace_back(reader.raw(length, "token bytes"));
+    }
+    reader.expect_end();
+    return tokens;
+}
+
+}  // namespace gpt2

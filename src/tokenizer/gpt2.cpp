@@ -1,0 +1,147 @@
+// Loads GPT-2's tokenizer from OpenAI's encoder.json (token string -> id) and vocab.bpe (merges by
+// rank), undoing GPT-2's byte-to-printable-character mapping so tokens become raw bytes.
+#include <array>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "tokenizer/internal.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace gpt2 {
+namespace {
+
+// GPT-2 spells every byte as a printable code point: bytes that are printable Latin-1 stand for
+// themselves, the other 68 become U+0100.. in byte order. Indexed by code point (all < 0x200).
+constexpr std::array<std::int16_t, 0x200> make_unicode_to_byte() {
+    std::array<std::int16_t, 0x200> table{};
+    for (auto& entry : table)
+        entry = -1;
+    int next_extra = 0x100;
+    for (int byte = 0; byte < 256; ++byte) {
+        const bool printable = (byte >= '!' && byte <= '~') || (byte >= 0xA1 && byte <= 0xAC) ||
+                               (byte >= 0xAE && byte <= 0xFF);
+        table[printable ? byte : next_extra++] = static_cast<std::int16_t>(byte);
+    }
+    return table;
+}
+constexpr std::array<std::int16_t, 0x200> kUnicodeToByte = make_unicode_to_byte();
+
+// Decodes one of GPT-2's token spellings (UTF-8) back to the bytes it stands for.
+[[nodiscard]] std::string unmap_token(std::string_view spelled, const std::string& where) {
+    std::string bytes;
+    bytes.reserve(spelled.size());
+    for (std::size_t i = 0; i < spelled.size();) {
+        const auto lead = static_cast<unsigned char>(spelled[i]);
+        std::uint32_t code_point = lead;
+        std::size_t length = 1;
+        if (lead >= 0xC0 && lead < 0xE0 && i + 1 < spelled.size()) {
+            code_point = ((lead & 0x1F) << 6) | (static_cast<unsigned char>(spelled[i + 1]) & 0x3F);
+            length = 2;
+        } else if (lead >= 0x80) {
+            code_point = 0xFFFFFFFF;  // nothing GPT-2 uses needs more than two bytes
+        }
+        if (code_point >= kUnicodeToByte.size() || kUnicodeToByte[code_point] < 0) {
+            throw InputError(where + ": token \"" + std::string(spelled) +
+                             "\" uses a character outside GPT-2's byte alphabet");
+        }
+        bytes += static_cast<char>(kUnicodeToByte[code_point]);
+        i += length;
+    }
+    return bytes;
+}
+
+// The file's text; a missing file says where GPT-2's tokenizer files come from.
+[[nodiscard]] std::string read_tokenizer_file(const std::filesystem::path& path) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+        throw InputError(path.string() +
+                         ": cannot open GPT-2 tokenizer file (scripts/get_gpt2_tokenizer.sh "
+                         "downloads encoder.json and vocab.bpe)");
+    }
+    return read_text_file(path);
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir) {
+    const std::filesystem::path encoder_path = dir / "encoder.json";
+    const std::filesystem::path merges_path = dir / "vocab.bpe";
+    const std::string encoder_text = read_tokenizer_file(encoder_path);
+    const std::string merges_text = read_tokenizer_file(merges_path);
+
+    nlohmann::json encoder;
+    try {
+        encoder = nlohmann::json::parse(encoder_text);
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(encoder_path.string() + ": invalid JSON: " + e.what());
+    }
+    if (!encoder.is_object() || encoder.empty()) {
+        throw InputError(encoder_path.string() + ": expected a JSON object of token -> id");
+    }
+    const std::size_t vocab_size = encoder.size();
+    std::vector<std::string> vocab(vocab_size);
+    std::vector<bool> assigned(vocab_size, false);
+    std::unordered_map<std::string_view, std::int32_t> id_of_spelling;
+    id_of_spelling.reserve(vocab_size);
+    std::optional<int> eot_id;
+    for (const auto& [spelling, value] : encoder.items()) {
+        if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
+            value.get<std::int64_t>() >= static_cast<std::int64_t>(vocab_size)) {
+            throw InputError(encoder_path.string() + ": token \"" + spelling + "\" has id " +
+                             value.dump() + ", expected 0.." + std::to_string(vocab_size - 1));
+        }
+        const auto id = value.get<std::int32_t>();
+        if (assigned[id]) {
+            throw InputError(encoder_path.string() + ": id " + std::to_string(id) +
+                             " is used by two tokens");
+        }
+        assigned[id] = true;
+        if (spelling == detail::kEndOfText) {
+            eot_id = id;
+            vocab[id] = spelling;
+        } else {
+            vocab[id] = unmap_token(spelling, encoder_path.string());
+        }
+        id_of_spelling.emplace(spelling, id);
+    }
+    if (!eot_id) throw InputError(encoder_path.string() + ": has no <|endoftext|> token");
+
+    std::vector<std::pair<std::int32_t, std::int32_t>> merges;
+    merges.reserve(vocab_size);
+    std::size_t line_number = 0;
+    for (std::size_t pos = 0; pos < merges_text.size();) {
+        std::size_t end = merges_text.find('\n', pos);
+        if (end == std::string::npos) end = merges_text.size();
+        std::string_view line(merges_text.data() + pos, end - pos);
+        pos = end + 1;
+        ++line_number;
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        if (line.empty() || (line_number == 1 && line.starts_with("#version"))) continue;
+        const std::string where = merges_path.string() + ":" + std::to_string(line_number);
+        const std::size_t space = line.find(' ');
+        if (space == std::string_view::npos ||
+            line.find(' ', space + 1) != std::string_view::npos) {
+            throw InputError(where + ": expected two tokens separated by one space");
+        }
+        const auto lookup = [&](std::string_view spelling) {
+            const auto it = id_of_spelling.find(spelling);
+            if (it == id_of_spelling.end()) {
+                throw InputError(where + ": \"" + std::string(spelling) +
+                                 "\" is not a token in encoder.json");
+            }
+            return it->second;
+        };
+        merges.emplace_back(lookup(line.substr(0, space)), lookup(line.substr(space + 1)));
+    }
+    try {
+        return detail::make_gpt2_style_bpe(std::move(vocab), std::move(merges), *eot_id);
+    } catch (const InputError& e) {
+        throw InputError(dir.string() + ": " + e.what());
+    }
+}
+
+}  // namespace gpt2

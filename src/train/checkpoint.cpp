@@ -1,0 +1,138 @@
+#include "train/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "core/bytes.hpp"
+#include "core/error.hpp"
+
+namespace gpt2 {
+
+namespace {
+constexpr std::size_t kHeaderInts = 256;
+constexpr std::size_t kHeaderBytes = kHeaderInts * sizeof(std::int32_t);
+// Footer: magic, trailer offset, checksum of everything before the footer.
+constexpr std::array<char, 8> kFooterMagic = {'G', 'P', 'T', '2', 'C', 'K', 'P', '1'};
+constexpr std::size_t kFooterBytes = 8 + 8 + 8;
+enum class TrailerTag : std::uint32_t { Tokenizer = 1, ConfigJson = 2 };
+
+}  // namespace
+
+std::filesystem::path save_checkpoint(const std::filesystem::path& path, const Model& model,
+                                      const std::optional<CheckpointExtras>& extras) {
+    const ModelConfig& c = model.config;
+    std::array<std::int32_t, kHeaderInts> header{};
+    header[0] = kLlmcModelMagic;
+    header[1] = kLlmcModelVersionFp32;
+    header[2] = c.max_seq_len;
+    header[3] = c.vocab_size;
+    header[4] = c.num_layers;
+    header[5] = c.num_heads;
+    header[6] = c.channels;
+    header[7] = c.padded_vocab_size;
+    const std::span<const std::uint8_t> header_bytes(
+        reinterpret_cast<const std::uint8_t*>(header.data()), kHeaderBytes);
+    const std::span<const std::uint8_t> param_bytes(
+        reinterpret_cast<const std::uint8_t*>(model.params.data()),
+        model.params.size() * sizeof(float));
+    if (!extras) {
+        const std::array pieces = {header_bytes, param_bytes};
+        write_file_atomically(path, pieces);
+        return path;
+    }
+    ByteWriter trailer;
+    const auto add_section = [&](TrailerTag tag, std::span<const std::uint8_t> bytes) {
+        trailer.put(static_cast<std::uint32_t>(tag));
+        trailer.put(static_cast<std::uint64_t>(bytes.size()));
+        trailer.raw(bytes);
+    };
+    add_section(TrailerTag::Tokenizer, extras->tokenizer);
+    add_section(TrailerTag::ConfigJson,
+                std::span(reinterpret_cast<const std::uint8_t*>(extras->config_json.data()),
+                          extras->config_json.size()));
+    std::uint64_t sum = checksum64(header_bytes);
+    sum = checksum64(param_bytes, sum);
+    sum = checksum64(trailer.bytes(), sum);
+    trailer.raw(std::string_view(kFooterMagic.data(), kFooterMagic.size()));
+    trailer.put(static_cast<std::uint64_t>(kHeaderBytes + param_bytes.size()));
+    trailer.put(sum);
+    const std::array pieces = {header_bytes, param_bytes,
+                               std::span<const std::uint8_t>(trailer.bytes())};
+    write_file_atomically(path, pieces);
+    return path;
+}
+
+LoadedModel load_checkpoint(const std::filesystem::path& path) {
+    const std::vector<std::uint8_t> bytes = read_file_bytes(path);
+    const std::string name = path.string();
+    if (bytes.size() < kHeaderBytes) {
+        throw InputError(name + ": too short for an llm.c model header (" +
+                         std::to_string(bytes.size()) + " bytes), truncated or not a model file");
+    }
+    const auto header = ByteReader(std::span<const std::uint8_t>(bytes).first(kHeaderBytes), name)
+                            .get_array<std::int32_t, kHeaderInts>("header");
+    const auto h = [&](std::size_t i) { return header[i]; };
+    if (h(0) != kLlmcModelMagic) {
+        throw InputError(name + ": bad magic " + std::to_string(h(0)) + " (expected " +
+                         std::to_string(kLlmcModelMagic) + "), not an llm.c model file");
+    }
+    if (h(1) != kLlmcModelVersionFp32) {
+        throw InputError(name + ": unsupported version " + std::to_string(h(1)) +
+                         " (only 3, float32, is supported)");
+    }
+    const ModelConfig config{h(2), h(3), h(7), h(4), h(5), h(6)};
+    validate_config(config, name);
+    const ParameterLayout layout(config);
+    const std::size_t model_bytes = kHeaderBytes + layout.total() * sizeof(float);
+    if (bytes.size() < model_bytes) {
+        throw InputError(name + ": truncated: " + std::to_string(bytes.size()) + " bytes, the " +
+                         describe(config) + " model needs " + std::to_string(model_bytes));
+    }
+    LoadedModel loaded{Model(config), std::nullopt};
+    std::memcpy(loaded.model.params.data(), bytes.data() + kHeaderBytes,
+                layout.total() * sizeof(float));
+    if (bytes.size() == model_bytes) return loaded;  // plain llm.c model file
+
+    // A trailer must end in our footer and match its checksum.
+    if (bytes.size() < model_bytes + kFooterBytes ||
+        std::memcmp(bytes.data() + bytes.size() - kFooterBytes, kFooterMagic.data(), 8) != 0) {
+        throw InputError(name +
+                         ": unexpected bytes after the model (truncated or corrupt checkpoint)");
+    }
+    const std::size_t footer = bytes.size() - kFooterBytes;
+    ByteReader footer_reader(std::span<const std::uint8_t>(bytes).subspan(footer + 8), name);
+    const auto trailer_offset = footer_reader.get<std::uint64_t>("trailer offset");
+    const auto stored_sum = footer_reader.get<std::uint64_t>("checksum");
+    if (trailer_offset != model_bytes) {
+        throw InputError(name + ": checkpoint footer does not match the model size (corrupt)");
+    }
+    // Chained over the same three pieces the writer hashed.
+    const std::span<const std::uint8_t> all(bytes);
+    std::uint64_t sum = checksum64(all.first(kHeaderBytes));
+    sum = checksum64(all.subspan(kHeaderBytes, model_bytes - kHeaderBytes), sum);
+    sum = checksum64(all.subspan(model_bytes, footer - model_bytes), sum);
+    if (sum != stored_sum) {
+        throw InputError(name + ": checksum mismatch, the file is corrupt");
+    }
+    CheckpointExtras extras;
+    ByteReader trailer(all.subspan(model_bytes, footer - model_bytes),
+                       name + ": corrupt checkpoint trailer");
+    while (trailer.remaining() > 0) {
+        const auto tag = static_cast<TrailerTag>(trailer.get<std::uint32_t>("section tag"));
+        const auto length = trailer.get<std::uint64_t>("section length");
+        if (length > trailer.remaining()) throw InputError(name + ": corrupt checkpoint trailer");
+        const auto section = trailer.take(static_cast<std::size_t>(length), "section");
+        if (tag == TrailerTag::Tokenizer) extras.tokenizer.assign(section.begin(), section.end());
+        if (tag == TrailerTag::ConfigJson)
+            extras.config_json.assign(section.begin(), section.end());
+    }
+    loaded.extras = std::move(extras);
+    return loaded;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,41 @@
+// Checkpoint files. The model part is llm.c's model file byte for byte (header[256] + float32
+// parameters), so llm.c reads our weights and we read gpt2_124M.bin; a tagged trailer after it
+// makes a checkpoint self-contained (tokenizer, configuration), and a checksum guards it all.
+// Every write is atomic: temporary file, fsync, rename, directory fsync.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/file_io.hpp"
+#include "model/model.hpp"
+
+namespace gpt2 {
+
+inline constexpr std::int32_t kLlmcModelMagic = 20240326;
+inline constexpr std::int32_t kLlmcModelVersionFp32 = 3;
+
+// What a checkpoint carries besides the weights.
+struct CheckpointExtras {
+    std::vector<std::uint8_t> tokenizer;  // serialized tokenizer (empty: none)
+    std::string config_json;              // model and training configuration
+};
+
+struct LoadedModel {
+    Model model;
+    std::optional<CheckpointExtras> extras;  // absent for a plain llm.c model file
+};
+
+// Writes `path` atomically; returns it. Throws InputError naming the file on failure, leaving any
+// previous file at `path` untouched.
+std::filesystem::path save_checkpoint(const std::filesystem::path& path, const Model& model,
+                                      const std::optional<CheckpointExtras>& extras);
+// Reads a plain llm.c model file or a checkpoint; verifies the checksum when present. Throws
+// InputError naming the file for anything missing, truncated, corrupt or of the wrong kind.
+[[nodiscard]] LoadedModel load_checkpoint(const std::filesystem::path& path);
+
+}  // namespace gpt2

@@ -1,0 +1,63 @@
+#include "train/options.hpp"
+
+#include "core/error.hpp"
+
+namespace gpt2 {
+
+void validate_train_options(const TrainOptions& o, int world_size) {
+    const auto require = [](bool ok, const std::string& message) {
+        if (!ok) throw InputError(message);
+    };
+    require(o.batch_size > 0, "--batch-size must be positive");
+    require(o.seq_len > 0, "--seq-len must be positive");
+    require(o.max_steps > 0, "--max-steps must be positive");
+    require(o.grad_accum >= 0, "--grad-accum must not be negative");
+    require(o.total_batch_tokens >= 0, "--total-batch-tokens must not be negative");
+    require(o.threads >= 0, "--threads must not be negative");
+    require(o.threads == 0 || o.threads <= o.batch_size,
+            "--threads " + std::to_string(o.threads) + " exceeds --batch-size " +
+                std::to_string(o.batch_size) + ": every worker needs at least one sequence");
+    require(o.n_layer > 0 && o.n_head > 0 && o.n_embd > 0,
+            "--n-layer, --n-head and --n-embd must be positive");
+    require(!o.model.empty() || o.n_embd % o.n_head == 0, "--n-embd must be divisible by --n-head");
+    require(o.block_size == 0 || o.block_size >= o.seq_len,
+            "--block-size must be at least --seq-len");
+    require(o.lr > 0.0f, "--lr must be positive");
+    require(o.min_lr >= 0.0f && o.min_lr <= o.lr, "--min-lr must be between 0 and --lr");
+    require(o.warmup_steps >= 0, "--warmup-steps must not be negative");
+    require(o.lr_decay_steps >= 0, "--lr-decay-steps must not be negative");
+    require(o.beta1 >= 0.0f && o.beta1 < 1.0f, "--beta1 must be in [0, 1)");
+    require(o.beta2 >= 0.0f && o.beta2 < 1.0f, "--beta2 must be in [0, 1)");
+    require(o.eps > 0.0f, "--eps must be positive");
+    require(o.weight_decay >= 0.0f, "--weight-decay must not be negative");
+    require(o.grad_clip >= 0.0f, "--grad-clip must not be negative");
+    require(o.val_fraction > 0.0 && o.val_fraction < 1.0, "--val-fraction must be in (0, 1)");
+    require(o.val_every >= 0 && o.val_batches > 0, "--val-every/--val-batches must be positive");
+    require(o.sample_every >= 0 && o.sample_tokens >= 0,
+            "--sample-every/--max-new-tokens must not be negative");
+    require(o.checkpoint_every >= 0, "--checkpoint-every must not be negative");
+    require(o.keep_checkpoints >= 0, "--keep-checkpoints must not be negative");
+    require(o.max_bad_steps > 0, "--max-bad-steps must be positive");
+    require(o.check_replicas >= 0, "--check-replicas must not be negative");
+    require(o.benchmark >= 0, "--benchmark must not be negative");
+    require(o.peak_gflops > 0.0, "--peak-gflops must be positive");
+    require(o.vocab_size >= 257 || o.tokenizer != "bpe",
+            "--vocab-size must be at least 257 for --tokenizer bpe (256 bytes + end-of-text)");
+    require(o.train_data.empty() == o.val_data.empty(), "--train-data and --val-data go together");
+    require(o.grad_accum == 0 || o.total_batch_tokens == 0,
+            "--grad-accum and --total-batch-tokens both set: give one");
+    require(o.init_from.empty() || o.resume.empty() || o.resume == "auto",
+            "--init-from and --resume FILE both name the weights to start from: give one "
+            "(--resume auto --init-from X resumes if --out-dir holds a checkpoint, else starts "
+            "from X)");
+    if (o.total_batch_tokens > 0) {
+        const std::int64_t per_micro =
+            static_cast<std::int64_t>(o.batch_size) * o.seq_len * world_size;
+        require(o.total_batch_tokens % per_micro == 0,
+                "--total-batch-tokens " + std::to_string(o.total_batch_tokens) +
+                    " is not a multiple of batch-size x seq-len x ranks = " +
+                    std::to_string(per_micro));
+    }
+}
+
+}  // namespace gpt2

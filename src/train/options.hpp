@@ -1,0 +1,92 @@
+// What a training run is asked to do: every setting of train_gpt2 with its default (the command
+// line that fills it lives in apps/train_gpt2), and the checks that refuse impossible
+// combinations up front (one message naming the flag).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "model/schedule.hpp"
+
+namespace gpt2 {
+
+struct TrainOptions {
+    // Model shape (a preset or explicit dimensions), or weights to start from.
+    std::string model;  // preset name; empty: use the explicit dimensions below
+    int n_layer = 4;
+    int n_head = 4;
+    int n_embd = 128;
+    int block_size = 0;  // maxT; 0: the sequence length
+    std::string init_from;
+
+    // Data and tokenizer.
+    std::string data = "data/tinyshakespeare.txt";
+    std::string train_data;  // llm.c shard glob (instead of --data)
+    std::string val_data;
+    std::string tokenizer = "char";
+    int vocab_size = 4096;  // for --tokenizer bpe
+    std::string tokenizer_dir = "data/gpt2";
+    std::string eot_in_text = "token";  // a literal <|endoftext|> in --data: token | text
+    double val_fraction = 0.1;
+    bool no_shuffle = false;
+
+    // Batch.
+    int batch_size = 64;  // per rank, per micro-step
+    int seq_len = 64;
+    int grad_accum = 0;                   // 0: derived from total_batch_tokens, else 1
+    std::int64_t total_batch_tokens = 0;  // 0: B * T * ranks * grad_accum
+
+    // Optimisation.
+    float lr = 3e-3f;
+    float min_lr = 3e-4f;
+    int warmup_steps = 30;
+    LrSchedule schedule = LrSchedule::Cosine;
+    float weight_decay = 0.1f;
+    float beta1 = 0.9f;
+    float beta2 = 0.95f;
+    float eps = 1e-8f;
+    float grad_clip = 1.0f;
+    int max_steps = 600;
+    // Steps the schedule decays over; 0: --max-steps of the run's first start. Stored in the
+    // checkpoint, so resuming with a larger --max-steps keeps the learning rate where it was.
+    int lr_decay_steps = 0;
+
+    // Evaluation, samples, checkpoints.
+    int val_every = 100;
+    int val_batches = 8;
+    int sample_every = 200;
+    int sample_tokens = 200;
+    int checkpoint_every = 200;
+    int keep_checkpoints = 3;
+    std::string out_dir = "out";
+    std::string resume;  // "", "auto" or a path
+    int max_bad_steps = 5;
+    int check_replicas = 0;
+
+    // Machine and logging.
+    std::uint64_t seed = 1337;
+    int threads = 0;  // 0: the CPUs in this process's affinity mask
+    bool pin_threads = false;
+    std::string log_level = "info";
+    std::string metrics_file;
+    double peak_gflops = 200.0;  // one core's fp32 GEMM rate, the MFU yardstick
+    int benchmark = 0;           // >0: time this many steps after warm-up and report
+    int inject_nan_step = -1;    // test hook: poison the gradient at this step
+    int stop_at_step = -1;       // test hook: behave as if SIGTERM arrived during this step
+    std::int64_t mpi_chunk_elements = 0;  // test hook: elements per MPI call (0: default)
+
+    // How the options were given: the flags set explicitly (on the command line or in the
+    // config file, by their long name without dashes, e.g. "n-layer"), and the config file.
+    std::set<std::string> given;
+    std::string config_file;
+    [[nodiscard]] bool was_given(const std::string& flag) const { return given.count(flag) > 0; }
+};
+
+// Cross-flag checks independent of the data (throws InputError naming the flag).
+void validate_train_options(const TrainOptions& options, int world_size);
+
+}  // namespace gpt2

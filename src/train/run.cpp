@@ -1,0 +1,1021 @@
+#include "train/run.hpp"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <tuple>
+
+#include "core/error.hpp"
+#include "core/utf8.hpp"
+#include "data/shard.hpp"
+#include "data/windows.hpp"
+#include "model/generate.hpp"
+#include "ops/gemm.hpp"
+#include "parallel/data_parallel.hpp"
+#include "parallel/thread_pool.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "train/checkpoint.hpp"
+#include "train/resume_state.hpp"
+
+namespace gpt2 {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// GPT-2's vocabulary: a plain llm.c model file of this size is taken to use GPT-2's tokenizer.
+constexpr int kGpt2VocabSize = 50257;
+
+// Set by SIGINT/SIGTERM/SIGUSR1; a signal handler can only reach static storage.
+std::atomic<int>& stop_signal() {
+    static std::atomic<int> signal{0};
+    return signal;
+}
+
+extern "C" void on_stop_signal(int signum) {
+    stop_signal().store(signum);
+}
+
+const char* signal_name(int signum) {
+    switch (signum) {
+        case SIGINT:
+            return "SIGINT";
+        case SIGTERM:
+            return "SIGTERM";
+        case SIGUSR1:
+            return "SIGUSR1";
+        default:
+            return "--stop-at-step";
+    }
+}
+
+void install_signal_handlers() {
+    // SIGINT/SIGTERM: Ctrl-C, kill, Slurm. SIGUSR1: what mpirun forwards to every rank without
+    // ending the job itself (Open MPI kills the ranks one second after forwarding SIGTERM and
+    // then exits 1, whatever they do), so it is the clean way to stop a job under mpirun.
+    for (const int signum : {SIGINT, SIGTERM, SIGUSR1})
+        std::signal(signum, on_stop_signal);
+    // Past a file-size limit, a write should fail with EFBIG (reported, previous checkpoint
+    // kept) rather than kill the process.
+    std::signal(SIGXFSZ, SIG_IGN);
+    // When mpirun goes away its output pipes close: a log line must not kill a rank that is
+    // about to write its checkpoint.
+    std::signal(SIGPIPE, SIG_IGN);
+}
+
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string with_commas(double value) {
+    const std::string digits = std::to_string(static_cast<long long>(value + 0.5));
+    std::string out;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return out;
+}
+
+std::string format_duration(double seconds) {
+    const auto s = static_cast<long long>(seconds + 0.5);
+    if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+    if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+    return fmt::format("{}s", s);
+}
+
+std::string human_bytes(double bytes) {
+    if (bytes >= 1 << 30) return fmt::format("{:.2f} GiB", bytes / (1 << 30));
+    if (bytes >= 1 << 20) return fmt::format("{:.1f} MiB", bytes / (1 << 20));
+    return fmt::format("{:.1f} KiB", bytes / 1024);
+}
+
+double peak_rss_bytes() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return static_cast<double>(usage.ru_maxrss) * 1024.0;
+}
+
+// ---- Where the run starts -------------------------------------------------------------------
+
+// Fresh, from weights (--init-from), or from a checkpoint (--resume). Decided on rank 0.
+struct StartPoint {
+    std::optional<LoadedModel> model;
+    std::filesystem::path state_file;  // non-empty when resuming
+    std::string source;                // how messages name where the weights came from
+};
+
+// A fresh run must not share --out-dir with another run's checkpoints: its pruning would mix
+// lineages and a later --resume auto would pick whichever is newest.
+void refuse_foreign_checkpoints(const TrainOptions& o) {
+    const std::vector<std::string> names = checkpoint_file_names(o.out_dir);
+    if (names.empty()) return;
+    std::string listed;
+    for (std::size_t i = 0; i < names.size() && i < 4; ++i)
+        listed += (i > 0 ? ", " : "") + names[i];
+    if (names.size() > 4) listed += ", ... (" + std::to_string(names.size()) + " files)";
+    throw UsageError("--out-dir " + o.out_dir + " already holds checkpoints (" + listed +
+                     "): continue that run with --resume auto, or give another or an empty "
+                     "--out-dir");
+}
+
+StartPoint load_init_from(const TrainOptions& o) {
+    StartPoint start;
+    start.model = load_checkpoint(o.init_from);
+    start.source = "--init-from " + o.init_from;
+    return start;
+}
+
+StartPoint find_start(const TrainOptions& o) {
+    if (o.resume == "auto") {
+        for (const std::int64_t step : list_checkpoints(o.out_dir)) {
+            try {
+                StartPoint start;
+                start.model = load_checkpoint(model_path(o.out_dir, step));
+                start.state_file = state_path(o.out_dir, step);
+                start.source = "--resume " + start.state_file.string();
+                if (!o.init_from.empty()) {
+                    spdlog::info("--init-from {} not used: resuming from {}", o.init_from,
+                                 start.state_file.string());
+                }
+                return start;
+            } catch (const InputError& e) {
+                spdlog::warn("skipping checkpoint at step {}: {}", step, e.what());
+            }
+        }
+        if (!o.init_from.empty()) {
+            spdlog::info("--resume auto: no checkpoint in {}; starting from --init-from {}",
+                         o.out_dir, o.init_from);
+            return load_init_from(o);
+        }
+        spdlog::info("--resume auto: no checkpoint in {}, starting fresh", o.out_dir);
+        return {};
+    }
+    if (!o.resume.empty()) {
+        const auto step = checkpoint_step(o.resume);
+        if (!step) {
+            throw InputError("--resume " + o.resume +
+                             ": expected 'auto' or a state_NNNNNN.bin file");
+        }
+        const std::filesystem::path dir = std::filesystem::path(o.resume).parent_path();
+        StartPoint start;
+        start.model = load_checkpoint(model_path(dir, *step));
+        start.state_file = state_path(dir, *step);
+        start.source = "--resume " + o.resume;
+        return start;
+    }
+    if (o.benchmark == 0) refuse_foreign_checkpoints(o);
+    if (!o.init_from.empty()) return load_init_from(o);
+    return {};
+}
+
+// ---- Tokenizer and tokens, identical on every rank ------------------------------------------
+
+struct Corpus {
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::vector<std::int32_t> train;  // text mode: the tokens themselves
+    std::vector<std::int32_t> val;
+    std::vector<MappedShard> train_shards;  // shard mode: memory-mapped by every rank
+    std::vector<MappedShard> val_shards;
+    TokenStore train_store;
+    TokenStore val_store;
+};
+
+// Which tokenizer the run uses, decided on rank 0 before the corpus is read: the checkpoint's
+// own (serialized), or one of --tokenizer's kinds. Flags that contradict the weights are refused.
+struct TokenizerChoice {
+    std::vector<std::uint8_t> from_checkpoint;
+    std::string kind = "char";
+    std::string reason;  // for the log: why this tokenizer
+};
+
+TokenizerChoice choose_tokenizer(const TrainOptions& o, const StartPoint& start) {
+    TokenizerChoice choice;
+    choice.kind = o.tokenizer;
+    choice.reason = o.was_given("tokenizer") ? "--tokenizer" : "default --tokenizer";
+    if (!start.model) return choice;
+    if (start.model->extras) {
+        if (start.model->extras->tokenizer.empty()) {
+            throw InputError(start.source + ": the checkpoint has no tokenizer");
+        }
+        choice.from_checkpoint = start.model->extras->tokenizer;
+        const std::string kind(
+            tokenizer_kind_name(deserialize_tokenizer(choice.from_checkpoint)->kind()));
+        if (o.was_given("tokenizer") && kind != o.tokenizer) {
+            throw UsageError("--tokenizer " + o.tokenizer + " contradicts " + start.source +
+                             ", whose tokenizer is " + kind +
+                             " (the weights only make sense with it): drop --tokenizer");
+        }
+        choice.kind = kind;
+        choice.reason = "the checkpoint's own";
+        return choice;
+    }
+    // A plain llm.c model file carries no tokenizer.
+    const int V = start.model->model.config.vocab_size;
+    if (!o.was_given("tokenizer")) {
+        if (V != kGpt2VocabSize) {
+            throw UsageError(start.source +
+                             " is a plain llm.c model file without a tokenizer "
+                             "and its vocabulary (" +
+                             std::to_string(V) +
+                             ") is not GPT-2's: give the --tokenizer it was trained with");
+        }
+        choice.kind = "gpt2";
+        choice.reason = "GPT-2's, for a plain llm.c model file of vocabulary 50257 (from " +
+                        o.tokenizer_dir + ")";
+    }
+    return choice;
+}
+
+std::unique_ptr<Tokenizer> build_tokenizer(const TrainOptions& o, const TokenizerChoice& choice,
+                                           std::string_view text) {
+    if (!choice.from_checkpoint.empty()) return deserialize_tokenizer(choice.from_checkpoint);
+    if (choice.kind == "gpt2") return load_gpt2_tokenizer(o.tokenizer_dir);
+    if (choice.kind == "bpe") return train_bpe_tokenizer(text, o.vocab_size);
+    return make_char_tokenizer(text);
+}
+
+std::string read_corpus(const std::string& path) {
+    std::string text = read_text_file(path);
+    if (text.empty()) throw InputError("--data " + path + ": the corpus is empty");
+    return text;
+}
+
+// Rank 0 reads and tokenizes; the others receive the tokenizer and the tokens.
+void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
+                         const TokenizerChoice& choice, Corpus& corpus) {
+    std::vector<std::uint8_t> tokenizer_bytes;
+    // 64-bit counts: a corpus may hold more than 2^31 tokens.
+    std::vector<std::int64_t> counts(2, 0);
+    if (comm.is_root()) {
+        const auto start = Clock::now();
+        const std::string text = read_corpus(o.data);
+        corpus.tokenizer = build_tokenizer(o, choice, text);
+        TokenSplit split = split_tokens(
+            corpus.tokenizer->encode(text, parse_eot_in_text(o.eot_in_text)), o.val_fraction);
+        corpus.train = std::move(split.train);
+        corpus.val = std::move(split.val);
+        tokenizer_bytes = corpus.tokenizer->serialize();
+        spdlog::info(
+            "corpus {}: {} bytes -> {} train + {} val tokens ({} tokenizer, vocab {}) in {:.2f} s",
+            o.data, with_commas(static_cast<double>(text.size())),
+            with_commas(static_cast<double>(corpus.train.size())),
+            with_commas(static_cast<double>(corpus.val.size())),
+            tokenizer_kind_name(corpus.tokenizer->kind()), corpus.tokenizer->vocab_size(),
+            seconds_since(start));
+        if (corpus.train.size() <= static_cast<std::size_t>(o.seq_len) ||
+            corpus.val.size() <= static_cast<std::size_t>(o.seq_len)) {
+            throw InputError("--data " + o.data +
+                             ": too short: " + std::to_string(corpus.train.size()) + " train and " +
+                             std::to_string(corpus.val.size()) +
+                             " validation tokens, each split needs more than --seq-len " +
+                             std::to_string(o.seq_len));
+        }
+        counts = {static_cast<std::int64_t>(corpus.train.size()),
+                  static_cast<std::int64_t>(corpus.val.size())};
+    }
+    comm.broadcast_vector(tokenizer_bytes);
+    comm.broadcast(std::span<std::int64_t>(counts));
+    if (!comm.is_root()) {
+        corpus.tokenizer = deserialize_tokenizer(tokenizer_bytes);
+        corpus.train.resize(static_cast<std::size_t>(counts[0]));
+        corpus.val.resize(static_cast<std::size_t>(counts[1]));
+    }
+    comm.broadcast(std::span<std::int32_t>(corpus.train));
+    comm.broadcast(std::span<std::int32_t>(corpus.val));
+    const auto as_bytes = [](std::span<const std::int32_t> v) {
+        return std::span(reinterpret_cast<const std::uint8_t*>(v.data()), v.size_bytes());
+    };
+    spdlog::debug("rank {}: tokenizer {:016x} ({} bytes), train tokens {:016x}, val tokens {:016x}",
+                  comm.rank(), checksum64(corpus.tokenizer->serialize()), tokenizer_bytes.size(),
+                  checksum64(as_bytes(corpus.train)), checksum64(as_bytes(corpus.val)));
+    corpus.train_store.add(std::span<const std::int32_t>(corpus.train));
+    corpus.val_store.add(std::span<const std::int32_t>(corpus.val));
+}
+
+// Every rank maps the shards itself; rank 0 still decides the tokenizer.
+void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
+                          const TokenizerChoice& choice, Corpus& corpus) {
+    std::vector<std::uint8_t> tokenizer_bytes;
+    if (comm.is_root()) {
+        // The shards' own tokenizer (prepare_data writes tokenizer.bin beside them) unless a
+        // checkpoint brings one; GPT-2's tokenizer needs no corpus, so --tokenizer gpt2 also works.
+        const std::filesystem::path beside =
+            expand_shard_pattern(o.train_data).front().parent_path() / "tokenizer.bin";
+        if (!choice.from_checkpoint.empty()) {
+            corpus.tokenizer = deserialize_tokenizer(choice.from_checkpoint);
+            spdlog::info("tokenizer: {} (the checkpoint's own)",
+                         tokenizer_kind_name(corpus.tokenizer->kind()));
+        } else if (std::filesystem::exists(beside)) {
+            corpus.tokenizer = deserialize_tokenizer(read_file_bytes(beside));
+            const std::string kind(tokenizer_kind_name(corpus.tokenizer->kind()));
+            if (o.was_given("tokenizer") && kind != o.tokenizer) {
+                throw UsageError("--tokenizer " + o.tokenizer + " contradicts the shards' " +
+                                 beside.string() + " (" + kind +
+                                 ", the tokenizer the shards were made with): drop --tokenizer");
+            }
+            spdlog::info("tokenizer: {} from {} (the shards' own)", kind, beside.string());
+        } else if (choice.kind == "gpt2") {
+            corpus.tokenizer = load_gpt2_tokenizer(o.tokenizer_dir);
+        } else {
+            throw InputError("--train-data " + o.train_data + ": no " + beside.string() +
+                             " (prepare_data writes it) and --tokenizer is not gpt2");
+        }
+        tokenizer_bytes = corpus.tokenizer->serialize();
+    }
+    comm.broadcast_vector(tokenizer_bytes);
+    if (!comm.is_root()) corpus.tokenizer = deserialize_tokenizer(tokenizer_bytes);
+    for (const auto& path : expand_shard_pattern(o.train_data))
+        corpus.train_shards.emplace_back(path);
+    for (const auto& path : expand_shard_pattern(o.val_data))
+        corpus.val_shards.emplace_back(path);
+    const int vocab = corpus.tokenizer->vocab_size();
+    for (auto* shards : {&corpus.train_shards, &corpus.val_shards}) {
+        for (const MappedShard& shard : *shards) {
+            validate_token_range(shard.tokens(), vocab, shard.path());
+            (shards == &corpus.train_shards ? corpus.train_store : corpus.val_store)
+                .add(shard.tokens());
+        }
+    }
+    const auto T = static_cast<std::uint64_t>(o.seq_len);
+    if (corpus.train_store.num_windows(o.seq_len) == 0 ||
+        corpus.val_store.num_windows(o.seq_len) == 0) {
+        throw InputError("--train-data/--val-data: shards hold fewer than --seq-len+1 = " +
+                         std::to_string(T + 1) + " tokens");
+    }
+}
+
+// ---- The model's shape ----------------------------------------------------------------------
+
+// The shape the flags ask for: a preset, with any explicitly given dimension overriding it, or
+// the dimensions alone.
+ModelConfig requested_model(const TrainOptions& o, int vocab_size) {
+    if (o.model.empty()) {
+        const int maxT = o.block_size > 0 ? o.block_size : o.seq_len;
+        return ModelConfig{maxT, vocab_size, pad_vocab(vocab_size), o.n_layer, o.n_head, o.n_embd};
+    }
+    ModelConfig c = preset_config(o.model, vocab_size);
+    if (o.was_given("n-layer")) c.num_layers = o.n_layer;
+    if (o.was_given("n-head")) c.num_heads = o.n_head;
+    if (o.was_given("n-embd")) c.channels = o.n_embd;
+    if (o.block_size > 0) c.max_seq_len = o.block_size;
+    return c;
+}
+
+// Shape flags given alongside weights must agree with them: the shape comes from the weights.
+void check_shape_flags(const TrainOptions& o, const ModelConfig& loaded,
+                       const std::string& source) {
+    const auto refuse = [&](const std::string& flag, const std::string& what) {
+        throw UsageError(flag + " contradicts " + source + ", whose model is " + what + " (" +
+                         describe(loaded) + "); the shape comes from the weights: drop the flag");
+    };
+    if (o.was_given("model")) {
+        const ModelConfig preset = preset_config(o.model, loaded.vocab_size);
+        if (preset.num_layers != loaded.num_layers || preset.num_heads != loaded.num_heads ||
+            preset.channels != loaded.channels) {
+            refuse("--model " + o.model, "another shape");
+        }
+    }
+    const std::array<std::tuple<const char*, int, int>, 4> dims = {{
+        {"n-layer", o.n_layer, loaded.num_layers},
+        {"n-head", o.n_head, loaded.num_heads},
+        {"n-embd", o.n_embd, loaded.channels},
+        {"block-size", o.block_size, loaded.max_seq_len},
+    }};
+    for (const auto& [flag, value, actual] : dims) {
+        if (o.was_given(flag) && value != actual) {
+            refuse("--" + std::string(flag) + " " + std::to_string(value),
+                   std::string(flag) + " " + std::to_string(actual));
+        }
+    }
+}
+
+// Rank 0 decides the shape (from the weights, or from the flags) and every rank agrees.
+ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, const StartPoint& start,
+                           const Tokenizer& tokenizer) {
+    const int vocab = tokenizer.vocab_size();
+    ShapeInts shape{};
+    if (comm.is_root()) {
+        if (start.model) {
+            const ModelConfig& loaded = start.model->model.config;
+            check_shape_flags(o, loaded, start.source);
+            if (loaded.vocab_size != vocab) {
+                throw UsageError(start.source + ": the model's vocabulary (" +
+                                 std::to_string(loaded.vocab_size) + ") is not the " +
+                                 std::string(tokenizer_kind_name(tokenizer.kind())) +
+                                 " tokenizer's (" + std::to_string(vocab) +
+                                 "): these weights cannot be trained with it");
+            }
+            if (loaded.max_seq_len < o.seq_len) {
+                throw InputError("--seq-len " + std::to_string(o.seq_len) +
+                                 " exceeds the block size " + std::to_string(loaded.max_seq_len) +
+                                 " of " + start.source);
+            }
+            spdlog::info("{}: model {}, tokenizer {} (vocab {})", start.source, describe(loaded),
+                         tokenizer_kind_name(tokenizer.kind()), vocab);
+            shape = to_shape_ints(loaded);
+        } else {
+            const ModelConfig requested = requested_model(o, vocab);
+            if (!o.model.empty()) {
+                std::string overrides;
+                for (const char* flag : {"n-layer", "n-head", "n-embd", "block-size"}) {
+                    if (o.was_given(flag)) overrides += std::string(" --") + flag;
+                }
+                if (!overrides.empty()) {
+                    spdlog::info("model: preset {} with{} given explicitly", o.model, overrides);
+                }
+            }
+            shape = to_shape_ints(requested);
+        }
+    }
+    comm.broadcast(std::span<std::int32_t>(shape));
+    const ModelConfig config = from_shape_ints(shape);
+    validate_config(config, "model");
+    if (config.max_seq_len < o.seq_len) {
+        throw InputError("--seq-len " + std::to_string(o.seq_len) + " exceeds --block-size " +
+                         std::to_string(config.max_seq_len));
+    }
+    return config;
+}
+
+// ---- Configuration and reporting helpers ----------------------------------------------------
+
+std::string config_json(const TrainOptions& o, const ModelConfig& c, int world, int workers) {
+    nlohmann::json j;
+    j["model"] = {{"max_seq_len", c.max_seq_len},
+                  {"vocab_size", c.vocab_size},
+                  {"padded_vocab_size", c.padded_vocab_size},
+                  {"num_layers", c.num_layers},
+                  {"num_heads", c.num_heads},
+                  {"channels", c.channels}};
+    j["training"] = {{"data", o.train_data.empty() ? o.data : o.train_data},
+                     {"tokenizer", o.tokenizer},
+                     {"batch_size", o.batch_size},
+                     {"seq_len", o.seq_len},
+                     {"lr", o.lr},
+                     {"min_lr", o.min_lr},
+                     {"warmup_steps", o.warmup_steps},
+                     {"weight_decay", o.weight_decay},
+                     {"grad_clip", o.grad_clip},
+                     {"max_steps", o.max_steps},
+                     {"seed", o.seed},
+                     {"ranks", world},
+                     {"threads", workers}};
+    return j.dump(2);
+}
+
+// The CPU cores the job's workers can actually use (for MFU): per host, the workers of all its
+// ranks, capped at the host's CPUs. Warns (on rank 0) when workers outnumber CPUs.
+int cores_in_use(const Communicator& comm, int workers) {
+    std::array<char, 256> host{};
+    ::gethostname(host.data(), host.size() - 1);
+    const std::string_view name(host.data());
+    const std::uint64_t host_id =
+        checksum64(std::span(reinterpret_cast<const std::uint8_t*>(name.data()), name.size()));
+    const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+    const auto hosts = comm.allgather(host_id);
+    const auto host_cpus = comm.allgather(static_cast<std::uint64_t>(online > 0 ? online : 1));
+    const auto rank_workers = comm.allgather(static_cast<std::uint64_t>(workers));
+    const auto rank_cpus = comm.allgather(static_cast<std::uint64_t>(available_cpus()));
+    std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> per_host;  // workers, cpus
+    for (std::size_t r = 0; r < hosts.size(); ++r) {
+        auto& [w, c] = per_host[hosts[r]];
+        w += rank_workers[r];
+        c = host_cpus[r];
+        if (comm.is_root() && rank_workers[r] > rank_cpus[r]) {
+            spdlog::warn(
+                "rank {}: {} worker threads but only {} CPUs in its affinity mask: "
+                "workers share cores (oversubscribed), steps will be slower",
+                r, rank_workers[r], rank_cpus[r]);
+        }
+    }
+    std::uint64_t cores = 0;
+    for (const auto& [id, load] : per_host) {
+        const auto [w, c] = load;
+        if (comm.is_root() && w > c && comm.size() > 1) {
+            spdlog::warn(
+                "{} worker threads over the ranks of one host with {} CPUs: "
+                "oversubscribed, steps will be slower",
+                w, c);
+        }
+        cores += std::min(w, c);
+    }
+    return static_cast<int>(std::max<std::uint64_t>(cores, 1));
+}
+
+std::string iso_time_now() {
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    std::array<char, 32> text{};
+    std::strftime(text.data(), text.size(), "%Y-%m-%dT%H:%M:%SZ", &utc);
+    return text.data();
+}
+
+// One JSON object per line, appended with a single write() so that a crash never leaves half a
+// record behind a complete one; flushed to disk (fdatasync) with every checkpoint and at the end.
+class MetricsFile {
+  public:
+    explicit MetricsFile(const std::string& path) : path_(path) {
+        if (path.empty()) return;
+        const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+        std::error_code ec;
+        if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+        fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd_ < 0) throw InputError("--metrics-file " + path + ": cannot open for writing");
+    }
+    ~MetricsFile() {
+        if (fd_ >= 0) {
+            ::fdatasync(fd_);
+            ::close(fd_);
+        }
+    }
+    MetricsFile(const MetricsFile&) = delete;
+    MetricsFile& operator=(const MetricsFile&) = delete;
+
+    void write(const nlohmann::json& record) {
+        if (fd_ < 0) return;
+        const std::string line = record.dump() + '\n';
+        if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()) &&
+            !warned_) {
+            warned_ = true;
+            spdlog::warn("--metrics-file {}: write failed ({}); training goes on", path_,
+                         std::strerror(errno));
+        }
+    }
+    void sync() {
+        if (fd_ >= 0) ::fdatasync(fd_);
+    }
+
+  private:
+    std::string path_;
+    int fd_ = -1;
+    bool warned_ = false;
+};
+
+// ---- The run ------------------------------------------------------------------------------
+
+// This rank's replica: the model, its optimizer state and the worker threads with their contexts.
+struct Replica {
+    Replica(const ModelConfig& config, int num_workers, const TrainOptions& o)
+        : workers(config, num_workers, o.batch_size, o.seq_len, o.pin_threads),
+          model(config),
+          optimizer(model.layout.total()) {}
+    WorkerGroup workers;
+    Model model;
+    AdamWState optimizer;
+};
+
+std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator& comm,
+                                       const ModelConfig& config, StartPoint& start) {
+    std::int32_t have_weights = comm.is_root() && start.model ? 1 : 0;
+    comm.broadcast(std::span<std::int32_t>(&have_weights, 1));
+    const int workers = o.threads > 0 ? o.threads : std::min(available_cpus(), o.batch_size);
+    auto replica = std::make_unique<Replica>(config, workers, o);
+    if (have_weights) {
+        if (comm.is_root()) {
+            const auto loaded = start.model->model.params.span();
+            std::copy(loaded.begin(), loaded.end(), replica->model.params.data());
+            start.model.reset();
+        }
+        comm.broadcast(replica->model.params.span());
+    } else {
+        init_parameters(replica->model, o.seed, &replica->workers.pool());
+    }
+    return replica;
+}
+
+// Plain values the step loop runs on, fixed before it starts.
+struct RunPlan {
+    int grad_accum = 1;
+    std::int64_t global_sequences = 0;  // per optimizer step, all ranks
+    std::int64_t first_step = 0;
+    std::int64_t decay_steps = 0;  // the schedule's length
+    std::uint64_t run_id = 0;      // the lineage (rank 0's; only rank 0 writes checkpoints)
+    bool resumed = false;
+    Rng sample_rng{0};
+};
+
+int derived_grad_accum(const TrainOptions& o, int world) {
+    if (o.grad_accum > 0) return o.grad_accum;
+    if (o.total_batch_tokens > 0) {
+        return static_cast<int>(o.total_batch_tokens /
+                                (static_cast<std::int64_t>(o.batch_size) * o.seq_len * world));
+    }
+    return 1;
+}
+
+// A fresh lineage and schedule, or the resume state of the checkpoint we start from (rank 0
+// reads it; every rank receives step, moments and schedule length).
+RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoint& start,
+                 Replica& replica) {
+    RunPlan plan;
+    plan.grad_accum = derived_grad_accum(o, comm.size());
+    plan.global_sequences = static_cast<std::int64_t>(o.batch_size) * comm.size() * plan.grad_accum;
+    plan.sample_rng = Rng::derived(o.seed, 0x5a3e);
+    std::int32_t resuming = comm.is_root() && !start.state_file.empty() ? 1 : 0;
+    comm.broadcast(std::span<std::int32_t>(&resuming, 1));
+    plan.resumed = resuming != 0;
+    // first step, AdamW step, schedule length
+    std::array<std::int64_t, 3> header{0, 0, o.lr_decay_steps > 0 ? o.lr_decay_steps : o.max_steps};
+    if (comm.is_root()) {
+        std::random_device entropy;
+        plan.run_id = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy() ^ 1;
+    }
+    if (plan.resumed) {
+        if (comm.is_root()) {
+            const ResumeState resume =
+                load_resume_state(start.state_file, replica.model.config, replica.optimizer);
+            if (resume.sequences_per_step != plan.global_sequences || resume.seq_len != o.seq_len) {
+                throw UsageError(
+                    "--resume " + start.state_file.string() + ": the checkpoint used " +
+                    std::to_string(resume.sequences_per_step) + " sequences of " +
+                    std::to_string(resume.seq_len) + " tokens per step; this run uses " +
+                    std::to_string(plan.global_sequences) + " of " + std::to_string(o.seq_len) +
+                    " (keep the global batch to resume)");
+            }
+            if (resume.lr_decay_steps > 0 && !o.was_given("lr-decay-steps")) {
+                header[2] = resume.lr_decay_steps;
+                if (header[2] != o.max_steps) {
+                    spdlog::info(
+                        "schedule: {} steps, as the run started with (--lr-decay-steps "
+                        "changes it)",
+                        header[2]);
+                }
+            }
+            header[0] = resume.step;
+            header[1] = replica.optimizer.step;
+            if (resume.run_id != 0) plan.run_id = resume.run_id;
+            plan.sample_rng.set_state(resume.sample_rng);
+            spdlog::info("resuming from {} at step {}", start.state_file.string(), resume.step);
+        }
+        comm.broadcast(replica.optimizer.m.span());
+        comm.broadcast(replica.optimizer.v.span());
+    }
+    comm.broadcast(std::span<std::int64_t>(header));
+    plan.first_step = header[0];
+    replica.optimizer.step = header[1];
+    plan.decay_steps = header[2];
+    return plan;
+}
+
+void warn_about_schedule(const TrainOptions& o, const RunPlan& plan) {
+    if (o.warmup_steps > o.max_steps || o.warmup_steps >= plan.decay_steps) {
+        spdlog::warn(
+            "--warmup-steps {} is not shorter than the run ({} steps, schedule over {}): "
+            "the learning rate {} --lr before the end",
+            o.warmup_steps, o.max_steps, plan.decay_steps,
+            o.warmup_steps > o.max_steps ? "never reaches" : "only reaches");
+    }
+}
+
+// The step loop and what it does between steps (validate, sample, checkpoint, compare replicas),
+// over state built once: the replica, the data, the batch buffers and the metrics file.
+class TrainingLoop {
+  public:
+    TrainingLoop(const TrainOptions& o, const Communicator& comm, const Corpus& corpus,
+                 Replica& replica, RunPlan& plan, double startup_seconds);
+    void log_banner() const;
+    [[nodiscard]] int run();
+
+  private:
+    struct StepOutcome {
+        bool stop = false;
+        int signal = 0;
+    };
+    [[nodiscard]] StepOutcome step(std::int64_t step, int& bad_steps, double& ema_seconds);
+    void validate(std::int64_t completed);
+    void sample(std::int64_t completed);
+    void save(std::int64_t completed);
+    void check_replicas(std::int64_t completed) const;
+    void report_benchmark();
+
+    const TrainOptions& o_;
+    const Communicator& comm_;
+    const Corpus& corpus_;
+    Replica& replica_;
+    RunPlan& plan_;
+    const int B_, T_;
+    const bool benchmark_;
+    const std::int64_t last_step_;
+    const std::int64_t tokens_per_step_;
+    const double flops_per_step_;
+    const double peak_gflops_;
+    const ScheduleConfig schedule_;
+    const std::string run_config_;
+    const double startup_seconds_;
+    std::vector<std::int32_t> inputs_, targets_, val_inputs_, val_targets_;
+    WindowSampler train_sampler_;
+    MetricsFile metrics_;
+    std::optional<std::filesystem::path> last_checkpoint_;
+    std::vector<double> step_ms_;
+};
+
+constexpr int kBenchmarkWarmup = 2;
+
+TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, const Corpus& corpus,
+                           Replica& replica, RunPlan& plan, double startup_seconds)
+    : o_(o),
+      comm_(comm),
+      corpus_(corpus),
+      replica_(replica),
+      plan_(plan),
+      B_(o.batch_size),
+      T_(o.seq_len),
+      benchmark_(o.benchmark > 0),
+      last_step_(benchmark_ ? plan.first_step + o.benchmark + kBenchmarkWarmup : o.max_steps),
+      tokens_per_step_(plan.global_sequences * o.seq_len),
+      flops_per_step_(training_flops_per_token(replica.model.config, o.seq_len) *
+                      static_cast<double>(tokens_per_step_)),
+      peak_gflops_(o.peak_gflops * cores_in_use(comm, replica.workers.size())),
+      schedule_{o.schedule, o.lr, o.min_lr, o.warmup_steps, plan.decay_steps},
+      run_config_(config_json(o, replica.model.config, comm.size(), replica.workers.size())),
+      startup_seconds_(startup_seconds),
+      inputs_(static_cast<std::size_t>(plan.grad_accum) * B_ * T_),
+      targets_(inputs_.size()),
+      val_inputs_(static_cast<std::size_t>(o.val_batches) * B_ * T_),
+      val_targets_(val_inputs_.size()),
+      train_sampler_(corpus.train_store, T_, o.seed, !o.no_shuffle),
+      metrics_(comm.is_root() ? o.metrics_file : "") {
+    // The validation set is fixed: the first windows of the validation data, in order.
+    WindowSampler val_sampler(corpus.val_store, T_, o.seed, false);
+    val_sampler.fill_step(0, comm.rank(), comm.size(), B_, o.val_batches, val_inputs_,
+                          val_targets_);
+    if (comm.is_root() && !benchmark_) {
+        std::error_code ec;
+        std::filesystem::create_directories(o.out_dir, ec);
+        if (ec || !std::filesystem::is_directory(o.out_dir)) {
+            throw InputError("--out-dir " + o.out_dir + ": cannot create directory (" +
+                             ec.message() + ")");
+        }
+    }
+    metrics_.write({{"type", "run"},
+                    {"start_step", plan.first_step},
+                    {"max_steps", last_step_},
+                    {"time", iso_time_now()},
+                    {"resumed", plan.resumed},
+                    {"ranks", comm.size()},
+                    {"threads", replica.workers.size()},
+                    {"tokens_per_step", tokens_per_step_},
+                    {"model", describe(replica.model.config)}});
+}
+
+void TrainingLoop::log_banner() const {
+    const ModelConfig& config = replica_.model.config;
+    const WorkerGroup& workers = replica_.workers;
+    const int W = workers.size();
+    spdlog::info("model {} | {} parameters ({})", describe(config),
+                 with_commas(static_cast<double>(replica_.model.layout.total())),
+                 human_bytes(static_cast<double>(replica_.model.layout.total()) * 4));
+    spdlog::info("ranks x workers {} x {} | batch {} x {} per rank, grad accum {} | {} tokens/step",
+                 comm_.size(), W, B_, T_, plan_.grad_accum,
+                 with_commas(static_cast<double>(tokens_per_step_)));
+    spdlog::info("thread context {} each ({} activations + {} gradients) | startup {:.0f} ms",
+                 human_bytes(static_cast<double>(workers.context(0).total_bytes())),
+                 human_bytes(static_cast<double>(workers.context(0).activation_bytes())),
+                 human_bytes(static_cast<double>(workers.context(0).grads.size() * 4)),
+                 startup_seconds_ * 1e3);
+    spdlog::info(
+        "data: {} train windows, {} val windows of {} tokens | GEMM kernels {} | MFU peak {:.0f} "
+        "GFLOP/s",
+        with_commas(static_cast<double>(corpus_.train_store.num_windows(T_))),
+        with_commas(static_cast<double>(corpus_.val_store.num_windows(T_))), T_, gemm_kernel_name(),
+        peak_gflops_);
+    for (int w = 0; w < W; ++w) {
+        const Range share = split_range(static_cast<std::size_t>(B_), w, W);
+        spdlog::debug("rank {} worker {}: {} sequences, context {}", comm_.rank(), w,
+                      share.end - share.begin,
+                      human_bytes(static_cast<double>(workers.context(w).total_bytes())));
+    }
+}
+
+int TrainingLoop::run() {
+    if (plan_.first_step == 0 && !benchmark_ && o_.val_every > 0) validate(0);
+    double ema_seconds = 0.0;
+    int bad_steps = 0;
+    for (std::int64_t s = plan_.first_step; s < last_step_; ++s) {
+        const StepOutcome outcome = step(s, bad_steps, ema_seconds);
+        const std::int64_t completed = s + 1;
+        if (benchmark_) {
+            if (outcome.stop) return 130;  // interrupted: no figures, nothing saved
+            continue;
+        }
+        const bool last = completed == last_step_;
+        if ((o_.val_every > 0 && completed % o_.val_every == 0) || last) validate(completed);
+        if (o_.sample_every > 0 && (completed % o_.sample_every == 0 || last)) sample(completed);
+        if ((o_.checkpoint_every > 0 && completed % o_.checkpoint_every == 0) || last ||
+            outcome.stop) {
+            save(completed);
+        }
+        if (outcome.stop) {
+            spdlog::info("stopped by signal at step {} ({}); resume with --resume auto", completed,
+                         signal_name(outcome.signal));
+            return 0;
+        }
+    }
+    if (benchmark_ && comm_.is_root()) report_benchmark();
+    return 0;
+}
+
+TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
+                                             double& ema_seconds) {
+    const auto t0 = Clock::now();
+    train_sampler_.fill_step(static_cast<std::uint64_t>(step), comm_.rank(), comm_.size(), B_,
+                             plan_.grad_accum, inputs_, targets_);
+    const StepHyper hyper{
+        AdamWHyper{learning_rate(schedule_, step), o_.beta1, o_.beta2, o_.eps, o_.weight_decay},
+        o_.grad_clip};
+    const StepMetrics m =
+        train_step(replica_.model, replica_.optimizer, replica_.workers, comm_,
+                   StepBatch{inputs_, targets_, plan_.grad_accum, plan_.global_sequences}, hyper,
+                   step == o_.inject_nan_step);
+    const double seconds = seconds_since(t0);
+    const std::int64_t completed = step + 1;
+    if (m.skipped) {
+        ++bad_steps;
+        spdlog::warn(
+            "step {}: non-finite loss {} or gradient norm {}: update skipped ({} in a row)",
+            completed, m.loss, m.grad_norm, bad_steps);
+        if (bad_steps >= o_.max_bad_steps) {
+            throw InputError(
+                "stopping: " + std::to_string(bad_steps) +
+                " non-finite steps in a row (--max-bad-steps); " +
+                (last_checkpoint_
+                     ? "the last good checkpoint, " + last_checkpoint_->string() + ", is kept"
+                     : std::string("this run has written no checkpoint yet")));
+        }
+    } else {
+        bad_steps = 0;
+    }
+    ema_seconds = step == plan_.first_step ? seconds : 0.9 * ema_seconds + 0.1 * seconds;
+    if (benchmark_ && step >= plan_.first_step + kBenchmarkWarmup) {
+        step_ms_.push_back(seconds * 1e3);
+    }
+    const double tok_s = static_cast<double>(tokens_per_step_) / seconds;
+    const double mfu = flops_per_step_ / seconds / (peak_gflops_ * 1e9);
+    spdlog::info(
+        "step {}/{} | loss {:.4f} | lr {:.1e} | norm {:.2f} | {:.0f} ms | {} tok/s | MFU "
+        "{:.0f}% | ETA {}",
+        completed, last_step_, m.loss, hyper.adamw.lr, m.grad_norm, seconds * 1e3,
+        with_commas(tok_s), mfu * 100,
+        format_duration(ema_seconds * static_cast<double>(last_step_ - completed)));
+    spdlog::debug(
+        "rank {} step {}: forward/backward {:.1f} ms | thread reduction {:.1f} ms | "
+        "allreduce {:.1f} ms | optimizer {:.1f} ms",
+        comm_.rank(), completed, m.timings.forward_backward * 1e3, m.timings.thread_reduction * 1e3,
+        m.timings.allreduce * 1e3, m.timings.optimizer * 1e3);
+    metrics_.write({{"type", "train"},
+                    {"step", completed},
+                    {"loss", m.loss},
+                    {"lr", hyper.adamw.lr},
+                    {"grad_norm", m.grad_norm},
+                    {"ms", seconds * 1e3},
+                    {"tokens_per_s", tok_s},
+                    {"mfu", mfu},
+                    {"skipped", m.skipped}});
+    if (o_.check_replicas > 0 && completed % o_.check_replicas == 0) check_replicas(completed);
+    const int signal = static_cast<int>(comm_.allreduce_max(stop_signal().load()));
+    return StepOutcome{signal != 0 || completed == o_.stop_at_step, signal};
+}
+
+void TrainingLoop::validate(std::int64_t completed) {
+    const auto t0 = Clock::now();
+    const double val_loss = evaluate(replica_.model, replica_.workers, comm_, val_inputs_,
+                                     val_targets_, o_.val_batches);
+    spdlog::info("step {}/{} | val loss {:.4f} | {:.0f} ms", completed, o_.max_steps, val_loss,
+                 seconds_since(t0) * 1e3);
+    metrics_.write({{"type", "val"}, {"step", completed}, {"val_loss", val_loss}});
+}
+
+void TrainingLoop::sample(std::int64_t completed) {
+    if (!comm_.is_root() || o_.sample_tokens == 0) return;
+    std::vector<std::int32_t> tokens;
+    if (const auto eot = corpus_.tokenizer->eot_id()) {
+        tokens.push_back(*eot);
+    } else {
+        tokens.push_back(val_inputs_[0]);
+    }
+    const std::size_t prompt = tokens.size();
+    generate_recompute(replica_.model, tokens, o_.sample_tokens, SamplingParams{},
+                       plan_.sample_rng);
+    const std::string text =
+        corpus_.tokenizer->decode(std::span<const std::int32_t>(tokens).subspan(prompt));
+    // Token bytes may split or break characters; the log only ever holds valid UTF-8.
+    spdlog::info("sample at step {}:\n{}\n---", completed, sanitize_utf8(text));
+}
+
+void TrainingLoop::save(std::int64_t completed) {
+    if (!comm_.is_root()) return;
+    const auto t0 = Clock::now();
+    const std::filesystem::path out_dir = o_.out_dir;
+    const auto path =
+        save_checkpoint(model_path(out_dir, completed), replica_.model,
+                        CheckpointExtras{corpus_.tokenizer->serialize(), run_config_});
+    ResumeState state{completed, o_.seed, plan_.global_sequences, T_, plan_.sample_rng.state()};
+    state.run_id = plan_.run_id;
+    state.lr_decay_steps = plan_.decay_steps;
+    save_resume_state(state_path(out_dir, completed), state, replica_.model.config,
+                      replica_.optimizer);
+    last_checkpoint_ = path;
+    prune_checkpoints(out_dir, o_.keep_checkpoints, plan_.run_id);
+    metrics_.sync();
+    spdlog::info("checkpoint {} ({:.2f} s)", path.string(), seconds_since(t0));
+}
+
+void TrainingLoop::check_replicas(std::int64_t completed) const {
+    const std::uint64_t sum =
+        checksum64(std::span(reinterpret_cast<const std::uint8_t*>(replica_.model.params.data()),
+                             replica_.model.params.size() * 4));
+    const auto all = comm_.allgather(sum);
+    for (std::size_t r = 0; r < all.size(); ++r) {
+        if (all[r] != all[0]) {
+            comm_.abort(
+                fmt::format("step {}: parameters of rank {} differ from rank 0 "
+                            "(replicas diverged; checksums {:016x} vs {:016x})",
+                            completed, r, all[r], all[0]));
+        }
+    }
+    spdlog::debug("step {}: replicas identical (checksum {:016x})", completed, sum);
+}
+
+void TrainingLoop::report_benchmark() {
+    std::sort(step_ms_.begin(), step_ms_.end());
+    const double median_ms = step_ms_[step_ms_.size() / 2];
+    const double tok_s = static_cast<double>(tokens_per_step_) / (median_ms / 1e3);
+    const double gflops = flops_per_step_ / (median_ms / 1e3) / 1e9;
+    fmt::print(
+        "benchmark: median {:.1f} ms/step | {:.1f} tok/s | {:.1f} GFLOP/s | MFU {:.1f}% "
+        "| peak RSS {} | startup {:.0f} ms | {} steps, ranks {} x workers {}\n",
+        median_ms, tok_s, gflops, 100.0 * gflops / peak_gflops_, human_bytes(peak_rss_bytes()),
+        startup_seconds_ * 1e3, step_ms_.size(), comm_.size(), replica_.workers.size());
+    std::fflush(stdout);
+}
+
+// Rank 0 decides where the run starts and which tokenizer it uses.
+void choose_start(const TrainOptions& o, StartPoint& start, TokenizerChoice& choice) {
+    start = find_start(o);
+    choice = choose_tokenizer(o, start);
+    if (choice.from_checkpoint.empty()) {
+        spdlog::debug("tokenizer: {} ({})", choice.kind, choice.reason);
+    }
+    if (start.model && !start.model->extras && choice.reason.starts_with("GPT-2")) {
+        spdlog::info("{}: no tokenizer in the file; using {}", start.source, choice.reason);
+    }
+}
+
+}  // namespace
+
+int run_training(const TrainOptions& o, const Communicator& comm) {
+    const auto program_start = Clock::now();
+    install_signal_handlers();
+    if (!o.config_file.empty()) spdlog::info("config file {} applied", o.config_file);
+
+    StartPoint start;
+    TokenizerChoice tokenizer_choice;
+    if (comm.is_root()) choose_start(o, start, tokenizer_choice);
+    Corpus corpus;
+    if (o.train_data.empty()) {
+        prepare_text_corpus(o, comm, tokenizer_choice, corpus);
+    } else {
+        prepare_shard_corpus(o, comm, tokenizer_choice, corpus);
+    }
+    const ModelConfig config = agree_on_model(o, comm, start, *corpus.tokenizer);
+    if (corpus.train_store.max_token() >= config.vocab_size) {
+        throw InputError("token id " + std::to_string(corpus.train_store.max_token()) +
+                         " is out of range for the model's vocabulary of " +
+                         std::to_string(config.vocab_size));
+    }
+
+    const auto build_start = Clock::now();
+    const std::unique_ptr<Replica> replica = build_replica(o, comm, config, start);
+    RunPlan plan = plan_run(o, comm, start, *replica);
+    if (plan.resumed && plan.first_step >= o.max_steps && o.benchmark == 0) {
+        spdlog::warn(
+            "nothing to do: the checkpoint is at step {} and --max-steps is {} (raise "
+            "--max-steps to train further)",
+            plan.first_step, o.max_steps);
+        return 0;
+    }
+    if (comm.is_root()) warn_about_schedule(o, plan);
+    const double startup_seconds = seconds_since(build_start);
+
+    TrainingLoop loop(o, comm, corpus, *replica, plan, startup_seconds);
+    loop.log_banner();
+    const int code = loop.run();
+    spdlog::debug("rank {} done after {:.1f} s", comm.rank(), seconds_since(program_start));
+    return code;
+}
+
+}  // namespace gpt2
