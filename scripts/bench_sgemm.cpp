@@ -543,6 +543,8 @@ void print_row(const std::string& label, const Shape& s, const char* mode, doubl
     std::fflush(stdout);
 }
 
+// Long on purpose: one benchmark case per library, each a few lines of setup that read best side
+// by side (the same timing loop, the same checks) rather than behind another layer of helpers.
 void bench_shape(const Shape& s, const Options& opt, const std::string& label, std::FILE* dump) {
     const double flops = s.flops();
     std::vector<Operands> ops;
@@ -827,6 +829,8 @@ int run_compare(const std::string& ref_path, const std::string& other_path, doub
 // Summary of several runs: median per (shape, variant, mode)
 
 // metric "wall": GFLOP/s by wall time; "cpu": by the CPU time the measuring threads got.
+// Long on purpose: reading the runs, grouping, weighting and printing the table is one linear
+// report whose parts share the grouped data; a benchmark script, not library code.
 int run_summarize(const std::vector<std::string>& paths, const std::string& metric) {
     if (metric != "wall" && metric != "cpu") die("--metric must be wall or cpu");
     const size_t rate_field = metric == "wall" ? 4 : 5;

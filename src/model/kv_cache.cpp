@@ -322,6 +322,9 @@ void KvCacheSession::encode_window() {
     }
 }
 
+// Longer than the usual screen, on purpose: it is one thread-pool task whose phases (embed,
+// per layer: LayerNorm, QKV, attention, projections, MLP; then the head) are separated by
+// barriers and share a dozen locals; cut into functions, each would need all of them passed in.
 void KvCacheSession::forward_rows(std::span<const std::int32_t> tokens, bool logits) {
     const ModelConfig& c = model_.config;
     const int M = static_cast<int>(tokens.size());

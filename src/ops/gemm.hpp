@@ -1,5 +1,6 @@
 // Matrix products: row-major single-precision GEMM run on the calling thread, the one place the
-// BLAS library is named (OpenBLAS's serial build; README "Why OpenBLAS" has the measurements).
+// BLAS library is named (OpenBLAS's pthread build with its own threading off: its serial build is
+// not safe under concurrent calls; README "Why OpenBLAS" has the measurements).
 #pragma once
 
 namespace gpt2 {
