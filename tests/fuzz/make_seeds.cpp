@@ -96,6 +96,7 @@ std::string small_config_json(const gpt2::ModelConfig& c) {
 
 }  // namespace
 
+// Long on purpose: one seed file after another, each a few lines, in the order of the targets.
 int main(int argc, char** argv) {
     if (argc != 2) {
         std::fprintf(stderr, "usage: %s CORPUS_DIR (tests/fuzz/corpus)\n", argv[0]);

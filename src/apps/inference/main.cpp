@@ -468,11 +468,7 @@ void run_prompt(const Options& o, const gpt2::Communicator& comm, gpt2::KvCacheS
             serialize(sample, outbox);
         }
     }
-    if (comm.size() == 1) {
-        for (const Sample& s : own)
-            print_finished(o, s, prompt_text);
-        return;
-    }
+    if (comm.size() == 1) return;  // a single rank printed every sample as it was made
     // Ranks done early sleep here rather than spin inside the gather.
     comm.idle_barrier();
     const auto inboxes = comm.gather_bytes(outbox.bytes());
