@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <regex>
 
 #include "core/bytes.hpp"
 #include "core/error.hpp"
@@ -162,10 +161,16 @@ std::filesystem::path state_path(const std::filesystem::path& dir, std::int64_t 
 namespace {
 // "model" or "state", and the digits of NNN, for names of the form model_NNN.bin / state_NNN.bin.
 std::optional<std::pair<std::string, std::string>> split_checkpoint_name(const std::string& name) {
-    static const std::regex pattern(R"((model|state)_(\d+)\.bin)");
-    std::smatch match;
-    if (!std::regex_match(name, match, pattern)) return std::nullopt;
-    return std::pair{match[1].str(), match[2].str()};
+    for (const char* kind : {"model", "state"}) {
+        const std::string prefix = std::string(kind) + "_";
+        if (!name.starts_with(prefix) || !name.ends_with(".bin")) continue;
+        const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - 4);
+        const bool all_digits =
+            !digits.empty() && std::all_of(digits.begin(), digits.end(),
+                                           [](char c) { return c >= '0' && c <= '9'; });
+        if (all_digits) return std::pair{std::string(kind), digits};
+    }
+    return std::nullopt;
 }
 }  // namespace
 
