@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config git
-          libopenmpi-dev openmpi-bin libopenblas-dev
+          libopenmpi-dev openmpi-bin libopenblas-dev libdnnl-dev
           libgtest-dev libgmock-dev libcli11-dev libspdlog-dev libfmt-dev
           nlohmann-json3-dev libpcre2-dev clang libclang-rt-14-dev)
 if [[ "${GPT2_WITH_PYTHON:-0}" == "1" ]]; then

@@ -183,3 +183,30 @@ double training_flops_per_token(const ModelConfig& c, int seq_len) {
 }
 
 }  // namespace gpt2
+
+namespace gpt2 {
+
+std::string_view precision_name(Precision p) {
+    return p == Precision::bf16 ? "bf16" : "fp32";
+}
+
+void set_precision(Model& model, Precision precision) {
+    model.precision = precision;
+    if (precision == Precision::fp32) {
+        model.params_bf16 = AlignedBuffer<Bf16>();
+        return;
+    }
+    if (model.params_bf16.size() != model.params.size()) {
+        model.params_bf16 = AlignedBuffer<Bf16>(model.params.size());
+    }
+    refresh_bf16_weights(model);
+}
+
+void refresh_bf16_weights(Model& model, std::size_t begin, std::size_t end) {
+    if (model.precision != Precision::bf16) return;
+    end = std::min(end, model.params.size());
+    if (begin >= end) return;
+    convert_to_bf16(model.params_bf16.data() + begin, model.params.data() + begin, end - begin);
+}
+
+}  // namespace gpt2

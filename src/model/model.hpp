@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "core/aligned_buffer.hpp"
+#include "ops/bf16.hpp"
 
 namespace gpt2 {
 
@@ -88,15 +89,34 @@ class ParameterLayout {
     int num_layers_ = 0;
 };
 
-// A model replica: shape plus parameters. Workers only ever see `weights()` (const).
+// How the matrix products of training and validation run: fp32 throughout, or bf16 operands with
+// fp32 accumulation (everything else, and the master weights, gradients and moments, stay fp32).
+enum class Precision { fp32, bf16 };
+[[nodiscard]] std::string_view precision_name(Precision p);
+
+// A model replica: shape plus parameters. Workers only ever see `weights()` (const). In bf16
+// precision `params_bf16` is the rounded copy of `params` (same layout) the products read; whoever
+// changes `params` refreshes it (AdamW does so in its own pass, see refresh_bf16_weights).
 struct Model {
     ModelConfig config;
     ParameterLayout layout;
     AlignedBuffer<float> params;
+    Precision precision = Precision::fp32;
+    AlignedBuffer<Bf16> params_bf16;  // empty in fp32
 
     explicit Model(const ModelConfig& c) : config(c), layout(c), params(layout.total()) {}
     [[nodiscard]] std::span<const float> weights() const { return params.span(); }
+    // The bf16 twin of a pointer into params (bf16 precision only).
+    [[nodiscard]] const Bf16* bf16_twin(const float* weight) const {
+        return params_bf16.data() + (weight - params.data());
+    }
 };
+
+// Switches the precision; for bf16 allocates and fills params_bf16 from params.
+void set_precision(Model& model, Precision precision);
+// Re-rounds params[begin, end) into params_bf16 after params changed outside AdamW (a load, a
+// broadcast); a no-op in fp32.
+void refresh_bf16_weights(Model& model, std::size_t begin = 0, std::size_t end = SIZE_MAX);
 
 class ThreadPool;
 

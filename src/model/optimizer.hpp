@@ -37,9 +37,11 @@ struct AdamWState {
 
 // One AdamW update of the elements [begin, end): the gradient is multiplied by grad_scale, and
 // zeroed once consumed so the buffer is ready for the next step's accumulation. `t` is the
-// 1-based step number used for bias correction.
+// 1-based step number used for bias correction. A non-empty `params_bf16` (bf16 training)
+// receives the rounded updated parameters in the same pass.
 void adamw_update_range(const ParameterLayout& layout, std::span<float> params,
                         std::span<float> grads, AdamWState& state, std::size_t begin,
-                        std::size_t end, const AdamWHyper& hyper, std::int64_t t, float grad_scale);
+                        std::size_t end, const AdamWHyper& hyper, std::int64_t t, float grad_scale,
+                        std::span<Bf16> params_bf16 = {});
 
 }  // namespace gpt2

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "ops/gemm.hpp"
 #include "ops/kernels.hpp"
 
 namespace gpt2 {
@@ -29,7 +28,7 @@ class ArenaPlan {
 }  // namespace
 
 ThreadLocalTrainingContext::ThreadLocalTrainingContext(const ModelConfig& c, int max_batch,
-                                                       int seq_len)
+                                                       int seq_len, Precision precision)
     : grads(ParameterLayout(c).total()), max_batch_(max_batch), seq_len_(seq_len) {
     const auto L = static_cast<std::size_t>(c.num_layers);
     const auto C = static_cast<std::size_t>(c.channels);
@@ -75,6 +74,11 @@ ThreadLocalTrainingContext::ThreadLocalTrainingContext(const ModelConfig& c, int
                        base + o_lnf_rstd, base + o_losses};
     scratch = Scratch{base + o_dresidual, base + o_dchannels, base + o_dqkv,
                       base + o_dfch,      base + o_attention, base + o_logits};
+    if (precision == Precision::bf16) {
+        bf16_inputs = AlignedBuffer<Bf16>(N * 4 * C);
+        bf16_gradients = AlignedBuffer<Bf16>(
+            std::max(N * 4 * C, static_cast<std::size_t>(logits_rows) * c.padded_vocab_size));
+    }
 }
 
 namespace {
@@ -97,6 +101,47 @@ LayerActs layer_acts(const ThreadLocalTrainingContext& ctx, const ModelConfig& c
                      a.residual3 + l * N * C};
 }
 
+// The model's matrix products in its precision: fp32 through OpenBLAS, or bf16 operands (the
+// weights' bf16 copy, activations and gradients rounded into the context's scratch) with fp32
+// accumulation. Both paths take the same arguments, so forward/backward read the same either way.
+class Products {
+  public:
+    Products(const Model& model, ThreadLocalTrainingContext& ctx)
+        : model_(model), ctx_(ctx), bf16_(model.precision == Precision::bf16) {
+        if (bf16_ && (ctx.bf16_inputs.size() == 0 || model.params_bf16.size() == 0)) {
+            throw std::invalid_argument("bf16 model: the context or the weights have no bf16 copy");
+        }
+    }
+
+    // out(N,OC) = residual + inp(N,C) @ weight(OC,C)^T + bias; residual and bias may be null.
+    void forward(float* out, const float* residual, const float* inp, const float* weight,
+                 const float* bias, int N, int C, int OC) const {
+        if (bf16_) {
+            matmul_forward_bf16(out, residual, inp, ctx_.bf16_inputs.data(),
+                                model_.bf16_twin(weight), bias, N, C, OC);
+        } else if (residual != nullptr) {
+            matmul_residual_forward(out, residual, inp, weight, bias, N, C, OC);
+        } else {
+            matmul_forward(out, inp, weight, bias, N, C, OC);
+        }
+    }
+    // dinp = dout @ weight (skipped when null), dweight += dout^T @ inp, dbias += sums of dout.
+    void backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                  const float* weight, int N, int C, int OC) const {
+        if (bf16_) {
+            matmul_backward_bf16(dinp, dweight, dbias, dout, inp, model_.bf16_twin(weight),
+                                 ctx_.bf16_gradients.data(), ctx_.bf16_inputs.data(), N, C, OC);
+        } else {
+            matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        }
+    }
+
+  private:
+    const Model& model_;
+    ThreadLocalTrainingContext& ctx_;
+    bool bf16_;
+};
+
 void check_batch(const ThreadLocalTrainingContext& ctx, const Model& model,
                  const TokenBatch& batch) {
     if (batch.B > ctx.max_batch() || batch.T > ctx.seq_len() ||
@@ -113,6 +158,7 @@ void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const T
     const ParameterLayout& layout = model.layout;
     const std::span<const float> w = model.weights();
     const int B = batch.B, T = batch.T, C = c.channels, NH = c.num_heads, N = B * T;
+    const Products products(model, ctx);
 
     encoder_forward(ctx.acts.encoded, batch.inputs.data(),
                     layout.tensor(w, ParamTensor::wte).data(),
@@ -122,14 +168,13 @@ void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const T
         const LayerActs a = layer_acts(ctx, c, l);
         const LayerView<const float> p = layer_view(layout, w, l);
         layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
-        matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * C);
+        products.forward(a.qkv, nullptr, a.ln1, p.qkvw, p.qkvb, N, C, 3 * C);
         attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-        matmul_residual_forward(a.residual2, residual, a.atty, p.attprojw, p.attprojb, N, C, C);
+        products.forward(a.residual2, residual, a.atty, p.attprojw, p.attprojb, N, C, C);
         layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
-        matmul_forward(a.fch, a.ln2, p.fcw, p.fcb, N, C, 4 * C);
+        products.forward(a.fch, nullptr, a.ln2, p.fcw, p.fcb, N, C, 4 * C);
         gelu_forward(a.fch_gelu, a.fch, N * 4 * C);
-        matmul_residual_forward(a.residual3, a.residual2, a.fch_gelu, p.fcprojw, p.fcprojb, N,
-                                4 * C, C);
+        products.forward(a.residual3, a.residual2, a.fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
         residual = a.residual3;
     }
     layernorm_forward(ctx.acts.lnf, ctx.acts.lnf_mean, ctx.acts.lnf_rstd, residual,
@@ -142,11 +187,12 @@ double forward_loss(const Model& model, ThreadLocalTrainingContext& ctx, const T
     const ModelConfig& c = model.config;
     const float* wte = model.layout.tensor(model.weights(), ParamTensor::wte).data();
     const int N = batch.B * batch.T, C = c.channels, Vp = c.padded_vocab_size;
+    const Products products(model, ctx);
     double loss_sum = 0.0;
     for (int r0 = 0; r0 < N; r0 += ctx.logits_rows) {
         const int rows = std::min(ctx.logits_rows, N - r0);
-        gemm_nt(rows, Vp, C, 1.0f, ctx.acts.lnf + static_cast<long>(r0) * C, C, wte, C, 0.0f,
-                ctx.scratch.logits, Vp);
+        products.forward(ctx.scratch.logits, nullptr, ctx.acts.lnf + static_cast<long>(r0) * C, wte,
+                         nullptr, rows, C, Vp);
         cross_entropy_forward(ctx.acts.losses + r0, ctx.scratch.logits, batch.targets.data() + r0,
                               rows, c.vocab_size, Vp);
         for (int r = 0; r < rows; ++r)
@@ -168,6 +214,7 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
     float* dwte = layout.tensor(g, ParamTensor::wte).data();
     float* dres = ctx.scratch.dresidual;
     float* dch = ctx.scratch.dchannels;
+    const Products products(model, ctx);
 
     // LM head (tied to wte) in row chunks: logits -> loss and dlogits in place -> dlnf, dwte.
     double loss_sum = 0.0;
@@ -175,13 +222,13 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
         const int rows = std::min(ctx.logits_rows, N - r0);
         const float* lnf_rows = ctx.acts.lnf + static_cast<long>(r0) * C;
         float* logits = ctx.scratch.logits;
-        gemm_nt(rows, Vp, C, 1.0f, lnf_rows, C, wte, C, 0.0f, logits, Vp);
+        products.forward(logits, nullptr, lnf_rows, wte, nullptr, rows, C, Vp);
         cross_entropy_forward_backward(ctx.acts.losses + r0, logits, batch.targets.data() + r0,
                                        rows, c.vocab_size, Vp, dloss);
         for (int r = 0; r < rows; ++r)
             loss_sum += ctx.acts.losses[r0 + r];
-        gemm_nn(rows, C, Vp, 1.0f, logits, Vp, wte, C, 0.0f, dch + static_cast<long>(r0) * C, C);
-        gemm_tn(Vp, C, rows, 1.0f, logits, Vp, lnf_rows, C, 1.0f, dwte, C);
+        products.backward(dch + static_cast<long>(r0) * C, dwte, nullptr, logits, lnf_rows, wte,
+                          rows, C, Vp);
     }
 
     const float* last_residual =
@@ -198,16 +245,16 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
         const LayerView<float> d = layer_view(layout, g, l);
         const float* residual = l == 0 ? ctx.acts.encoded : layer_acts(ctx, c, l - 1).residual3;
         // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
-        matmul_backward(ctx.scratch.dfch, d.fcprojw, d.fcprojb, dres, a.fch_gelu, p.fcprojw, N,
-                        4 * C, C);
+        products.backward(ctx.scratch.dfch, d.fcprojw, d.fcprojb, dres, a.fch_gelu, p.fcprojw, N,
+                          4 * C, C);
         gelu_backward(ctx.scratch.dfch, a.fch, ctx.scratch.dfch, N * 4 * C);
-        matmul_backward(dch, d.fcw, d.fcb, ctx.scratch.dfch, a.ln2, p.fcw, N, C, 4 * C);
+        products.backward(dch, d.fcw, d.fcb, ctx.scratch.dfch, a.ln2, p.fcw, N, C, 4 * C);
         layernorm_backward(dres, d.ln2w, d.ln2b, dch, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd,
                            N, C);
         // Attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
-        matmul_backward(dch, d.attprojw, d.attprojb, dres, a.atty, p.attprojw, N, C, C);
+        products.backward(dch, d.attprojw, d.attprojb, dres, a.atty, p.attprojw, N, C, C);
         attention_backward(ctx.scratch.dqkv, ctx.scratch.attention, dch, a.qkv, a.att, B, T, C, NH);
-        matmul_backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, a.ln1, p.qkvw, N, C, 3 * C);
+        products.backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, a.ln1, p.qkvw, N, C, 3 * C);
         layernorm_backward(dres, d.ln1w, d.ln1b, dch, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, N,
                            C);
     }

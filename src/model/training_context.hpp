@@ -13,8 +13,10 @@ namespace gpt2 {
 
 class ThreadLocalTrainingContext {
   public:
-    // Sized for up to `max_batch` sequences of up to `seq_len` tokens.
-    ThreadLocalTrainingContext(const ModelConfig& config, int max_batch, int seq_len);
+    // Sized for up to `max_batch` sequences of up to `seq_len` tokens; in bf16 precision it also
+    // holds the bf16 operands of the products.
+    ThreadLocalTrainingContext(const ModelConfig& config, int max_batch, int seq_len,
+                               Precision precision = Precision::fp32);
 
     ThreadLocalTrainingContext(const ThreadLocalTrainingContext&) = delete;
     ThreadLocalTrainingContext& operator=(const ThreadLocalTrainingContext&) = delete;
@@ -23,7 +25,10 @@ class ThreadLocalTrainingContext {
     [[nodiscard]] int max_batch() const { return max_batch_; }
     [[nodiscard]] int seq_len() const { return seq_len_; }
     // Bytes of activations and scratch (without the gradient buffer) and in total.
-    [[nodiscard]] std::size_t activation_bytes() const { return arena_.size() * sizeof(float); }
+    [[nodiscard]] std::size_t activation_bytes() const {
+        return arena_.size() * sizeof(float) +
+               (bf16_inputs.size() + bf16_gradients.size()) * sizeof(Bf16);
+    }
     [[nodiscard]] std::size_t total_bytes() const {
         return activation_bytes() + grads.size() * sizeof(float);
     }
@@ -59,6 +64,11 @@ class ThreadLocalTrainingContext {
         float* logits;     // (logits_rows, Vp): one chunk of the LM head
     } scratch{};
     int logits_rows = 0;
+
+    // bf16 precision only: an activation (up to N*4C) and an output gradient (up to N*4C, or a
+    // chunk of dlogits) rounded to bf16 as they enter a product.
+    AlignedBuffer<Bf16> bf16_inputs;
+    AlignedBuffer<Bf16> bf16_gradients;
 
     // This worker's gradient, in the flat parameter layout.
     AlignedBuffer<float> grads;

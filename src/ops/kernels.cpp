@@ -116,6 +116,14 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 }
 
 namespace {
+void add_bias_columns(float* dbias, const float* dout, int N, int OC) {
+    for (int n = 0; n < N; ++n) {
+        const float* d = dout + static_cast<long>(n) * OC;
+        for (int o = 0; o < OC; ++o)
+            dbias[o] += d[o];
+    }
+}
+
 void fill_rows_with_bias(float* out, const float* bias, int N, int OC) {
     for (int n = 0; n < N; ++n) {
         std::memcpy(out + static_cast<long>(n) * OC, bias, sizeof(float) * OC);
@@ -148,13 +156,34 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, int N, int C, int OC) {
     if (dinp != nullptr) gemm_nn(N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
     gemm_tn(OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-    if (dbias != nullptr) {
+    if (dbias != nullptr) add_bias_columns(dbias, dout, N, OC);
+}
+
+void matmul_forward_bf16(float* out, const float* residual, const float* inp, Bf16* inp_bf16,
+                         const Bf16* weight, const float* bias, int N, int C, int OC) {
+    convert_to_bf16(inp_bf16, inp, static_cast<std::size_t>(N) * C);
+    if (residual != nullptr) {
         for (int n = 0; n < N; ++n) {
-            const float* d = dout + static_cast<long>(n) * OC;
-            for (int o = 0; o < OC; ++o)
-                dbias[o] += d[o];
+            float* o = out + static_cast<long>(n) * OC;
+            const float* r = residual + static_cast<long>(n) * OC;
+            for (int i = 0; i < OC; ++i)
+                o[i] = r[i] + (bias != nullptr ? bias[i] : 0.0f);
         }
+    } else if (bias != nullptr) {
+        fill_rows_with_bias(out, bias, N, OC);
     }
+    const float beta = residual != nullptr || bias != nullptr ? 1.0f : 0.0f;
+    gemm_bf16_nt(N, OC, C, inp_bf16, C, weight, C, beta, out, OC);
+}
+
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const Bf16* weight, Bf16* dout_bf16, Bf16* inp_bf16,
+                          int N, int C, int OC) {
+    convert_to_bf16(dout_bf16, dout, static_cast<std::size_t>(N) * OC);
+    convert_to_bf16(inp_bf16, inp, static_cast<std::size_t>(N) * C);
+    if (dinp != nullptr) gemm_bf16_nn(N, C, OC, dout_bf16, OC, weight, C, 0.0f, dinp, C);
+    gemm_bf16_tn(OC, C, N, dout_bf16, OC, inp_bf16, C, 1.0f, dweight, C);
+    if (dbias != nullptr) add_bias_columns(dbias, dout, N, OC);
 }
 
 void causal_softmax_row(float* row, int visible, int end) {

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "ops/bf16.hpp"
+
 namespace gpt2 {
 
 inline constexpr float kLayerNormEps = 1e-5f;
@@ -34,6 +36,16 @@ void matmul_residual_forward(float* out, const float* residual, const float* inp
 // dbias += column sums of dout (skipped when null).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC);
+
+// The same products with bf16 operands and fp32 accumulation (--precision bf16): the fp32 input is
+// rounded into `inp_bf16` (N*C scratch) and multiplied by the bf16 copy of the weight. `residual`
+// and `bias` may be null; out = residual + bias + inp @ weight^T.
+void matmul_forward_bf16(float* out, const float* residual, const float* inp, Bf16* inp_bf16,
+                         const Bf16* weight, const float* bias, int N, int C, int OC);
+// As matmul_backward, with dout and inp rounded into the scratch arrays (N*OC and N*C bf16).
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const Bf16* weight, Bf16* dout_bf16, Bf16* inp_bf16,
+                          int N, int C, int OC);
 
 // Causal multi-head self-attention over qkv(B,T,3C) (q, k, v each NH heads of C/NH): att(B,NH,T,T)
 // holds the softmax probabilities (zero above the diagonal), out(B,T,C) the heads' outputs.

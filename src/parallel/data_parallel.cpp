@@ -16,12 +16,13 @@ double lap(std::chrono::steady_clock::time_point& start) {
 }
 
 std::vector<ThreadLocalTrainingContext> make_contexts(const ModelConfig& config, int workers,
-                                                      int batch_size, int seq_len) {
+                                                      int batch_size, int seq_len,
+                                                      Precision precision) {
     std::vector<ThreadLocalTrainingContext> contexts;
     contexts.reserve(static_cast<std::size_t>(workers));
     const int per_worker = (batch_size + workers - 1) / workers;
     for (int w = 0; w < workers; ++w)
-        contexts.emplace_back(config, per_worker, seq_len);
+        contexts.emplace_back(config, per_worker, seq_len, precision);
     return contexts;
 }
 
@@ -37,11 +38,11 @@ TokenBatch worker_share(std::span<const std::int32_t> inputs, std::span<const st
 }  // namespace
 
 WorkerGroup::WorkerGroup(const ModelConfig& config, int workers, int batch_size, int seq_len,
-                         bool pin)
+                         bool pin, Precision precision)
     : batch_size_(batch_size),
       seq_len_(seq_len),
       pool_(workers, pin),
-      contexts_(make_contexts(config, workers, batch_size, seq_len)),
+      contexts_(make_contexts(config, workers, batch_size, seq_len, precision)),
       partials_(static_cast<std::size_t>(workers)) {}
 
 namespace {
@@ -132,10 +133,11 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     const float scale = clip_scale(metrics.grad_norm, hyper.grad_clip);
     const std::int64_t t = ++optimizer.step;
     std::span<float> params = model.params.span();
+    const std::span<Bf16> params_bf16 = model.params_bf16.span();  // empty in fp32
     workers.pool().run([&](int w) {
         const Range r = split_range(P, w, W);
         adamw_update_range(model.layout, params, grad, optimizer, r.begin, r.end, hyper.adamw, t,
-                           scale);
+                           scale, params_bf16);
     });
     metrics.timings.optimizer = lap(clock);
     return metrics;

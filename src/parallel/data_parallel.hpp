@@ -25,8 +25,10 @@ struct alignas(64) WorkerPartial {
 // gradient, so no separate buffer is kept.
 class WorkerGroup {
   public:
-    // Each context holds ceil(batch_size / workers) sequences of seq_len tokens.
-    WorkerGroup(const ModelConfig& config, int workers, int batch_size, int seq_len, bool pin);
+    // Each context holds ceil(batch_size / workers) sequences of seq_len tokens, with bf16
+    // scratch when the model trains in bf16.
+    WorkerGroup(const ModelConfig& config, int workers, int batch_size, int seq_len, bool pin,
+                Precision precision = Precision::fp32);
 
     [[nodiscard]] int size() const { return pool_.size(); }
     [[nodiscard]] int batch_size() const { return batch_size_; }

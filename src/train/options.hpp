@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "model/model.hpp"
 #include "model/schedule.hpp"
 
 namespace gpt2 {
@@ -71,6 +72,7 @@ struct TrainOptions {
     std::uint64_t seed = 1337;
     int threads = 0;  // 0: the CPUs in this process's affinity mask
     bool pin_threads = false;
+    Precision precision = Precision::fp32;  // of the matrix products
     std::string log_level = "info";
     std::string metrics_file;
     double peak_gflops = 200.0;  // one core's fp32 GEMM rate, the MFU yardstick

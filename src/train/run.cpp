@@ -570,7 +570,7 @@ class MetricsFile {
 // This rank's replica: the model, its optimizer state and the worker threads with their contexts.
 struct Replica {
     Replica(const ModelConfig& config, int num_workers, const TrainOptions& o)
-        : workers(config, num_workers, o.batch_size, o.seq_len, o.pin_threads),
+        : workers(config, num_workers, o.batch_size, o.seq_len, o.pin_threads, o.precision),
           model(config),
           optimizer(model.layout.total()) {}
     WorkerGroup workers;
@@ -594,6 +594,7 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
     } else {
         init_parameters(replica->model, o.seed, &replica->workers.pool());
     }
+    set_precision(replica->model, o.precision);  // the bf16 copy of the weights, if any
     return replica;
 }
 
@@ -768,6 +769,7 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
                     {"resumed", plan.resumed},
                     {"ranks", comm.size()},
                     {"threads", replica.workers.size()},
+                    {"precision", precision_name(replica.model.precision)},
                     {"tokens_per_step", tokens_per_step_},
                     {"model", describe(replica.model.config)}});
 }
@@ -787,12 +789,18 @@ void TrainingLoop::log_banner() const {
                  human_bytes(static_cast<double>(workers.context(0).activation_bytes())),
                  human_bytes(static_cast<double>(workers.context(0).grads.size() * 4)),
                  startup_seconds_ * 1e3);
-    spdlog::info(
-        "data: {} train windows, {} val windows of {} tokens | GEMM kernels {} | MFU peak {:.0f} "
-        "GFLOP/s",
-        with_commas(static_cast<double>(corpus_.train_store.num_windows(T_))),
-        with_commas(static_cast<double>(corpus_.val_store.num_windows(T_))), T_, gemm_kernel_name(),
-        peak_gflops_);
+    spdlog::info("data: {} train windows, {} val windows of {} tokens",
+                 with_commas(static_cast<double>(corpus_.train_store.num_windows(T_))),
+                 with_commas(static_cast<double>(corpus_.val_store.num_windows(T_))), T_);
+    if (replica_.model.precision == Precision::bf16) {
+        spdlog::info(
+            "precision bf16: products on {}, fp32 weights, gradients and AdamW | MFU against "
+            "the fp32 peak {:.0f} GFLOP/s",
+            bf16_backend_name(bf16_backend()), peak_gflops_);
+    } else {
+        spdlog::info("precision fp32: GEMM kernels {} | MFU peak {:.0f} GFLOP/s",
+                     gemm_kernel_name(), peak_gflops_);
+    }
     for (int w = 0; w < W; ++w) {
         const Range share = split_range(static_cast<std::size_t>(B_), w, W);
         spdlog::debug("rank {} worker {}: {} sequences, context {}", comm_.rank(), w,

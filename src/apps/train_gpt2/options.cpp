@@ -275,6 +275,15 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
                     "worker threads per rank (0: CPUs in the affinity mask)")
         ->check(app::at_least(0));
     run->add_flag("--pin-threads", o.pin_threads, "bind each worker thread to one CPU");
+    run->add_option("--precision", o.precision,
+                    "fp32 | bf16: matrix products in bf16 with fp32 accumulation (weights, "
+                    "gradients and optimizer stay fp32)")
+        ->transform(
+            CLI::CheckedTransformer(std::map<std::string, Precision>{{"fp32", Precision::fp32},
+                                                                     {"bf16", Precision::bf16}},
+                                    CLI::ignore_case)
+                .description(""))
+        ->type_name("NAME");
     run->add_option("--metrics-file", o.metrics_file,
                     "append one JSON object per step/eval (a 'run' record starts each run)");
     run->add_option("--peak-gflops", o.peak_gflops, "one core's peak GFLOP/s, the MFU yardstick")

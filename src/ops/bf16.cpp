@@ -1,0 +1,209 @@
+#include "ops/bf16.hpp"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <vector>
+
+#include "ops/gemm.hpp"
+
+namespace gpt2 {
+
+void convert_to_bf16(Bf16* out, const float* in, std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i)
+        out[i] = to_bf16(in[i]);
+}
+
+void convert_to_float(float* out, const Bf16* in, std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i)
+        out[i] = to_float(in[i]);
+}
+
+Bf16Backend bf16_backend() {
+    static const Bf16Backend backend = [] {
+        const char* forced = std::getenv("GPT2_BF16_GEMM");
+        if (forced != nullptr && std::strcmp(forced, "emulate") == 0) {
+            return Bf16Backend::fp32_emulated;
+        }
+        switch (dnnl::get_effective_cpu_isa()) {
+            case dnnl::cpu_isa::avx512_core_amx:
+                return Bf16Backend::amx;
+            case dnnl::cpu_isa::avx512_core_bf16:
+                return Bf16Backend::avx512_bf16;
+            case dnnl::cpu_isa::avx512_core:
+            case dnnl::cpu_isa::avx512_core_vnni:
+                return Bf16Backend::avx512_emulated;
+            default:
+                return Bf16Backend::fp32_emulated;
+        }
+    }();
+    return backend;
+}
+
+const char* bf16_backend_name(Bf16Backend backend) {
+    switch (backend) {
+        case Bf16Backend::amx:
+            return "AMX-BF16 (oneDNN)";
+        case Bf16Backend::avx512_bf16:
+            return "AVX512_BF16 (oneDNN)";
+        case Bf16Backend::avx512_emulated:
+            return "AVX-512 without bf16 instructions (oneDNN's emulation, slower than fp32)";
+        case Bf16Backend::fp32_emulated:
+            break;
+    }
+    return "emulation: fp32 GEMM on bf16-rounded operands (no bf16 instructions; slower than fp32)";
+}
+
+namespace {
+enum class Layout { nt, nn, tn };
+
+// Everything that makes two products need different primitives.
+struct ProductShape {
+    Layout layout;
+    int M, N, K, lda, ldb, ldc;
+    bool accumulate;
+    friend bool operator==(const ProductShape&, const ProductShape&) = default;
+};
+struct ProductShapeHash {
+    std::size_t operator()(const ProductShape& s) const {
+        std::size_t h = static_cast<std::size_t>(s.layout) * 2 + (s.accumulate ? 1 : 0);
+        for (const int v : {s.M, s.N, s.K, s.lda, s.ldb, s.ldc})
+            h = h * 1000003u ^ static_cast<std::size_t>(v);
+        return h;
+    }
+};
+
+struct Product {
+    dnnl::matmul primitive;
+    dnnl::memory a, b, c;
+};
+
+// One per thread: oneDNN objects are created once per shape and thread, then only executed, so
+// workers share nothing and take no lock. oneDNN's OpenMP runtime runs each call on this thread.
+class ThreadProducts {
+  public:
+    ThreadProducts() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+        omp_set_num_threads(1);
+    }
+
+    // Null when oneDNN cannot run this product here (then the caller emulates).
+    const Product* find_or_create(const ProductShape& s) {
+        const auto found = products_.find(s);
+        if (found != products_.end()) return found->second ? &*found->second : nullptr;
+        auto& slot = products_[s];
+        try {
+            slot = create(s);
+        } catch (const dnnl::error&) {
+            slot.reset();
+        }
+        return slot ? &*slot : nullptr;
+    }
+
+    void run(const Product& p, const void* a, const void* b, float* c) {
+        p.a.set_data_handle(const_cast<void*>(a));
+        p.b.set_data_handle(const_cast<void*>(b));
+        p.c.set_data_handle(c);
+        p.primitive.execute(stream_,
+                            {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}});
+        stream_.wait();
+    }
+
+    std::vector<float>& scratch_a() { return scratch_a_; }
+    std::vector<float>& scratch_b() { return scratch_b_; }
+
+  private:
+    std::unique_ptr<Product> create(const ProductShape& s) {
+        using dims = dnnl::memory::dims;
+        using dt = dnnl::memory::data_type;
+        const dims a_strides = s.layout == Layout::tn ? dims{1, s.lda} : dims{s.lda, 1};
+        const dims b_strides = s.layout == Layout::nt ? dims{1, s.ldb} : dims{s.ldb, 1};
+        const dnnl::memory::desc a_md({s.M, s.K}, dt::bf16, a_strides);
+        const dnnl::memory::desc b_md({s.K, s.N}, dt::bf16, b_strides);
+        const dnnl::memory::desc c_md({s.M, s.N}, dt::f32, dims{s.ldc, 1});
+        dnnl::primitive_attr attr;
+        if (s.accumulate) {
+            dnnl::post_ops ops;
+            ops.append_sum(1.0f);
+            attr.set_post_ops(ops);
+        }
+        const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
+        auto product = std::make_unique<Product>();
+        product->primitive = dnnl::matmul(pd);
+        product->a = dnnl::memory(a_md, engine_, DNNL_MEMORY_NONE);
+        product->b = dnnl::memory(b_md, engine_, DNNL_MEMORY_NONE);
+        product->c = dnnl::memory(c_md, engine_, DNNL_MEMORY_NONE);
+        return product;
+    }
+
+    dnnl::engine engine_;
+    dnnl::stream stream_;
+    std::unordered_map<ProductShape, std::unique_ptr<Product>, ProductShapeHash> products_;
+    std::vector<float> scratch_a_, scratch_b_;
+};
+
+ThreadProducts& thread_products() {
+    thread_local ThreadProducts products;
+    return products;
+}
+
+// rows x cols bf16 matrix with leading dimension ld, widened into `out` (same ld).
+const float* widen(std::vector<float>& out, const Bf16* in, int rows, int cols, int ld) {
+    out.resize(static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld) +
+               static_cast<std::size_t>(cols));
+    for (int r = 0; r < rows; ++r) {
+        convert_to_float(out.data() + static_cast<std::size_t>(r) * ld,
+                         in + static_cast<std::size_t>(r) * ld, static_cast<std::size_t>(cols));
+    }
+    return out.data();
+}
+
+void product(Layout layout, int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb,
+             float beta, float* C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    ThreadProducts& products = thread_products();
+    const bool accumulate = beta != 0.0f;
+    if (K > 0 && bf16_backend() != Bf16Backend::fp32_emulated) {
+        const ProductShape shape{layout, M, N, K, lda, ldb, ldc, accumulate};
+        if (const Product* p = products.find_or_create(shape)) {
+            products.run(*p, A, B, C);
+            return;
+        }
+    }
+    // Emulation: the operands' stored rows widened to fp32, then the fp32 GEMM.
+    const int a_rows = layout == Layout::tn ? K : M, a_cols = layout == Layout::tn ? M : K;
+    const int b_rows = layout == Layout::nt ? N : K, b_cols = layout == Layout::nt ? K : N;
+    const float* a = widen(products.scratch_a(), A, a_rows, a_cols, lda);
+    const float* b = widen(products.scratch_b(), B, b_rows, b_cols, ldb);
+    switch (layout) {
+        case Layout::nt:
+            gemm_nt(M, N, K, 1.0f, a, lda, b, ldb, beta, C, ldc);
+            break;
+        case Layout::nn:
+            gemm_nn(M, N, K, 1.0f, a, lda, b, ldb, beta, C, ldc);
+            break;
+        case Layout::tn:
+            gemm_tn(M, N, K, 1.0f, a, lda, b, ldb, beta, C, ldc);
+            break;
+    }
+}
+}  // namespace
+
+void gemm_bf16_nt(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
+                  float* C, int ldc) {
+    product(Layout::nt, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_bf16_nn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
+                  float* C, int ldc) {
+    product(Layout::nn, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_bf16_tn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
+                  float* C, int ldc) {
+    product(Layout::tn, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace gpt2

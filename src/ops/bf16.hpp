@@ -1,0 +1,52 @@
+// bf16 matrix products for mixed-precision training: bf16 operands, fp32 accumulation and fp32
+// results, run on the calling thread through oneDNN (AMX or AVX512_BF16 where the CPU has them),
+// or emulated with the fp32 GEMM on bf16-rounded operands where oneDNN cannot run bf16.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace gpt2 {
+
+// A bfloat16 value: the upper 16 bits of an IEEE fp32 number.
+enum class Bf16 : std::uint16_t {};
+
+// Round to nearest even (NaN stays NaN), as PyTorch and oneDNN round.
+[[nodiscard]] inline Bf16 to_bf16(float value) {
+    std::uint32_t bits;
+    static_assert(sizeof(bits) == sizeof(value));
+    __builtin_memcpy(&bits, &value, sizeof(bits));
+    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    const std::uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
+    return static_cast<Bf16>(nan ? ((bits >> 16) | 0x40u) : (rounded >> 16));
+}
+[[nodiscard]] inline float to_float(Bf16 value) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(value) << 16;
+    float result;
+    __builtin_memcpy(&result, &bits, sizeof(result));
+    return result;
+}
+void convert_to_bf16(Bf16* out, const float* in, std::size_t count);
+void convert_to_float(float* out, const Bf16* in, std::size_t count);
+
+// What the bf16 products run on, decided once per process: oneDNN's kernels for AMX-BF16 or
+// AVX512_BF16, oneDNN's AVX-512 emulation of bf16, or our emulation (fp32 GEMM on bf16-rounded
+// operands; the same numbers, slower). GPT2_BF16_GEMM=emulate forces the last (tests use it to
+// check that path on any CPU).
+enum class Bf16Backend { amx, avx512_bf16, avx512_emulated, fp32_emulated };
+[[nodiscard]] Bf16Backend bf16_backend();
+// For the start-up log: e.g. "AMX-BF16 (oneDNN 2.6.3)".
+[[nodiscard]] const char* bf16_backend_name(Bf16Backend backend);
+
+// C(M,N) = A(M,K) * B(N,K)^T + beta * C, beta 0 or 1.
+void gemm_bf16_nt(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
+                  float* C, int ldc);
+// C(M,N) = A(M,K) * B(K,N) + beta * C
+void gemm_bf16_nn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
+                  float* C, int ldc);
+// C(M,N) = A(K,M)^T * B(K,N) + beta * C
+void gemm_bf16_tn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
+                  float* C, int ldc);
+
+}  // namespace gpt2
