@@ -8,17 +8,24 @@
 #   1  gpt2-124M   L12 H12 C768, V 50257 (GPT-2 BPE), B 4,  T 64   (position table 1024)
 #   2  d6-bpe      L6  H6  C384, V 50257 (GPT-2 BPE), B 8,  T 256
 #   3  d6-char     L6  H6  C384, V 65    (characters), B 16, T 256
+#   4  gpt2-124M   L12 H12 C768, V 50257, B 4, T 256     (the mixed-precision issue's comparison)
+#   5  gpt2-124M   L12 H12 C768, V 50257, B 4, T 1024    (the model's real context; 3 steps)
+#
+# Each configuration runs in fp32 and in bf16: ours with --precision bf16 and PyTorch with
+# torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss (its one-line recipe); both
+# logs name the kernels their bf16 products ran on (--no-bf16 skips these runs).
 #
 # The runs are interleaved (ours threads, PyTorch, ours ranks; --repeats times) because the host is
 # shared and noisy; the table shows medians over the repeats. Each run does 2 untimed warm-up steps
 # and then --steps timed ones; its figure is the median step time. FLOPs per token use the same
 # formula on both sides: 6 * (12*L*C^2 + Vp*C) + 12*L*T*C, Vp = V rounded up to a multiple of 128.
 #
-# Usage: scripts/bench.sh [--quick] [--repeats R] [--steps N] [--configs 1,2,3] [--log-dir DIR]
+# Usage: scripts/bench.sh [--quick] [--repeats R] [--steps N] [--configs 1,2,3] [--no-bf16] [--log-dir DIR]
 #   --quick       smoke test: configuration 3 only, 2 timed steps, 1 repeat
 #   --repeats R   runs of each variant per configuration (default 1)
 #   --steps N     timed steps per run (default 5 for configuration 1, 10 for the others)
-#   --configs L   comma-separated subset of 1,2,3 (default all)
+#   --configs L   comma-separated subset of 1,2,3,4,5 (default 1,2,3)
+#   --no-bf16     fp32 only (no --precision bf16 and no autocast runs)
 #   --timeout S   stop a run after S seconds (default 3600): SIGTERM, then SIGKILL 30 s later
 #                 (train_gpt2 --benchmark does not act on SIGTERM/SIGINT until it finishes)
 #   --log-dir D   keep every run's full output there (default: a fresh directory under /tmp)
@@ -42,6 +49,7 @@ quick=0
 repeats=""
 steps=""
 configs="1,2,3"
+bf16=1
 timeout_s=3600
 log_dir=""
 python=/usr/bin/python3
@@ -52,6 +60,7 @@ while (($#)); do
     --repeats) repeats="${2:?--repeats needs a value}"; shift 2 ;;
     --steps) steps="${2:?--steps needs a value}"; shift 2 ;;
     --configs) configs="${2:?--configs needs a value}"; shift 2 ;;
+    --no-bf16) bf16=0; shift ;;
     --timeout) timeout_s="${2:?--timeout needs a value}"; shift 2 ;;
     --log-dir) log_dir="${2:?--log-dir needs a value}"; shift 2 ;;
     --python) python="${2:?--python needs a value}"; shift 2 ;;
@@ -70,7 +79,7 @@ repeats="${repeats:-1}"
 [[ "$timeout_s" =~ ^[1-9][0-9]*$ ]] || die "--timeout must be a positive integer (got '$timeout_s')"
 IFS=',' read -r -a config_list <<<"$configs"
 for c in "${config_list[@]}"; do
-  [[ "$c" =~ ^[123]$ ]] || die "--configs takes a comma-separated subset of 1,2,3 (got '$configs')"
+  [[ "$c" =~ ^[1-5]$ ]] || die "--configs takes a comma-separated subset of 1,2,3,4,5 (got '$configs')"
 done
 
 # ---- prerequisites ------------------------------------------------------------------------------
@@ -111,6 +120,8 @@ declare -A cfg=(
   [1]="gpt2-124M 12 12 768 50257 4 64 1024 gpt2 5"
   [2]="d6-bpe 6 6 384 50257 8 256 256 gpt2 10"
   [3]="d6-char 6 6 384 65 16 256 256 char 10"
+  [4]="gpt2-124M 12 12 768 50257 4 256 1024 gpt2 5"
+  [5]="gpt2-124M 12 12 768 50257 4 1024 1024 gpt2 3"
 )
 
 # ---- header -------------------------------------------------------------------------------------
@@ -126,7 +137,7 @@ echo "pytorch:  $("$python" -c 'import torch; print(torch.__version__)') ($pytho
 echo "mpi:      $(mpiexec --version 2>&1 | head -n1)"
 echo "openblas: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)} inherited; PyTorch kernels: $pytorch_blas"
 echo "data:     $data${tok_dir:+ | GPT-2 tokenizer $tok_dir}"
-echo "runs:     configs ${configs}, repeats $repeats, steps ${steps:-5 (config 1) / 10}, 2 warm-up steps each; logs in $log_dir"
+echo "runs:     configs ${configs}, repeats $repeats, steps ${steps:-5 (configs 1, 4) / 3 (5) / 10}, 2 warm-up steps each, bf16 $( ((bf16)) && echo on || echo off); logs in $log_dir"
 echo
 
 trainer_mtime="$(stat -c %Y "$trainer")"
@@ -216,7 +227,20 @@ for c in "${config_list[@]}"; do
       "\| $n steps, ranks 2 x workers 1$" \
       env "${mpi_env[@]}" mpiexec -n 2 --oversubscribe --bind-to none \
       "${ours[@]}" --batch-size "$((B / 2))" --threads 1
+    if ((bf16)); then
+      run_one "$c/bf16/$r" "$log_dir/c${c}-bf16-r$r.log" benchmark \
+        "\| $n steps, ranks 1 x workers 2$" \
+        "${ours[@]}" --batch-size "$B" --threads 2 --precision bf16
+      run_one "$c/autocast/$r" "$log_dir/c${c}-autocast-r$r.log" pytorch \
+        "\| $n steps, threads 2 \| OpenBLAS .* \| autocast bf16 on " \
+        env "${blas_env[@]}" "${torch_cmd[@]}" --autocast bf16
+    fi
   done
+  if ((bf16)); then
+    isa_ours="$(grep -ohE 'products on [^,]+' "$log_dir/c${c}-bf16-r1.log" 2>/dev/null | head -n1 | sed 's/products on //' || true)"
+    isa_torch="$(grep -ohE 'autocast bf16 on .*$' "$log_dir/c${c}-autocast-r1.log" 2>/dev/null | head -n1 | sed 's/autocast bf16 on //' || true)"
+    echo "  bf16 products: ours on ${isa_ours:-?}; PyTorch autocast on ${isa_torch:-?}"
+  fi
   # Our log states the vocabulary it built; it must be the one PyTorch was given.
   # Both sides should have multiplied with the same OpenBLAS kernels.
   k_ours="$(grep -ohE 'GEMM kernels [A-Za-z0-9_]+' "$log_dir/c${c}-threads-r1.log" "$log_dir/c${c}-ranks-r1.log" 2>/dev/null | awk '{ print $3 }' | sort -u | paste -sd/ || true)"
@@ -283,6 +307,23 @@ for c in "${config_list[@]}"; do
     "$c $name L$L H$NH C$C V$V B$B T$T" "$(fmt_num "$thr")" "$(fmt_num "$rk")" "$(fmt_num "$pt")" \
     "$ratio" "$m" "$rss"
 done
+if ((bf16)); then
+  echo
+  echo "== bf16: tokens/s, 1 rank x 2 threads (ours --precision bf16) and PyTorch autocast bf16, 2 threads =="
+  printf '%-40s | %10s | %10s | %12s | %16s | %18s\n' "config" "ours fp32" "ours bf16" "bf16/fp32" "PyTorch autocast" "ours bf16/autocast"
+  printf '%s\n' "$(printf -- '-%.0s' {1..120})"
+  for c in "${config_list[@]}"; do
+    read -r name L NH C V B T block tok def_steps <<<"${cfg[$c]}"
+    thr="$(collect "$c" threads tok_s | median)"
+    b16="$(collect "$c" bf16 tok_s | median)"
+    ac="$(collect "$c" autocast tok_s | median)"
+    up=- vs=-
+    [[ "$thr" != - && "$b16" != - ]] && up="$(awk -v a="$b16" -v b="$thr" 'BEGIN { printf "%.2fx", a / b }')"
+    [[ "$ac" != - && "$b16" != - ]] && vs="$(awk -v a="$b16" -v b="$ac" 'BEGIN { printf "%.2fx", a / b }')"
+    printf '%-40s | %10s | %10s | %12s | %16s | %18s\n' "$c $name L$L H$NH C$C V$V B$B T$T" \
+      "$(fmt_num "$thr")" "$(fmt_num "$b16")" "$up" "$(fmt_num "$ac")" "$vs"
+  done
+fi
 echo
 peak="$(grep -ohE 'MFU peak [0-9.]+ GFLOP/s' "$log_dir"/c*-threads-r1.log 2>/dev/null | head -n1 || true)"
 echo "MFU: ours' own figure for the better of its two layouts, against the peak it assumes"

@@ -13,7 +13,10 @@ After --warmup untimed steps, --steps steps are timed and one line is printed:
   pytorch: median X ms/step | Y tok/s | Z GFLOP/s | peak RSS R | N steps, threads W | OpenBLAS K
 
 K is the OpenBLAS kernel family in use (OPENBLAS_CORETYPE chooses it; OpenBLAS 0.3.21 picks its
-AVX2 kernels on AVX-512 CPUs it does not know, such as AMD Zen 4/5).
+AVX2 kernels on AVX-512 CPUs it does not know, such as AMD Zen 4/5). With --autocast bf16 the
+forward and loss run under torch.autocast("cpu", dtype=torch.bfloat16), the one-line mixed
+precision recipe, and the line ends with "| autocast bf16 on I", I being the oneDNN kernel that
+PyTorch's bf16 matmul runs (e.g. brg:avx512_core_amx_bf16).
 
 Usage (Debian's python with torch 1.13):
   /usr/bin/python3 scripts/bench_pytorch_train.py --n-layer 6 --n-head 6 --n-embd 384 \
@@ -48,6 +51,8 @@ def parse_args():
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--verbose", action="store_true", help="print every step's time and loss")
+    p.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                   help="run forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)")
     a = p.parse_args()
     if a.block_size == 0:
         a.block_size = a.seq_len
@@ -175,6 +180,21 @@ def blas_kernels():
     return "unknown"
 
 
+def bf16_matmul_kernel():
+    """The oneDNN implementation PyTorch runs a bf16 matmul on, from oneDNN's verbose output of
+    a child process (the variable must be set before oneDNN loads); "unknown" if none is named."""
+    import subprocess
+    code = ("import torch; a = torch.randn(256, 256).bfloat16(); "
+            "b = torch.randn(256, 256).bfloat16(); torch.matmul(a, b)")
+    env = dict(os.environ, ONEDNN_VERBOSE="1", DNNL_VERBOSE="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    for line in out.stdout.splitlines():
+        fields = line.split(",")
+        if len(fields) > 5 and fields[1] == "exec" and fields[3] in ("matmul", "inner_product"):
+            return fields[4]
+    return "unknown (no oneDNN matmul seen: PyTorch may not run bf16 through oneDNN here)"
+
+
 def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -204,7 +224,11 @@ def main():
         data = torch.randint(0, V, (B, T + 1), generator=gen)
         x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
         t0 = time.perf_counter()
-        loss = model(x, y)
+        if args.autocast == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(x, y)
+        else:
+            loss = model(x, y)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
         optimizer.step()
@@ -223,7 +247,8 @@ def main():
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # ru_maxrss is KiB
     print(f"pytorch: median {median_ms:.1f} ms/step | {tok_s:.1f} tok/s | {gflops:.1f} GFLOP/s | "
           f"peak RSS {human_bytes(peak_rss)} | {len(step_ms)} steps, threads {args.threads} | "
-          f"OpenBLAS {blas_kernels()}",
+          f"OpenBLAS {blas_kernels()}"
+          + (f" | autocast bf16 on {bf16_matmul_kernel()}" if args.autocast == "bf16" else ""),
           flush=True)
 
 
