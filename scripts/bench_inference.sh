@@ -4,9 +4,12 @@
 # generate NEW_TOKENS greedily; reports tokens/s and ms/token of the generation phase (prefill
 # excluded, best of REPS runs: the machine is shared) and whether all produced the same tokens.
 # PyTorch runs twice: "tuned" (addmv and bmm for one-token steps, its fast CPU paths) and "hf"
-# (F.linear and matmul throughout, as transformers' GPT-2 does).
+# (F.linear and matmul throughout, as transformers' GPT-2 does). Ours also runs with
+# --weights bf16 and --weights int8 (compact matrices for decoding); a second table compares them
+# with ours in fp32 (WEIGHTS="fp32" skips them).
 #
 #   scripts/bench_inference.sh   # env: THREADS=2 NEW_TOKENS=64 CONTEXTS="64 512" REPS=3
+#                                #      WEIGHTS="fp32 bf16 int8"
 #                                #      MODEL=/tmp/gpt2_random_124M.bin BUILD=build
 set -euo pipefail
 
@@ -19,6 +22,7 @@ threads=${THREADS:-2}
 new_tokens=${NEW_TOKENS:-64}
 contexts=${CONTEXTS:-64 512}
 reps=${REPS:-3}
+weights=${WEIGHTS:-fp32 bf16 int8}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -49,6 +53,15 @@ for rep in $(seq "$reps"); do
             2>"$work/ours.err"
         # The log line is "[HH:MM:SS] stats: sample=1 prompt_tokens=... ..."
         grep -o 'stats: .*' "$work/ours.err" >>"$work/ours_$ctx.stats"
+        for fmt in $weights; do
+            [[ $fmt == fp32 ]] && continue
+            echo "run $rep/$reps, context $ctx: ours --weights $fmt" >&2
+            "$build/inference" "$model" --tokenizer gpt2 --tokenizer-dir "$tokenizer_dir" \
+                --prompt-file "$work/prompt_$ctx.txt" --max-new-tokens "$new_tokens" \
+                --temperature 0 --threads "$threads" --no-stream --weights "$fmt" \
+                >"$work/ours_${fmt}_$ctx.out" 2>"$work/ours.err"
+            grep -o 'stats: .*' "$work/ours.err" >>"$work/ours_${fmt}_$ctx.stats"
+        done
         for variant in tuned hf; do
             echo "run $rep/$reps, context $ctx: pytorch $variant" >&2
             "$python" "$root/scripts/bench_inference_pytorch.py" --model "$model" \
@@ -59,11 +72,12 @@ for rep in $(seq "$reps"); do
 done
 
 # shellcheck disable=SC2086
-"$python" - "$work" "$tokenizer_dir" "$threads" "$new_tokens" "$reps" $contexts <<'EOF'
+"$python" - "$work" "$tokenizer_dir" "$threads" "$new_tokens" "$reps" "$weights" $contexts <<'EOF'
 import json, os, sys
 
-work, tokenizer_dir, threads, new_tokens, reps = sys.argv[1:6]
-contexts = [int(c) for c in sys.argv[6:]]
+work, tokenizer_dir, threads, new_tokens, reps, weights = sys.argv[1:7]
+contexts = [int(c) for c in sys.argv[7:]]
+formats = [f for f in weights.split() if f != "fp32"]
 
 # GPT-2's byte <-> printable-character table, to turn PyTorch's token ids back into bytes.
 printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
@@ -90,10 +104,13 @@ with open(os.path.join(work, "pytorch.jsonl")) as f:
         torch_runs.setdefault((r["variant"], r["context"]), []).append(r)
 
 rows = []
-for ctx in contexts:
-    with open(os.path.join(work, f"ours_{ctx}.stats")) as f:
+def ours_best(stats_name):
+    with open(os.path.join(work, stats_name)) as f:
         runs = [dict(kv.split("=") for kv in line.split()[1:]) for line in f if line.strip()]
-    ours = best([{k: float(v) for k, v in r.items()} for r in runs])
+    return best([{k: float(v) for k, v in r.items()} for r in runs])
+
+for ctx in contexts:
+    ours = ours_best(f"ours_{ctx}.stats")
     prompt = open(os.path.join(work, f"prompt_{ctx}.txt"), "rb").read()
     out = open(os.path.join(work, f"ours_{ctx}.out"), "rb").read()
     ours_text = out[len(prompt):-1] if out.startswith(prompt) else out
@@ -120,4 +137,19 @@ if len(rows) > 1:
     print(f"per-token cost from context {c0} to {c1}: ours x{o1['ms_per_token'] / o0['ms_per_token']:.2f}, "
           f"torch tuned x{t1['ms_per_token'] / t0['ms_per_token']:.2f}, "
           f"torch hf x{h1['ms_per_token'] / h0['ms_per_token']:.2f}")
+if formats:
+    print()
+    print("ours with compact weights for decoding (--weights), same runs: tok/s of the generation "
+          "phase and the ratio to ours in fp32")
+    print(f"{'context':>7} | {'fp32':>8} | " + " | ".join(
+        f"{f:>6} tok/s  ratio  same text as fp32" for f in formats))
+    for ctx, o, _, _, _ in rows:
+        fp32_out = open(os.path.join(work, f"ours_{ctx}.out"), "rb").read()
+        cells = []
+        for f in formats:
+            c = ours_best(f"ours_{f}_{ctx}.stats")
+            same = open(os.path.join(work, f"ours_{f}_{ctx}.out"), "rb").read() == fp32_out
+            cells.append(f"{c['tokens_per_s']:>12.1f} {c['tokens_per_s'] / o['tokens_per_s']:>5.2f}x "
+                         f" {'yes' if same else 'no (random weights: near-ties)':>17}")
+        print(f"{ctx:>7} | {o['tokens_per_s']:>8.1f} | " + " | ".join(cells))
 EOF

@@ -11,6 +11,7 @@
 
 #include "core/aligned_buffer.hpp"
 #include "core/random.hpp"
+#include "model/decode_weights.hpp"
 #include "model/model.hpp"
 #include "model/sampling.hpp"
 #include "parallel/thread_pool.hpp"
@@ -36,8 +37,11 @@ namespace gpt2 {
 class KvCacheSession {
   public:
     // slide_keep: tokens kept when the window slides, in [1, maxT]; 0 means maxT/2 (at least 1).
-    // The model and the pool must outlive the session.
-    KvCacheSession(const Model& model, ThreadPool& pool, int slide_keep = 0);
+    // `compact`, when given, holds the matrices in bf16 or int8 and is what the products read
+    // (activations, LayerNorms, biases and the K/V caches stay fp32). The model, the pool and
+    // `compact` must outlive the session.
+    KvCacheSession(const Model& model, ThreadPool& pool, int slide_keep = 0,
+                   const DecodeWeights* compact = nullptr);
     ~KvCacheSession();
     KvCacheSession(const KvCacheSession&) = delete;
     KvCacheSession& operator=(const KvCacheSession&) = delete;
@@ -72,6 +76,7 @@ class KvCacheSession {
     class PhaseBarrier;
 
     const Model& model_;
+    const DecodeWeights* compact_;
     ThreadPool& pool_;
     int slide_keep_;
     int chunk_rows_;  // rows of scratch: prompts are encoded in chunks of this many positions
@@ -92,6 +97,8 @@ class KvCacheSession {
     float* ln_ = nullptr;           // [workers] (rows, C): each worker's LayerNorm output
     float* ln_stats_ = nullptr;     // [workers] (2 * rows): its means and rstds
     float* scores_ = nullptr;       // [workers] (attention row block, maxT)
+    float* widen_ = nullptr;        // [workers] (64, 4C): compact weight rows widened for a GEMM
+    std::size_t widen_stride_ = 0;
 };
 
 // What one generate_kv() call did; seconds are wall time.

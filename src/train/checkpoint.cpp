@@ -81,13 +81,29 @@ LoadedModel load_checkpoint(const std::filesystem::path& path) {
         throw InputError(name + ": bad magic " + std::to_string(h(0)) + " (expected " +
                          std::to_string(kLlmcModelMagic) + "), not an llm.c model file");
     }
-    if (h(1) != kLlmcModelVersionFp32) {
+    if (h(1) != kLlmcModelVersionFp32 && h(1) != kLlmcModelVersionBf16) {
         throw InputError(name + ": unsupported version " + std::to_string(h(1)) +
-                         " (only 3, float32, is supported)");
+                         " (3, float32, and 5, llm.c's bf16, are supported)");
     }
     const ModelConfig config{h(2), h(3), h(7), h(4), h(5), h(6)};
     validate_config(config, name);
     const ParameterLayout layout(config);
+    if (h(1) == kLlmcModelVersionBf16) {
+        // llm.c's bf16 model file: the same layout in bf16, nothing after it. Widened exactly.
+        const std::size_t bf16_bytes = kHeaderBytes + layout.total() * sizeof(Bf16);
+        if (bytes.size() != bf16_bytes) {
+            throw InputError(name + ": " + std::to_string(bytes.size()) +
+                             " bytes, but an llm.c bf16 " + describe(config) + " model file has " +
+                             std::to_string(bf16_bytes) + " (truncated or not a model file)");
+        }
+        LoadedModel loaded{Model(config), std::nullopt};
+        for (std::size_t i = 0; i < layout.total(); ++i) {
+            std::uint16_t bits;
+            std::memcpy(&bits, bytes.data() + kHeaderBytes + i * sizeof(bits), sizeof(bits));
+            loaded.model.params[i] = to_float(static_cast<Bf16>(bits));
+        }
+        return loaded;
+    }
     const std::size_t model_bytes = kHeaderBytes + layout.total() * sizeof(float);
     if (bytes.size() < model_bytes) {
         throw InputError(name + ": truncated: " + std::to_string(bytes.size()) + " bytes, the " +

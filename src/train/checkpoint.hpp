@@ -18,6 +18,7 @@ namespace gpt2 {
 
 inline constexpr std::int32_t kLlmcModelMagic = 20240326;
 inline constexpr std::int32_t kLlmcModelVersionFp32 = 3;
+inline constexpr std::int32_t kLlmcModelVersionBf16 = 5;  // read only (widened to fp32)
 
 // What a checkpoint carries besides the weights.
 struct CheckpointExtras {
@@ -34,8 +35,9 @@ struct LoadedModel {
 // previous file at `path` untouched.
 std::filesystem::path save_checkpoint(const std::filesystem::path& path, const Model& model,
                                       const std::optional<CheckpointExtras>& extras);
-// Reads a plain llm.c model file or a checkpoint; verifies the checksum when present. Throws
-// InputError naming the file for anything missing, truncated, corrupt or of the wrong kind.
+// Reads a plain llm.c model file (fp32, version 3, or bf16, version 5) or a checkpoint; verifies
+// the checksum when present. Throws InputError naming the file for anything missing, truncated,
+// corrupt or of the wrong kind.
 [[nodiscard]] LoadedModel load_checkpoint(const std::filesystem::path& path);
 
 }  // namespace gpt2

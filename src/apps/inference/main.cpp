@@ -15,6 +15,7 @@
 #include <exception>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <new>
 #include <optional>
@@ -27,6 +28,7 @@
 #include "core/bytes.hpp"
 #include "core/error.hpp"
 #include "core/utf8.hpp"
+#include "model/decode_weights.hpp"
 #include "model/kv_cache.hpp"
 #include "ops/gemm.hpp"
 #include "parallel/comm.hpp"
@@ -61,6 +63,7 @@ struct Options {
     std::string tokenizer_corpus;
     std::string log_level = "info";
     std::string eot_in_text = "token";
+    gpt2::WeightFormat weights = gpt2::WeightFormat::fp32;
 
     [[nodiscard]] bool prompt_from_stdin() const { return prompt_file == kStdinName; }
 };
@@ -111,6 +114,17 @@ std::variant<Options, int> parse_options(int argc, char** argv, bool speaker) {
                      "read prompts from stdin, one per line, until end of file (a line that "
                      "cannot be encoded is reported and skipped)");
     interactive->excludes(prompt)->excludes(prompt_file);
+    app.add_option("--weights", o.weights,
+                   "fp32 | bf16 | int8: the matrices' format for decoding (int8: per-row scales; "
+                   "fewer bytes per token, so faster; activations and K/V cache stay fp32)")
+        ->transform(
+            CLI::CheckedTransformer(
+                std::map<std::string, gpt2::WeightFormat>{{"fp32", gpt2::WeightFormat::fp32},
+                                                          {"bf16", gpt2::WeightFormat::bf16},
+                                                          {"int8", gpt2::WeightFormat::int8}},
+                CLI::ignore_case)
+                .description(""))
+        ->type_name("NAME");
     app.add_option(
            "--threads", o.threads,
            "worker threads per rank (0: the CPUs available, 1 for models under 16M parameters)")
@@ -591,7 +605,15 @@ int run(const Options& o, const gpt2::Communicator& world) {
             "line) or --prompt-file - (all of it as one prompt)");
     }
     gpt2::ThreadPool pool(o.threads > 0 ? o.threads : default_threads(model));
-    gpt2::KvCacheSession session(model, pool);
+    std::unique_ptr<gpt2::DecodeWeights> compact;
+    if (o.weights != gpt2::WeightFormat::fp32) {
+        compact = std::make_unique<gpt2::DecodeWeights>(model, o.weights);
+        spdlog::info(
+            "weights {} for decoding: matrices {:.1f} MiB (fp32: {:.1f} MiB)",
+            gpt2::weight_format_name(o.weights), static_cast<double>(compact->bytes()) / (1 << 20),
+            static_cast<double>(gpt2::decode_matrix_count(model) * sizeof(float)) / (1 << 20));
+    }
+    gpt2::KvCacheSession session(model, pool, 0, compact.get());
     spdlog::info("KV cache + scratch {:.1f} MiB, {} working rank(s) of {} x {} thread(s)",
                  static_cast<double>(session.memory_bytes()) / (1 << 20), comm.size(), world.size(),
                  pool.size());

@@ -1,0 +1,247 @@
+// Decoding with compact weights (inference --weights bf16|int8) against fp32: the int8 rows are
+// the stated quantisation, logits of a 124M-shaped model stay within the stated tolerances, the
+// prompt path (GEMM on widened rows) agrees with the token path (compact dot products), a trained
+// character model's greedy text is identical in bf16 and int8 picks fp32's next token on held-out
+// text at least 98% of the time; llm.c's bf16 model files load.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "model/decode_weights.hpp"
+#include "model/kv_cache.hpp"
+#include "parallel/thread_pool.hpp"
+#include "process_support.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "train/checkpoint.hpp"
+
+namespace gpt2 {
+namespace {
+
+using test::run_command;
+using test::ScratchDir;
+
+double relative_error(std::span<const float> actual, std::span<const float> expected) {
+    double diff = 0.0, norm = 0.0;
+    for (std::size_t i = 0; i < actual.size(); ++i) {
+        diff += (actual[i] - expected[i]) * static_cast<double>(actual[i] - expected[i]);
+        norm += expected[i] * static_cast<double>(expected[i]);
+    }
+    return std::sqrt(diff / norm);
+}
+
+TEST(DecodeWeights, Int8RowsAreSymmetricPerRowQuantisation) {
+    Model model(ModelConfig{16, 50, 128, 2, 2, 32});
+    init_parameters(model, 3);
+    const DecodeWeights int8(model, WeightFormat::int8);
+    for (const ParamTensor t : {ParamTensor::wte, ParamTensor::qkvw, ParamTensor::fcprojw}) {
+        const int K = matrix_row_length(model.config, t);
+        const float* first = model.layout.tensor(model.weights(), t).data();
+        const std::size_t rows = model.layout.size(t) / static_cast<std::size_t>(K);
+        for (std::size_t r = 0; r < rows; ++r) {
+            const float* w = first + r * K;
+            const QuantizedRows q = int8.rows(w);
+            float max_abs = 0.0f;
+            for (int k = 0; k < K; ++k)
+                max_abs = std::max(max_abs, std::abs(w[k]));
+            if (max_abs == 0.0f) continue;  // padded wte rows
+            ASSERT_FLOAT_EQ(q.scales[0], max_abs / 127.0f) << param_tensor_name(t) << " row " << r;
+            for (int k = 0; k < K; ++k) {
+                ASSERT_LE(std::abs(q.int8[k] * q.scales[0] - w[k]), 0.5f * q.scales[0] * 1.0001f)
+                    << param_tensor_name(t) << " row " << r << " col " << k;
+            }
+        }
+    }
+    const DecodeWeights bf16(model, WeightFormat::bf16);
+    const float* fcw = model.layout.tensor(model.weights(), ParamTensor::fcw).data();
+    EXPECT_EQ(static_cast<std::uint16_t>(bf16.rows(fcw + 32).bf16[5]),
+              static_cast<std::uint16_t>(to_bf16(fcw[37])));
+    EXPECT_LT(int8.bytes(), bf16.bytes());
+    EXPECT_EQ(bf16.bytes(), decode_matrix_count(model) * 2);
+}
+
+// Logits over a prompt and then token by token, with the given weights.
+std::vector<std::vector<float>> decode_logits(const Model& model, const DecodeWeights* compact,
+                                              std::span<const std::int32_t> prompt,
+                                              std::span<const std::int32_t> continuation,
+                                              int threads) {
+    ThreadPool pool(threads);
+    KvCacheSession session(model, pool, 0, compact);
+    std::vector<std::vector<float>> all;
+    const auto keep = [&](std::span<const float> logits) {
+        all.emplace_back(logits.begin(), logits.end());
+    };
+    keep(session.prefill(prompt));
+    for (const std::int32_t t : continuation)
+        keep(session.step(t));
+    return all;
+}
+
+TEST(DecodeWeights, LogitsOfA124MShapedModelStayCloseToFp32) {
+    Model model(preset_config("gpt2-124M", 50257));
+    {
+        ThreadPool pool(2);
+        init_parameters(model, 21, &pool);
+    }
+    std::vector<std::int32_t> prompt, continuation;
+    for (int i = 0; i < 24; ++i)
+        prompt.push_back((i * 7919) % 50257);
+    for (int i = 0; i < 8; ++i)
+        continuation.push_back((i * 104729 + 11) % 50257);
+    const auto fp32 = decode_logits(model, nullptr, prompt, continuation, 2);
+    // GPT-2's init makes every logit small; the error is relative to the logits' norm.
+    const double tolerance[2] = {1e-2, 4e-2};
+    const WeightFormat formats[2] = {WeightFormat::bf16, WeightFormat::int8};
+    for (int f = 0; f < 2; ++f) {
+        const DecodeWeights compact(model, formats[f]);
+        const auto logits = decode_logits(model, &compact, prompt, continuation, 2);
+        double worst = 0.0;
+        for (std::size_t i = 0; i < fp32.size(); ++i)
+            worst = std::max(worst, relative_error(logits[i], fp32[i]));
+        std::printf("%s logits vs fp32 (124M shape): worst relative error %.2e\n",
+                    std::string(weight_format_name(formats[f])).c_str(), worst);
+        EXPECT_LT(worst, tolerance[f]) << weight_format_name(formats[f]);
+        EXPECT_GT(worst, 0.0) << weight_format_name(formats[f]) << " logits identical to fp32";
+    }
+}
+
+TEST(DecodeWeights, ThePromptPathAgreesWithTheTokenPath) {
+    // Prefill runs GEMMs on rows widened from the compact copy, a step runs dot products on the
+    // compact rows themselves: the two must compute the same function.
+    Model model(ModelConfig{64, 97, 128, 2, 4, 64});
+    init_parameters(model, 5);
+    std::vector<std::int32_t> tokens;
+    for (int i = 0; i < 20; ++i)
+        tokens.push_back((i * 31 + 3) % 97);
+    for (const WeightFormat format : {WeightFormat::bf16, WeightFormat::int8}) {
+        const DecodeWeights compact(model, format);
+        const auto prefilled =
+            decode_logits(model, &compact, tokens, std::span<const std::int32_t>(), 2);
+        const auto stepped = decode_logits(model, &compact, std::span(tokens).first(1),
+                                           std::span(tokens).subspan(1), 2);
+        EXPECT_LT(relative_error(prefilled.back(), stepped.back()), 1e-5)
+            << weight_format_name(format);
+    }
+}
+
+// A character model trained for 300 steps (seconds), the tokenizer it was trained with and the
+// validation text it never saw.
+struct TrainedCharModel {
+    LoadedModel loaded;
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::vector<std::int32_t> held_out;
+};
+
+std::optional<TrainedCharModel> train_char_model(const ScratchDir& dir) {
+    std::filesystem::path corpus;
+    for (const auto& p : {std::filesystem::path(GPT2_SOURCE_DIR) / "data/tinyshakespeare.txt",
+                          std::filesystem::path(GPT2_SHARED_DATA_DIR) / "tinyshakespeare.txt"}) {
+        if (std::filesystem::exists(p)) {
+            corpus = p;
+            break;
+        }
+    }
+    if (corpus.empty()) return std::nullopt;
+    const std::string command =
+        test::build_path("train_gpt2") +
+        " --n-layer 2 --n-head 4 --n-embd 64 --seq-len 64 --batch-size 8 --max-steps 300"
+        " --warmup-steps 20 --val-every 0 --sample-every 0 --checkpoint-every 0 --threads 2"
+        " --seed 3 --data " +
+        corpus.string() + " --out-dir " + (dir / "out");
+    const auto run = run_command(command);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    TrainedCharModel trained{load_checkpoint(dir / "out/model_000300.bin"), nullptr, {}};
+    trained.tokenizer = deserialize_tokenizer(trained.loaded.extras->tokenizer);
+    const std::string text = read_text_file(corpus);
+    // The last 10% of the corpus is the validation split the run never trained on.
+    const std::string held_out = text.substr(text.size() - text.size() / 10);
+    trained.held_out = trained.tokenizer->encode(held_out.substr(0, 4000));
+    return std::optional<TrainedCharModel>(std::move(trained));
+}
+
+TEST(DecodeWeights, TrainedCharModelBf16GreedyTextIsIdenticalAndInt8AgreesOnHeldOutText) {
+    const ScratchDir dir("gpt2-decode-precision");
+    std::optional<TrainedCharModel> maybe = train_char_model(dir);
+    if (!maybe) GTEST_SKIP() << "data/tinyshakespeare.txt missing";
+    TrainedCharModel& trained = *maybe;
+    const Model& model = trained.loaded.model;
+
+    // Greedy continuation of a prompt, 200 tokens.
+    const auto greedy = [&](const DecodeWeights* compact) {
+        ThreadPool pool(2);
+        KvCacheSession session(model, pool, 0, compact);
+        std::vector<std::int32_t> tokens = trained.tokenizer->encode("ROMEO:\n");
+        Rng rng(1);
+        (void)generate_kv(session, tokens, 200, SamplingParams{0.0f, 0, 1.0f}, rng);
+        return trained.tokenizer->decode(tokens);
+    };
+    const DecodeWeights bf16(model, WeightFormat::bf16);
+    const std::string fp32_text = greedy(nullptr);
+    EXPECT_EQ(greedy(&bf16), fp32_text);
+
+    // Teacher-forced over held-out text: int8's most likely next token against fp32's.
+    const DecodeWeights int8(model, WeightFormat::int8);
+    const int window = model.config.max_seq_len;
+    int agree = 0, total = 0;
+    for (std::size_t start = 0; start + window <= trained.held_out.size(); start += window) {
+        const auto chunk = std::span(trained.held_out).subspan(start, window);
+        const auto a = decode_logits(model, nullptr, chunk.first(1), chunk.subspan(1), 1);
+        const auto b = decode_logits(model, &int8, chunk.first(1), chunk.subspan(1), 1);
+        for (std::size_t i = 0; i < a.size(); ++i) {
+            const auto top = [](const std::vector<float>& v) {
+                return std::max_element(v.begin(), v.end()) - v.begin();
+            };
+            agree += top(a[i]) == top(b[i]) ? 1 : 0;
+            ++total;
+        }
+    }
+    ASSERT_GT(total, 1000);
+    const double agreement = static_cast<double>(agree) / total;
+    std::printf("int8 top-1 agreement with fp32 on %d held-out positions: %.2f%%\n", total,
+                100.0 * agreement);
+    EXPECT_GE(agreement, 0.98);
+}
+
+TEST(Checkpoint, LlmcBf16ModelFilesLoadWidenedExactly) {
+    const ScratchDir dir("gpt2-llmc-bf16");
+    Model model(ModelConfig{16, 50, 128, 2, 2, 32});
+    init_parameters(model, 9);
+    // llm.c's layout: int32 header[256] (magic, version 5, maxT, V, L, NH, C, Vp), bf16 params.
+    std::vector<std::int32_t> header(256, 0);
+    const ModelConfig& c = model.config;
+    const std::int32_t fields[8] = {
+        kLlmcModelMagic, 5,           c.max_seq_len, c.vocab_size,
+        c.num_layers,    c.num_heads, c.channels,    c.padded_vocab_size};
+    std::copy(std::begin(fields), std::end(fields), header.begin());
+    std::vector<Bf16> params(model.params.size());
+    convert_to_bf16(params.data(), model.params.data(), params.size());
+    {
+        std::ofstream out(dir / "model_bf16.bin", std::ios::binary);
+        out.write(reinterpret_cast<const char*>(header.data()), 1024);
+        out.write(reinterpret_cast<const char*>(params.data()),
+                  static_cast<std::streamsize>(params.size() * sizeof(Bf16)));
+    }
+    const LoadedModel loaded = load_checkpoint(dir / "model_bf16.bin");
+    EXPECT_EQ(loaded.model.config, c);
+    EXPECT_FALSE(loaded.extras.has_value());
+    for (std::size_t i = 0; i < params.size(); ++i)
+        ASSERT_EQ(loaded.model.params[i], to_float(params[i])) << i;
+
+    // One byte short: one clear error naming the file.
+    std::filesystem::resize_file(dir / "model_bf16.bin", 1024 + params.size() * 2 - 1);
+    try {
+        (void)load_checkpoint(dir / "model_bf16.bin");
+        FAIL() << "a truncated bf16 file loaded";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("model_bf16.bin"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace gpt2
