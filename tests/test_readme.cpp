@@ -68,6 +68,7 @@ TEST(Readme, NamesNoFlagThatDoesNotExist) {
                                           "--output-on-failure",
                                           "--signal",
                                           "--repeats",
+                                          "--configs",
                                           "--all-runs",
                                           "--prefix",
                                           "--install",

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 #include <vector>
@@ -94,6 +95,11 @@ class ThreadProducts {
         const auto found = products_.find(s);
         if (found != products_.end()) return found->second ? &*found->second : nullptr;
         auto& slot = products_[s];
+        // oneDNN's creation is thread-safe on its own; the process-wide lock only orders the
+        // (rare) creations for ThreadSanitizer, which cannot see oneDNN's internal locking being
+        // set up inside the uninstrumented library and reports its primitive cache otherwise.
+        static std::mutex creation;
+        const std::lock_guard lock(creation);
         try {
             slot = create(s);
         } catch (const dnnl::error&) {
