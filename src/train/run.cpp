@@ -797,6 +797,13 @@ void TrainingLoop::log_banner() const {
             "precision bf16: products on {}, fp32 weights, gradients and AdamW | MFU against "
             "the fp32 peak {:.0f} GFLOP/s",
             bf16_backend_name(bf16_backend()), peak_gflops_);
+        if (bf16_backend() == Bf16Backend::avx512_bf16) {
+            // Measured on Sapphire Rapids limited to AVX512_BF16 (ONEDNN_MAX_CPU_ISA): oneDNN
+            // 2.6's bf16 kernels ran at 0.65x OpenBLAS's fp32 there; other CPUs may differ.
+            spdlog::warn(
+                "bf16 without AMX can be slower than fp32: compare the two with build/bench_gemm "
+                "or --benchmark before a long run");
+        }
     } else {
         spdlog::info("precision fp32: GEMM kernels {} | MFU peak {:.0f} GFLOP/s",
                      gemm_kernel_name(), peak_gflops_);
