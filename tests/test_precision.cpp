@@ -101,12 +101,13 @@ TEST(Precision, RanksAndThreadsSplitTheSameBf16Training) {
                                     2e-2, 1e-2));
 }
 
-TEST(Precision, TheLogNamesWhatBf16RunsOnAndEmulationSaysSo) {
+TEST(Precision, TheLogNamesWhatBf16RunsOnEmulationSaysSoAndSamplesWork) {
     const ScratchDir dir("gpt2-precision-log");
     test::write_corpus(dir.path() / "corpus.txt", 20000);
+    // With a sample at the end: sampling during a bf16 run forwards in bf16 too.
     const std::string flags =
         " --n-layer 1 --n-head 2 --n-embd 32 --seq-len 16 --batch-size 2"
-        " --max-steps 2 --val-every 0 --sample-every 0 --checkpoint-every 0"
+        " --max-steps 2 --val-every 0 --sample-every 2 --max-new-tokens 8 --checkpoint-every 0"
         " --precision bf16 --data " +
         (dir / "corpus.txt");
     const auto native =
@@ -114,6 +115,7 @@ TEST(Precision, TheLogNamesWhatBf16RunsOnAndEmulationSaysSo) {
     ASSERT_EQ(native.exit_code, 0) << native.output;
     EXPECT_NE(native.output.find("precision bf16: products on "), std::string::npos)
         << native.output;
+    EXPECT_NE(native.output.find("sample at step 2"), std::string::npos) << native.output;
     const auto emulated = run_command("GPT2_BF16_GEMM=emulate " + test::build_path("train_gpt2") +
                                       flags + " --out-dir " + (dir / "b"));
     ASSERT_EQ(emulated.exit_code, 0) << emulated.output;
