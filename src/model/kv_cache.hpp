@@ -37,8 +37,9 @@ namespace gpt2 {
 class KvCacheSession {
   public:
     // slide_keep: tokens kept when the window slides, in [1, maxT]; 0 means maxT/2 (at least 1).
-    // `compact`, when given, holds the matrices in bf16 or int8 and is what the products read
-    // (activations, LayerNorms, biases and the K/V caches stay fp32). The model, the pool and
+    // `compact`, when given, holds the matrices in bf16 or int8 and is what the products read,
+    // and the K/V cache is then kept in bf16 (half the bytes each token's attention reads);
+    // activations, LayerNorms and biases stay fp32. The model, the pool and
     // `compact` must outlive the session.
     KvCacheSession(const Model& model, ThreadPool& pool, int slide_keep = 0,
                    const DecodeWeights* compact = nullptr);
@@ -62,7 +63,7 @@ class KvCacheSession {
     [[nodiscard]] const ModelConfig& config() const { return model_.config; }
     // Bytes of the K/V caches and the scratch.
     [[nodiscard]] std::size_t memory_bytes() const {
-        return (kv_.size() + scratch_.size()) * sizeof(float);
+        return (kv_.size() + scratch_.size()) * sizeof(float) + kv_bf16_.size() * sizeof(Bf16);
     }
 
   private:
@@ -87,7 +88,8 @@ class KvCacheSession {
     std::vector<std::int32_t> window_;   // staging for a slide, capacity maxT
     // [L][keys, values][NH][maxT * hs]: per layer and head, the keys transposed (hs, maxT) and
     // the values (maxT, hs), so one query reads both as contiguous streams.
-    AlignedBuffer<float> kv_;
+    AlignedBuffer<float> kv_;       // fp32 weights: the cache in fp32
+    AlignedBuffer<Bf16> kv_bf16_;   // compact weights: the same layout in bf16
     AlignedBuffer<float> scratch_;  // the arrays below
     float* x_ = nullptr;            // (rows, C) residual stream
     float* q_ = nullptr;            // (rows, C) queries
@@ -99,6 +101,8 @@ class KvCacheSession {
     float* scores_ = nullptr;       // [workers] (attention row block, maxT)
     float* widen_ = nullptr;        // [workers] (64, 4C): compact weight rows widened for a GEMM
     std::size_t widen_stride_ = 0;
+    float* stage_ = nullptr;  // [workers] (2, maxT * hs): a head's bf16 cache widened for prompts
+    std::size_t stage_stride_ = 0;
 };
 
 // What one generate_kv() call did; seconds are wall time.
