@@ -166,8 +166,8 @@ std::optional<std::pair<std::string, std::string>> split_checkpoint_name(const s
         if (!name.starts_with(prefix) || !name.ends_with(".bin")) continue;
         const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - 4);
         const bool all_digits =
-            !digits.empty() && std::all_of(digits.begin(), digits.end(),
-                                           [](char c) { return c >= '0' && c <= '9'; });
+            !digits.empty() &&
+            std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
         if (all_digits) return std::pair{std::string(kind), digits};
     }
     return std::nullopt;
