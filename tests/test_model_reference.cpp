@@ -42,6 +42,15 @@ class ModelReference : public ::testing::Test {
     [[nodiscard]] TokenBatch batch() const {
         return TokenBatch{fixture_.at("inputs").i32, fixture_.at("targets").i32, B_, T_};
     }
+    // The fixture's AdamW step: its hyperparameters and the whole batch as one micro-step.
+    [[nodiscard]] StepHyper adamw_hyper() const {
+        const auto& h = fixture_.at("adamw.hparams").f32;
+        return StepHyper{AdamWHyper{h[0], h[1], h[2], h[3], h[4]}, h[5]};
+    }
+    [[nodiscard]] StepBatch step_batch() const {
+        const TokenBatch b = batch();
+        return StepBatch{b.inputs, b.targets, 1, B_};
+    }
     [[nodiscard]] std::span<const float> expected(std::string_view name) const {
         return fixture_.at(name).f32;
     }
@@ -143,10 +152,8 @@ TEST_P(ModelReferenceTraining, FiveClippedAdamWStepsMatchPyTorch) {
     AdamWState optimizer(model.layout.total());
     WorkerGroup workers(config_, GetParam(), B_, T_, false);
     const Communicator comm = Communicator::single_process();
-    const auto& h = fixture_.at("adamw.hparams").f32;
-    const StepHyper hyper{AdamWHyper{h[0], h[1], h[2], h[3], h[4]}, h[5]};
-    const TokenBatch b = batch();
-    const StepBatch step{b.inputs, b.targets, 1, B_};
+    const StepHyper hyper = adamw_hyper();
+    const StepBatch step = step_batch();
     const auto& losses = fixture_.at("adamw.losses").f32;
     const auto& norms = fixture_.at("adamw.grad_norms").f32;
     for (std::size_t s = 0; s < losses.size(); ++s) {
@@ -171,10 +178,8 @@ TEST_P(ModelReferenceTraining, FiveBf16StepsFollowPyTorchAndKeepTheBf16CopyFresh
     AdamWState optimizer(model.layout.total());
     WorkerGroup workers(config_, GetParam(), B_, T_, false, Precision::bf16);
     const Communicator comm = Communicator::single_process();
-    const auto& h = fixture_.at("adamw.hparams").f32;
-    const StepHyper hyper{AdamWHyper{h[0], h[1], h[2], h[3], h[4]}, h[5]};
-    const TokenBatch b = batch();
-    const StepBatch step{b.inputs, b.targets, 1, B_};
+    const StepHyper hyper = adamw_hyper();
+    const StepBatch step = step_batch();
     const auto& losses = fixture_.at("adamw.losses").f32;
     const auto& norms = fixture_.at("adamw.grad_norms").f32;
     for (std::size_t s = 0; s < losses.size(); ++s) {

@@ -94,14 +94,11 @@ QuantizedRows DecodeWeights::rows(const float* weight) const {
 }
 
 std::size_t DecodeWeights::bytes() const {
-    std::size_t matrices = 0, scales = 0;
-    for (int i = 0; i < kNumParamTensors; ++i) {
-        const auto t = static_cast<ParamTensor>(i);
-        if (!is_decode_matrix(t)) continue;
-        matrices += model_.layout.size(t);
-        scales += scales_[static_cast<std::size_t>(i)].size();
-    }
-    return matrices * (format_ == WeightFormat::bf16 ? sizeof(Bf16) : 1) + scales * sizeof(float);
+    std::size_t scales = 0;
+    for (const AlignedBuffer<float>& s : scales_)
+        scales += s.size();
+    const std::size_t per_weight = format_ == WeightFormat::bf16 ? sizeof(Bf16) : 1;
+    return decode_matrix_count(model_) * per_weight + scales * sizeof(float);
 }
 
 }  // namespace gpt2

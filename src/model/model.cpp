@@ -199,14 +199,7 @@ void set_precision(Model& model, Precision precision) {
     if (model.params_bf16.size() != model.params.size()) {
         model.params_bf16 = AlignedBuffer<Bf16>(model.params.size());
     }
-    refresh_bf16_weights(model);
-}
-
-void refresh_bf16_weights(Model& model, std::size_t begin, std::size_t end) {
-    if (model.precision != Precision::bf16) return;
-    end = std::min(end, model.params.size());
-    if (begin >= end) return;
-    convert_to_bf16(model.params_bf16.data() + begin, model.params.data() + begin, end - begin);
+    convert_to_bf16(model.params_bf16.data(), model.params.data(), model.params.size());
 }
 
 }  // namespace gpt2

@@ -96,7 +96,8 @@ enum class Precision { fp32, bf16 };
 
 // A model replica: shape plus parameters. Workers only ever see `weights()` (const). In bf16
 // precision `params_bf16` is the rounded copy of `params` (same layout) the products read; whoever
-// changes `params` refreshes it (AdamW does so in its own pass, see refresh_bf16_weights).
+// changes `params` refreshes it (AdamW does so in its own pass, anything else with
+// set_precision).
 struct Model {
     ModelConfig config;
     ParameterLayout layout;
@@ -112,11 +113,9 @@ struct Model {
     }
 };
 
-// Switches the precision; for bf16 allocates and fills params_bf16 from params.
+// Sets the precision; for bf16 (re)fills params_bf16 from params. Call it again whenever params
+// change outside AdamW (a load, a broadcast).
 void set_precision(Model& model, Precision precision);
-// Re-rounds params[begin, end) into params_bf16 after params changed outside AdamW (a load, a
-// broadcast); a no-op in fp32.
-void refresh_bf16_weights(Model& model, std::size_t begin = 0, std::size_t end = SIZE_MAX);
 
 class ThreadPool;
 
