@@ -207,6 +207,13 @@ TEST(DecodeWeights, TrainedCharModelBf16GreedyTextIsIdenticalAndInt8AgreesOnHeld
     EXPECT_GE(agreement, 0.98);
 }
 
+TEST(DecodeWeights, AnUnknownFormatIsOneClearError) {
+    const auto run = run_command(test::build_path("inference") + " model.bin --weights int4");
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find("--weights: int4 not in {fp32,bf16,int8}"), std::string::npos)
+        << run.output;
+}
+
 TEST(Checkpoint, LlmcBf16ModelFilesLoadWidenedExactly) {
     const ScratchDir dir("gpt2-llmc-bf16");
     Model model(ModelConfig{16, 50, 128, 2, 2, 32});

@@ -15,7 +15,6 @@
 #include <exception>
 #include <iostream>
 #include <iterator>
-#include <map>
 #include <memory>
 #include <new>
 #include <optional>
@@ -63,7 +62,13 @@ struct Options {
     std::string tokenizer_corpus;
     std::string log_level = "info";
     std::string eot_in_text = "token";
-    gpt2::WeightFormat weights = gpt2::WeightFormat::fp32;
+    std::string weights = "fp32";
+
+    [[nodiscard]] gpt2::WeightFormat weight_format() const {
+        return weights == "bf16"   ? gpt2::WeightFormat::bf16
+               : weights == "int8" ? gpt2::WeightFormat::int8
+                                   : gpt2::WeightFormat::fp32;
+    }
 
     [[nodiscard]] bool prompt_from_stdin() const { return prompt_file == kStdinName; }
 };
@@ -116,14 +121,8 @@ std::variant<Options, int> parse_options(int argc, char** argv, bool speaker) {
     interactive->excludes(prompt)->excludes(prompt_file);
     app.add_option("--weights", o.weights,
                    "fp32 | bf16 | int8: the matrices' format for decoding (int8: per-row scales; "
-                   "fewer bytes per token, so faster; activations and K/V cache stay fp32)")
-        ->transform(
-            CLI::CheckedTransformer(
-                std::map<std::string, gpt2::WeightFormat>{{"fp32", gpt2::WeightFormat::fp32},
-                                                          {"bf16", gpt2::WeightFormat::bf16},
-                                                          {"int8", gpt2::WeightFormat::int8}},
-                CLI::ignore_case)
-                .description(""))
+                   "fewer bytes per token, so faster; with either, the K/V cache is bf16)")
+        ->check(CLI::IsMember({"fp32", "bf16", "int8"}).description(""))
         ->type_name("NAME");
     app.add_option(
            "--threads", o.threads,
@@ -606,11 +605,12 @@ int run(const Options& o, const gpt2::Communicator& world) {
     }
     gpt2::ThreadPool pool(o.threads > 0 ? o.threads : default_threads(model));
     std::unique_ptr<gpt2::DecodeWeights> compact;
-    if (o.weights != gpt2::WeightFormat::fp32) {
-        compact = std::make_unique<gpt2::DecodeWeights>(model, o.weights);
+    if (o.weight_format() != gpt2::WeightFormat::fp32) {
+        compact = std::make_unique<gpt2::DecodeWeights>(model, o.weight_format());
         spdlog::info(
             "weights {} for decoding: matrices {:.1f} MiB (fp32: {:.1f} MiB)",
-            gpt2::weight_format_name(o.weights), static_cast<double>(compact->bytes()) / (1 << 20),
+            gpt2::weight_format_name(o.weight_format()),
+            static_cast<double>(compact->bytes()) / (1 << 20),
             static_cast<double>(gpt2::decode_matrix_count(model) * sizeof(float)) / (1 << 20));
     }
     gpt2::KvCacheSession session(model, pool, 0, compact.get());

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <memory>
 
 #include "apps/common/cli.hpp"
@@ -243,7 +242,7 @@ void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule) 
     opt->add_option("--max-steps", o.max_steps, "optimizer steps to train")->check(app::positive());
 }
 
-void add_run_flags(CLI::App& app, TrainOptions& o) {
+void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision) {
     auto* run = app.add_option_group("Run");
     run->add_option("--val-every", o.val_every, "validate every N steps (0: only at the end)")
         ->check(app::at_least(0));
@@ -275,14 +274,10 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
                     "worker threads per rank (0: CPUs in the affinity mask)")
         ->check(app::at_least(0));
     run->add_flag("--pin-threads", o.pin_threads, "bind each worker thread to one CPU");
-    run->add_option("--precision", o.precision,
+    run->add_option("--precision", precision,
                     "fp32 | bf16: matrix products in bf16 with fp32 accumulation (weights, "
                     "gradients and optimizer stay fp32)")
-        ->transform(
-            CLI::CheckedTransformer(std::map<std::string, Precision>{{"fp32", Precision::fp32},
-                                                                     {"bf16", Precision::bf16}},
-                                    CLI::ignore_case)
-                .description(""))
+        ->check(CLI::IsMember({"fp32", "bf16"}).description(""))
         ->type_name("NAME");
     run->add_option("--metrics-file", o.metrics_file,
                     "append one JSON object per step/eval (a 'run' record starts each run)");
@@ -316,11 +311,12 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
                    "command line (which wins)");
 
     std::string schedule = "cosine";
+    std::string precision = "fp32";
     add_model_flags(app, o);
     add_data_flags(app, o);
     add_batch_flags(app, o);
     add_optimizer_flags(app, o, schedule);
-    add_run_flags(app, o);
+    add_run_flags(app, o, precision);
 
     // The config file's flags go first, so that the command line overrides them.
     std::vector<std::string> args;
@@ -349,6 +345,7 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     o.schedule = schedule == "linear"     ? LrSchedule::Linear
                  : schedule == "constant" ? LrSchedule::Constant
                                           : LrSchedule::Cosine;
+    o.precision = precision == "bf16" ? Precision::bf16 : Precision::fp32;
     std::set<std::string> known, switches;
     collect_flags(app, known, switches);
     for (const std::string& flag : known) {
