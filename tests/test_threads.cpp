@@ -2,10 +2,12 @@
 // summation order), repeated runs are bitwise identical, and the pool itself behaves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/random.hpp"
@@ -28,8 +30,10 @@ constexpr float kLr = 1e-3f;
 // lr-sized steps, small against every real gradient: the test checks the threading, not that.
 constexpr float kEps = 1e-5f;
 
-// Ten steps of a small model on random tokens with W workers and a batch of B sequences.
-TrainResult train_ten_steps(int workers, int B, Precision precision = Precision::fp32) {
+// Ten steps of a small model on random tokens with W workers, micro-batches of B sequences and
+// `grad_accum` micro-batches per step.
+TrainResult train_ten_steps(int workers, int B, Precision precision = Precision::fp32,
+                            int grad_accum = 1) {
     const ModelConfig config = kConfig;
     const int T = 32;
     Model model(config);
@@ -39,13 +43,14 @@ TrainResult train_ten_steps(int workers, int B, Precision precision = Precision:
     WorkerGroup group(config, workers, B, T, false, precision);
     const Communicator comm = Communicator::single_process();
     Rng rng(99);
-    std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T + 1);
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * grad_accum * T + 1);
     TrainResult result;
     for (int step = 0; step < 10; ++step) {
         for (auto& t : tokens)
             t = static_cast<std::int32_t>(rng.below(97));
         const std::span<const std::int32_t> all(tokens);
-        const StepBatch batch{all.first(tokens.size() - 1), all.subspan(1), 1, B};
+        const StepBatch batch{all.first(tokens.size() - 1), all.subspan(1), grad_accum,
+                              static_cast<std::int64_t>(B) * grad_accum};
         const StepHyper hyper{AdamWHyper{kLr, 0.9f, 0.95f, kEps, 0.1f}, 1.0f};
         const StepMetrics m = train_step(model, optimizer, group, comm, batch, hyper);
         EXPECT_FALSE(m.skipped);
@@ -103,9 +108,163 @@ TEST_P(ThreadedTraining, Bf16MatchesOneWorkerAndRepeatsBitwise) {
     EXPECT_NEAR(reference.losses.back(), fp32.losses.back(), 1e-2 * fp32.losses.back());
 }
 
+// (4, 2) and (3, 1): workers without sequences, which only help sum the gradient.
 INSTANTIATE_TEST_SUITE_P(WorkersAndBatch, ThreadedTraining,
                          ::testing::Values(std::tuple{2, 4}, std::tuple{3, 5}, std::tuple{4, 6},
-                                           std::tuple{2, 5}));
+                                           std::tuple{2, 5}, std::tuple{4, 2}, std::tuple{3, 1}));
+
+// Gradient accumulation accumulates in the rank's buffer: two micro-batches of B per step with W
+// workers train as one worker does with one micro-batch of 2B.
+TEST(ThreadedTrainingAccumulation, MicroBatchesWithWorkersMatchOneBigBatch) {
+    for (const int workers : {1, 2, 3}) {
+        const TrainResult reference = train_ten_steps(1, 6);
+        const TrainResult accumulated = train_ten_steps(workers, 3, Precision::fp32, 2);
+        for (std::size_t i = 0; i < reference.losses.size(); ++i) {
+            EXPECT_NEAR(accumulated.losses[i], reference.losses[i], 1e-5 * reference.losses[i])
+                << "W=" << workers << " step " << i;
+        }
+        EXPECT_TRUE(
+            test::same_training(kConfig, accumulated.params, reference.params, 1e-5, 10 * kLr))
+            << "W=" << workers;
+        const TrainResult again = train_ten_steps(workers, 3, Precision::fp32, 2);
+        EXPECT_EQ(accumulated.params, again.params) << "W=" << workers;
+    }
+}
+
+// The 124M shape: a worker's gradient window is the LM head's dwte (plus the final LayerNorm's
+// two vectors) or two layers, whichever is larger; worker 0 writes the rank's buffer directly and
+// workers without sequences hold neither a window nor activations.
+TEST(LayerwiseWorkers, AWorkersGradientMemoryIsBoundedByAWindow) {
+    const ModelConfig config{1024, 50257, 50304, 12, 12, 768};
+    const int workers = 6, batch = 4, T = 64;
+    WorkerGroup group(config, workers, batch, T, false);
+    const ParameterLayout layout(config);
+    const std::size_t C = 768;
+    const std::size_t layer = layer_gradient_floats(config);
+    const std::size_t bound = std::max(layout.size(ParamTensor::wte) + 2 * C, 2 * layer);
+    EXPECT_EQ(layer * 12 + layout.size(ParamTensor::wte) + layout.size(ParamTensor::wpe) + 2 * C,
+              layout.total());
+    EXPECT_EQ(group.contributing_workers(), batch);
+    EXPECT_EQ(group.gradient().size(), layout.total());
+    EXPECT_EQ(group.context(0).gradient_window.size(), 0u);
+    for (int w = 1; w < batch; ++w) {
+        const ThreadLocalTrainingContext& ctx = group.context(w);
+        EXPECT_EQ(ctx.gradient_window.size(), bound) << "worker " << w;
+        EXPECT_EQ(ctx.total_bytes(), ctx.activation_bytes() + bound * sizeof(float));
+        EXPECT_LT(ctx.gradient_window.size() * 3, layout.total());  // 147 MiB of 475 MiB
+    }
+    for (int w = batch; w < workers; ++w) {
+        const ThreadLocalTrainingContext& ctx = group.context(w);
+        EXPECT_EQ(ctx.gradient_window.size(), 0u) << "worker " << w;
+        EXPECT_EQ(ctx.max_batch(), 0);
+        EXPECT_LT(ctx.activation_bytes() * 10, group.context(0).activation_bytes());
+    }
+}
+
+// Random tokens for `sequences` sequences of T (inputs, and targets shifted by one).
+std::vector<std::int32_t> random_tokens(std::size_t count, std::uint64_t seed) {
+    Rng rng(seed);
+    std::vector<std::int32_t> tokens(count);
+    for (auto& t : tokens)
+        t = static_cast<std::int32_t>(rng.below(97));
+    return tokens;
+}
+
+// Each part of the rank's gradient is announced once, in backward's order, when it is final:
+// what the callback sees then is bitwise what the step ends with, the parts cover the gradient
+// exactly, and the summed gradient is one context's gradient over all sequences.
+TEST(LayerwiseWorkers, EachPartIsAnnouncedOnceWhenCompleteInBackwardOrder) {
+    const ModelConfig config{32, 97, 128, 3, 4, 32};
+    const int T = 16, B = 5, accum = 2;
+    Model model(config);
+    init_parameters(model, 3);
+    const std::vector<std::int32_t> tokens =
+        random_tokens(static_cast<std::size_t>(B) * accum * T + 1, 11);
+    const std::span<const std::int32_t> all(tokens);
+    const StepBatch batch{all.first(tokens.size() - 1), all.subspan(1), accum,
+                          static_cast<std::int64_t>(B) * accum};
+
+    // Reference: one context, one full gradient, every sequence of the step.
+    ThreadLocalTrainingContext single(config, B * accum, T);
+    std::vector<float> expected(model.layout.total());
+    const float dloss = 1.0f / static_cast<float>(B * accum * T);
+    (void)forward_backward(model, single, TokenBatch{batch.inputs, batch.targets, B * accum, T},
+                           dloss, expected);
+
+    for (const int workers : {1, 2, 3, 7}) {
+        WorkerGroup group(config, workers, B, T, false);
+        std::vector<std::string> order;
+        std::vector<std::pair<FlatRange, std::vector<float>>> snapshots;
+        const std::span<float> gradient = group.gradient();
+        const GradientReady ready = [&](const CompletedGradient& done) {
+            order.push_back(done.part == CompletedGradient::Part::layer
+                                ? "layer " + std::to_string(done.layer)
+                            : done.part == CompletedGradient::Part::final_layernorm ? "lnf"
+                                                                                    : "embeddings");
+            for (const FlatRange& r : done.ranges) {
+                snapshots.emplace_back(
+                    r, std::vector<float>(gradient.begin() + r.begin, gradient.begin() + r.end));
+            }
+        };
+        (void)accumulate_gradients(model, group, batch, ready);
+        EXPECT_EQ(order,
+                  (std::vector<std::string>{"lnf", "layer 2", "layer 1", "layer 0", "embeddings"}))
+            << "W=" << workers;
+        std::vector<int> covered(gradient.size(), 0);
+        for (const auto& [r, values] : snapshots) {
+            EXPECT_TRUE(std::equal(values.begin(), values.end(), gradient.begin() + r.begin))
+                << "W=" << workers << ": a part changed after it was announced";
+            for (std::size_t i = r.begin; i < r.end; ++i)
+                covered[i] += 1;
+        }
+        EXPECT_EQ(std::count(covered.begin(), covered.end(), 1),
+                  static_cast<std::ptrdiff_t>(gradient.size()))
+            << "W=" << workers;
+        EXPECT_TRUE(test::same_training(
+            config, std::vector<float>(gradient.begin(), gradient.end()), expected, 1e-5, 1e-6))
+            << "W=" << workers;
+    }
+}
+
+// A worker that fails in the middle of backward releases the others (no hang), its own error is
+// the one reported, and the next step runs normally.
+TEST(LayerwiseWorkers, AFailingWorkerReleasesTheOthersAndTheNextRunWorks) {
+    const ModelConfig config{32, 97, 128, 2, 4, 32};
+    const int T = 8;
+    WorkerGroup group(config, 3, 3, T, false);
+    LayerwiseReduction& reduction = group.reduction();
+    reduction.begin_run();
+    EXPECT_THROW(group.pool().run([&](int w) {
+        try {
+            LayerwiseReduction::WorkerSink sink(reduction, w, nullptr);
+            if (w == 1) {
+                sink.head_done();
+                throw std::runtime_error("worker 1 failed in layer 1");
+            }
+            sink.take_part_without_sequences(T);
+        } catch (const BarrierAborted&) {
+            return;
+        } catch (...) {
+            reduction.abort();
+            throw;
+        }
+    }),
+                 std::runtime_error);
+
+    Model model(config);
+    init_parameters(model, 5);
+    const std::vector<std::int32_t> tokens = random_tokens(3 * T + 1, 2);
+    const std::span<const std::int32_t> all(tokens);
+    const StepBatch batch{all.first(tokens.size() - 1), all.subspan(1), 1, 3};
+    std::vector<float> expected(model.layout.total());
+    ThreadLocalTrainingContext single(config, 3, T);
+    (void)forward_backward(model, single, TokenBatch{batch.inputs, batch.targets, 3, T},
+                           1.0f / static_cast<float>(3 * T), expected);
+    (void)accumulate_gradients(model, group, batch);
+    const std::span<const float> gradient = group.gradient();
+    EXPECT_TRUE(test::same_training(config, std::vector<float>(gradient.begin(), gradient.end()),
+                                    expected, 1e-5, 1e-6));
+}
 
 TEST(ThreadPool, RunsEveryWorkerOnceWithItsIndex) {
     ThreadPool pool(4);

@@ -530,6 +530,22 @@ TEST_F(Run, MfuCountsCoresNotThreadsAndWarnsWhenOversubscribed) {
     EXPECT_NE(result.output.find("oversubscribed"), std::string::npos) << result.output;
 }
 
+// A batch that does not divide over the workers leaves some waiting at every layer: said at
+// start-up, with the fix; an even split says nothing.
+TEST_F(Run, AnUnevenSplitOfTheBatchOverWorkersIsWarnedAbout) {
+    const auto result = train("--threads 2 --batch-size 3 --max-steps 2 --out-dir " + path("out"));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("batch 3 per rank does not divide over 2 workers: 1 of them take "
+                                 "1 sequences, the others 2"),
+              std::string::npos)
+        << result.output;
+    EXPECT_NE(result.output.find("on 1 of 2 workers"), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("step 2/2 | loss"), std::string::npos) << result.output;
+    const auto even = train("--threads 2 --batch-size 4 --max-steps 1 --out-dir " + path("even"));
+    ASSERT_EQ(even.exit_code, 0) << even.output;
+    EXPECT_EQ(even.output.find("does not divide"), std::string::npos) << even.output;
+}
+
 TEST_F(Run, AWarmupLongerThanTheRunIsWarnedAbout) {
     const auto result = train("--warmup-steps 50 --max-steps 3 --out-dir " + path("out"));
     ASSERT_EQ(result.exit_code, 0) << result.output;

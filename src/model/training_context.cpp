@@ -1,6 +1,7 @@
 #include "model/training_context.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <stdexcept>
 
@@ -29,7 +30,7 @@ class ArenaPlan {
 
 ThreadLocalTrainingContext::ThreadLocalTrainingContext(const ModelConfig& c, int max_batch,
                                                        int seq_len, Precision precision)
-    : grads(ParameterLayout(c).total()), max_batch_(max_batch), seq_len_(seq_len) {
+    : max_batch_(max_batch), seq_len_(seq_len) {
     const auto L = static_cast<std::size_t>(c.num_layers);
     const auto C = static_cast<std::size_t>(c.channels);
     const auto N = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(seq_len);
@@ -202,21 +203,20 @@ double forward_loss(const Model& model, ThreadLocalTrainingContext& ctx, const T
 }
 
 double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
-                        const TokenBatch& batch, float dloss) {
+                        const TokenBatch& batch, float dloss, GradientSink& sink) {
     forward_hidden(model, ctx, batch);
     const ModelConfig& c = model.config;
     const ParameterLayout& layout = model.layout;
     const std::span<const float> w = model.weights();
-    const std::span<float> g = ctx.grads.span();
     const int B = batch.B, T = batch.T, C = c.channels, NH = c.num_heads, N = B * T;
     const int Vp = c.padded_vocab_size;
     const float* wte = layout.tensor(w, ParamTensor::wte).data();
-    float* dwte = layout.tensor(g, ParamTensor::wte).data();
     float* dres = ctx.scratch.dresidual;
     float* dch = ctx.scratch.dchannels;
     const Products products(model, ctx);
 
     // LM head (tied to wte) in row chunks: logits -> loss and dlogits in place -> dlnf, dwte.
+    const GradientSink::Head head = sink.head();
     double loss_sum = 0.0;
     for (int r0 = 0; r0 < N; r0 += ctx.logits_rows) {
         const int rows = std::min(ctx.logits_rows, N - r0);
@@ -227,22 +227,22 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
                                        rows, c.vocab_size, Vp, dloss);
         for (int r = 0; r < rows; ++r)
             loss_sum += ctx.acts.losses[r0 + r];
-        products.backward(dch + static_cast<long>(r0) * C, dwte, nullptr, logits, lnf_rows, wte,
-                          rows, C, Vp);
+        products.backward(dch + static_cast<long>(r0) * C, head.dwte, nullptr, logits, lnf_rows,
+                          wte, rows, C, Vp);
     }
 
     const float* last_residual =
         c.num_layers > 0 ? layer_acts(ctx, c, c.num_layers - 1).residual3 : ctx.acts.encoded;
     std::memset(dres, 0, sizeof(float) * static_cast<std::size_t>(N) * C);
-    layernorm_backward(dres, layout.tensor(g, ParamTensor::lnfw).data(),
-                       layout.tensor(g, ParamTensor::lnfb).data(), dch, last_residual,
+    layernorm_backward(dres, head.dlnfw, head.dlnfb, dch, last_residual,
                        layout.tensor(w, ParamTensor::lnfw).data(), ctx.acts.lnf_mean,
                        ctx.acts.lnf_rstd, N, C);
+    sink.head_done();
 
     for (int l = c.num_layers - 1; l >= 0; --l) {
         const LayerActs a = layer_acts(ctx, c, l);
         const LayerView<const float> p = layer_view(layout, w, l);
-        const LayerView<float> d = layer_view(layout, g, l);
+        const LayerView<float> d = sink.layer(l);
         const float* residual = l == 0 ? ctx.acts.encoded : layer_acts(ctx, c, l - 1).residual3;
         // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
         products.backward(ctx.scratch.dfch, d.fcprojw, d.fcprojb, dres, a.fch_gelu, p.fcprojw, N,
@@ -257,10 +257,79 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
         products.backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, a.ln1, p.qkvw, N, C, 3 * C);
         layernorm_backward(dres, d.ln1w, d.ln1b, dch, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, N,
                            C);
+        sink.layer_done(l);
     }
-    encoder_backward(dwte, layout.tensor(g, ParamTensor::wpe).data(), dres, batch.inputs.data(), B,
-                     T, C);
+    sink.embeddings(dres, batch);
     return loss_sum;
+}
+
+double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
+                        const TokenBatch& batch, float dloss, std::span<float> grads) {
+    FullGradient sink(model, grads);
+    return forward_backward(model, ctx, batch, dloss, sink);
+}
+
+FullGradient::FullGradient(const Model& model, std::span<float> grads)
+    : model_(model), grads_(grads) {
+    if (grads.size() != model.layout.total()) {
+        throw std::invalid_argument("FullGradient: the buffer is not the model's size");
+    }
+}
+
+GradientSink::Head FullGradient::head() {
+    const ParameterLayout& layout = model_.layout;
+    return Head{layout.tensor(grads_, ParamTensor::wte).data(),
+                layout.tensor(grads_, ParamTensor::lnfw).data(),
+                layout.tensor(grads_, ParamTensor::lnfb).data()};
+}
+
+LayerView<float> FullGradient::layer(int l) {
+    return layer_view(model_.layout, grads_, l);
+}
+
+void FullGradient::embeddings(const float* dresidual, const TokenBatch& batch) {
+    const ParameterLayout& layout = model_.layout;
+    encoder_backward(layout.tensor(grads_, ParamTensor::wte).data(),
+                     layout.tensor(grads_, ParamTensor::wpe).data(), dresidual, batch.inputs.data(),
+                     batch.B, batch.T, model_.config.channels);
+}
+
+namespace {
+// Per-layer floats of each of the twelve layer tensors, in LayerView order (ln1w .. fcprojb).
+std::array<std::size_t, 12> layer_tensor_floats(const ModelConfig& config) {
+    const ParameterLayout layout(config);
+    const auto L = static_cast<std::size_t>(std::max(config.num_layers, 1));
+    std::array<std::size_t, 12> sizes{};
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+        sizes[i] = layout.size(static_cast<ParamTensor>(static_cast<int>(ParamTensor::ln1w) +
+                                                        static_cast<int>(i))) /
+                   L;
+    return sizes;
+}
+}  // namespace
+
+std::size_t layer_gradient_floats(const ModelConfig& config) {
+    std::size_t total = 0;
+    for (const std::size_t n : layer_tensor_floats(config))
+        total += n;
+    return total;
+}
+
+LayerView<float> layer_slot_view(const ModelConfig& config, float* slot) {
+    const std::array<std::size_t, 12> sizes = layer_tensor_floats(config);
+    std::array<float*, 12> at{};
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        at[i] = slot;
+        slot += sizes[i];
+    }
+    return LayerView<float>{at[0], at[1], at[2], at[3], at[4],  at[5],
+                            at[6], at[7], at[8], at[9], at[10], at[11]};
+}
+
+std::size_t gradient_window_floats(const ModelConfig& config) {
+    const auto C = static_cast<std::size_t>(config.channels);
+    const std::size_t head = static_cast<std::size_t>(config.padded_vocab_size) * C + 2 * C;
+    return std::max(head, 2 * layer_gradient_floats(config));
 }
 
 }  // namespace gpt2

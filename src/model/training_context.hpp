@@ -1,6 +1,7 @@
 // ThreadLocalTrainingContext: everything one worker writes during forward and backward (its
-// activations, backward scratch and its own gradient buffer), allocated once, so workers never
-// share writable memory and need no lock.
+// activations, backward scratch and its gradient window), allocated once, so workers never share
+// writable memory and need no lock; and forward_backward, which writes the gradient section by
+// section through a GradientSink.
 #pragma once
 
 #include <cstddef>
@@ -30,7 +31,7 @@ class ThreadLocalTrainingContext {
                (bf16_inputs.size() + bf16_gradients.size()) * sizeof(Bf16);
     }
     [[nodiscard]] std::size_t total_bytes() const {
-        return activation_bytes() + grads.size() * sizeof(float);
+        return activation_bytes() + gradient_window.size() * sizeof(float);
     }
 
     // Per-layer activations are [L][max_batch*T][...]; only the first B*T rows are used when
@@ -70,8 +71,9 @@ class ThreadLocalTrainingContext {
     AlignedBuffer<Bf16> bf16_inputs;
     AlignedBuffer<Bf16> bf16_gradients;
 
-    // This worker's gradient, in the flat parameter layout.
-    AlignedBuffer<float> grads;
+    // Where this worker writes the gradient sections its sink hands out (see
+    // gradient_window_floats); empty when the worker writes straight into a full gradient.
+    AlignedBuffer<float> gradient_window;
 
   private:
     int max_batch_ = 0;
@@ -87,12 +89,61 @@ struct TokenBatch {
     int T = 0;
 };
 
+// Where forward_backward writes the gradient. Backward produces it in three kinds of section, in
+// this order, and reports each one as soon as it is written:
+//   head        dwte from the LM head (dense, Vp x C), dlnfw, dlnfb            then head_done()
+//   layer l     the layer's twelve tensors, for l = L-1 down to 0              then layer_done(l)
+//   embeddings  dresidual at the input: the token rows of dwte and dwpe        embeddings(...)
+// Every kernel accumulates (+=) into what the sink hands out. A sink may hand each worker a small
+// window that it reduces across workers at every report (parallel/layerwise_reduction.hpp), or
+// one full gradient (FullGradient).
+class GradientSink {
+  public:
+    struct Head {
+        float* dwte;   // (Vp, C)
+        float* dlnfw;  // (C)
+        float* dlnfb;  // (C)
+    };
+    virtual ~GradientSink() = default;
+    [[nodiscard]] virtual Head head() = 0;
+    virtual void head_done() = 0;
+    [[nodiscard]] virtual LayerView<float> layer(int l) = 0;
+    virtual void layer_done(int l) = 0;
+    // dresidual (B*T, C): the gradient of the embeddings' sum for `batch`.
+    virtual void embeddings(const float* dresidual, const TokenBatch& batch) = 0;
+};
+
+// The whole gradient in one flat buffer laid out as the model's parameters.
+class FullGradient final : public GradientSink {
+  public:
+    FullGradient(const Model& model, std::span<float> grads);
+    [[nodiscard]] Head head() override;
+    void head_done() override {}
+    [[nodiscard]] LayerView<float> layer(int l) override;
+    void layer_done(int /*l*/) override {}
+    void embeddings(const float* dresidual, const TokenBatch& batch) override;
+
+  private:
+    const Model& model_;
+    std::span<float> grads_;
+};
+
+// Floats of one layer's twelve gradient tensors, and a view of them laid out in LayerView order
+// from `slot` on (how a gradient window holds one layer).
+[[nodiscard]] std::size_t layer_gradient_floats(const ModelConfig& config);
+[[nodiscard]] LayerView<float> layer_slot_view(const ModelConfig& config, float* slot);
+// A gradient window: the head section (Vp*C + 2C) or two layer slots, whichever is larger.
+[[nodiscard]] std::size_t gradient_window_floats(const ModelConfig& config);
+
 // Forward and backward over the batch: returns the SUM of the per-token losses and accumulates
-// into ctx.grads the gradient of (dloss * that sum). Passing dloss = 1/(tokens in the whole
+// through `sink` the gradient of (dloss * that sum). Passing dloss = 1/(tokens in the whole
 // optimizer step) makes the sum over all workers, micro-batches and ranks the gradient of the
 // mean loss, with no rescaling pass afterwards.
 [[nodiscard]] double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
-                                      const TokenBatch& batch, float dloss);
+                                      const TokenBatch& batch, float dloss, GradientSink& sink);
+// The same into one full gradient buffer (model.layout.total() floats).
+[[nodiscard]] double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
+                                      const TokenBatch& batch, float dloss, std::span<float> grads);
 
 // Forward only: the sum of the per-token losses (for validation). Gradients are untouched.
 [[nodiscard]] double forward_loss(const Model& model, ThreadLocalTrainingContext& ctx,

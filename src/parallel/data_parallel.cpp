@@ -22,7 +22,7 @@ std::vector<ThreadLocalTrainingContext> make_contexts(const ModelConfig& config,
     contexts.reserve(static_cast<std::size_t>(workers));
     const int per_worker = (batch_size + workers - 1) / workers;
     for (int w = 0; w < workers; ++w)
-        contexts.emplace_back(config, per_worker, seq_len, precision);
+        contexts.emplace_back(config, w < batch_size ? per_worker : 0, seq_len, precision);
     return contexts;
 }
 
@@ -43,78 +43,78 @@ WorkerGroup::WorkerGroup(const ModelConfig& config, int workers, int batch_size,
       seq_len_(seq_len),
       pool_(workers, pin),
       contexts_(make_contexts(config, workers, batch_size, seq_len, precision)),
+      reduction_(config, contexts_, std::min(workers, batch_size)),
       partials_(static_cast<std::size_t>(workers)) {}
 
-namespace {
-// Lock-free reduction into worker 0's buffer: worker w owns a disjoint slice and sums it over
-// all buffers in worker order (deterministic), clearing the others for the next step. With one
-// rank the squared norm of each slice is taken in the same pass.
-void reduce_worker_gradients(WorkerGroup& workers, bool with_norm) {
-    const int W = workers.size();
-    const std::span<float> grad = workers.gradient();
-    const std::span<WorkerPartial> sums = workers.partials();
-    workers.pool().run([&](int w) {
-        const Range r = split_range(grad.size(), w, W);
-        float* out = grad.data();
-        for (int src = 1; src < W; ++src) {
-            float* in = workers.context(src).grads.data();
-            for (std::size_t i = r.begin; i < r.end; ++i) {
-                out[i] += in[i];
-                in[i] = 0.0f;
-            }
-        }
-        if (with_norm) {
-            sums[static_cast<std::size_t>(w)].value =
-                sum_of_squares(grad.subspan(r.begin, r.end - r.begin));
-        }
-    });
-}
-}  // namespace
-
-StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers,
-                       const Communicator& comm, const StepBatch& batch, const StepHyper& hyper,
-                       bool inject_nan) {
+GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, const StepBatch& batch,
+                                  const GradientReady& ready) {
     const int W = workers.size();
     const int B = workers.batch_size();
     const int T = workers.seq_len();
     const std::size_t micro_tokens = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
     const float dloss = static_cast<float>(1.0 / (static_cast<double>(batch.global_sequences) * T));
-    const Model& weights = model;  // workers see the model read-only
+    const std::span<WorkerPartial> sums = workers.partials();
+    LayerwiseReduction& reduction = workers.reduction();
+    double worker0_summing = 0.0;
+    reduction.begin_run();
+    workers.pool().run([&](int w) {
+        double loss = 0.0;
+        double summing = 0.0;
+        try {
+            for (int a = 0; a < batch.grad_accum; ++a) {
+                LayerwiseReduction::WorkerSink sink(reduction, w,
+                                                    a + 1 == batch.grad_accum ? &ready : nullptr);
+                const TokenBatch share =
+                    worker_share(batch.inputs, batch.targets, a * micro_tokens, B, T, w, W);
+                if (share.B > 0) {
+                    loss += forward_backward(model, workers.context(w), share, dloss, sink);
+                } else {
+                    sink.take_part_without_sequences(T);
+                }
+                summing += sink.seconds_waiting_and_summing();
+            }
+        } catch (const BarrierAborted&) {
+            return;  // another worker failed: the pool rethrows its error
+        } catch (...) {
+            reduction.abort();
+            throw;
+        }
+        sums[static_cast<std::size_t>(w)].value = loss;
+        if (w == 0) worker0_summing = summing;
+    });
+    GradientPass pass;
+    for (const WorkerPartial& s : sums)
+        pass.loss_sum += s.value;
+    pass.seconds_summing = worker0_summing;
+    return pass;
+}
+
+StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers,
+                       const Communicator& comm, const StepBatch& batch, const StepHyper& hyper,
+                       bool inject_nan) {
+    const int W = workers.size();
+    const int T = workers.seq_len();
     const std::span<WorkerPartial> sums = workers.partials();
     StepMetrics metrics;
     auto clock = std::chrono::steady_clock::now();
 
-    workers.pool().run([&](int w) {
-        double loss = 0.0;
-        for (int a = 0; a < batch.grad_accum; ++a) {
-            const TokenBatch share =
-                worker_share(batch.inputs, batch.targets, a * micro_tokens, B, T, w, W);
-            if (share.B > 0) loss += forward_backward(weights, workers.context(w), share, dloss);
-        }
-        sums[static_cast<std::size_t>(w)].value = loss;
-    });
-    double loss_sum = 0.0;
-    for (const WorkerPartial& s : sums)
-        loss_sum += s.value;
-    metrics.timings.forward_backward = lap(clock);
+    const GradientPass pass = accumulate_gradients(model, workers, batch);
+    const double loss_sum = pass.loss_sum;
+    metrics.timings.forward_backward = lap(clock) - pass.seconds_summing;
+    metrics.timings.thread_reduction = pass.seconds_summing;
 
     const std::size_t P = model.layout.total();
     std::span<float> grad = workers.gradient();
-    const bool local_norm = comm.size() == 1;
     if (inject_nan) grad[0] = std::numeric_limits<float>::quiet_NaN();
-    reduce_worker_gradients(workers, local_norm);
-    metrics.timings.thread_reduction = lap(clock);
 
     comm.allreduce_sum(grad);
     const double global_tokens = static_cast<double>(batch.global_sequences) * T;
     metrics.loss = comm.allreduce_sum(loss_sum) / global_tokens;
-    if (!local_norm) {
-        workers.pool().run([&](int w) {
-            const Range r = split_range(P, w, W);
-            sums[static_cast<std::size_t>(w)].value =
-                sum_of_squares(grad.subspan(r.begin, r.end - r.begin));
-        });
-    }
+    workers.pool().run([&](int w) {
+        const Range r = split_range(P, w, W);
+        sums[static_cast<std::size_t>(w)].value =
+            sum_of_squares(grad.subspan(r.begin, r.end - r.begin));
+    });
     double norm_sq = 0.0;
     for (const WorkerPartial& s : sums)
         norm_sq += s.value;

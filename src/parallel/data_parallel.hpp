@@ -1,6 +1,6 @@
-// One data-parallel training step: worker threads run forward/backward on disjoint sequences
-// into their own contexts, sum gradients over disjoint slices, ranks allreduce once, and every
-// rank applies the same clipped AdamW update.
+// One data-parallel training step: worker threads run forward/backward on disjoint sequences in
+// their own contexts, summing the gradient layer by layer into the rank's buffer as backward goes
+// (LayerwiseReduction), ranks allreduce once, and every rank applies the same clipped AdamW update.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include "model/optimizer.hpp"
 #include "model/training_context.hpp"
 #include "parallel/comm.hpp"
+#include "parallel/layerwise_reduction.hpp"
 #include "parallel/thread_pool.hpp"
 
 namespace gpt2 {
@@ -20,13 +21,14 @@ struct alignas(64) WorkerPartial {
     double value = 0.0;
 };
 
-// A rank's compute: the thread pool and one ThreadLocalTrainingContext per worker. After a
-// reduction, worker 0's gradient buffer holds the rank's (and after allreduce, the global)
-// gradient, so no separate buffer is kept.
+// A rank's compute: the thread pool, one ThreadLocalTrainingContext per worker and the rank's one
+// full gradient buffer, which the workers sum into (and after allreduce holds the global
+// gradient).
 class WorkerGroup {
   public:
-    // Each context holds ceil(batch_size / workers) sequences of seq_len tokens, with bf16
-    // scratch when the model trains in bf16.
+    // Each worker with sequences has a context for ceil(batch_size / workers) sequences of seq_len
+    // tokens, with bf16 scratch when the model trains in bf16; workers beyond batch_size have no
+    // sequences (their contexts hold no activations) and only help sum the gradient.
     WorkerGroup(const ModelConfig& config, int workers, int batch_size, int seq_len, bool pin,
                 Precision precision = Precision::fp32);
 
@@ -40,7 +42,13 @@ class WorkerGroup {
     [[nodiscard]] const ThreadLocalTrainingContext& context(int w) const {
         return contexts_[static_cast<std::size_t>(w)];
     }
-    [[nodiscard]] std::span<float> gradient() { return contexts_.front().grads.span(); }
+    // Workers that get sequences: min(workers, batch_size).
+    [[nodiscard]] int contributing_workers() const { return reduction_.contributors(); }
+    [[nodiscard]] std::span<float> gradient() { return reduction_.gradient(); }
+    [[nodiscard]] LayerwiseReduction& reduction() { return reduction_; }
+    [[nodiscard]] std::size_t gradient_bytes() const {
+        return reduction_.gradient().size() * sizeof(float);
+    }
     // Per-worker scalars (loss sums, squared norms), allocated once.
     [[nodiscard]] std::span<WorkerPartial> partials() { return partials_; }
 
@@ -49,6 +57,7 @@ class WorkerGroup {
     int seq_len_;
     ThreadPool pool_;
     std::vector<ThreadLocalTrainingContext> contexts_;
+    LayerwiseReduction reduction_;  // after contexts_: it gives them their gradient windows
     std::vector<WorkerPartial> partials_;
 };
 
@@ -69,7 +78,7 @@ struct StepHyper {
 // Where a step's time went on this rank (seconds), for --log-level debug.
 struct StepTimings {
     double forward_backward = 0.0;
-    double thread_reduction = 0.0;  // summing the workers' gradients (and the local norm)
+    double thread_reduction = 0.0;  // worker 0 waiting for and summing the workers' gradients
     double allreduce = 0.0;         // gradient and loss across ranks (and the norm after it)
     double optimizer = 0.0;
 };
@@ -80,6 +89,18 @@ struct StepMetrics {
     bool skipped = false;    // non-finite loss or norm: no update was made
     StepTimings timings;
 };
+
+// Forward/backward over the step's micro-batches, the workers' gradients summed into
+// workers.gradient() (zero before the step, as AdamW leaves it) as backward goes. `ready`, if set,
+// is called on the calling thread (worker 0) as each part of the rank's gradient becomes complete
+// during the last micro-batch: the final LayerNorm, layers L-1 down to 0, the embeddings.
+struct GradientPass {
+    double loss_sum = 0.0;         // sum of the per-token losses on this rank
+    double seconds_summing = 0.0;  // worker 0's share of waiting at barriers and summing
+};
+[[nodiscard]] GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers,
+                                                const StepBatch& batch,
+                                                const GradientReady& ready = {});
 
 // Forward/backward over all micro-batches, gradient reduction across workers and ranks, and the
 // AdamW update (skipped, with gradients cleared, when the loss or norm is not finite).

@@ -784,11 +784,30 @@ void TrainingLoop::log_banner() const {
     spdlog::info("ranks x workers {} x {} | batch {} x {} per rank, grad accum {} | {} tokens/step",
                  comm_.size(), W, B_, T_, plan_.grad_accum,
                  with_commas(static_cast<double>(tokens_per_step_)));
-    spdlog::info("thread context {} each ({} activations + {} gradients) | startup {:.0f} ms",
-                 human_bytes(static_cast<double>(workers.context(0).total_bytes())),
-                 human_bytes(static_cast<double>(workers.context(0).activation_bytes())),
-                 human_bytes(static_cast<double>(workers.context(0).grads.size() * 4)),
-                 startup_seconds_ * 1e3);
+    const Model& model = replica_.model;
+    const int with_window = workers.contributing_workers() - 1;
+    const std::string windows =
+        with_window == 0
+            ? std::string("no gradient windows")
+            : fmt::format(
+                  "gradient window {} on {} of {} workers",
+                  human_bytes(static_cast<double>(workers.context(1).gradient_window.size() * 4)),
+                  with_window, W);
+    spdlog::info(
+        "memory: {} activations per worker, {} | rank: {} gradient, {} weights, {} AdamW moments "
+        "| startup {:.0f} ms",
+        human_bytes(static_cast<double>(workers.context(0).activation_bytes())), windows,
+        human_bytes(static_cast<double>(workers.gradient_bytes())),
+        human_bytes(static_cast<double>(model.params.size() * 4 + model.params_bf16.size() * 2)),
+        human_bytes(static_cast<double>(replica_.optimizer.m.size() * 8)), startup_seconds_ * 1e3);
+    if (B_ % W != 0) {
+        const int fewer = W - B_ % W;
+        spdlog::warn(
+            "batch {} per rank does not divide over {} workers: {} of them take {} sequences, the "
+            "others {}, and wait for the rest at every layer; a --batch-size that is a multiple of "
+            "{} keeps them all busy",
+            B_, W, fewer, B_ / W, B_ / W + 1, W);
+    }
     spdlog::info("data: {} train windows, {} val windows of {} tokens",
                  with_commas(static_cast<double>(corpus_.train_store.num_windows(T_))),
                  with_commas(static_cast<double>(corpus_.val_store.num_windows(T_))), T_);

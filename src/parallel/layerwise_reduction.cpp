@@ -1,0 +1,244 @@
+#include "parallel/layerwise_reduction.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+#include "parallel/thread_pool.hpp"
+
+namespace gpt2 {
+
+namespace {
+// Floats summed over all windows at once: the rank's block stays in L1 while every window adds.
+constexpr std::size_t kSumBlock = 2048;
+
+ParamTensor layer_tensor(std::size_t i) {
+    return static_cast<ParamTensor>(static_cast<int>(ParamTensor::ln1w) + static_cast<int>(i));
+}
+constexpr std::size_t kLayerTensors = 12;
+
+FlatRange range_of(const ParameterLayout& layout, ParamTensor t) {
+    return FlatRange{layout.offset(t), layout.offset(t) + layout.size(t)};
+}
+}  // namespace
+
+LayerwiseReduction::LayerwiseReduction(const ModelConfig& config,
+                                       std::span<ThreadLocalTrainingContext> contexts,
+                                       int contributors)
+    : config_(config),
+      layout_(config),
+      workers_(static_cast<int>(contexts.size())),
+      contributors_(contributors),
+      layer_slot_floats_(layer_gradient_floats(config)),
+      gradient_(layout_.total()),
+      barrier_(static_cast<int>(contexts.size())),
+      shares_(contexts.size()),
+      windows_(contexts.size(), nullptr) {
+    if (contributors < 1 || contributors > workers_) {
+        throw std::invalid_argument("LayerwiseReduction: contributors must be 1..workers");
+    }
+    const std::size_t window = gradient_window_floats(config);
+    for (int w = 1; w < contributors; ++w) {
+        ThreadLocalTrainingContext& ctx = contexts[static_cast<std::size_t>(w)];
+        ctx.gradient_window = AlignedBuffer<float>(window);
+        windows_[static_cast<std::size_t>(w)] = ctx.gradient_window.data();
+    }
+
+    const auto C = static_cast<std::size_t>(config.channels);
+    const std::size_t wte = layout_.size(ParamTensor::wte);
+    head_pieces_ = {Piece{0, layout_.offset(ParamTensor::wte), wte},
+                    Piece{wte, layout_.offset(ParamTensor::lnfw), C},
+                    Piece{wte + C, layout_.offset(ParamTensor::lnfb), C}};
+    final_layernorm_ranges_ = {range_of(layout_, ParamTensor::lnfw),
+                               range_of(layout_, ParamTensor::lnfb)};
+    embedding_ranges_ = {range_of(layout_, ParamTensor::wte), range_of(layout_, ParamTensor::wpe)};
+    const auto L = static_cast<std::size_t>(config.num_layers);
+    for (std::size_t l = 0; l < L; ++l) {
+        std::vector<Piece> pieces;
+        std::vector<FlatRange> ranges;
+        std::size_t in_slot = 0;
+        for (std::size_t i = 0; i < kLayerTensors; ++i) {
+            const ParamTensor t = layer_tensor(i);
+            const std::size_t per_layer = layout_.size(t) / L;
+            const std::size_t at = layout_.offset(t) + per_layer * l;
+            pieces.push_back(Piece{in_slot, at, per_layer});
+            ranges.push_back(FlatRange{at, at + per_layer});
+            in_slot += per_layer;
+        }
+        layer_pieces_.push_back(std::move(pieces));
+        layer_ranges_.push_back(std::move(ranges));
+    }
+}
+
+void LayerwiseReduction::begin_run() {
+    if (!barrier_.aborted()) return;
+    barrier_.reset();
+    const std::size_t window = gradient_window_floats(config_);
+    for (float* w : windows_) {
+        if (w != nullptr) std::fill(w, w + window, 0.0f);
+    }
+    std::fill(gradient_.data(), gradient_.data() + gradient_.size(), 0.0f);
+}
+
+void LayerwiseReduction::sum_share(std::span<const Piece> pieces, std::size_t window_base, int w) {
+    if (contributors_ == 1) return;  // worker 0 wrote the rank's buffer directly
+    std::size_t total = 0;
+    for (const Piece& p : pieces)
+        total += p.count;
+    const Range share = split_range(total, w, workers_);
+    std::size_t piece_begin = 0;
+    for (const Piece& p : pieces) {
+        const std::size_t lo = std::max(share.begin, piece_begin);
+        const std::size_t hi = std::min(share.end, piece_begin + p.count);
+        if (lo < hi) {
+            float* out = gradient_.data() + p.rank_offset + (lo - piece_begin);
+            const std::size_t in_window = window_base + p.window_offset + (lo - piece_begin);
+            for (std::size_t block = 0; block < hi - lo; block += kSumBlock) {
+                const std::size_t n = std::min(kSumBlock, hi - lo - block);
+                float* __restrict dst = out + block;
+                for (int src = 1; src < contributors_; ++src) {
+                    float* __restrict in =
+                        windows_[static_cast<std::size_t>(src)] + in_window + block;
+                    for (std::size_t i = 0; i < n; ++i) {
+                        dst[i] += in[i];
+                        in[i] = 0.0f;
+                    }
+                }
+            }
+        }
+        piece_begin += p.count;
+    }
+}
+
+// The encoder's gradient from every worker's dresidual: worker w owns a range of token rows of
+// dwte and of positions of dwpe and adds the rows that fall in them in sequence order (worker,
+// sequence, position), the order of encoder_backward over the whole batch.
+void LayerwiseReduction::sum_embeddings_share(int w, int seq_len) {
+    const int C = config_.channels;
+    const Range tokens =
+        split_range(static_cast<std::size_t>(config_.padded_vocab_size), w, workers_);
+    const Range positions = split_range(static_cast<std::size_t>(seq_len), w, workers_);
+    float* dwte = gradient_.data() + layout_.offset(ParamTensor::wte);
+    float* dwpe = gradient_.data() + layout_.offset(ParamTensor::wpe);
+    for (int src = 0; src < contributors_; ++src) {
+        const Share& share = shares_[static_cast<std::size_t>(src)];
+        for (int row = 0; row < share.sequences * seq_len; ++row) {
+            const float* d = share.dresidual + static_cast<std::size_t>(row) * C;
+            const auto token = static_cast<std::size_t>(share.inputs[row]);
+            const auto t = static_cast<std::size_t>(row % seq_len);
+            if (token >= tokens.begin && token < tokens.end) {
+                float* out = dwte + token * static_cast<std::size_t>(C);
+                for (int i = 0; i < C; ++i)
+                    out[i] += d[i];
+            }
+            if (t >= positions.begin && t < positions.end) {
+                float* out = dwpe + t * static_cast<std::size_t>(C);
+                for (int i = 0; i < C; ++i)
+                    out[i] += d[i];
+            }
+        }
+    }
+}
+
+// ---- WorkerSink -----------------------------------------------------------------------------
+
+namespace {
+class Stopwatch {
+  public:
+    explicit Stopwatch(double& total) : total_(total) {}
+    ~Stopwatch() {
+        total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    }
+    Stopwatch(const Stopwatch&) = delete;
+    Stopwatch& operator=(const Stopwatch&) = delete;
+
+  private:
+    double& total_;
+    std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+}  // namespace
+
+LayerwiseReduction::WorkerSink::WorkerSink(LayerwiseReduction& reduction, int worker,
+                                           const GradientReady* ready)
+    : r_(reduction), w_(worker), ready_(ready != nullptr && *ready ? ready : nullptr) {}
+
+void LayerwiseReduction::WorkerSink::wait() {
+    r_.barrier_.arrive_and_wait();
+}
+
+void LayerwiseReduction::WorkerSink::announce(CompletedGradient::Part part, int layer) const {
+    if (w_ != 0 || ready_ == nullptr) return;
+    const std::vector<FlatRange>& ranges =
+        part == CompletedGradient::Part::final_layernorm ? r_.final_layernorm_ranges_
+        : part == CompletedGradient::Part::layer ? r_.layer_ranges_[static_cast<std::size_t>(layer)]
+                                                 : r_.embedding_ranges_;
+    (*ready_)(CompletedGradient{part, layer, ranges});
+}
+
+GradientSink::Head LayerwiseReduction::WorkerSink::head() {
+    const auto C = static_cast<std::size_t>(r_.config_.channels);
+    if (w_ == 0) {
+        float* g = r_.gradient_.data();
+        return Head{g + r_.layout_.offset(ParamTensor::wte),
+                    g + r_.layout_.offset(ParamTensor::lnfw),
+                    g + r_.layout_.offset(ParamTensor::lnfb)};
+    }
+    float* window = r_.windows_[static_cast<std::size_t>(w_)];
+    if (window == nullptr) throw std::logic_error("WorkerSink: a worker without sequences");
+    const std::size_t wte = r_.layout_.size(ParamTensor::wte);
+    return Head{window, window + wte, window + wte + C};
+}
+
+void LayerwiseReduction::WorkerSink::head_done() {
+    {
+        const Stopwatch watch(seconds_);
+        wait();
+        r_.sum_share(r_.head_pieces_, 0, w_);
+        wait();  // the windows are free for layer slots only when every share is summed
+    }
+    announce(CompletedGradient::Part::final_layernorm, -1);
+}
+
+LayerView<float> LayerwiseReduction::WorkerSink::layer(int l) {
+    if (w_ == 0) return layer_view(r_.layout_, r_.gradient_.span(), l);
+    float* window = r_.windows_[static_cast<std::size_t>(w_)];
+    if (window == nullptr) throw std::logic_error("WorkerSink: a worker without sequences");
+    return layer_slot_view(r_.config_,
+                           window + static_cast<std::size_t>(l % 2) * r_.layer_slot_floats_);
+}
+
+void LayerwiseReduction::WorkerSink::layer_done(int l) {
+    {
+        const Stopwatch watch(seconds_);
+        wait();
+    }
+    // Every worker summed its share of layer l+1 before computing layer l.
+    if (l + 1 < r_.config_.num_layers) announce(CompletedGradient::Part::layer, l + 1);
+    const Stopwatch watch(seconds_);
+    r_.sum_share(r_.layer_pieces_[static_cast<std::size_t>(l)],
+                 static_cast<std::size_t>(l % 2) * r_.layer_slot_floats_, w_);
+}
+
+void LayerwiseReduction::WorkerSink::embeddings(const float* dresidual, const TokenBatch& batch) {
+    r_.shares_[static_cast<std::size_t>(w_)] = Share{dresidual, batch.inputs.data(), batch.B};
+    {
+        const Stopwatch watch(seconds_);
+        wait();
+    }
+    if (r_.config_.num_layers > 0) announce(CompletedGradient::Part::layer, 0);
+    {
+        const Stopwatch watch(seconds_);
+        r_.sum_embeddings_share(w_, batch.T);
+        wait();  // dresidual and the windows are reused by the next micro-batch
+    }
+    announce(CompletedGradient::Part::embeddings, -1);
+}
+
+void LayerwiseReduction::WorkerSink::take_part_without_sequences(int seq_len) {
+    head_done();
+    for (int l = r_.config_.num_layers - 1; l >= 0; --l)
+        layer_done(l);
+    embeddings(nullptr, TokenBatch{{}, {}, 0, seq_len});
+}
+
+}  // namespace gpt2

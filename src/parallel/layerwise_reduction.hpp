@@ -1,0 +1,117 @@
+// LayerwiseReduction: the workers of a rank sum their gradients into the rank's one full buffer
+// section by section while backward runs, so a worker only ever holds a window of the gradient
+// (the LM head's dwte, or two layers), not a copy of all of it.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "core/aligned_buffer.hpp"
+#include "model/model.hpp"
+#include "model/training_context.hpp"
+#include "parallel/worker_barrier.hpp"
+
+namespace gpt2 {
+
+// [begin, end) of the flat gradient.
+struct FlatRange {
+    std::size_t begin;
+    std::size_t end;
+};
+
+// A part of the rank's gradient that has received every worker's contribution for the step.
+struct CompletedGradient {
+    enum class Part { final_layernorm, layer, embeddings };
+    Part part;
+    int layer;                          // for Part::layer
+    std::span<const FlatRange> ranges;  // where it lies in the rank's gradient
+};
+using GradientReady = std::function<void(const CompletedGradient&)>;
+
+// How it works. Worker 0 accumulates straight into the rank's buffer; every other worker that has
+// sequences writes into its context's gradient window. After each section every worker meets at
+// a barrier, then sums a disjoint share of that section over the windows in worker order into the
+// rank's buffer (deterministic, no lock), clearing them, and goes on with the next layer in the
+// window's other slot: when layer l is complete, every share of layer l+1 has been summed. The
+// encoder's token rows are summed from every worker's dresidual, each worker owning a range of
+// the vocabulary and of the positions. Gradient accumulation over micro-batches accumulates in the
+// rank's buffer.
+class LayerwiseReduction {
+  public:
+    // One worker per context; the first `contributors` have sequences. Gives the contexts of
+    // workers 1..contributors-1 their gradient window.
+    LayerwiseReduction(const ModelConfig& config, std::span<ThreadLocalTrainingContext> contexts,
+                       int contributors);
+
+    [[nodiscard]] std::span<float> gradient() { return gradient_.span(); }
+    [[nodiscard]] std::span<const float> gradient() const { return gradient_.span(); }
+    [[nodiscard]] int contributors() const { return contributors_; }
+
+    // Before a pool run that goes through the sinks. After an aborted run it also clears the
+    // windows and the rank's gradient, which hold partial sums.
+    void begin_run();
+    // A failing worker calls this so the others stop waiting for it.
+    void abort() { barrier_.abort(); }
+
+    // Worker w's sink for one micro-batch. When `ready` is set, worker 0 calls it (on its own
+    // thread) as each part of the gradient becomes complete; pass it on the step's last
+    // micro-batch. seconds_waiting_and_summing is the time this worker spent at barriers and
+    // summing.
+    class WorkerSink final : public GradientSink {
+      public:
+        WorkerSink(LayerwiseReduction& reduction, int worker, const GradientReady* ready);
+        [[nodiscard]] Head head() override;
+        void head_done() override;
+        [[nodiscard]] LayerView<float> layer(int l) override;
+        void layer_done(int l) override;
+        void embeddings(const float* dresidual, const TokenBatch& batch) override;
+        // For a worker without sequences in this micro-batch: meets the others at every section
+        // and sums its shares.
+        void take_part_without_sequences(int seq_len);
+        [[nodiscard]] double seconds_waiting_and_summing() const { return seconds_; }
+
+      private:
+        void wait();
+        void announce(CompletedGradient::Part part, int layer) const;
+        LayerwiseReduction& r_;
+        int w_;
+        const GradientReady* ready_;
+        double seconds_ = 0.0;
+    };
+
+  private:
+    // A piece of a section: `count` floats at `window_offset` in a window, `rank_offset` in the
+    // rank's buffer.
+    struct Piece {
+        std::size_t window_offset;
+        std::size_t rank_offset;
+        std::size_t count;
+    };
+    void sum_share(std::span<const Piece> pieces, std::size_t window_base, int w);
+    void sum_embeddings_share(int w, int seq_len);
+
+    ModelConfig config_;
+    ParameterLayout layout_;
+    int workers_;
+    int contributors_;
+    std::size_t layer_slot_floats_;
+    AlignedBuffer<float> gradient_;
+    WorkerBarrier barrier_;
+    std::vector<Piece> head_pieces_;
+    std::vector<std::vector<Piece>> layer_pieces_;  // [l]
+    std::vector<FlatRange> final_layernorm_ranges_;
+    std::vector<std::vector<FlatRange>> layer_ranges_;  // [l]
+    std::vector<FlatRange> embedding_ranges_;
+    // Set by each worker before the embeddings barrier, read by all after it.
+    struct Share {
+        const float* dresidual = nullptr;
+        const std::int32_t* inputs = nullptr;
+        int sequences = 0;
+    };
+    std::vector<Share> shares_;
+    std::vector<float*> windows_;  // [w]: null for worker 0 and workers without sequences
+};
+
+}  // namespace gpt2
