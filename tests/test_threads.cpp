@@ -194,14 +194,14 @@ TEST(LayerwiseWorkers, EachPartIsAnnouncedOnceWhenCompleteInBackwardOrder) {
     for (const int workers : {1, 2, 3, 7}) {
         WorkerGroup group(config, workers, B, T, false);
         std::vector<std::string> order;
-        std::vector<std::pair<FlatRange, std::vector<float>>> snapshots;
+        std::vector<std::pair<Range, std::vector<float>>> snapshots;
         const std::span<float> gradient = group.gradient();
         const GradientReady ready = [&](const CompletedGradient& done) {
             order.push_back(done.part == CompletedGradient::Part::layer
                                 ? "layer " + std::to_string(done.layer)
                             : done.part == CompletedGradient::Part::final_layernorm ? "lnf"
                                                                                     : "embeddings");
-            for (const FlatRange& r : done.ranges) {
+            for (const Range& r : done.ranges) {
                 snapshots.emplace_back(
                     r, std::vector<float>(gradient.begin() + r.begin, gradient.begin() + r.end));
             }

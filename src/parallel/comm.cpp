@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace gpt2 {
 
@@ -44,7 +48,7 @@ void broadcast_chunked(std::span<T> data, MPI_Datatype type, int root, std::size
 
 MpiSession::MpiSession(int* argc, char*** argv) {
     int provided = 0;
-    check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
     // Worker threads never call MPI, but the main thread calls it while they exist: FUNNELED is
     // the least this needs. An MPI that cannot promise it is refused rather than trusted.
     if (provided < MPI_THREAD_FUNNELED) {
@@ -64,6 +68,9 @@ MpiSession::~MpiSession() {
 Communicator::Communicator() {
     check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+    int level = 0;
+    check(MPI_Query_thread(&level), "MPI_Query_thread");
+    serialized_threads_ = level >= MPI_THREAD_SERIALIZED;
 }
 
 void Communicator::broadcast(std::span<std::uint8_t> data, int root) const {
@@ -94,6 +101,33 @@ void Communicator::allreduce_sum(std::span<float> data) const {
                             MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
               "MPI_Allreduce");
     }
+}
+
+void Communicator::allgather(std::span<const float> mine, std::span<float> all) const {
+    if (all.size() != mine.size() * static_cast<std::size_t>(size_) || mine.size() > INT_MAX) {
+        throw std::invalid_argument("allgather: buffer sizes do not match the world");
+    }
+    if (size_ == 1) {
+        std::copy(mine.begin(), mine.end(), all.begin());
+        return;
+    }
+    check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT, all.data(),
+                        static_cast<int>(mine.size()), MPI_FLOAT, MPI_COMM_WORLD),
+          "MPI_Allgather");
+}
+
+void Communicator::allgather(std::span<const std::int32_t> mine,
+                             std::span<std::int32_t> all) const {
+    if (all.size() != mine.size() * static_cast<std::size_t>(size_) || mine.size() > INT_MAX) {
+        throw std::invalid_argument("allgather: buffer sizes do not match the world");
+    }
+    if (size_ == 1) {
+        std::copy(mine.begin(), mine.end(), all.begin());
+        return;
+    }
+    check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT32_T, all.data(),
+                        static_cast<int>(mine.size()), MPI_INT32_T, MPI_COMM_WORLD),
+          "MPI_Allgather");
 }
 
 double Communicator::allreduce_sum(double value) const {
@@ -184,6 +218,158 @@ void Communicator::abort(std::string_view message, int code) const {
     MPI_Finalized(&finalized);
     if (initialized && !finalized) MPI_Finalize();
     std::exit(code);
+}
+
+// ---- BackgroundAllreduce --------------------------------------------------------------------
+
+struct BackgroundAllreduce::Impl {
+    struct Bucket {
+        float* base;
+        std::vector<Range> ranges;
+    };
+    // One bucket in flight: its requests (one per chunk of at most 2^30 floats) and, for a bucket
+    // of several ranges, the staging buffer it travels in.
+    struct InFlight {
+        Bucket bucket;
+        std::vector<float> staging;
+        std::vector<MPI_Request> requests;
+    };
+
+    explicit Impl(const Communicator& c) : comm(c) {
+        if (!comm.serialized_threads()) {
+            throw std::runtime_error(
+                "the overlapped allreduce needs MPI_THREAD_SERIALIZED, which this MPI does not "
+                "provide: use --bucket-mb 0");
+        }
+        thread = std::thread([this] { loop(); });
+    }
+    ~Impl() {
+        {
+            const std::lock_guard lock(mutex);
+            stopping = true;
+        }
+        wake.notify_all();
+        thread.join();
+    }
+
+    static InFlight start(Bucket bucket) {
+        InFlight f{std::move(bucket), {}, {}};
+        float* data = nullptr;
+        std::size_t count = 0;
+        if (f.bucket.ranges.size() == 1) {
+            data = f.bucket.base + f.bucket.ranges[0].begin;
+            count = f.bucket.ranges[0].end - f.bucket.ranges[0].begin;
+        } else {
+            for (const Range& r : f.bucket.ranges)
+                f.staging.insert(f.staging.end(), f.bucket.base + r.begin, f.bucket.base + r.end);
+            data = f.staging.data();
+            count = f.staging.size();
+        }
+        for (const Chunk& c : chunk_ranges(count, std::size_t{1} << 30)) {
+            MPI_Request request = MPI_REQUEST_NULL;
+            check(MPI_Iallreduce(MPI_IN_PLACE, data + c.begin, static_cast<int>(c.count), MPI_FLOAT,
+                                 MPI_SUM, MPI_COMM_WORLD, &request),
+                  "MPI_Iallreduce");
+            f.requests.push_back(request);
+        }
+        return f;
+    }
+
+    static void finish(const InFlight& f) {
+        if (f.staging.empty()) return;
+        const float* from = f.staging.data();
+        for (const Range& r : f.bucket.ranges) {
+            std::copy(from, from + (r.end - r.begin), f.bucket.base + r.begin);
+            from += r.end - r.begin;
+        }
+    }
+
+    void loop() {
+        std::vector<InFlight> in_flight;
+        for (;;) {
+            std::vector<Bucket> fresh;
+            {
+                std::unique_lock lock(mutex);
+                if (in_flight.empty()) {
+                    wake.wait(lock, [&] { return stopping || !queue.empty(); });
+                    if (queue.empty()) return;  // stopping with nothing left
+                }
+                fresh.swap(queue);
+                if (failed) {  // after an error nothing more is started
+                    completed += fresh.size();
+                    idle.notify_all();
+                    continue;
+                }
+            }
+            std::size_t finished = 0;
+            try {
+                for (Bucket& b : fresh)
+                    in_flight.push_back(start(std::move(b)));
+                // Progress: test everything in flight, then sleep briefly (MPI over TCP only
+                // moves data inside MPI calls).
+                for (auto it = in_flight.begin(); it != in_flight.end();) {
+                    int done = 0;
+                    check(MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(),
+                                      &done, MPI_STATUSES_IGNORE),
+                          "MPI_Testall");
+                    if (done == 0) break;  // buckets complete in order
+                    finish(*it);
+                    it = in_flight.erase(it);
+                    ++finished;
+                }
+            } catch (...) {
+                const std::lock_guard lock(mutex);
+                error = std::current_exception();
+                failed = true;
+                completed = enqueued;  // release the waiter; the job is over
+                in_flight.clear();
+                idle.notify_all();
+                continue;
+            }
+            if (finished > 0) {
+                const std::lock_guard lock(mutex);
+                completed += finished;
+                idle.notify_all();
+            }
+            if (!in_flight.empty()) std::this_thread::sleep_for(std::chrono::microseconds(30));
+        }
+    }
+
+    const Communicator& comm;
+    std::mutex mutex;
+    std::condition_variable wake;  // work queued, or stopping
+    std::condition_variable idle;  // buckets completed
+    std::vector<Bucket> queue;
+    std::size_t enqueued = 0;
+    std::size_t completed = 0;
+    bool stopping = false;
+    bool failed = false;
+    std::exception_ptr error;
+    std::thread thread;
+};
+
+BackgroundAllreduce::BackgroundAllreduce(const Communicator& comm)
+    : impl_(std::make_unique<Impl>(comm)) {}
+
+BackgroundAllreduce::~BackgroundAllreduce() = default;
+
+void BackgroundAllreduce::enqueue(float* base, std::vector<Range> ranges) {
+    if (ranges.empty()) return;
+    {
+        const std::lock_guard lock(impl_->mutex);
+        impl_->queue.push_back(Impl::Bucket{base, std::move(ranges)});
+        impl_->enqueued += 1;
+    }
+    impl_->wake.notify_all();
+}
+
+void BackgroundAllreduce::wait() {
+    std::unique_lock lock(impl_->mutex);
+    impl_->idle.wait(lock, [&] { return impl_->completed == impl_->enqueued; });
+    if (impl_->error) {
+        const std::exception_ptr error = std::exchange(impl_->error, nullptr);
+        std::rethrow_exception(error);
+    }
 }
 
 }  // namespace gpt2

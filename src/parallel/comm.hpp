@@ -3,10 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "parallel/thread_pool.hpp"
 
 namespace gpt2 {
 
@@ -18,7 +21,9 @@ struct Chunk {
 };
 [[nodiscard]] std::vector<Chunk> chunk_ranges(std::size_t total, std::size_t max_chunk);
 
-// MPI_Init_thread(FUNNELED) in the constructor, MPI_Finalize in the destructor.
+// MPI_Init_thread in the constructor, MPI_Finalize in the destructor. It asks for
+// MPI_THREAD_SERIALIZED (the overlapped allreduce calls MPI from its own thread while the main
+// thread does not) and refuses anything below MPI_THREAD_FUNNELED.
 class MpiSession {
   public:
     MpiSession(int* argc, char*** argv);
@@ -44,6 +49,9 @@ class Communicator {
     void broadcast_vector(std::vector<std::uint8_t>& data, int root = 0) const;
     // In-place elementwise sum across ranks.
     void allreduce_sum(std::span<float> data) const;
+    // Every rank's `mine` (the same size on all), concatenated in rank order into `all`.
+    void allgather(std::span<const float> mine, std::span<float> all) const;
+    void allgather(std::span<const std::int32_t> mine, std::span<std::int32_t> all) const;
     [[nodiscard]] double allreduce_sum(double value) const;
     [[nodiscard]] std::int64_t allreduce_max(std::int64_t value) const;
     [[nodiscard]] std::int64_t allreduce_min(std::int64_t value) const;
@@ -62,6 +70,10 @@ class Communicator {
     // ends the whole job (every rank) with `code`; a single rank still finalizes MPI.
     [[noreturn]] void abort(std::string_view message, int code = 1) const;
 
+    // Whether MPI may be called from a thread other than the main one (one at a time): what the
+    // overlapped allreduce needs. True for a world of one.
+    [[nodiscard]] bool serialized_threads() const { return serialized_threads_; }
+
     // Elements per MPI call in broadcasts and allreduces (default 2^30). Tests make it small so
     // that the chunked path runs on small buffers.
     void set_max_chunk_elements(std::size_t elements) { max_chunk_ = elements > 0 ? elements : 1; }
@@ -71,6 +83,31 @@ class Communicator {
     int rank_ = 0;
     int size_ = 1;
     std::size_t max_chunk_ = std::size_t{1} << 30;
+    bool serialized_threads_ = true;
+};
+
+// Sums pieces of float buffers across ranks on a background thread while the caller computes:
+// the overlapped, bucketed gradient allreduce. Each enqueued bucket is one MPI_Iallreduce (a
+// bucket of several ranges is packed into a staging buffer and unpacked after); the thread starts
+// buckets in the order they were enqueued (the same on every rank) and drives them with
+// MPI_Testall every few tens of microseconds, sleeping in between, so it takes little CPU from the
+// workers. Between the first enqueue and wait() it is the only caller of MPI: the caller must not
+// use the communicator meanwhile. Needs comm.serialized_threads().
+class BackgroundAllreduce {
+  public:
+    explicit BackgroundAllreduce(const Communicator& comm);
+    ~BackgroundAllreduce();
+    BackgroundAllreduce(const BackgroundAllreduce&) = delete;
+    BackgroundAllreduce& operator=(const BackgroundAllreduce&) = delete;
+
+    // Queues the in-place sum of base[r.begin, r.end) for every r in `ranges`.
+    void enqueue(float* base, std::vector<Range> ranges);
+    // Returns when every queued sum is done; rethrows an MPI error from the thread.
+    void wait();
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace gpt2

@@ -89,6 +89,96 @@ GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, cons
     return pass;
 }
 
+namespace {
+// Cuts the parts of the gradient, in the order backward completes them, into buckets of exactly
+// `bucket_floats` (the last one smaller) and hands each to the background allreduce when full.
+class GradientBuckets {
+  public:
+    GradientBuckets(BackgroundAllreduce& allreduce, std::span<float> gradient,
+                    std::size_t bucket_floats)
+        : allreduce_(allreduce), gradient_(gradient), bucket_floats_(bucket_floats) {}
+
+    void add(std::span<const Range> ranges) {
+        for (Range r : ranges) {
+            while (r.begin < r.end) {
+                const std::size_t take = std::min(r.end - r.begin, bucket_floats_ - filled_);
+                pending_.push_back(Range{r.begin, r.begin + take});
+                filled_ += take;
+                r.begin += take;
+                if (filled_ == bucket_floats_) flush();
+            }
+        }
+    }
+    void flush() {
+        if (pending_.empty()) return;
+        allreduce_.enqueue(gradient_.data(), std::move(pending_));
+        pending_ = {};
+        filled_ = 0;
+    }
+
+  private:
+    BackgroundAllreduce& allreduce_;
+    std::span<float> gradient_;
+    std::size_t bucket_floats_;
+    std::vector<Range> pending_;
+    std::size_t filled_ = 0;
+};
+
+// The gradient summed across ranks while backward runs (see StepHyper::bucket_floats). When the
+// last micro-batch's embedding rows are smaller than wte, they are left out of the rank's buffer
+// so that wte travels right after the LM head; every rank then gathers all ranks' rows and adds
+// them in rank order, so the ranks stay identical.
+GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers,
+                                  const Communicator& comm, const StepBatch& batch,
+                                  std::size_t bucket_floats) {
+    LayerwiseReduction& reduction = workers.reduction();
+    const std::size_t rows = static_cast<std::size_t>(workers.batch_size()) *
+                             static_cast<std::size_t>(workers.seq_len());
+    const auto C = static_cast<std::size_t>(model.config.channels);
+    const bool defer = static_cast<std::size_t>(comm.size()) * rows * (C + 1) <
+                       model.layout.size(ParamTensor::wte);
+    reduction.set_deferred_embeddings(defer);
+    const std::span<float> gradient = workers.gradient();
+    GradientPass pass;
+    std::chrono::steady_clock::time_point backward_done;
+    {
+        BackgroundAllreduce allreduce(comm);
+        GradientBuckets buckets(allreduce, gradient, bucket_floats);
+        const GradientReady ready = [&](const CompletedGradient& part) {
+            buckets.add(part.ranges);
+        };
+        try {
+            pass = accumulate_gradients(model, workers, batch, ready);
+        } catch (...) {
+            reduction.set_deferred_embeddings(false);
+            allreduce.wait();
+            throw;
+        }
+        backward_done = std::chrono::steady_clock::now();
+        buckets.flush();
+        allreduce.wait();
+    }
+    reduction.set_deferred_embeddings(false);
+    if (defer) {
+        WorkerGroup::EmbeddingRows& e = workers.embedding_rows;
+        const auto world = static_cast<std::size_t>(comm.size());
+        e.mine.resize(rows * C);
+        e.tokens.resize(rows);
+        e.all.resize(world * rows * C);
+        e.all_tokens.resize(world * rows);
+        reduction.pack_embedding_rows(e.mine, e.tokens);
+        comm.allgather(std::span<const float>(e.mine), std::span<float>(e.all));
+        comm.allgather(std::span<const std::int32_t>(e.tokens),
+                       std::span<std::int32_t>(e.all_tokens));
+        workers.pool().run([&](int w) {
+            reduction.add_embedding_rows(e.all, e.all_tokens, workers.seq_len(), w);
+        });
+    }
+    pass.seconds_after_backward = lap(backward_done);
+    return pass;
+}
+}  // namespace
+
 StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers,
                        const Communicator& comm, const StepBatch& batch, const StepHyper& hyper,
                        bool inject_nan) {
@@ -98,16 +188,21 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     StepMetrics metrics;
     auto clock = std::chrono::steady_clock::now();
 
-    const GradientPass pass = accumulate_gradients(model, workers, batch);
+    // The test hook poisons the gradient before it travels, so it needs the plain allreduce.
+    const bool overlap = comm.size() > 1 && hyper.bucket_floats > 0 && !inject_nan;
+    const GradientPass pass =
+        overlap ? overlapped_gradients(model, workers, comm, batch, hyper.bucket_floats)
+                : accumulate_gradients(model, workers, batch);
     const double loss_sum = pass.loss_sum;
-    metrics.timings.forward_backward = lap(clock) - pass.seconds_summing;
+    metrics.timings.forward_backward =
+        lap(clock) - pass.seconds_summing - pass.seconds_after_backward;
     metrics.timings.thread_reduction = pass.seconds_summing;
 
     const std::size_t P = model.layout.total();
     std::span<float> grad = workers.gradient();
     if (inject_nan) grad[0] = std::numeric_limits<float>::quiet_NaN();
 
-    comm.allreduce_sum(grad);
+    if (!overlap) comm.allreduce_sum(grad);
     const double global_tokens = static_cast<double>(batch.global_sequences) * T;
     metrics.loss = comm.allreduce_sum(loss_sum) / global_tokens;
     workers.pool().run([&](int w) {
@@ -119,7 +214,7 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     for (const WorkerPartial& s : sums)
         norm_sq += s.value;
     metrics.grad_norm = std::sqrt(norm_sq);
-    metrics.timings.allreduce = lap(clock);
+    metrics.timings.allreduce = lap(clock) + pass.seconds_after_backward;
 
     if (!std::isfinite(metrics.loss) || !std::isfinite(metrics.grad_norm)) {
         metrics.skipped = true;

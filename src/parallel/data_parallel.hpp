@@ -59,6 +59,13 @@ class WorkerGroup {
     std::vector<ThreadLocalTrainingContext> contexts_;
     LayerwiseReduction reduction_;  // after contexts_: it gives them their gradient windows
     std::vector<WorkerPartial> partials_;
+
+  public:
+    // Kept across steps: the last micro-batch's embedding rows, this rank's and every rank's.
+    struct EmbeddingRows {
+        std::vector<float> mine, all;
+        std::vector<std::int32_t> tokens, all_tokens;
+    } embedding_rows;
 };
 
 // This rank's tokens for one optimizer step: grad_accum micro-batches of B x T, consecutive.
@@ -73,13 +80,17 @@ struct StepBatch {
 struct StepHyper {
     AdamWHyper adamw;
     float grad_clip = 1.0f;  // max global gradient norm; <= 0 disables clipping
+    // With several ranks: floats per allreduce bucket, started while backward goes on (0: one
+    // allreduce of the whole gradient after backward).
+    std::size_t bucket_floats = 0;
 };
 
 // Where a step's time went on this rank (seconds), for --log-level debug.
 struct StepTimings {
     double forward_backward = 0.0;
     double thread_reduction = 0.0;  // worker 0 waiting for and summing the workers' gradients
-    double allreduce = 0.0;         // gradient and loss across ranks (and the norm after it)
+    double allreduce = 0.0;  // after backward: the gradient's (rest of the) allreduce, the loss's
+                             // and the norm
     double optimizer = 0.0;
 };
 
@@ -95,8 +106,9 @@ struct StepMetrics {
 // is called on the calling thread (worker 0) as each part of the rank's gradient becomes complete
 // during the last micro-batch: the final LayerNorm, layers L-1 down to 0, the embeddings.
 struct GradientPass {
-    double loss_sum = 0.0;         // sum of the per-token losses on this rank
-    double seconds_summing = 0.0;  // worker 0's share of waiting at barriers and summing
+    double loss_sum = 0.0;                // sum of the per-token losses on this rank
+    double seconds_summing = 0.0;         // worker 0's share of waiting at barriers and summing
+    double seconds_after_backward = 0.0;  // overlapped allreduce: the part left after backward
 };
 [[nodiscard]] GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers,
                                                 const StepBatch& batch,

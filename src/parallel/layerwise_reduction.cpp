@@ -17,8 +17,8 @@ ParamTensor layer_tensor(std::size_t i) {
 }
 constexpr std::size_t kLayerTensors = 12;
 
-FlatRange range_of(const ParameterLayout& layout, ParamTensor t) {
-    return FlatRange{layout.offset(t), layout.offset(t) + layout.size(t)};
+Range range_of(const ParameterLayout& layout, ParamTensor t) {
+    return Range{layout.offset(t), layout.offset(t) + layout.size(t)};
 }
 }  // namespace
 
@@ -52,17 +52,20 @@ LayerwiseReduction::LayerwiseReduction(const ModelConfig& config,
     final_layernorm_ranges_ = {range_of(layout_, ParamTensor::lnfw),
                                range_of(layout_, ParamTensor::lnfb)};
     embedding_ranges_ = {range_of(layout_, ParamTensor::wte), range_of(layout_, ParamTensor::wpe)};
+    lm_head_ranges_ = {range_of(layout_, ParamTensor::wte), range_of(layout_, ParamTensor::wpe),
+                       Range{layout_.offset(ParamTensor::lnfw),
+                             layout_.offset(ParamTensor::lnfb) + layout_.size(ParamTensor::lnfb)}};
     const auto L = static_cast<std::size_t>(config.num_layers);
     for (std::size_t l = 0; l < L; ++l) {
         std::vector<Piece> pieces;
-        std::vector<FlatRange> ranges;
+        std::vector<Range> ranges;
         std::size_t in_slot = 0;
         for (std::size_t i = 0; i < kLayerTensors; ++i) {
             const ParamTensor t = layer_tensor(i);
             const std::size_t per_layer = layout_.size(t) / L;
             const std::size_t at = layout_.offset(t) + per_layer * l;
             pieces.push_back(Piece{in_slot, at, per_layer});
-            ranges.push_back(FlatRange{at, at + per_layer});
+            ranges.push_back(Range{at, at + per_layer});
             in_slot += per_layer;
         }
         layer_pieces_.push_back(std::move(pieces));
@@ -110,18 +113,17 @@ void LayerwiseReduction::sum_share(std::span<const Piece> pieces, std::size_t wi
     }
 }
 
-// The encoder's gradient from every worker's dresidual: worker w owns a range of token rows of
-// dwte and of positions of dwpe and adds the rows that fall in them in sequence order (worker,
+// The encoder's gradient from dresidual rows: worker w owns a range of token rows of dwte and of
+// positions of dwpe and adds the rows that fall in them in sequence order (share by share,
 // sequence, position), the order of encoder_backward over the whole batch.
-void LayerwiseReduction::sum_embeddings_share(int w, int seq_len) {
+void LayerwiseReduction::sum_embeddings_share(std::span<const Share> shares, int seq_len, int w) {
     const int C = config_.channels;
     const Range tokens =
         split_range(static_cast<std::size_t>(config_.padded_vocab_size), w, workers_);
     const Range positions = split_range(static_cast<std::size_t>(seq_len), w, workers_);
     float* dwte = gradient_.data() + layout_.offset(ParamTensor::wte);
     float* dwpe = gradient_.data() + layout_.offset(ParamTensor::wpe);
-    for (int src = 0; src < contributors_; ++src) {
-        const Share& share = shares_[static_cast<std::size_t>(src)];
+    for (const Share& share : shares) {
         for (int row = 0; row < share.sequences * seq_len; ++row) {
             const float* d = share.dresidual + static_cast<std::size_t>(row) * C;
             const auto token = static_cast<std::size_t>(share.inputs[row]);
@@ -138,6 +140,30 @@ void LayerwiseReduction::sum_embeddings_share(int w, int seq_len) {
             }
         }
     }
+}
+
+void LayerwiseReduction::pack_embedding_rows(std::span<float> rows,
+                                             std::span<std::int32_t> tokens) const {
+    const auto C = static_cast<std::size_t>(config_.channels);
+    std::size_t at = 0;
+    for (int src = 0; src < contributors_; ++src) {
+        const Share& share = shares_[static_cast<std::size_t>(src)];
+        const std::size_t count = static_cast<std::size_t>(share.rows);
+        if ((at + count) * C > rows.size() || at + count > tokens.size()) {
+            throw std::invalid_argument("pack_embedding_rows: buffers too small");
+        }
+        std::copy(share.dresidual, share.dresidual + count * C, rows.begin() + at * C);
+        std::copy(share.inputs, share.inputs + count, tokens.begin() + at);
+        at += count;
+    }
+}
+
+void LayerwiseReduction::add_embedding_rows(std::span<const float> rows,
+                                            std::span<const std::int32_t> tokens, int seq_len,
+                                            int w) {
+    const Share all{rows.data(), tokens.data(), static_cast<int>(tokens.size()) / seq_len,
+                    static_cast<int>(tokens.size())};
+    sum_embeddings_share(std::span<const Share>(&all, 1), seq_len, w);
 }
 
 // ---- WorkerSink -----------------------------------------------------------------------------
@@ -168,8 +194,9 @@ void LayerwiseReduction::WorkerSink::wait() {
 
 void LayerwiseReduction::WorkerSink::announce(CompletedGradient::Part part, int layer) const {
     if (w_ != 0 || ready_ == nullptr) return;
-    const std::vector<FlatRange>& ranges =
+    const std::vector<Range>& ranges =
         part == CompletedGradient::Part::final_layernorm ? r_.final_layernorm_ranges_
+        : part == CompletedGradient::Part::lm_head       ? r_.lm_head_ranges_
         : part == CompletedGradient::Part::layer ? r_.layer_ranges_[static_cast<std::size_t>(layer)]
                                                  : r_.embedding_ranges_;
     (*ready_)(CompletedGradient{part, layer, ranges});
@@ -196,7 +223,9 @@ void LayerwiseReduction::WorkerSink::head_done() {
         r_.sum_share(r_.head_pieces_, 0, w_);
         wait();  // the windows are free for layer slots only when every share is summed
     }
-    announce(CompletedGradient::Part::final_layernorm, -1);
+    announce(
+        deferring() ? CompletedGradient::Part::lm_head : CompletedGradient::Part::final_layernorm,
+        -1);
 }
 
 LayerView<float> LayerwiseReduction::WorkerSink::layer(int l) {
@@ -220,15 +249,19 @@ void LayerwiseReduction::WorkerSink::layer_done(int l) {
 }
 
 void LayerwiseReduction::WorkerSink::embeddings(const float* dresidual, const TokenBatch& batch) {
-    r_.shares_[static_cast<std::size_t>(w_)] = Share{dresidual, batch.inputs.data(), batch.B};
+    r_.shares_[static_cast<std::size_t>(w_)] =
+        Share{dresidual, batch.inputs.data(), batch.B, batch.B * batch.T};
     {
         const Stopwatch watch(seconds_);
         wait();
     }
     if (r_.config_.num_layers > 0) announce(CompletedGradient::Part::layer, 0);
+    if (deferring()) return;  // the rows stay in the contexts for pack_embedding_rows
     {
         const Stopwatch watch(seconds_);
-        r_.sum_embeddings_share(w_, batch.T);
+        r_.sum_embeddings_share(
+            std::span<const Share>(r_.shares_).first(static_cast<std::size_t>(r_.contributors_)),
+            batch.T, w_);
         wait();  // dresidual and the windows are reused by the next micro-batch
     }
     announce(CompletedGradient::Part::embeddings, -1);

@@ -11,22 +11,19 @@
 #include "core/aligned_buffer.hpp"
 #include "model/model.hpp"
 #include "model/training_context.hpp"
+#include "parallel/thread_pool.hpp"
 #include "parallel/worker_barrier.hpp"
 
 namespace gpt2 {
 
-// [begin, end) of the flat gradient.
-struct FlatRange {
-    std::size_t begin;
-    std::size_t end;
-};
-
 // A part of the rank's gradient that has received every worker's contribution for the step.
+// Without deferred embeddings: final_layernorm, layers L-1..0, embeddings (wte, wpe). With them:
+// lm_head (lnf, and wte, wpe without the last micro-batch's embedding rows), layers L-1..0.
 struct CompletedGradient {
-    enum class Part { final_layernorm, layer, embeddings };
+    enum class Part { final_layernorm, lm_head, layer, embeddings };
     Part part;
-    int layer;                          // for Part::layer
-    std::span<const FlatRange> ranges;  // where it lies in the rank's gradient
+    int layer;                      // for Part::layer
+    std::span<const Range> ranges;  // [begin, end) of the rank's gradient
 };
 using GradientReady = std::function<void(const CompletedGradient&)>;
 
@@ -55,6 +52,19 @@ class LayerwiseReduction {
     // A failing worker calls this so the others stop waiting for it.
     void abort() { barrier_.abort(); }
 
+    // Deferred embeddings: in the micro-batch whose sinks have a `ready` callback, the embeddings'
+    // token rows (each worker's dresidual) are left out of the rank's buffer, so that wte and wpe
+    // are complete right after the LM head and can travel early; the rows travel separately
+    // (pack_embedding_rows, then add_embedding_rows on every rank's rows).
+    void set_deferred_embeddings(bool deferred) { deferred_embeddings_ = deferred; }
+    // The left-out rows in sequence order (worker by worker): (rows, C) and their tokens, where
+    // rows = batch_size * seq_len. Valid until the workers' next forward_backward.
+    void pack_embedding_rows(std::span<float> rows, std::span<std::int32_t> tokens) const;
+    // Adds rows (rows, C) of dresidual with their tokens (consecutive sequences of seq_len) into
+    // dwte and dwpe of the rank's buffer: worker w's share of vocabulary rows and positions.
+    void add_embedding_rows(std::span<const float> rows, std::span<const std::int32_t> tokens,
+                            int seq_len, int w);
+
     // Worker w's sink for one micro-batch. When `ready` is set, worker 0 calls it (on its own
     // thread) as each part of the gradient becomes complete; pass it on the step's last
     // micro-batch. seconds_waiting_and_summing is the time this worker spent at barriers and
@@ -74,6 +84,9 @@ class LayerwiseReduction {
 
       private:
         void wait();
+        [[nodiscard]] bool deferring() const {
+            return ready_ != nullptr && r_.deferred_embeddings_;
+        }
         void announce(CompletedGradient::Part part, int layer) const;
         LayerwiseReduction& r_;
         int w_;
@@ -90,7 +103,8 @@ class LayerwiseReduction {
         std::size_t count;
     };
     void sum_share(std::span<const Piece> pieces, std::size_t window_base, int w);
-    void sum_embeddings_share(int w, int seq_len);
+    struct Share;
+    void sum_embeddings_share(std::span<const Share> shares, int seq_len, int w);
 
     ModelConfig config_;
     ParameterLayout layout_;
@@ -101,14 +115,17 @@ class LayerwiseReduction {
     WorkerBarrier barrier_;
     std::vector<Piece> head_pieces_;
     std::vector<std::vector<Piece>> layer_pieces_;  // [l]
-    std::vector<FlatRange> final_layernorm_ranges_;
-    std::vector<std::vector<FlatRange>> layer_ranges_;  // [l]
-    std::vector<FlatRange> embedding_ranges_;
+    bool deferred_embeddings_ = false;
+    std::vector<Range> final_layernorm_ranges_;
+    std::vector<Range> lm_head_ranges_;
+    std::vector<std::vector<Range>> layer_ranges_;  // [l]
+    std::vector<Range> embedding_ranges_;
     // Set by each worker before the embeddings barrier, read by all after it.
     struct Share {
         const float* dresidual = nullptr;
         const std::int32_t* inputs = nullptr;
         int sequences = 0;
+        int rows = 0;  // sequences * seq_len
     };
     std::vector<Share> shares_;
     std::vector<float*> windows_;  // [w]: null for worker 0 and workers without sequences

@@ -72,6 +72,8 @@ struct TrainOptions {
     std::uint64_t seed = 1337;
     int threads = 0;  // 0: the CPUs in this process's affinity mask
     bool pin_threads = false;
+    // MiB of gradient per allreduce bucket, sent while backward runs (0: one allreduce after it).
+    double bucket_mb = 25.0;
     Precision precision = Precision::fp32;  // of the matrix products
     std::string log_level = "info";
     std::string metrics_file;

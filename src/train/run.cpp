@@ -565,6 +565,12 @@ class MetricsFile {
     bool warned_ = false;
 };
 
+// Floats per allreduce bucket for --bucket-mb (at least one when it is not 0).
+std::size_t bucket_floats(double bucket_mb) {
+    if (bucket_mb <= 0.0) return 0;
+    return std::max<std::size_t>(1, static_cast<std::size_t>(bucket_mb * 1024.0 * 1024.0 / 4.0));
+}
+
 // ---- The run ------------------------------------------------------------------------------
 
 // This rank's replica: the model, its optimizer state and the worker threads with their contexts.
@@ -808,6 +814,14 @@ void TrainingLoop::log_banner() const {
             "{} keeps them all busy",
             B_, W, fewer, B_ / W, B_ / W + 1, W);
     }
+    if (comm_.size() > 1) {
+        if (o_.bucket_mb > 0.0) {
+            spdlog::info("gradient across ranks: buckets of {} MiB, summed while backward runs",
+                         o_.bucket_mb);
+        } else {
+            spdlog::info("gradient across ranks: one allreduce after backward (--bucket-mb 0)");
+        }
+    }
     spdlog::info("data: {} train windows, {} val windows of {} tokens",
                  with_commas(static_cast<double>(corpus_.train_store.num_windows(T_))),
                  with_commas(static_cast<double>(corpus_.val_store.num_windows(T_))), T_);
@@ -870,7 +884,7 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
                              plan_.grad_accum, inputs_, targets_);
     const StepHyper hyper{
         AdamWHyper{learning_rate(schedule_, step), o_.beta1, o_.beta2, o_.eps, o_.weight_decay},
-        o_.grad_clip};
+        o_.grad_clip, bucket_floats(o_.bucket_mb)};
     const StepMetrics m =
         train_step(replica_.model, replica_.optimizer, replica_.workers, comm_,
                    StepBatch{inputs_, targets_, plan_.grad_accum, plan_.global_sequences}, hyper,

@@ -274,6 +274,11 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision) {
                     "worker threads per rank (0: CPUs in the affinity mask)")
         ->check(app::at_least(0));
     run->add_flag("--pin-threads", o.pin_threads, "bind each worker thread to one CPU");
+    run->add_option("--bucket-mb", o.bucket_mb,
+                    "with several ranks: MiB of gradient per allreduce bucket, sent while "
+                    "backward runs (0: one allreduce after backward)")
+        ->check(CLI::Range(0.0, 4096.0).description(""))
+        ->type_name("MIB");
     run->add_option("--precision", precision,
                     "fp32 | bf16: matrix products in bf16 with fp32 accumulation (weights, "
                     "gradients and optimizer stay fp32)")
