@@ -331,7 +331,7 @@ struct BackgroundAllreduce::Impl {
                 completed += finished;
                 idle.notify_all();
             }
-            if (!in_flight.empty()) std::this_thread::sleep_for(std::chrono::microseconds(30));
+            if (!in_flight.empty()) std::this_thread::sleep_for(std::chrono::microseconds(std::getenv("GPT2_POLL_US") ? std::atoi(std::getenv("GPT2_POLL_US")) : 30));
         }
     }
 

@@ -90,7 +90,7 @@ class Communicator {
 // the overlapped, bucketed gradient allreduce. Each enqueued bucket is one MPI_Iallreduce (a
 // bucket of several ranges is packed into a staging buffer and unpacked after); the thread starts
 // buckets in the order they were enqueued (the same on every rank) and drives them with
-// MPI_Testall every few tens of microseconds, sleeping in between, so it takes little CPU from the
+// MPI_Testall every 200 microseconds, sleeping in between, so it takes little CPU from the
 // workers. Between the first enqueue and wait() it is the only caller of MPI: the caller must not
 // use the communicator meanwhile. Needs comm.serialized_threads().
 class BackgroundAllreduce {

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Two simulated hosts (scripts/multihost_rig.sh, TCP over tc-limited links) x 1 worker each, on a
+# model whose gradient allreduce is comparable to its compute (L6 C384, GPT-2 vocabulary, B=8 per
+# rank, T=256): step time of the compute alone (1 rank), of one blocking allreduce after backward
+# (--bucket-mb 0) and of the overlapped buckets (--bucket-mb 25), at each link rate; and how much
+# of the blocking allreduce's time the overlap hid. Needs root (network namespaces).
+#   scripts/bench_multihost.sh [--rates "1gbit 10gbit"] [--steps 3]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rates="1gbit 10gbit"
+steps=3
+while (($#)); do
+  case "$1" in
+    --rates) rates=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    *) echo "usage: $0 [--rates \"1gbit 10gbit\"] [--steps N]" >&2; exit 2 ;;
+  esac
+done
+[[ -x build/train_gpt2 ]] || { echo "build/train_gpt2 missing: run scripts/setup.sh" >&2; exit 1; }
+[[ -s data/gpt2/encoder.json ]] || { echo "data/gpt2 (GPT-2 tokenizer) missing: run scripts/setup.sh" >&2; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+model=(--n-layer 6 --n-head 6 --n-embd 384 --tokenizer gpt2 --seq-len 256 --batch-size 8 --threads 1
+       --benchmark "$steps" --data data/tinyshakespeare.txt)
+ms() { sed -n 's/^benchmark: median \([0-9.]*\) ms\/step.*/\1/p'; }
+rig=bm$$
+trap 'scripts/multihost_rig.sh down $rig' EXIT
+
+compute=$(build/train_gpt2 "${model[@]}" 2>&1 | ms)
+echo "L6 C384 V50257 B=8 T=256 per rank, 1 worker per host, $(nproc) cores shared by the simulated hosts,"
+echo "$(lscpu | sed -n 's/Model name: *//p'); gradient $(awk 'BEGIN{printf "%.0f", 30.3e6*4/2^20}') MiB"
+printf '%-8s %-34s %10s %16s\n' "link" "configuration" "ms/step" "comm exposed ms"
+printf '%-8s %-34s %10.0f %16s\n' "-" "compute only (1 rank)" "$compute" "-"
+for rate in $rates; do
+  scripts/multihost_rig.sh up $rig 2 "$rate" >/dev/null
+  blocking=$(scripts/multihost_rig.sh mpirun $rig -np 2 build/train_gpt2 "${model[@]}" --bucket-mb 0 2>&1 | ms)
+  overlapped=$(scripts/multihost_rig.sh mpirun $rig -np 2 build/train_gpt2 "${model[@]}" --bucket-mb 25 2>&1 | ms)
+  scripts/multihost_rig.sh down $rig
+  exposed_b=$(awk -v a="$blocking" -v c="$compute" 'BEGIN{print a-c}')
+  exposed_o=$(awk -v a="$overlapped" -v c="$compute" 'BEGIN{print a-c}')
+  printf '%-8s %-34s %10.0f %16.0f\n' "$rate" "2 hosts, one allreduce" "$blocking" "$exposed_b"
+  printf '%-8s %-34s %10.0f %16.0f\n' "$rate" "2 hosts, overlapped 25 MiB buckets" "$overlapped" "$exposed_o"
+  awk -v b="$exposed_b" -v o="$exposed_o" -v r="$rate" \
+    'BEGIN{if (b > 0) printf "%-8s overlap hid %.0f%% of the blocking allreduce time\n", r, 100*(1-o/b)}'
+done

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs a training job again after a failure (a rank or a host dying, a node rebooting), up to N
+# restarts, each resuming from the newest checkpoint: the command must pass --resume auto to
+# train_gpt2. Every restart is logged with the exit code and the job's last error line.
+#   scripts/train_resilient.sh [--max-restarts 3] [--log FILE] -- mpirun ... build/train_gpt2 ... --resume auto
+# Exit: 0 when a run finished; otherwise the last run's exit code.
+set -uo pipefail
+max_restarts=3
+log=""
+while (($#)); do
+  case "$1" in
+    --max-restarts) max_restarts=$2; shift 2 ;;
+    --log) log=$2; shift 2 ;;
+    --) shift; break ;;
+    *) echo "usage: $0 [--max-restarts N] [--log FILE] -- COMMAND..." >&2; exit 2 ;;
+  esac
+done
+(($#)) || { echo "usage: $0 [--max-restarts N] [--log FILE] -- COMMAND..." >&2; exit 2; }
+[[ $max_restarts =~ ^[0-9]+$ ]] || { echo "train_resilient: --max-restarts must be a number" >&2; exit 2; }
+if [[ " $* " != *" --resume auto "* ]]; then
+  echo "train_resilient: the command must pass --resume auto, or a restart would start over" >&2
+  exit 2
+fi
+say() { echo "[train_resilient] $*" >&2; [[ -z $log ]] || echo "$(date -u +%FT%TZ) $*" >>"$log"; }
+
+output=$(mktemp)
+trap 'rm -f "$output"' EXIT
+for ((attempt = 0; ; attempt++)); do
+  "$@" 2>&1 | tee "$output"
+  code=${PIPESTATUS[0]}
+  if ((code == 0)); then
+    ((attempt == 0)) || say "finished after $attempt restart(s)"
+    exit 0
+  fi
+  reason=$(grep -m1 -iE 'error: |was unable|killed|terminated|exited on signal|aborted' "$output")
+  if ((attempt >= max_restarts)); then
+    say "giving up after $attempt restart(s): exit code $code${reason:+: $reason}"
+    exit "$code"
+  fi
+  say "restart $((attempt + 1))/$max_restarts after exit code $code${reason:+: $reason}"
+  sleep 1
+done

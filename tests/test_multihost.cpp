@@ -1,0 +1,170 @@
+// Training across simulated hosts (scripts/multihost_rig.sh: network namespaces joined by
+// rate-limited veth links, ranks talking TCP only): two hosts train as one, and a host that dies
+// ends the job, which scripts/train_resilient.sh resumes to the end. Needs root and network
+// namespaces; skipped with the reason otherwise.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "process_support.hpp"
+#include "test_support.hpp"
+#include "train/checkpoint.hpp"
+
+namespace gpt2 {
+namespace {
+
+using test::run_command;
+using test::ScratchDir;
+
+const std::string kScripts = std::string(GPT2_SOURCE_DIR) + "/scripts/";
+const std::string kModelFlags =
+    " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --lr 1e-3 --warmup-steps 2 --eps 1e-5"
+    " --val-every 0 --sample-every 0 --seed 5 --val-batches 2";
+
+// A rig of `hosts` namespaces for one test, removed by the destructor.
+class Rig {
+  public:
+    Rig(int hosts, const std::string& rate) : name_("mh" + std::to_string(::getpid() % 100000)) {
+        const auto up = run_command(kScripts + "multihost_rig.sh up " + name_ + " " +
+                                    std::to_string(hosts) + " " + rate);
+        status_ = up.exit_code;
+        output_ = up.output;
+    }
+    ~Rig() { (void)run_command(kScripts + "multihost_rig.sh down " + name_); }
+    Rig(const Rig&) = delete;
+    Rig& operator=(const Rig&) = delete;
+    [[nodiscard]] int status() const { return status_; }
+    [[nodiscard]] const std::string& output() const { return output_; }
+    [[nodiscard]] std::string mpirun(int ranks) const {
+        return kScripts + "multihost_rig.sh mpirun " + name_ + " -np " + std::to_string(ranks) +
+               " ";
+    }
+    [[nodiscard]] const std::string& name() const { return name_; }
+
+  private:
+    std::string name_;
+    int status_ = 1;
+    std::string output_;
+};
+
+#define REQUIRE_RIG(rig)                                                                    \
+    if ((rig).status() == 77) GTEST_SKIP() << (rig).output();                               \
+    ASSERT_EQ((rig).status(), 0) << (rig).output()
+
+std::vector<double> train_losses(const std::string& metrics) {
+    std::vector<double> losses;
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+        const auto record = nlohmann::json::parse(line);
+        if (record["type"] == "train") losses.push_back(record["loss"].get<double>());
+    }
+    return losses;
+}
+
+TEST(Multihost, TwoHostsOverTcpTrainAsOneHost) {
+    const Rig rig(2, "1gbit");
+    REQUIRE_RIG(rig);
+    const ScratchDir dir("gpt2-multihost");
+    test::write_corpus(dir.path() / "corpus.txt", 60000);
+    const std::string common = kModelFlags + " --data " + (dir / "corpus.txt") +
+                               " --max-steps 10 --checkpoint-every 0";
+    const auto one = run_command(test::build_path("train_gpt2") + common +
+                                 " --threads 2 --batch-size 8 --out-dir " + (dir / "one") +
+                                 " --metrics-file " + (dir / "one.jsonl"));
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    for (const std::string bucket_mb : {"0", "0.004"}) {
+        const std::string name = "hosts_" + bucket_mb;
+        const auto two = run_command(rig.mpirun(2) + test::build_path("train_gpt2") + common +
+                                     " --threads 1 --batch-size 4 --bucket-mb " + bucket_mb +
+                                     " --out-dir " + (dir / name) + " --metrics-file " +
+                                     (dir / (name + ".jsonl")));
+        ASSERT_EQ(two.exit_code, 0) << two.output;
+        EXPECT_NE(two.output.find("ranks x workers 2 x 1"), std::string::npos) << two.output;
+        const std::vector<double> expected = train_losses(dir / "one.jsonl");
+        const std::vector<double> actual = train_losses(dir / (name + ".jsonl"));
+        ASSERT_EQ(expected.size(), 10u);
+        ASSERT_EQ(actual.size(), expected.size()) << name;
+        for (std::size_t s = 0; s < expected.size(); ++s)
+            EXPECT_NEAR(actual[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
+        const LoadedModel a = load_checkpoint(dir / "one/model_000010.bin");
+        const LoadedModel b = load_checkpoint(dir / (name + "/model_000010.bin"));
+        EXPECT_TRUE(test::same_training(a.model.config, b.model.params.span(),
+                                        a.model.params.span(), 1e-5, 1e-2))
+            << name;
+    }
+}
+
+// Host 2 is killed (every process in it) while the job trains: the job ends (mpirun notices the
+// lost daemon), train_resilient.sh logs the restart and resumes from the last checkpoint, and the
+// run reaches its last step with the same final model as an uninterrupted run.
+TEST(Multihost, AKilledHostEndsTheJobAndTheResilientScriptFinishesIt) {
+    const Rig rig(2, "1gbit");
+    REQUIRE_RIG(rig);
+    const ScratchDir dir("gpt2-multihost-kill");
+    test::write_corpus(dir.path() / "corpus.txt", 60000);
+    const std::string train = test::build_path("train_gpt2") + kModelFlags + " --data " +
+                              (dir / "corpus.txt") +
+                              " --max-steps 3000 --checkpoint-every 200 --keep-checkpoints 0 "
+                              "--threads 1 --batch-size 4 --resume auto --out-dir ";
+    const std::string script =
+        kScripts + "train_resilient.sh --max-restarts 2 --log " + (dir / "restarts.log") + " -- " +
+        rig.mpirun(2) + train + (dir / "out") + " > " + (dir / "job.txt") + " 2>&1 & job=$!; " +
+        // wait (at most 120 s) for training to be under way, kill host 2, wait for the job
+        "for i in $(seq 1200); do grep -q 'step 250/3000 | loss' " + (dir / "job.txt") +
+        " && break; sleep 0.1; done; " + kScripts + "multihost_rig.sh kill-host " + rig.name() +
+        " 2; echo killed; timeout 240 tail --pid=$job -f /dev/null; wait $job; echo job exit $?";
+    {
+        std::ofstream file(dir / "kill.sh");
+        file << script << "\n";
+    }
+    const auto result = run_command("bash " + (dir / "kill.sh"));
+    std::ifstream job_file(dir / "job.txt");
+    const std::string job((std::istreambuf_iterator<char>(job_file)), {});
+    EXPECT_NE(result.output.find("killed"), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("job exit 0"), std::string::npos) << result.output << job;
+    EXPECT_NE(job.find("[train_resilient] restart 1/2 after exit code"), std::string::npos) << job;
+    EXPECT_NE(job.find("resuming from"), std::string::npos) << job;
+    EXPECT_NE(job.find("[train_resilient] finished after 1 restart(s)"), std::string::npos) << job;
+    std::ifstream log_file(dir / "restarts.log");
+    const std::string log((std::istreambuf_iterator<char>(log_file)), {});
+    EXPECT_NE(log.find("restart 1/2 after exit code"), std::string::npos) << log;
+
+    const auto whole = run_command(test::build_path("train_gpt2") + kModelFlags + " --data " +
+                                   (dir / "corpus.txt") +
+                                   " --max-steps 3000 --checkpoint-every 0 --threads 2 "
+                                   "--batch-size 8 --out-dir " +
+                                   (dir / "whole"));
+    ASSERT_EQ(whole.exit_code, 0) << whole.output;
+    const LoadedModel expected = load_checkpoint(dir / "whole/model_003000.bin");
+    const LoadedModel resumed = load_checkpoint(dir / "out/model_003000.bin");
+    EXPECT_TRUE(test::same_training(expected.model.config, resumed.model.params.span(),
+                                    expected.model.params.span(), 1e-4, 1e-2));
+}
+
+// The restart loop itself: a command without --resume auto is refused (a restart would start over);
+// a failing one is restarted N times with its exit code and error line, then its code is returned.
+TEST(ResilientScript, RefusesWithoutResumeAutoAndGivesUpAfterTheRestarts) {
+    const auto refused = run_command(kScripts + "train_resilient.sh -- true");
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_NE(refused.output.find("must pass --resume auto"), std::string::npos) << refused.output;
+
+    const auto failing = run_command(kScripts +
+                                     "train_resilient.sh --max-restarts 2 -- sh -c "
+                                     "'echo error: rank 1 lost; exit 3' x --resume auto");
+    EXPECT_EQ(failing.exit_code, 3) << failing.output;
+    EXPECT_NE(failing.output.find("restart 1/2 after exit code 3: error: rank 1 lost"),
+              std::string::npos)
+        << failing.output;
+    EXPECT_NE(failing.output.find("restart 2/2"), std::string::npos) << failing.output;
+    EXPECT_NE(failing.output.find("giving up after 2 restart(s): exit code 3"), std::string::npos)
+        << failing.output;
+
+    const auto fine = run_command(kScripts + "train_resilient.sh -- sh -c 'echo ok' x --resume auto");
+    EXPECT_EQ(fine.exit_code, 0) << fine.output;
+    EXPECT_EQ(fine.output.find("restart"), std::string::npos) << fine.output;
+}
+
+}  // namespace
+}  // namespace gpt2
