@@ -136,6 +136,58 @@ TEST(MpiTraining, BucketedOverlappedAllreduceTrainsAsOneAllreduce) {
     }
 }
 
+// Elastic resume: a run checkpointed with 1 rank x batch 8 continues on 2 ranks x batch 2 with
+// grad accum 2 derived (the same 8 sequences per step) and matches the uninterrupted run; 3 ranks
+// x batch 2 cannot make 8 and is refused with the arithmetic.
+TEST(MpiTraining, ResumingOnOtherRanksKeepsTheGlobalBatchOrSaysWhyNot) {
+    const ScratchDir dir("gpt2-mpi-elastic");
+    test::write_corpus(dir.path() / "corpus.txt", 60000);
+    const std::string common = test::build_path("train_gpt2") + kModelFlags + " --data " +
+                               (dir / "corpus.txt") + " --lr-decay-steps 20 --checkpoint-every 10";
+    const auto whole = run_command(mpiexec(1) + common + " --threads 2 --batch-size 8 " +
+                                   "--max-steps 20 --out-dir " + (dir / "whole") +
+                                   " --metrics-file " + (dir / "whole.jsonl"));
+    ASSERT_EQ(whole.exit_code, 0) << whole.output;
+    const auto first = run_command(mpiexec(1) + common + " --threads 2 --batch-size 8 " +
+                                   "--max-steps 10 --out-dir " + (dir / "elastic") +
+                                   " --metrics-file " + (dir / "elastic.jsonl"));
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+
+    const auto refused = run_command(mpiexec(3) + common + " --threads 1 --batch-size 2 " +
+                                     "--max-steps 20 --resume auto --out-dir " + (dir / "elastic"));
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_NE(refused.output.find("the checkpoint's global batch is 8 sequences per step, which 3 "
+                                  "ranks x --batch-size 2 = 6 per micro-step does not divide"),
+              std::string::npos)
+        << refused.output;
+
+    const auto resumed = run_command(mpiexec(2) + common + " --threads 1 --batch-size 2 " +
+                                     "--max-steps 20 --resume auto --out-dir " + (dir / "elastic") +
+                                     " --metrics-file " + (dir / "elastic.jsonl"));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("elastic resume: 2 ranks x batch 2 x grad accum 2 keeps the "
+                                  "checkpoint's 8 sequences per step"),
+              std::string::npos)
+        << resumed.output;
+    std::vector<double> expected, actual;
+    for (const auto& [file, losses] :
+         {std::pair{dir / "whole.jsonl", &expected}, std::pair{dir / "elastic.jsonl", &actual}}) {
+        std::ifstream metrics(file);
+        for (std::string line; std::getline(metrics, line);) {
+            const auto record = nlohmann::json::parse(line);
+            if (record["type"] == "train") losses->push_back(record["loss"].get<double>());
+        }
+    }
+    ASSERT_EQ(expected.size(), 20u);
+    ASSERT_EQ(actual.size(), 20u);
+    for (std::size_t s = 0; s < 20; ++s)
+        EXPECT_NEAR(actual[s], expected[s], 1e-5 * expected[s]) << "step " << s + 1;
+    const LoadedModel a = load_checkpoint(dir / "whole/model_000020.bin");
+    const LoadedModel b = load_checkpoint(dir / "elastic/model_000020.bin");
+    EXPECT_TRUE(test::same_training(a.model.config, b.model.params.span(), a.model.params.span(),
+                                    1e-5, 1e-2));
+}
+
 // Every rank logs checksums of what it holds (--log-level debug); rank 1 is given a corpus path
 // that does not exist, so it can only have its tokens from rank 0's broadcast.
 TEST(MpiTraining, RanksReceiveTokenizerAndTokensFromRankZero) {

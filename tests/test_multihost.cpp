@@ -49,8 +49,8 @@ class Rig {
     std::string output_;
 };
 
-#define REQUIRE_RIG(rig)                                                                    \
-    if ((rig).status() == 77) GTEST_SKIP() << (rig).output();                               \
+#define REQUIRE_RIG(rig)                                      \
+    if ((rig).status() == 77) GTEST_SKIP() << (rig).output(); \
     ASSERT_EQ((rig).status(), 0) << (rig).output()
 
 std::vector<double> train_losses(const std::string& metrics) {
@@ -68,18 +68,18 @@ TEST(Multihost, TwoHostsOverTcpTrainAsOneHost) {
     REQUIRE_RIG(rig);
     const ScratchDir dir("gpt2-multihost");
     test::write_corpus(dir.path() / "corpus.txt", 60000);
-    const std::string common = kModelFlags + " --data " + (dir / "corpus.txt") +
-                               " --max-steps 10 --checkpoint-every 0";
+    const std::string common =
+        kModelFlags + " --data " + (dir / "corpus.txt") + " --max-steps 10 --checkpoint-every 0";
     const auto one = run_command(test::build_path("train_gpt2") + common +
                                  " --threads 2 --batch-size 8 --out-dir " + (dir / "one") +
                                  " --metrics-file " + (dir / "one.jsonl"));
     ASSERT_EQ(one.exit_code, 0) << one.output;
     for (const std::string bucket_mb : {"0", "0.004"}) {
         const std::string name = "hosts_" + bucket_mb;
-        const auto two = run_command(rig.mpirun(2) + test::build_path("train_gpt2") + common +
-                                     " --threads 1 --batch-size 4 --bucket-mb " + bucket_mb +
-                                     " --out-dir " + (dir / name) + " --metrics-file " +
-                                     (dir / (name + ".jsonl")));
+        const auto two =
+            run_command(rig.mpirun(2) + test::build_path("train_gpt2") + common +
+                        " --threads 1 --batch-size 4 --bucket-mb " + bucket_mb + " --out-dir " +
+                        (dir / name) + " --metrics-file " + (dir / (name + ".jsonl")));
         ASSERT_EQ(two.exit_code, 0) << two.output;
         EXPECT_NE(two.output.find("ranks x workers 2 x 1"), std::string::npos) << two.output;
         const std::vector<double> expected = train_losses(dir / "one.jsonl");
@@ -161,7 +161,8 @@ TEST(ResilientScript, RefusesWithoutResumeAutoAndGivesUpAfterTheRestarts) {
     EXPECT_NE(failing.output.find("giving up after 2 restart(s): exit code 3"), std::string::npos)
         << failing.output;
 
-    const auto fine = run_command(kScripts + "train_resilient.sh -- sh -c 'echo ok' x --resume auto");
+    const auto fine =
+        run_command(kScripts + "train_resilient.sh -- sh -c 'echo ok' x --resume auto");
     EXPECT_EQ(fine.exit_code, 0) << fine.output;
     EXPECT_EQ(fine.output.find("restart"), std::string::npos) << fine.output;
 }

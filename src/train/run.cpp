@@ -635,8 +635,9 @@ RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoi
     std::int32_t resuming = comm.is_root() && !start.state_file.empty() ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&resuming, 1));
     plan.resumed = resuming != 0;
-    // first step, AdamW step, schedule length
-    std::array<std::int64_t, 3> header{0, 0, o.lr_decay_steps > 0 ? o.lr_decay_steps : o.max_steps};
+    // first step, AdamW step, schedule length, micro-steps per step
+    std::array<std::int64_t, 4> header{0, 0, o.lr_decay_steps > 0 ? o.lr_decay_steps : o.max_steps,
+                                       plan.grad_accum};
     if (comm.is_root()) {
         std::random_device entropy;
         plan.run_id = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy() ^ 1;
@@ -645,12 +646,36 @@ RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoi
         if (comm.is_root()) {
             const ResumeState resume =
                 load_resume_state(start.state_file, replica.model.config, replica.optimizer);
-            if (resume.sequences_per_step != plan.global_sequences || resume.seq_len != o.seq_len) {
+            // Elastic resume: another number of ranks (or --batch-size) keeps the checkpoint's
+            // global batch through the number of micro-steps, unless the user fixed that.
+            const std::int64_t per_micro_step =
+                static_cast<std::int64_t>(o.batch_size) * comm.size();
+            const bool accum_is_free = o.grad_accum == 0 && o.total_batch_tokens == 0;
+            if (accum_is_free && resume.seq_len == o.seq_len &&
+                resume.sequences_per_step != plan.global_sequences) {
+                if (resume.sequences_per_step % per_micro_step != 0) {
+                    throw UsageError(
+                        "--resume " + start.state_file.string() + ": the checkpoint's global " +
+                        "batch is " + std::to_string(resume.sequences_per_step) +
+                        " sequences per step, which " + std::to_string(comm.size()) +
+                        " ranks x --batch-size " + std::to_string(o.batch_size) + " = " +
+                        std::to_string(per_micro_step) +
+                        " per micro-step does not divide; choose ranks x --batch-size dividing " +
+                        std::to_string(resume.sequences_per_step));
+                }
+                header[3] = resume.sequences_per_step / per_micro_step;
+                spdlog::info(
+                    "elastic resume: {} ranks x batch {} x grad accum {} keeps the checkpoint's "
+                    "{} sequences per step",
+                    comm.size(), o.batch_size, header[3], resume.sequences_per_step);
+            }
+            const std::int64_t global = per_micro_step * header[3];
+            if (resume.sequences_per_step != global || resume.seq_len != o.seq_len) {
                 throw UsageError(
                     "--resume " + start.state_file.string() + ": the checkpoint used " +
                     std::to_string(resume.sequences_per_step) + " sequences of " +
                     std::to_string(resume.seq_len) + " tokens per step; this run uses " +
-                    std::to_string(plan.global_sequences) + " of " + std::to_string(o.seq_len) +
+                    std::to_string(global) + " of " + std::to_string(o.seq_len) +
                     " (keep the global batch to resume)");
             }
             if (resume.lr_decay_steps > 0 && !o.was_given("lr-decay-steps")) {
@@ -675,6 +700,8 @@ RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoi
     plan.first_step = header[0];
     replica.optimizer.step = header[1];
     plan.decay_steps = header[2];
+    plan.grad_accum = static_cast<int>(header[3]);
+    plan.global_sequences = static_cast<std::int64_t>(o.batch_size) * comm.size() * plan.grad_accum;
     return plan;
 }
 
