@@ -188,6 +188,60 @@ TEST(MpiTraining, ResumingOnOtherRanksKeepsTheGlobalBatchOrSaysWhyNot) {
                                     1e-5, 1e-2));
 }
 
+// ZeRO-1 trains as plain data parallelism (2 ranks x 2 workers, 3 ranks x 1), with each rank's
+// moments a shard; its checkpoints hold the whole moments, so a ZeRO run checkpointed on 3 ranks
+// resumes on 2 (re-sharded, grad accum derived) and still matches the plain run.
+TEST(MpiTraining, ZeroOneTrainsAsPlainAndItsCheckpointsMoveBetweenRankCounts) {
+    const ScratchDir dir("gpt2-mpi-zero");
+    test::write_corpus(dir.path() / "corpus.txt", 60000);
+    const std::string common = test::build_path("train_gpt2") + kModelFlags + " --data " +
+                               (dir / "corpus.txt") + " --lr-decay-steps 20 --checkpoint-every 10";
+    const auto run = [&](int ranks, int threads, int batch, const std::string& extra,
+                         const std::string& name) {
+        const auto result =
+            run_command(mpiexec(ranks) + common + " --threads " + std::to_string(threads) +
+                        " --batch-size " + std::to_string(batch) + " " + extra + " --out-dir " +
+                        (dir / name) + " --metrics-file " + (dir / (name + ".jsonl")));
+        EXPECT_EQ(result.exit_code, 0) << result.output;
+        return result.output;
+    };
+    (void)run(2, 2, 6, "--max-steps 20", "plain");
+    const std::string zero2 = run(2, 2, 6, "--max-steps 20 --zero 1", "zero2");
+    EXPECT_NE(zero2.find("AdamW moments (ZeRO-1: this rank's shard of 2)"), std::string::npos)
+        << zero2;
+    (void)run(3, 1, 4, "--max-steps 10 --zero 1", "moved");
+    const std::string moved = run(2, 1, 3, "--max-steps 20 --zero 1 --resume auto", "moved");
+    EXPECT_NE(moved.find("grad accum 2 keeps the checkpoint's 12 sequences"), std::string::npos)
+        << moved;
+
+    const auto losses = [&](const std::string& name) {
+        std::vector<double> out;
+        std::ifstream metrics(dir / (name + ".jsonl"));
+        for (std::string line; std::getline(metrics, line);) {
+            const auto record = nlohmann::json::parse(line);
+            if (record["type"] == "train") out.push_back(record["loss"].get<double>());
+        }
+        return out;
+    };
+    const std::vector<double> expected = losses("plain");
+    ASSERT_EQ(expected.size(), 20u);
+    const LoadedModel reference = load_checkpoint(dir / "plain/model_000020.bin");
+    for (const std::string name : {"zero2", "moved"}) {
+        const std::vector<double> actual = losses(name);
+        ASSERT_EQ(actual.size(), expected.size()) << name;
+        for (std::size_t s = 0; s < expected.size(); ++s)
+            EXPECT_NEAR(actual[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
+        const LoadedModel other = load_checkpoint(dir / (name + "/model_000020.bin"));
+        EXPECT_TRUE(test::same_training(reference.model.config, other.model.params.span(),
+                                        reference.model.params.span(), 1e-5, 1e-2))
+            << name;
+    }
+    const auto refused = run_command(mpiexec(1) + common + " --zero 1 --bucket-mb 25");
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_NE(refused.output.find("--bucket-mb does not apply"), std::string::npos)
+        << refused.output;
+}
+
 // Every rank logs checksums of what it holds (--log-level debug); rank 1 is given a corpus path
 // that does not exist, so it can only have its tokens from rank 0's broadcast.
 TEST(MpiTraining, RanksReceiveTokenizerAndTokensFromRankZero) {

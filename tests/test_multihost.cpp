@@ -63,7 +63,7 @@ std::vector<double> train_losses(const std::string& metrics) {
     return losses;
 }
 
-TEST(Multihost, TwoHostsOverTcpTrainAsOneHost) {
+TEST(Multihost, TwoHostsOverTcpTrainAsOneHostWithBucketsAndWithZeroOne) {
     const Rig rig(2, "1gbit");
     REQUIRE_RIG(rig);
     const ScratchDir dir("gpt2-multihost");

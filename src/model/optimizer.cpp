@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <stdexcept>
 
 namespace gpt2 {
 
@@ -68,6 +69,9 @@ void adamw_update_range(const ParameterLayout& layout, std::span<float> params,
         1.0f / (1.0f - static_cast<float>(std::pow(static_cast<double>(h.beta1), t)));
     const float inv_sqrt_bias2 =
         1.0f / std::sqrt(1.0f - static_cast<float>(std::pow(static_cast<double>(h.beta2), t)));
+    if (begin < state.first || end > state.first + state.m.size()) {
+        throw std::invalid_argument("adamw_update_range: elements outside the optimizer's range");
+    }
     for (int i = 0; i < kNumParamTensors; ++i) {
         const auto tensor = static_cast<ParamTensor>(i);
         const std::size_t lo = std::max(begin, layout.offset(tensor));
@@ -76,8 +80,9 @@ void adamw_update_range(const ParameterLayout& layout, std::span<float> params,
         const float wd = ParameterLayout::decays(tensor) ? h.weight_decay : 0.0f;
         const auto kernel = params_bf16.empty() ? adamw_kernel<false> : adamw_kernel<true>;
         kernel(params.data() + lo, params_bf16.empty() ? nullptr : params_bf16.data() + lo,
-               grads.data() + lo, state.m.data() + lo, state.v.data() + lo, hi - lo, h.lr, h.beta1,
-               h.beta2, h.eps, 1.0f - h.lr * wd, inv_bias1, inv_sqrt_bias2, grad_scale);
+               grads.data() + lo, state.m.data() + (lo - state.first),
+               state.v.data() + (lo - state.first), hi - lo, h.lr, h.beta1, h.beta2, h.eps,
+               1.0f - h.lr * wd, inv_bias1, inv_sqrt_bias2, grad_scale);
     }
 }
 

@@ -19,13 +19,16 @@ struct AdamWHyper {
     float weight_decay = 0.0f;
 };
 
-// The moments, in the flat parameter layout, and the number of updates made so far.
+// The moments of the parameters [first, first + count) of the flat layout (all of them, or one
+// rank's shard under ZeRO-1), and the number of updates made so far.
 struct AdamWState {
     AlignedBuffer<float> m;
     AlignedBuffer<float> v;
     std::int64_t step = 0;
+    std::size_t first = 0;
 
-    explicit AdamWState(std::size_t num_params) : m(num_params), v(num_params) {}
+    explicit AdamWState(std::size_t count, std::size_t first_param = 0)
+        : m(count), v(count), first(first_param) {}
 };
 
 // Sum of squares, accumulated in double.
@@ -35,10 +38,10 @@ struct AdamWState {
 // rule: max_norm / (norm + 1e-6) when that is below 1). max_norm <= 0 disables clipping.
 [[nodiscard]] float clip_scale(double norm, float max_norm);
 
-// One AdamW update of the elements [begin, end): the gradient is multiplied by grad_scale, and
-// zeroed once consumed so the buffer is ready for the next step's accumulation. `t` is the
-// 1-based step number used for bias correction. A non-empty `params_bf16` (bf16 training)
-// receives the rounded updated parameters in the same pass.
+// One AdamW update of the elements [begin, end) (inside the state's range): the gradient is
+// multiplied by grad_scale, and zeroed once consumed so the buffer is ready for the next step's
+// accumulation. `t` is the 1-based step number used for bias correction. A non-empty `params_bf16`
+// (bf16 training) receives the rounded updated parameters in the same pass.
 void adamw_update_range(const ParameterLayout& layout, std::span<float> params,
                         std::span<float> grads, AdamWState& state, std::size_t begin,
                         std::size_t end, const AdamWHyper& hyper, std::int64_t t, float grad_scale,

@@ -49,6 +49,16 @@ class Communicator {
     void broadcast_vector(std::vector<std::uint8_t>& data, int root = 0) const;
     // In-place elementwise sum across ranks.
     void allreduce_sum(std::span<float> data) const;
+    // ZeRO-1: `shards` (one per rank, in order, covering `data`) say which part each rank owns.
+    // Sums `data` across ranks into this rank's shard (the rest of `data` is left undefined).
+    void reduce_scatter_sum(std::span<float> data, std::span<const Range> shards) const;
+    // Every rank's shard of `data` to every rank, in place.
+    void allgather_shards(std::span<float> data, std::span<const Range> shards) const;
+    // Rank 0's `full` (ignored elsewhere) to each rank's `mine` (its shard's size), and back.
+    void scatter_shards(std::span<const float> full, std::span<float> mine,
+                        std::span<const Range> shards) const;
+    void gather_shards(std::span<const float> mine, std::span<float> full,
+                       std::span<const Range> shards) const;
     // Every rank's `mine` (the same size on all), concatenated in rank order into `all`.
     void allgather(std::span<const float> mine, std::span<float> all) const;
     void allgather(std::span<const std::int32_t> mine, std::span<std::int32_t> all) const;

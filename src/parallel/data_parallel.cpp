@@ -202,26 +202,44 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     std::span<float> grad = workers.gradient();
     if (inject_nan) grad[0] = std::numeric_limits<float>::quiet_NaN();
 
-    if (!overlap) comm.allreduce_sum(grad);
+    // The elements this rank updates: all of them, or its ZeRO-1 shard.
+    const bool zero = !hyper.zero_shards.empty() && comm.size() > 1;
+    const Range owned =
+        zero ? hyper.zero_shards[static_cast<std::size_t>(comm.rank())] : Range{0, P};
+    if (zero) {
+        comm.reduce_scatter_sum(grad, hyper.zero_shards);
+    } else if (!overlap) {
+        comm.allreduce_sum(grad);
+    }
     const double global_tokens = static_cast<double>(batch.global_sequences) * T;
     metrics.loss = comm.allreduce_sum(loss_sum) / global_tokens;
+    // Squares of the owned part; under ZeRO the rest (this rank's partial sums) is cleared for
+    // the next step's accumulation.
     workers.pool().run([&](int w) {
-        const Range r = split_range(P, w, W);
+        const Range r = split_range(owned.end - owned.begin, w, W);
         sums[static_cast<std::size_t>(w)].value =
-            sum_of_squares(grad.subspan(r.begin, r.end - r.begin));
+            sum_of_squares(grad.subspan(owned.begin + r.begin, r.end - r.begin));
+        if (zero) {
+            for (const Range other : {Range{0, owned.begin}, Range{owned.end, P}}) {
+                const Range z = split_range(other.end - other.begin, w, W);
+                std::fill(grad.begin() + static_cast<std::ptrdiff_t>(other.begin + z.begin),
+                          grad.begin() + static_cast<std::ptrdiff_t>(other.begin + z.end), 0.0f);
+            }
+        }
     });
     double norm_sq = 0.0;
     for (const WorkerPartial& s : sums)
         norm_sq += s.value;
+    if (zero) norm_sq = comm.allreduce_sum(norm_sq);
     metrics.grad_norm = std::sqrt(norm_sq);
     metrics.timings.allreduce = lap(clock) + pass.seconds_after_backward;
 
     if (!std::isfinite(metrics.loss) || !std::isfinite(metrics.grad_norm)) {
         metrics.skipped = true;
         workers.pool().run([&](int w) {
-            const Range r = split_range(P, w, W);
-            std::fill(grad.begin() + static_cast<std::ptrdiff_t>(r.begin),
-                      grad.begin() + static_cast<std::ptrdiff_t>(r.end), 0.0f);
+            const Range r = split_range(owned.end - owned.begin, w, W);
+            std::fill(grad.begin() + static_cast<std::ptrdiff_t>(owned.begin + r.begin),
+                      grad.begin() + static_cast<std::ptrdiff_t>(owned.begin + r.end), 0.0f);
         });
         return metrics;
     }
@@ -230,10 +248,23 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     std::span<float> params = model.params.span();
     const std::span<Bf16> params_bf16 = model.params_bf16.span();  // empty in fp32
     workers.pool().run([&](int w) {
-        const Range r = split_range(P, w, W);
-        adamw_update_range(model.layout, params, grad, optimizer, r.begin, r.end, hyper.adamw, t,
-                           scale, params_bf16);
+        const Range r = split_range(owned.end - owned.begin, w, W);
+        adamw_update_range(model.layout, params, grad, optimizer, owned.begin + r.begin,
+                           owned.begin + r.end, hyper.adamw, t, scale, params_bf16);
     });
+    if (zero) {
+        // Every rank's updated shard to every rank; then the bf16 copy of the others' shards.
+        comm.allgather_shards(params, hyper.zero_shards);
+        if (!params_bf16.empty()) {
+            workers.pool().run([&](int w) {
+                for (const Range other : {Range{0, owned.begin}, Range{owned.end, P}}) {
+                    const Range z = split_range(other.end - other.begin, w, W);
+                    convert_to_bf16(params_bf16.data() + other.begin + z.begin,
+                                    params.data() + other.begin + z.begin, z.end - z.begin);
+                }
+            });
+        }
+    }
     metrics.timings.optimizer = lap(clock);
     return metrics;
 }

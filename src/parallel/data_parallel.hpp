@@ -83,6 +83,9 @@ struct StepHyper {
     // With several ranks: floats per allreduce bucket, started while backward goes on (0: one
     // allreduce of the whole gradient after backward).
     std::size_t bucket_floats = 0;
+    // ZeRO-1 (several ranks): each rank's part of the flat parameters, one per rank; this rank's
+    // optimizer state holds only its part. Empty: every rank updates everything.
+    std::span<const Range> zero_shards;
 };
 
 // Where a step's time went on this rank (seconds), for --log-level debug.

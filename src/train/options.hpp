@@ -75,6 +75,8 @@ struct TrainOptions {
     // MiB of gradient per allreduce bucket, sent while backward runs (0: one allreduce after it).
     // Off by default: on the machines measured so far the overlap cost more CPU than it hid.
     double bucket_mb = 0.0;
+    // ZeRO stage: 0, or 1 (each rank keeps and updates only its shard of the AdamW moments).
+    int zero = 0;
     Precision precision = Precision::fp32;  // of the matrix products
     std::string log_level = "info";
     std::string metrics_file;

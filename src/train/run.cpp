@@ -574,22 +574,56 @@ std::size_t bucket_floats(double bucket_mb) {
 // ---- The run ------------------------------------------------------------------------------
 
 // This rank's replica: the model, its optimizer state and the worker threads with their contexts.
+// Under --zero 1 the optimizer holds only this rank's shard of the moments.
 struct Replica {
-    Replica(const ModelConfig& config, int num_workers, const TrainOptions& o)
+    Replica(const ModelConfig& config, int num_workers, const TrainOptions& o,
+            const Communicator& comm)
         : workers(config, num_workers, o.batch_size, o.seq_len, o.pin_threads, o.precision),
           model(config),
-          optimizer(model.layout.total()) {}
+          zero_shards(shards(o, comm, model.layout.total())),
+          optimizer(owned(comm, model.layout.total()).end - owned(comm, model.layout.total()).begin,
+                    owned(comm, model.layout.total()).begin) {}
     WorkerGroup workers;
     Model model;
+    std::vector<Range> zero_shards;  // one per rank under --zero 1, else empty
     AdamWState optimizer;
+
+    [[nodiscard]] Range owned(const Communicator& comm, std::size_t P) const {
+        return zero_shards.empty() ? Range{0, P}
+                                   : zero_shards[static_cast<std::size_t>(comm.rank())];
+    }
+
+  private:
+    static std::vector<Range> shards(const TrainOptions& o, const Communicator& comm,
+                                     std::size_t P) {
+        std::vector<Range> all;
+        if (o.zero == 1 && comm.size() > 1) {
+            for (int r = 0; r < comm.size(); ++r)
+                all.push_back(split_range(P, r, comm.size()));
+        }
+        return all;
+    }
 };
+
+// The full moments on rank 0 (for a checkpoint) from every rank's ZeRO-1 shard; without ZeRO the
+// optimizer itself. Every rank calls it.
+const AdamWState& full_optimizer(const Replica& replica, const Communicator& comm,
+                                 std::unique_ptr<AdamWState>& gathered) {
+    if (replica.zero_shards.empty()) return replica.optimizer;
+    const std::size_t P = replica.model.layout.total();
+    gathered = std::make_unique<AdamWState>(comm.is_root() ? P : 0);
+    gathered->step = replica.optimizer.step;
+    comm.gather_shards(replica.optimizer.m.span(), gathered->m.span(), replica.zero_shards);
+    comm.gather_shards(replica.optimizer.v.span(), gathered->v.span(), replica.zero_shards);
+    return *gathered;
+}
 
 std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator& comm,
                                        const ModelConfig& config, StartPoint& start) {
     std::int32_t have_weights = comm.is_root() && start.model ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&have_weights, 1));
     const int workers = o.threads > 0 ? o.threads : std::min(available_cpus(), o.batch_size);
-    auto replica = std::make_unique<Replica>(config, workers, o);
+    auto replica = std::make_unique<Replica>(config, workers, o, comm);
     if (have_weights) {
         if (comm.is_root()) {
             const auto loaded = start.model->model.params.span();
@@ -635,6 +669,7 @@ RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoi
     std::int32_t resuming = comm.is_root() && !start.state_file.empty() ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&resuming, 1));
     plan.resumed = resuming != 0;
+    std::unique_ptr<AdamWState> full_moments;  // rank 0, --zero 1: the checkpoint's moments
     // first step, AdamW step, schedule length, micro-steps per step
     std::array<std::int64_t, 4> header{0, 0, o.lr_decay_steps > 0 ? o.lr_decay_steps : o.max_steps,
                                        plan.grad_accum};
@@ -644,8 +679,13 @@ RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoi
     }
     if (plan.resumed) {
         if (comm.is_root()) {
+            if (!replica.zero_shards.empty()) {
+                full_moments = std::make_unique<AdamWState>(replica.model.layout.total());
+            }
+            AdamWState& loaded = full_moments ? *full_moments : replica.optimizer;
             const ResumeState resume =
-                load_resume_state(start.state_file, replica.model.config, replica.optimizer);
+                load_resume_state(start.state_file, replica.model.config, loaded);
+            replica.optimizer.step = loaded.step;
             // Elastic resume: another number of ranks (or --batch-size) keeps the checkpoint's
             // global batch through the number of micro-steps, unless the user fixed that.
             const std::int64_t per_micro_step =
@@ -693,8 +733,16 @@ RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoi
             plan.sample_rng.set_state(resume.sample_rng);
             spdlog::info("resuming from {} at step {}", start.state_file.string(), resume.step);
         }
-        comm.broadcast(replica.optimizer.m.span());
-        comm.broadcast(replica.optimizer.v.span());
+        if (replica.zero_shards.empty()) {
+            comm.broadcast(replica.optimizer.m.span());
+            comm.broadcast(replica.optimizer.v.span());
+        } else {  // each rank receives only its shard of the moments
+            const std::span<const float> no_moments;
+            comm.scatter_shards(full_moments ? full_moments->m.span() : no_moments,
+                                replica.optimizer.m.span(), replica.zero_shards);
+            comm.scatter_shards(full_moments ? full_moments->v.span() : no_moments,
+                                replica.optimizer.v.span(), replica.zero_shards);
+        }
     }
     comm.broadcast(std::span<std::int64_t>(header));
     plan.first_step = header[0];
@@ -827,12 +875,16 @@ void TrainingLoop::log_banner() const {
                   human_bytes(static_cast<double>(workers.context(1).gradient_window.size() * 4)),
                   with_window, W);
     spdlog::info(
-        "memory: {} activations per worker, {} | rank: {} gradient, {} weights, {} AdamW moments "
+        "memory: {} activations per worker, {} | rank: {} gradient, {} weights, {} AdamW moments{} "
         "| startup {:.0f} ms",
         human_bytes(static_cast<double>(workers.context(0).activation_bytes())), windows,
         human_bytes(static_cast<double>(workers.gradient_bytes())),
         human_bytes(static_cast<double>(model.params.size() * 4 + model.params_bf16.size() * 2)),
-        human_bytes(static_cast<double>(replica_.optimizer.m.size() * 8)), startup_seconds_ * 1e3);
+        human_bytes(static_cast<double>(replica_.optimizer.m.size() * 8)),
+        replica_.zero_shards.empty()
+            ? std::string()
+            : fmt::format(" (ZeRO-1: this rank's shard of {})", comm_.size()),
+        startup_seconds_ * 1e3);
     if (B_ % W != 0) {
         const int fewer = W - B_ % W;
         spdlog::warn(
@@ -911,7 +963,7 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
                              plan_.grad_accum, inputs_, targets_);
     const StepHyper hyper{
         AdamWHyper{learning_rate(schedule_, step), o_.beta1, o_.beta2, o_.eps, o_.weight_decay},
-        o_.grad_clip, bucket_floats(o_.bucket_mb)};
+        o_.grad_clip, bucket_floats(o_.bucket_mb), replica_.zero_shards};
     const StepMetrics m =
         train_step(replica_.model, replica_.optimizer, replica_.workers, comm_,
                    StepBatch{inputs_, targets_, plan_.grad_accum, plan_.global_sequences}, hyper,
@@ -992,6 +1044,8 @@ void TrainingLoop::sample(std::int64_t completed) {
 }
 
 void TrainingLoop::save(std::int64_t completed) {
+    std::unique_ptr<AdamWState> gathered;
+    const AdamWState& optimizer = full_optimizer(replica_, comm_, gathered);
     if (!comm_.is_root()) return;
     const auto t0 = Clock::now();
     const std::filesystem::path out_dir = o_.out_dir;
@@ -1001,8 +1055,7 @@ void TrainingLoop::save(std::int64_t completed) {
     ResumeState state{completed, o_.seed, plan_.global_sequences, T_, plan_.sample_rng.state()};
     state.run_id = plan_.run_id;
     state.lr_decay_steps = plan_.decay_steps;
-    save_resume_state(state_path(out_dir, completed), state, replica_.model.config,
-                      replica_.optimizer);
+    save_resume_state(state_path(out_dir, completed), state, replica_.model.config, optimizer);
     last_checkpoint_ = path;
     prune_checkpoints(out_dir, o_.keep_checkpoints, plan_.run_id);
     metrics_.sync();

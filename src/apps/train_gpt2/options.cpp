@@ -279,6 +279,11 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision) {
                     "backward runs (0: one allreduce after backward)")
         ->check(CLI::Range(0.0, 4096.0).description(""))
         ->type_name("MIB");
+    run->add_option("--zero", o.zero,
+                    "ZeRO stage: 1 shards the AdamW moments and the update over the ranks "
+                    "(reduce-scatter, then allgather of the parameters); 0: every rank keeps all")
+        ->check(CLI::IsMember({0, 1}).description(""))
+        ->type_name("0|1");
     run->add_option("--precision", precision,
                     "fp32 | bf16: matrix products in bf16 with fp32 accumulation (weights, "
                     "gradients and optimizer stay fp32)")
