@@ -54,6 +54,17 @@ TEST(Readme, NamesNoFlagThatDoesNotExist) {
         for (const std::string& flag : long_flags(help.output))
             real.insert(flag);
     }
+    // The scripts' own flags: the `--flag)` cases of their argument loops.
+    for (const auto& entry :
+         std::filesystem::directory_iterator(std::string(GPT2_SOURCE_DIR) + "/scripts")) {
+        if (entry.path().extension() != ".sh") continue;
+        std::ifstream in(entry.path());
+        const std::string text((std::istreambuf_iterator<char>(in)), {});
+        const std::regex option_case(R"((--[a-z][a-z0-9-]*)\))");
+        for (auto it = std::sregex_iterator(text.begin(), text.end(), option_case);
+             it != std::sregex_iterator(); ++it)
+            real.insert((*it)[1].str());
+    }
     // Flags of other tools the README shows (mpirun, Slurm, ctest, cmake, scripts).
     const std::set<std::string> others = {"--allow-run-as-root",
                                           "--oversubscribe",
