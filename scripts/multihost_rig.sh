@@ -25,8 +25,8 @@ case $command in
     (($# == 2)) || usage
     hosts=$1 rate=$2
     [[ $hosts =~ ^[0-9]+$ ]] && ((hosts >= 1 && hosts <= 8)) || { echo "multihost_rig: HOSTS must be 1-8" >&2; exit 2; }
-    if [[ $EUID -ne 0 ]] || ! ip netns add "${name}sw" 2>/dev/null; then
-      echo "multihost_rig: skipped: needs root and network namespaces (ip netns)" >&2
+    if [[ $EUID -ne 0 ]] || ! command -v tc >/dev/null || ! ip netns add "${name}sw" 2>/dev/null; then
+      echo "multihost_rig: skipped: needs root, tc and network namespaces (ip netns)" >&2
       exit 77
     fi
     ip -n "${name}sw" link add br0 type bridge
