@@ -24,7 +24,7 @@ model=(--n-layer 6 --n-head 6 --n-embd 384 --tokenizer gpt2 --seq-len 256 --batc
        --benchmark "$steps" --data data/tinyshakespeare.txt)
 ms() { sed -n 's/^benchmark: median \([0-9.]*\) ms\/step.*/\1/p'; }
 moments() { sed -n 's/.*weights, \([0-9.]* [KMG]*i*B\) AdamW moments.*/\1/p' | head -1; }
-rig=bm$$
+rig=bm$(($$ % 100000))
 trap 'scripts/multihost_rig.sh down $rig' EXIT
 
 compute=$(build/train_gpt2 "${model[@]}" 2>&1 | ms)

@@ -18,17 +18,26 @@ command=$1 name=$2
 shift 2
 [[ $name =~ ^[a-z0-9]{1,8}$ ]] || { echo "multihost_rig: NAME must be 1-8 of [a-z0-9]" >&2; exit 2; }
 
-hosts_of() { ip netns list | sed -n "s/^\(${name}h[0-9]*\).*/\1/p"; }
+hosts_of() { ip netns list | sed -n "s/^\(${name}h[0-9][0-9]*\)\( .*\)\{0,1\}\$/\1/p"; }
 
 case $command in
   up)
     (($# == 2)) || usage
     hosts=$1 rate=$2
-    [[ $hosts =~ ^[0-9]+$ ]] && ((hosts >= 1 && hosts <= 8)) || { echo "multihost_rig: HOSTS must be 1-8" >&2; exit 2; }
-    if [[ $EUID -ne 0 ]] || ! command -v tc >/dev/null || ! ip netns add "${name}sw" 2>/dev/null; then
-      echo "multihost_rig: skipped: needs root, tc and network namespaces (ip netns)" >&2
+    [[ $hosts =~ ^[1-8]$ ]] || { echo "multihost_rig: HOSTS must be 1-8" >&2; exit 2; }
+    if [[ $EUID -ne 0 ]] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+      echo "multihost_rig: skipped: needs root, ip and tc" >&2
       exit 77
     fi
+    if ip netns list | grep -q "^${name}sw\b"; then
+      echo "multihost_rig: a rig named $name exists: run '$0 down $name' first" >&2
+      exit 1
+    fi
+    if ! ip netns add "${name}sw" 2>/dev/null; then
+      echo "multihost_rig: skipped: this machine cannot create network namespaces" >&2
+      exit 77
+    fi
+    trap '"$here/scripts/multihost_rig.sh" down "$name"' ERR  # a half-built rig is removed
     ip -n "${name}sw" link add br0 type bridge
     ip -n "${name}sw" link set br0 up
     ip -n "${name}sw" link set lo up

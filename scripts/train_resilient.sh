@@ -9,8 +9,8 @@ max_restarts=3
 log=""
 while (($#)); do
   case "$1" in
-    --max-restarts) max_restarts=$2; shift 2 ;;
-    --log) log=$2; shift 2 ;;
+    --max-restarts) max_restarts=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
+    --log) log=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
     --) shift; break ;;
     *) echo "usage: $0 [--max-restarts N] [--log FILE] -- COMMAND..." >&2; exit 2 ;;
   esac
@@ -25,12 +25,19 @@ say() { echo "[train_resilient] $*" >&2; [[ -z $log ]] || echo "$(date -u +%FT%T
 
 output=$(mktemp)
 trap 'rm -f "$output"' EXIT
+# Ctrl-C or SIGTERM stops the job and this loop; it is not a failure to restart from.
+stopping=0
+trap 'stopping=1' INT TERM
 for ((attempt = 0; ; attempt++)); do
   "$@" 2>&1 | tee "$output"
   code=${PIPESTATUS[0]}
   if ((code == 0)); then
     ((attempt == 0)) || say "finished after $attempt restart(s)"
     exit 0
+  fi
+  if ((stopping)) || ((code == 130 || code == 143)); then
+    say "stopped by a signal (exit code $code): not restarting"
+    exit "$code"
   fi
   reason=$(grep -m1 -iE 'error: |was unable|killed|terminated|exited on signal|aborted' "$output")
   if ((attempt >= max_restarts)); then

@@ -66,6 +66,10 @@ std::vector<double> train_losses(const std::string& metrics) {
 TEST(Multihost, TwoHostsOverTcpTrainAsOneHostWithBucketsAndWithZeroOne) {
     const Rig rig(2, "1gbit");
     REQUIRE_RIG(rig);
+    // A second rig of the same name is an error, not a skip.
+    const auto again = run_command(kScripts + "multihost_rig.sh up " + rig.name() + " 2 none");
+    EXPECT_EQ(again.exit_code, 1) << again.output;
+    EXPECT_NE(again.output.find("exists"), std::string::npos) << again.output;
     const ScratchDir dir("gpt2-multihost");
     test::write_corpus(dir.path() / "corpus.txt", 60000);
     const std::string common =

@@ -112,7 +112,8 @@ class BackgroundAllreduce {
 
     // Queues the in-place sum of base[r.begin, r.end) for every r in `ranges`.
     void enqueue(float* base, std::vector<Range> ranges);
-    // Returns when every queued sum is done; rethrows an MPI error from the thread.
+    // Returns when every queued sum is done. An MPI failure in the thread ends the whole job
+    // (Communicator::abort), as it would in the main thread.
     void wait();
 
   private:

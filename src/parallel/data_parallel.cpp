@@ -147,6 +147,8 @@ GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers,
         const GradientReady ready = [&](const CompletedGradient& part) {
             buckets.add(part.ranges);
         };
+        // A worker's error propagates after the communication thread has finished what was
+        // queued (it may still be reading the gradient).
         try {
             pass = accumulate_gradients(model, workers, batch, ready);
         } catch (...) {
