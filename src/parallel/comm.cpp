@@ -48,6 +48,11 @@ void broadcast_chunked(std::span<T> data, MPI_Datatype type, int root, std::size
 }  // namespace
 
 MpiSession::MpiSession(int* argc, char*** argv) {
+    // Open MPI's non-blocking allreduce (libnbc) picks a binomial tree (reduce, then broadcast)
+    // for few ranks, which halves the bandwidth of the overlapped buckets against the blocking
+    // allreduce's ring; ask for the ring unless the user chose (measured over a 1 Gbit/s link:
+    // 25 MiB buckets took 2.09 s binomial, 1.01 s ring, 1.03 s blocking).
+    ::setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     int provided = 0;
     check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
     // Worker threads never call MPI, but the main thread calls it while they exist: FUNNELED is
@@ -102,6 +107,18 @@ void Communicator::allreduce_sum(std::span<float> data) const {
                             MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
               "MPI_Allreduce");
     }
+}
+
+bool Communicator::spans_machines() const {
+    if (size_ == 1) return false;
+    MPI_Comm local = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local),
+          "MPI_Comm_split_type");
+    int local_size = 0;
+    check(MPI_Comm_size(local, &local_size), "MPI_Comm_size");
+    MPI_Comm_free(&local);
+    // Every machine then has fewer ranks than the world, so all ranks agree.
+    return local_size < size_;
 }
 
 void Communicator::allgather(std::span<const float> mine, std::span<float> all) const {

@@ -83,6 +83,8 @@ class Communicator {
     // Whether MPI may be called from a thread other than the main one (one at a time): what the
     // overlapped allreduce needs. True for a world of one.
     [[nodiscard]] bool serialized_threads() const { return serialized_threads_; }
+    // Whether the ranks run on more than one machine (as MPI sees nodes: MPI_COMM_TYPE_SHARED).
+    [[nodiscard]] bool spans_machines() const;
 
     // Elements per MPI call in broadcasts and allreduces (default 2^30). Tests make it small so
     // that the chunked path runs on small buffers.

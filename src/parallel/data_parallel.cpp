@@ -191,7 +191,8 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     auto clock = std::chrono::steady_clock::now();
 
     // The test hook poisons the gradient before it travels, so it needs the plain allreduce.
-    const bool overlap = comm.size() > 1 && hyper.bucket_floats > 0 && !inject_nan;
+    const bool overlap =
+        comm.size() > 1 && hyper.bucket_floats > 0 && hyper.zero_shards.empty() && !inject_nan;
     const GradientPass pass =
         overlap ? overlapped_gradients(model, workers, comm, batch, hyper.bucket_floats)
                 : accumulate_gradients(model, workers, batch);

@@ -72,9 +72,10 @@ struct TrainOptions {
     std::uint64_t seed = 1337;
     int threads = 0;  // 0: the CPUs in this process's affinity mask
     bool pin_threads = false;
-    // MiB of gradient per allreduce bucket, sent while backward runs (0: one allreduce after it).
-    // Off by default: on the machines measured so far the overlap cost more CPU than it hid.
-    double bucket_mb = 0.0;
+    // MiB of gradient per allreduce bucket, sent while backward runs (0: one allreduce after it);
+    // negative: auto, 25 when the ranks span several machines (on one machine the copies compete
+    // with the workers for the same cores, measured slower), else 0.
+    double bucket_mb = -1.0;
     // ZeRO stage: 0, or 1 (each rank keeps and updates only its shard of the AdamW moments).
     int zero = 0;
     Precision precision = Precision::fp32;  // of the matrix products

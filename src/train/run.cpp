@@ -793,6 +793,7 @@ class TrainingLoop {
     const bool benchmark_;
     const std::int64_t last_step_;
     const std::int64_t tokens_per_step_;
+    const double bucket_mb_;  // --bucket-mb with auto resolved
     const double flops_per_step_;
     const double peak_gflops_;
     const ScheduleConfig schedule_;
@@ -819,6 +820,9 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
       benchmark_(o.benchmark > 0),
       last_step_(benchmark_ ? plan.first_step + o.benchmark + kBenchmarkWarmup : o.max_steps),
       tokens_per_step_(plan.global_sequences * o.seq_len),
+      bucket_mb_(o.bucket_mb >= 0.0 || o.zero == 1 ? std::max(o.bucket_mb, 0.0)
+                 : comm.spans_machines()           ? 25.0
+                                                   : 0.0),
       flops_per_step_(training_flops_per_token(replica.model.config, o.seq_len) *
                       static_cast<double>(tokens_per_step_)),
       peak_gflops_(o.peak_gflops * cores_in_use(comm, replica.workers.size())),
@@ -894,11 +898,15 @@ void TrainingLoop::log_banner() const {
             B_, W, fewer, B_ / W, B_ / W + 1, W);
     }
     if (comm_.size() > 1) {
-        if (o_.bucket_mb > 0.0) {
-            spdlog::info("gradient across ranks: buckets of {} MiB, summed while backward runs",
-                         o_.bucket_mb);
+        if (!replica_.zero_shards.empty()) {
+            spdlog::info("gradient across ranks: ZeRO-1, one reduce-scatter after backward");
+        } else if (bucket_mb_ > 0.0) {
+            spdlog::info("gradient across ranks: buckets of {} MiB, summed while backward runs{}",
+                         bucket_mb_,
+                         o_.bucket_mb < 0.0 ? " (auto: ranks on several machines)" : "");
         } else {
-            spdlog::info("gradient across ranks: one allreduce after backward (--bucket-mb 0)");
+            spdlog::info("gradient across ranks: one allreduce after backward{}",
+                         o_.bucket_mb < 0.0 ? " (auto: ranks on one machine)" : " (--bucket-mb 0)");
         }
     }
     spdlog::info("data: {} train windows, {} val windows of {} tokens",
@@ -963,7 +971,7 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
                              plan_.grad_accum, inputs_, targets_);
     const StepHyper hyper{
         AdamWHyper{learning_rate(schedule_, step), o_.beta1, o_.beta2, o_.eps, o_.weight_decay},
-        o_.grad_clip, bucket_floats(o_.bucket_mb), replica_.zero_shards};
+        o_.grad_clip, bucket_floats(bucket_mb_), replica_.zero_shards};
     const StepMetrics m =
         train_step(replica_.model, replica_.optimizer, replica_.workers, comm_,
                    StepBatch{inputs_, targets_, plan_.grad_accum, plan_.global_sequences}, hyper,

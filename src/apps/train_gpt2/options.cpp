@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -242,7 +243,7 @@ void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule) 
     opt->add_option("--max-steps", o.max_steps, "optimizer steps to train")->check(app::positive());
 }
 
-void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision) {
+void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::string& bucket_mb) {
     auto* run = app.add_option_group("Run");
     run->add_option("--val-every", o.val_every, "validate every N steps (0: only at the end)")
         ->check(app::at_least(0));
@@ -274,11 +275,22 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision) {
                     "worker threads per rank (0: CPUs in the affinity mask)")
         ->check(app::at_least(0));
     run->add_flag("--pin-threads", o.pin_threads, "bind each worker thread to one CPU");
-    run->add_option("--bucket-mb", o.bucket_mb,
+    run->add_option("--bucket-mb", bucket_mb,
                     "with several ranks: MiB of gradient per allreduce bucket, sent while "
-                    "backward runs (0: one allreduce after backward)")
-        ->check(CLI::Range(0.0, 4096.0).description(""))
-        ->type_name("MIB");
+                    "backward runs; 0: one allreduce after backward; auto: 25 when the ranks "
+                    "span several machines, else 0")
+        ->check(CLI::Validator(
+            [](const std::string& text) -> std::string {
+                if (text == "auto") return {};
+                char* end = nullptr;
+                const double mib = std::strtod(text.c_str(), &end);
+                if (end == text.c_str() || *end != '\0' || !(mib >= 0.0 && mib <= 4096.0)) {
+                    return text + " is not auto or a size in MiB from 0 to 4096";
+                }
+                return {};
+            },
+            "", "bucket size"))
+        ->type_name("MIB|auto");
     run->add_option("--zero", o.zero,
                     "ZeRO stage: 1 shards the AdamW moments and the update over the ranks "
                     "(reduce-scatter, then allgather of the parameters); 0: every rank keeps all")
@@ -322,11 +334,12 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
 
     std::string schedule = "cosine";
     std::string precision = "fp32";
+    std::string bucket_mb = "auto";
     add_model_flags(app, o);
     add_data_flags(app, o);
     add_batch_flags(app, o);
     add_optimizer_flags(app, o, schedule);
-    add_run_flags(app, o, precision);
+    add_run_flags(app, o, precision, bucket_mb);
 
     // The config file's flags go first, so that the command line overrides them.
     std::vector<std::string> args;
@@ -356,6 +369,7 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
                  : schedule == "constant" ? LrSchedule::Constant
                                           : LrSchedule::Cosine;
     o.precision = precision == "bf16" ? Precision::bf16 : Precision::fp32;
+    o.bucket_mb = bucket_mb == "auto" ? -1.0 : std::strtod(bucket_mb.c_str(), nullptr);
     std::set<std::string> known, switches;
     collect_flags(app, known, switches);
     for (const std::string& flag : known) {
