@@ -236,6 +236,17 @@ TEST(MpiTraining, ZeroOneTrainsAsPlainAndItsCheckpointsMoveBetweenRankCounts) {
                                         reference.model.params.span(), 1e-5, 1e-2))
             << name;
     }
+    const std::string local = run(2, 1, 6, "--max-steps 1", "local");
+    EXPECT_NE(local.find("one allreduce after backward (auto: ranks on one machine)"),
+              std::string::npos)
+        << local;
+    const std::string alone = run(1, 1, 6, "--max-steps 1 --zero 1", "alone");
+    EXPECT_NE(alone.find("--zero 1 with one rank: there is nothing to shard"), std::string::npos)
+        << alone;
+    const auto bad_size = run_command(mpiexec(1) + common + " --bucket-mb lots");
+    EXPECT_EQ(bad_size.exit_code, 2) << bad_size.output;
+    EXPECT_NE(bad_size.output.find("lots is not auto or a size in MiB"), std::string::npos)
+        << bad_size.output;
     const auto refused = run_command(mpiexec(1) + common + " --zero 1 --bucket-mb 25");
     EXPECT_EQ(refused.exit_code, 2) << refused.output;
     EXPECT_NE(refused.output.find("--bucket-mb does not apply"), std::string::npos)

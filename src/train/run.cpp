@@ -897,6 +897,9 @@ void TrainingLoop::log_banner() const {
             "{} keeps them all busy",
             B_, W, fewer, B_ / W, B_ / W + 1, W);
     }
+    if (comm_.size() == 1 && o_.zero == 1) {
+        spdlog::warn("--zero 1 with one rank: there is nothing to shard, the optimizer is whole");
+    }
     if (comm_.size() > 1) {
         if (!replica_.zero_shards.empty()) {
             spdlog::info("gradient across ranks: ZeRO-1, one reduce-scatter after backward");
