@@ -176,6 +176,15 @@ TEST(ResilientScript, RefusesWithoutResumeAutoAndGivesUpAfterTheRestarts) {
     EXPECT_NE(failing.output.find("giving up after 2 restart(s): exit code 3"), std::string::npos)
         << failing.output;
 
+    const auto interrupted = run_command(kScripts +
+                                         "train_resilient.sh --max-restarts 2 -- sh -c "
+                                         "'echo interrupted; exit 130' x --resume auto");
+    EXPECT_EQ(interrupted.exit_code, 130) << interrupted.output;
+    EXPECT_NE(interrupted.output.find("stopped by a signal (exit code 130): not restarting"),
+              std::string::npos)
+        << interrupted.output;
+    EXPECT_EQ(interrupted.output.find("restart 1/2"), std::string::npos) << interrupted.output;
+
     const auto fine =
         run_command(kScripts + "train_resilient.sh -- sh -c 'echo ok' x --resume auto");
     EXPECT_EQ(fine.exit_code, 0) << fine.output;
