@@ -28,14 +28,20 @@ struct RunOutcome {
     LoadedModel model;
 };
 
-RunOutcome read_outcome(const ScratchDir& dir, const std::string& name) {
-    RunOutcome outcome{{}, load_checkpoint(dir / (name + "/model_000010.bin"))};
-    std::ifstream metrics(dir / (name + ".jsonl"));
+// The per-step training losses a metrics file records (over every run appended to it).
+std::vector<double> train_losses(const std::string& metrics_path) {
+    std::vector<double> losses;
+    std::ifstream metrics(metrics_path);
     for (std::string line; std::getline(metrics, line);) {
         const auto record = nlohmann::json::parse(line);
-        if (record["type"] == "train") outcome.losses.push_back(record["loss"].get<double>());
+        if (record["type"] == "train") losses.push_back(record["loss"].get<double>());
     }
-    return outcome;
+    return losses;
+}
+
+RunOutcome read_outcome(const ScratchDir& dir, const std::string& name) {
+    return RunOutcome{train_losses(dir / (name + ".jsonl")),
+                      load_checkpoint(dir / (name + "/model_000010.bin"))};
 }
 
 TEST(MpiTraining, SameGlobalBatchGivesTheSameTrainingHoweverItIsSplit) {
@@ -169,15 +175,8 @@ TEST(MpiTraining, ResumingOnOtherRanksKeepsTheGlobalBatchOrSaysWhyNot) {
                                   "checkpoint's 8 sequences per step"),
               std::string::npos)
         << resumed.output;
-    std::vector<double> expected, actual;
-    for (const auto& [file, losses] :
-         {std::pair{dir / "whole.jsonl", &expected}, std::pair{dir / "elastic.jsonl", &actual}}) {
-        std::ifstream metrics(file);
-        for (std::string line; std::getline(metrics, line);) {
-            const auto record = nlohmann::json::parse(line);
-            if (record["type"] == "train") losses->push_back(record["loss"].get<double>());
-        }
-    }
+    const std::vector<double> expected = train_losses(dir / "whole.jsonl");
+    const std::vector<double> actual = train_losses(dir / "elastic.jsonl");
     ASSERT_EQ(expected.size(), 20u);
     ASSERT_EQ(actual.size(), 20u);
     for (std::size_t s = 0; s < 20; ++s)
@@ -214,20 +213,11 @@ TEST(MpiTraining, ZeroOneTrainsAsPlainAndItsCheckpointsMoveBetweenRankCounts) {
     EXPECT_NE(moved.find("grad accum 2 keeps the checkpoint's 12 sequences"), std::string::npos)
         << moved;
 
-    const auto losses = [&](const std::string& name) {
-        std::vector<double> out;
-        std::ifstream metrics(dir / (name + ".jsonl"));
-        for (std::string line; std::getline(metrics, line);) {
-            const auto record = nlohmann::json::parse(line);
-            if (record["type"] == "train") out.push_back(record["loss"].get<double>());
-        }
-        return out;
-    };
-    const std::vector<double> expected = losses("plain");
+    const std::vector<double> expected = train_losses(dir / "plain.jsonl");
     ASSERT_EQ(expected.size(), 20u);
     const LoadedModel reference = load_checkpoint(dir / "plain/model_000020.bin");
     for (const std::string name : {"zero2", "moved"}) {
-        const std::vector<double> actual = losses(name);
+        const std::vector<double> actual = train_losses(dir / (name + ".jsonl"));
         ASSERT_EQ(actual.size(), expected.size()) << name;
         for (std::size_t s = 0; s < expected.size(); ++s)
             EXPECT_NEAR(actual[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;

@@ -121,31 +121,29 @@ bool Communicator::spans_machines() const {
     return local_size < size_;
 }
 
-void Communicator::allgather(std::span<const float> mine, std::span<float> all) const {
-    if (all.size() != mine.size() * static_cast<std::size_t>(size_) || mine.size() > INT_MAX) {
+namespace {
+template <typename T>
+void allgather_equal(std::span<const T> mine, std::span<T> all, MPI_Datatype type, int world) {
+    if (all.size() != mine.size() * static_cast<std::size_t>(world) || mine.size() > INT_MAX) {
         throw std::invalid_argument("allgather: buffer sizes do not match the world");
     }
-    if (size_ == 1) {
+    if (world == 1) {
         std::copy(mine.begin(), mine.end(), all.begin());
         return;
     }
-    check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT, all.data(),
-                        static_cast<int>(mine.size()), MPI_FLOAT, MPI_COMM_WORLD),
+    check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), type, all.data(),
+                        static_cast<int>(mine.size()), type, MPI_COMM_WORLD),
           "MPI_Allgather");
+}
+}  // namespace
+
+void Communicator::allgather(std::span<const float> mine, std::span<float> all) const {
+    allgather_equal(mine, all, MPI_FLOAT, size_);
 }
 
 void Communicator::allgather(std::span<const std::int32_t> mine,
                              std::span<std::int32_t> all) const {
-    if (all.size() != mine.size() * static_cast<std::size_t>(size_) || mine.size() > INT_MAX) {
-        throw std::invalid_argument("allgather: buffer sizes do not match the world");
-    }
-    if (size_ == 1) {
-        std::copy(mine.begin(), mine.end(), all.begin());
-        return;
-    }
-    check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT32_T, all.data(),
-                        static_cast<int>(mine.size()), MPI_INT32_T, MPI_COMM_WORLD),
-          "MPI_Allgather");
+    allgather_equal(mine, all, MPI_INT32_T, size_);
 }
 
 namespace {
@@ -340,7 +338,7 @@ struct BackgroundAllreduce::Impl {
         thread.join();
     }
 
-    static InFlight start(Bucket bucket) {
+    InFlight start(Bucket bucket) {
         InFlight f{std::move(bucket), {}, {}};
         float* data = nullptr;
         std::size_t count = 0;
@@ -348,6 +346,12 @@ struct BackgroundAllreduce::Impl {
             data = f.bucket.base + f.bucket.ranges[0].begin;
             count = f.bucket.ranges[0].end - f.bucket.ranges[0].begin;
         } else {
+            // Staging buffers are reused from bucket to bucket and step to step.
+            if (!spare_staging.empty()) {
+                f.staging = std::move(spare_staging.back());
+                spare_staging.pop_back();
+                f.staging.clear();
+            }
             for (const Range& r : f.bucket.ranges)
                 f.staging.insert(f.staging.end(), f.bucket.base + r.begin, f.bucket.base + r.end);
             data = f.staging.data();
@@ -363,13 +367,14 @@ struct BackgroundAllreduce::Impl {
         return f;
     }
 
-    static void finish(const InFlight& f) {
+    void finish(InFlight& f) {
         if (f.staging.empty()) return;
         const float* from = f.staging.data();
         for (const Range& r : f.bucket.ranges) {
             std::copy(from, from + (r.end - r.begin), f.bucket.base + r.begin);
             from += r.end - r.begin;
         }
+        spare_staging.push_back(std::move(f.staging));
     }
 
     void loop() {
@@ -422,6 +427,7 @@ struct BackgroundAllreduce::Impl {
     std::size_t enqueued = 0;
     std::size_t completed = 0;
     bool stopping = false;
+    std::vector<std::vector<float>> spare_staging;  // the thread's own, no lock
     std::thread thread;
 };
 

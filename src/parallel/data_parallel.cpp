@@ -141,8 +141,11 @@ GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers,
     const std::span<float> gradient = workers.gradient();
     GradientPass pass;
     std::chrono::steady_clock::time_point backward_done;
+    if (!workers.background_allreduce) {
+        workers.background_allreduce = std::make_unique<BackgroundAllreduce>(comm);
+    }
+    BackgroundAllreduce& allreduce = *workers.background_allreduce;
     {
-        BackgroundAllreduce allreduce(comm);
         GradientBuckets buckets(allreduce, gradient, bucket_floats);
         const GradientReady ready = [&](const CompletedGradient& part) {
             buckets.add(part.ranges);
@@ -168,7 +171,7 @@ GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers,
         e.tokens.resize(rows);
         e.all.resize(world * rows * C);
         e.all_tokens.resize(world * rows);
-        reduction.pack_embedding_rows(e.mine, e.tokens);
+        reduction.pack_embedding_rows(e.mine, e.tokens, workers.seq_len());
         comm.allgather(std::span<const float>(e.mine), std::span<float>(e.all));
         comm.allgather(std::span<const std::int32_t>(e.tokens),
                        std::span<std::int32_t>(e.all_tokens));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -61,7 +62,10 @@ class WorkerGroup {
     std::vector<WorkerPartial> partials_;
 
   public:
-    // Kept across steps: the last micro-batch's embedding rows, this rank's and every rank's.
+    // Kept across steps for the overlapped allreduce (created at its first step): the
+    // communication thread, and the last micro-batch's embedding rows, this rank's and every
+    // rank's.
+    std::unique_ptr<BackgroundAllreduce> background_allreduce;
     struct EmbeddingRows {
         std::vector<float> mine, all;
         std::vector<std::int32_t> tokens, all_tokens;

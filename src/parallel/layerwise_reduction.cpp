@@ -142,13 +142,14 @@ void LayerwiseReduction::sum_embeddings_share(std::span<const Share> shares, int
     }
 }
 
-void LayerwiseReduction::pack_embedding_rows(std::span<float> rows,
-                                             std::span<std::int32_t> tokens) const {
+void LayerwiseReduction::pack_embedding_rows(std::span<float> rows, std::span<std::int32_t> tokens,
+                                             int seq_len) const {
     const auto C = static_cast<std::size_t>(config_.channels);
     std::size_t at = 0;
     for (int src = 0; src < contributors_; ++src) {
         const Share& share = shares_[static_cast<std::size_t>(src)];
-        const std::size_t count = static_cast<std::size_t>(share.rows);
+        const std::size_t count =
+            static_cast<std::size_t>(share.sequences) * static_cast<std::size_t>(seq_len);
         if ((at + count) * C > rows.size() || at + count > tokens.size()) {
             throw std::invalid_argument("pack_embedding_rows: buffers too small");
         }
@@ -161,8 +162,7 @@ void LayerwiseReduction::pack_embedding_rows(std::span<float> rows,
 void LayerwiseReduction::add_embedding_rows(std::span<const float> rows,
                                             std::span<const std::int32_t> tokens, int seq_len,
                                             int w) {
-    const Share all{rows.data(), tokens.data(), static_cast<int>(tokens.size()) / seq_len,
-                    static_cast<int>(tokens.size())};
+    const Share all{rows.data(), tokens.data(), static_cast<int>(tokens.size()) / seq_len};
     sum_embeddings_share(std::span<const Share>(&all, 1), seq_len, w);
 }
 
@@ -249,8 +249,7 @@ void LayerwiseReduction::WorkerSink::layer_done(int l) {
 }
 
 void LayerwiseReduction::WorkerSink::embeddings(const float* dresidual, const TokenBatch& batch) {
-    r_.shares_[static_cast<std::size_t>(w_)] =
-        Share{dresidual, batch.inputs.data(), batch.B, batch.B * batch.T};
+    r_.shares_[static_cast<std::size_t>(w_)] = Share{dresidual, batch.inputs.data(), batch.B};
     {
         const Stopwatch watch(seconds_);
         wait();

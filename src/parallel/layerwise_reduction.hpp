@@ -59,7 +59,8 @@ class LayerwiseReduction {
     void set_deferred_embeddings(bool deferred) { deferred_embeddings_ = deferred; }
     // The left-out rows in sequence order (worker by worker): (rows, C) and their tokens, where
     // rows = batch_size * seq_len. Valid until the workers' next forward_backward.
-    void pack_embedding_rows(std::span<float> rows, std::span<std::int32_t> tokens) const;
+    void pack_embedding_rows(std::span<float> rows, std::span<std::int32_t> tokens,
+                             int seq_len) const;
     // Adds rows (rows, C) of dresidual with their tokens (consecutive sequences of seq_len) into
     // dwte and dwpe of the rank's buffer: worker w's share of vocabulary rows and positions.
     void add_embedding_rows(std::span<const float> rows, std::span<const std::int32_t> tokens,
@@ -125,7 +126,6 @@ class LayerwiseReduction {
         const float* dresidual = nullptr;
         const std::int32_t* inputs = nullptr;
         int sequences = 0;
-        int rows = 0;  // sequences * seq_len
     };
     std::vector<Share> shares_;
     std::vector<float*> windows_;  // [w]: null for worker 0 and workers without sequences
