@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <span>
 #include <utility>
@@ -43,6 +44,9 @@ class AlignedBuffer {
             data_ = reinterpret_cast<T*>((address + kAlignment - 1) / kAlignment * kAlignment);
         }
     }
+    // A view of memory another object owns (a shared mapping), which `owner` keeps alive.
+    AlignedBuffer(T* data, std::size_t count, std::shared_ptr<const void> owner)
+        : data_(data), size_(count), owner_(std::move(owner)) {}
     ~AlignedBuffer() { release(); }
 
     AlignedBuffer(const AlignedBuffer&) = delete;
@@ -72,6 +76,7 @@ class AlignedBuffer {
     static constexpr std::size_t kMapThreshold = std::size_t{4} << 20;
 
     void release() noexcept {
+        owner_.reset();
         if (base_ == nullptr) return;
         if (mapped_bytes_ != 0) {
             ::munmap(base_, mapped_bytes_);
@@ -85,12 +90,14 @@ class AlignedBuffer {
         data_ = std::exchange(other.data_, nullptr);
         size_ = std::exchange(other.size_, 0);
         mapped_bytes_ = std::exchange(other.mapped_bytes_, 0);
+        owner_ = std::move(other.owner_);
     }
 
     void* base_ = nullptr;
     T* data_ = nullptr;
     std::size_t size_ = 0;
-    std::size_t mapped_bytes_ = 0;  // non-zero: base_ came from mmap
+    std::size_t mapped_bytes_ = 0;       // non-zero: base_ came from mmap
+    std::shared_ptr<const void> owner_;  // set: a view, base_ is null
 };
 
 }  // namespace gpt2

@@ -1,6 +1,7 @@
 #include "parallel/comm.hpp"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -119,6 +121,51 @@ bool Communicator::spans_machines() const {
     MPI_Comm_free(&local);
     // Every machine then has fewer ranks than the world, so all ranks agree.
     return local_size < size_;
+}
+
+Communicator::SharedMemory Communicator::map_shared(std::size_t bytes) const {
+    SharedMemory result;
+    std::string name;
+    if (is_root()) {
+        std::random_device entropy;
+        name = "/gpt2-mpi-" + std::to_string(::getpid()) + "-" + std::to_string(entropy());
+        try {
+            result.mapping =
+                std::make_shared<const SharedMapping>(SharedMapping::create(name, bytes));
+        } catch (const std::exception& e) {
+            result.error = e.what();
+        }
+    }
+    // Rank 0's outcome: the name, or its error after a leading 0 byte.
+    std::vector<std::uint8_t> message;
+    if (is_root()) {
+        const std::string text = result.error.empty() ? name : std::string(1, '\0') + result.error;
+        message.assign(text.begin(), text.end());
+    }
+    broadcast_vector(message);
+    if (!is_root()) {
+        const std::string text(message.begin(), message.end());
+        if (!text.empty() && text[0] == '\0') {
+            result.error = text.substr(1);
+            return result;
+        }
+        try {
+            result.mapping =
+                std::make_shared<const SharedMapping>(SharedMapping::open(text, bytes));
+        } catch (const std::exception& e) {
+            result.error = e.what();
+        }
+    } else if (!result.error.empty()) {
+        return result;
+    }
+    // Every rank has mapped it (or failed) before the name goes.
+    const bool failed_anywhere = allreduce_max(result.error.empty() ? 0 : 1) != 0;
+    if (is_root()) SharedMapping::unlink(name);
+    if (failed_anywhere) {
+        result.mapping.reset();
+        if (result.error.empty()) result.error = "another rank could not map the shared memory";
+    }
+    return result;
 }
 
 namespace {

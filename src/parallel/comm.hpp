@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/shared_memory.hpp"
 #include "parallel/thread_pool.hpp"
 
 namespace gpt2 {
@@ -85,6 +86,15 @@ class Communicator {
     [[nodiscard]] bool serialized_threads() const { return serialized_threads_; }
     // Whether the ranks run on more than one machine (as MPI sees nodes: MPI_COMM_TYPE_SHARED).
     [[nodiscard]] bool spans_machines() const;
+
+    // Memory that every rank maps, for a world on one machine (collective): rank 0 creates it in
+    // /dev/shm, the others map it, then its name is removed, so nothing is left behind however
+    // the job ends. A failure on any rank is every rank's: all get no mapping and the reason.
+    struct SharedMemory {
+        std::shared_ptr<const SharedMapping> mapping;
+        std::string error;
+    };
+    [[nodiscard]] SharedMemory map_shared(std::size_t bytes) const;
 
     // Elements per MPI call in broadcasts and allreduces (default 2^30). Tests make it small so
     // that the chunked path runs on small buffers.

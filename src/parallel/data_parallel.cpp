@@ -1,5 +1,6 @@
 #include "parallel/data_parallel.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -7,6 +8,8 @@
 namespace gpt2 {
 
 namespace {
+constexpr std::size_t kSumBlock = 4096;  // floats per block of the shared-memory sum
+
 // Seconds since `start`, restarting the clock.
 double lap(std::chrono::steady_clock::time_point& start) {
     const auto now = std::chrono::steady_clock::now();
@@ -45,6 +48,42 @@ WorkerGroup::WorkerGroup(const ModelConfig& config, int workers, int batch_size,
       contexts_(make_contexts(config, workers, batch_size, seq_len, precision)),
       reduction_(config, contexts_, std::min(workers, batch_size)),
       partials_(static_cast<std::size_t>(workers)) {}
+
+std::string share_replica_memory(Model& model, WorkerGroup& workers, const Communicator& comm) {
+    const std::size_t P = model.layout.total();
+    const std::size_t ranks = static_cast<std::size_t>(comm.size());
+    // Page-aligned parts: the weights, their bf16 copy, one gradient per rank.
+    const auto aligned = [](std::size_t bytes) { return (bytes + 4095) / 4096 * 4096; };
+    const std::size_t weights_bytes = aligned(P * sizeof(float));
+    const std::size_t bf16_bytes = aligned(model.params_bf16.size() * sizeof(Bf16));
+    const std::size_t gradient_bytes = aligned(P * sizeof(float));
+    const Communicator::SharedMemory shared =
+        comm.map_shared(weights_bytes + bf16_bytes + ranks * gradient_bytes);
+    if (!shared.mapping) return shared.error;
+    std::byte* const base = shared.mapping->data();
+    auto* const weights = reinterpret_cast<float*>(base);
+    auto* const weights_bf16 = reinterpret_cast<Bf16*>(base + weights_bytes);
+    std::vector<float*> gradients;
+    for (std::size_t r = 0; r < ranks; ++r) {
+        gradients.push_back(
+            reinterpret_cast<float*>(base + weights_bytes + bf16_bytes + r * gradient_bytes));
+    }
+    // Every rank holds the same weights; rank 0's go into the shared copy.
+    if (comm.is_root()) {
+        std::copy(model.params.data(), model.params.data() + P, weights);
+        std::copy(model.params_bf16.data(), model.params_bf16.data() + model.params_bf16.size(),
+                  weights_bf16);
+    }
+    comm.barrier();
+    const std::size_t bf16_count = model.params_bf16.size();
+    model.params = AlignedBuffer<float>(weights, P, shared.mapping);
+    if (bf16_count > 0)
+        model.params_bf16 = AlignedBuffer<Bf16>(weights_bf16, bf16_count, shared.mapping);
+    workers.reduction().adopt_gradient(
+        AlignedBuffer<float>(gradients[static_cast<std::size_t>(comm.rank())], P, shared.mapping));
+    workers.set_rank_gradients(std::move(gradients));
+    return {};
+}
 
 GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, const StepBatch& batch,
                                   const GradientReady& ready) {
@@ -182,6 +221,27 @@ GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers,
     pass.seconds_after_backward = lap(backward_done);
     return pass;
 }
+// Shared memory: this rank's slice of every rank's gradient summed into rank 0's buffer, in rank
+// order (the same sum whichever rank computes it), clearing the others' for the next step.
+void sum_shared_gradients(WorkerGroup& workers, Range owned) {
+    const std::span<float* const> all = workers.rank_gradients();
+    const int W = workers.size();
+    workers.pool().run([&](int w) {
+        const Range share = split_range(owned.end - owned.begin, w, W);
+        float* __restrict const sum = all[0];
+        for (std::size_t block = owned.begin + share.begin; block < owned.begin + share.end;
+             block += kSumBlock) {
+            const std::size_t end = std::min(block + kSumBlock, owned.begin + share.end);
+            for (std::size_t r = 1; r < all.size(); ++r) {
+                float* __restrict const other = all[r];
+                for (std::size_t i = block; i < end; ++i) {
+                    sum[i] += other[i];
+                    other[i] = 0.0f;
+                }
+            }
+        }
+    });
+}
 }  // namespace
 
 StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers,
@@ -205,14 +265,21 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     metrics.timings.thread_reduction = pass.seconds_summing;
 
     const std::size_t P = model.layout.total();
-    std::span<float> grad = workers.gradient();
-    if (inject_nan) grad[0] = std::numeric_limits<float>::quiet_NaN();
+    if (inject_nan) workers.gradient()[0] = std::numeric_limits<float>::quiet_NaN();
 
-    // The elements this rank updates: all of them, or its ZeRO-1 shard.
-    const bool zero = !hyper.zero_shards.empty() && comm.size() > 1;
+    // The elements this rank updates: all of them, or its shard (ZeRO-1, shared memory).
+    const bool shared = !workers.rank_gradients().empty();
+    const bool sharded = !hyper.zero_shards.empty() && comm.size() > 1;
+    const bool zero = sharded && !shared;
     const Range owned =
-        zero ? hyper.zero_shards[static_cast<std::size_t>(comm.rank())] : Range{0, P};
-    if (zero) {
+        sharded ? hyper.zero_shards[static_cast<std::size_t>(comm.rank())] : Range{0, P};
+    // Shared memory: every rank reads the sum in rank 0's buffer.
+    const std::span<float> grad =
+        shared ? std::span<float>(workers.rank_gradients()[0], P) : workers.gradient();
+    if (shared) {
+        comm.barrier();  // every rank's gradient is complete
+        sum_shared_gradients(workers, owned);
+    } else if (zero) {
         comm.reduce_scatter_sum(grad, hyper.zero_shards);
     } else if (!overlap) {
         comm.allreduce_sum(grad);
@@ -236,7 +303,7 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     double norm_sq = 0.0;
     for (const WorkerPartial& s : sums)
         norm_sq += s.value;
-    if (zero) norm_sq = comm.allreduce_sum(norm_sq);
+    if (sharded) norm_sq = comm.allreduce_sum(norm_sq);
     metrics.grad_norm = std::sqrt(norm_sq);
     metrics.timings.allreduce = lap(clock) + pass.seconds_after_backward;
 
@@ -247,6 +314,7 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
             std::fill(grad.begin() + static_cast<std::ptrdiff_t>(owned.begin + r.begin),
                       grad.begin() + static_cast<std::ptrdiff_t>(owned.begin + r.end), 0.0f);
         });
+        if (shared) comm.barrier();  // nobody starts the next step on a buffer still in use
         return metrics;
     }
     const float scale = clip_scale(metrics.grad_norm, hyper.grad_clip);
@@ -271,6 +339,8 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
             });
         }
     }
+    // Shared memory: every slice of the weights is updated before anyone's next forward.
+    if (shared) comm.barrier();
     metrics.timings.optimizer = lap(clock);
     return metrics;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "model/model.hpp"
@@ -52,6 +53,10 @@ class WorkerGroup {
     }
     // Per-worker scalars (loss sums, squared norms), allocated once.
     [[nodiscard]] std::span<WorkerPartial> partials() { return partials_; }
+    // After share_replica_memory: every rank's gradient buffer (this rank's is gradient()), in
+    // rank order, all mapped here; empty otherwise.
+    [[nodiscard]] std::span<float* const> rank_gradients() const { return rank_gradients_; }
+    void set_rank_gradients(std::vector<float*> all) { rank_gradients_ = std::move(all); }
 
   private:
     int batch_size_;
@@ -60,6 +65,7 @@ class WorkerGroup {
     std::vector<ThreadLocalTrainingContext> contexts_;
     LayerwiseReduction reduction_;  // after contexts_: it gives them their gradient windows
     std::vector<WorkerPartial> partials_;
+    std::vector<float*> rank_gradients_;
 
   public:
     // Kept across steps for the overlapped allreduce (created at its first step): the
@@ -71,6 +77,14 @@ class WorkerGroup {
         std::vector<std::int32_t> tokens, all_tokens;
     } embedding_rows;
 };
+
+// Ranks on one machine can train one copy of the weights instead of one each. This moves the
+// weights (and their bf16 copy) and every rank's gradient buffer into memory all of them map
+// (collective). A step then sums the gradient without MPI: after backward each rank adds its slice
+// (hyper.zero_shards, as under ZeRO-1) of every rank's buffer into rank 0's, and AdamW updates
+// that slice of the shared weights. Returns why not on failure, leaving everything as it was.
+[[nodiscard]] std::string share_replica_memory(Model& model, WorkerGroup& workers,
+                                               const Communicator& comm);
 
 // This rank's tokens for one optimizer step: grad_accum micro-batches of B x T, consecutive.
 struct StepBatch {
@@ -87,8 +101,9 @@ struct StepHyper {
     // With several ranks: floats per allreduce bucket, started while backward goes on (0: one
     // allreduce of the whole gradient after backward).
     std::size_t bucket_floats = 0;
-    // ZeRO-1 (several ranks): each rank's part of the flat parameters, one per rank; this rank's
-    // optimizer state holds only its part. Empty: every rank updates everything.
+    // ZeRO-1 or shared memory (several ranks): each rank's part of the flat parameters, one per
+    // rank; this rank's optimizer state holds only its part. Empty: every rank updates
+    // everything.
     std::span<const Range> zero_shards;
 };
 

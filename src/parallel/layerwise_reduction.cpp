@@ -73,6 +73,13 @@ LayerwiseReduction::LayerwiseReduction(const ModelConfig& config,
     }
 }
 
+void LayerwiseReduction::adopt_gradient(AlignedBuffer<float> buffer) {
+    if (buffer.size() != gradient_.size()) {
+        throw std::invalid_argument("LayerwiseReduction::adopt_gradient: wrong size");
+    }
+    gradient_ = std::move(buffer);
+}
+
 void LayerwiseReduction::begin_run() {
     if (!barrier_.aborted()) return;
     barrier_.reset();

@@ -45,6 +45,8 @@ class LayerwiseReduction {
     [[nodiscard]] std::span<float> gradient() { return gradient_.span(); }
     [[nodiscard]] std::span<const float> gradient() const { return gradient_.span(); }
     [[nodiscard]] int contributors() const { return contributors_; }
+    // Moves the rank's buffer into `buffer` (the same size, all zero): memory other ranks read.
+    void adopt_gradient(AlignedBuffer<float> buffer);
 
     // Before a pool run that goes through the sinks. After an aborted run it also clears the
     // windows and the rank's gradient, which hold partial sums.

@@ -76,6 +76,9 @@ struct TrainOptions {
     // negative: auto, 25 when the ranks span several machines (on one machine the copies compete
     // with the workers for the same cores, measured slower), else 0.
     double bucket_mb = -1.0;
+    // Ranks on one machine share one copy of the weights and sum the gradient in shared memory
+    // when the gradient would otherwise take one allreduce (no --zero, no buckets); false: off.
+    bool share_memory = true;
     // ZeRO stage: 0, or 1 (each rank keeps and updates only its shard of the AdamW moments).
     int zero = 0;
     Precision precision = Precision::fp32;  // of the matrix products

@@ -573,19 +573,37 @@ std::size_t bucket_floats(double bucket_mb) {
 
 // ---- The run ------------------------------------------------------------------------------
 
+// How the ranks sum the gradient, decided once from the flags and where the ranks run.
+struct Exchange {
+    double bucket_mb = 0.0;     // --bucket-mb with auto resolved
+    bool share_memory = false;  // ranks on one machine train one copy of the weights
+    std::string share_error;    // why sharing failed (the run goes on as ZeRO-1)
+};
+
+Exchange choose_exchange(const TrainOptions& o, const Communicator& comm) {
+    Exchange e;
+    const bool spans = comm.spans_machines();
+    e.bucket_mb = o.bucket_mb >= 0.0 || o.zero == 1 ? std::max(o.bucket_mb, 0.0)
+                  : spans                           ? 25.0
+                                                    : 0.0;
+    e.share_memory =
+        o.share_memory && comm.size() > 1 && !spans && o.zero == 0 && e.bucket_mb == 0.0;
+    return e;
+}
+
 // This rank's replica: the model, its optimizer state and the worker threads with their contexts.
 // Under --zero 1 the optimizer holds only this rank's shard of the moments.
 struct Replica {
     Replica(const ModelConfig& config, int num_workers, const TrainOptions& o,
-            const Communicator& comm)
+            const Communicator& comm, const Exchange& exchange)
         : workers(config, num_workers, o.batch_size, o.seq_len, o.pin_threads, o.precision),
           model(config),
-          zero_shards(shards(o, comm, model.layout.total())),
+          zero_shards(shards(o, comm, exchange, model.layout.total())),
           optimizer(owned(comm, model.layout.total()).end - owned(comm, model.layout.total()).begin,
                     owned(comm, model.layout.total()).begin) {}
     WorkerGroup workers;
     Model model;
-    std::vector<Range> zero_shards;  // one per rank under --zero 1, else empty
+    std::vector<Range> zero_shards;  // one per rank under --zero 1 or shared memory, else empty
     AdamWState optimizer;
 
     [[nodiscard]] Range owned(const Communicator& comm, std::size_t P) const {
@@ -595,9 +613,9 @@ struct Replica {
 
   private:
     static std::vector<Range> shards(const TrainOptions& o, const Communicator& comm,
-                                     std::size_t P) {
+                                     const Exchange& exchange, std::size_t P) {
         std::vector<Range> all;
-        if (o.zero == 1 && comm.size() > 1) {
+        if ((o.zero == 1 && comm.size() > 1) || exchange.share_memory) {
             for (int r = 0; r < comm.size(); ++r)
                 all.push_back(split_range(P, r, comm.size()));
         }
@@ -619,11 +637,12 @@ const AdamWState& full_optimizer(const Replica& replica, const Communicator& com
 }
 
 std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator& comm,
-                                       const ModelConfig& config, StartPoint& start) {
+                                       const ModelConfig& config, StartPoint& start,
+                                       Exchange& exchange) {
     std::int32_t have_weights = comm.is_root() && start.model ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&have_weights, 1));
     const int workers = o.threads > 0 ? o.threads : std::min(available_cpus(), o.batch_size);
-    auto replica = std::make_unique<Replica>(config, workers, o, comm);
+    auto replica = std::make_unique<Replica>(config, workers, o, comm, exchange);
     if (have_weights) {
         if (comm.is_root()) {
             const auto loaded = start.model->model.params.span();
@@ -635,6 +654,10 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
         init_parameters(replica->model, o.seed, &replica->workers.pool());
     }
     set_precision(replica->model, o.precision);  // the bf16 copy of the weights, if any
+    // Without shared memory the shards make it ZeRO-1, which needs nothing shared.
+    if (exchange.share_memory) {
+        exchange.share_error = share_replica_memory(replica->model, replica->workers, comm);
+    }
     return replica;
 }
 
@@ -768,7 +791,7 @@ void warn_about_schedule(const TrainOptions& o, const RunPlan& plan) {
 class TrainingLoop {
   public:
     TrainingLoop(const TrainOptions& o, const Communicator& comm, const Corpus& corpus,
-                 Replica& replica, RunPlan& plan, double startup_seconds);
+                 Replica& replica, RunPlan& plan, const Exchange& exchange, double startup_seconds);
     void log_banner() const;
     [[nodiscard]] int run();
 
@@ -793,7 +816,7 @@ class TrainingLoop {
     const bool benchmark_;
     const std::int64_t last_step_;
     const std::int64_t tokens_per_step_;
-    const double bucket_mb_;  // --bucket-mb with auto resolved
+    const Exchange exchange_;
     const double flops_per_step_;
     const double peak_gflops_;
     const ScheduleConfig schedule_;
@@ -809,7 +832,8 @@ class TrainingLoop {
 constexpr int kBenchmarkWarmup = 2;
 
 TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, const Corpus& corpus,
-                           Replica& replica, RunPlan& plan, double startup_seconds)
+                           Replica& replica, RunPlan& plan, const Exchange& exchange,
+                           double startup_seconds)
     : o_(o),
       comm_(comm),
       corpus_(corpus),
@@ -820,9 +844,7 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
       benchmark_(o.benchmark > 0),
       last_step_(benchmark_ ? plan.first_step + o.benchmark + kBenchmarkWarmup : o.max_steps),
       tokens_per_step_(plan.global_sequences * o.seq_len),
-      bucket_mb_(o.bucket_mb >= 0.0 || o.zero == 1 ? std::max(o.bucket_mb, 0.0)
-                 : comm.spans_machines()           ? 25.0
-                                                   : 0.0),
+      exchange_(exchange),
       flops_per_step_(training_flops_per_token(replica.model.config, o.seq_len) *
                       static_cast<double>(tokens_per_step_)),
       peak_gflops_(o.peak_gflops * cores_in_use(comm, replica.workers.size())),
@@ -870,6 +892,7 @@ void TrainingLoop::log_banner() const {
                  comm_.size(), W, B_, T_, plan_.grad_accum,
                  with_commas(static_cast<double>(tokens_per_step_)));
     const Model& model = replica_.model;
+    const bool shared = !workers.rank_gradients().empty();
     const int with_window = workers.contributing_workers() - 1;
     const std::string windows =
         with_window == 0
@@ -879,15 +902,18 @@ void TrainingLoop::log_banner() const {
                   human_bytes(static_cast<double>(workers.context(1).gradient_window.size() * 4)),
                   with_window, W);
     spdlog::info(
-        "memory: {} activations per worker, {} | rank: {} gradient, {} weights, {} AdamW moments{} "
+        "memory: {} activations per worker, {} | rank: {} gradient, {} weights{}, {} AdamW "
+        "moments{} "
         "| startup {:.0f} ms",
         human_bytes(static_cast<double>(workers.context(0).activation_bytes())), windows,
         human_bytes(static_cast<double>(workers.gradient_bytes())),
         human_bytes(static_cast<double>(model.params.size() * 4 + model.params_bf16.size() * 2)),
+        shared ? fmt::format(" (one copy for the {} ranks of this machine)", comm_.size())
+               : std::string(),
         human_bytes(static_cast<double>(replica_.optimizer.m.size() * 8)),
-        replica_.zero_shards.empty()
-            ? std::string()
-            : fmt::format(" (ZeRO-1: this rank's shard of {})", comm_.size()),
+        replica_.zero_shards.empty() ? std::string()
+        : shared                     ? fmt::format(" (this rank's slice of {})", comm_.size())
+                 : fmt::format(" (ZeRO-1: this rank's shard of {})", comm_.size()),
         startup_seconds_ * 1e3);
     if (B_ % W != 0) {
         const int fewer = W - B_ % W;
@@ -900,16 +926,29 @@ void TrainingLoop::log_banner() const {
     if (comm_.size() == 1 && o_.zero == 1) {
         spdlog::warn("--zero 1 with one rank: there is nothing to shard, the optimizer is whole");
     }
+    if (!exchange_.share_error.empty()) {
+        spdlog::warn(
+            "the ranks of this machine could not share memory ({}): the gradient goes through one "
+            "reduce-scatter instead (--share-memory off: one allreduce)",
+            exchange_.share_error);
+    }
     if (comm_.size() > 1) {
-        if (!replica_.zero_shards.empty()) {
+        if (shared) {
+            spdlog::info(
+                "gradient across ranks: shared memory, each rank sums and updates 1/{} of the "
+                "weights (auto: ranks on one machine)",
+                comm_.size());
+        } else if (!replica_.zero_shards.empty()) {
             spdlog::info("gradient across ranks: ZeRO-1, one reduce-scatter after backward");
-        } else if (bucket_mb_ > 0.0) {
+        } else if (exchange_.bucket_mb > 0.0) {
             spdlog::info("gradient across ranks: buckets of {} MiB, summed while backward runs{}",
-                         bucket_mb_,
+                         exchange_.bucket_mb,
                          o_.bucket_mb < 0.0 ? " (auto: ranks on several machines)" : "");
         } else {
             spdlog::info("gradient across ranks: one allreduce after backward{}",
-                         o_.bucket_mb < 0.0 ? " (auto: ranks on one machine)" : " (--bucket-mb 0)");
+                         !o_.share_memory     ? " (--share-memory off)"
+                         : o_.bucket_mb < 0.0 ? " (auto: ranks on one machine)"
+                                              : " (--bucket-mb 0)");
         }
     }
     spdlog::info("data: {} train windows, {} val windows of {} tokens",
@@ -974,7 +1013,7 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
                              plan_.grad_accum, inputs_, targets_);
     const StepHyper hyper{
         AdamWHyper{learning_rate(schedule_, step), o_.beta1, o_.beta2, o_.eps, o_.weight_decay},
-        o_.grad_clip, bucket_floats(bucket_mb_), replica_.zero_shards};
+        o_.grad_clip, bucket_floats(exchange_.bucket_mb), replica_.zero_shards};
     const StepMetrics m =
         train_step(replica_.model, replica_.optimizer, replica_.workers, comm_,
                    StepBatch{inputs_, targets_, plan_.grad_accum, plan_.global_sequences}, hyper,
@@ -1138,7 +1177,8 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     }
 
     const auto build_start = Clock::now();
-    const std::unique_ptr<Replica> replica = build_replica(o, comm, config, start);
+    Exchange exchange = choose_exchange(o, comm);
+    const std::unique_ptr<Replica> replica = build_replica(o, comm, config, start, exchange);
     RunPlan plan = plan_run(o, comm, start, *replica);
     if (plan.resumed && plan.first_step >= o.max_steps && o.benchmark == 0) {
         spdlog::warn(
@@ -1150,7 +1190,7 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     if (comm.is_root()) warn_about_schedule(o, plan);
     const double startup_seconds = seconds_since(build_start);
 
-    TrainingLoop loop(o, comm, corpus, *replica, plan, startup_seconds);
+    TrainingLoop loop(o, comm, corpus, *replica, plan, exchange, startup_seconds);
     loop.log_banner();
     const int code = loop.run();
     spdlog::debug("rank {} done after {:.1f} s", comm.rank(), seconds_since(program_start));

@@ -243,7 +243,8 @@ void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule) 
     opt->add_option("--max-steps", o.max_steps, "optimizer steps to train")->check(app::positive());
 }
 
-void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::string& bucket_mb) {
+void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::string& bucket_mb,
+                   std::string& share_memory) {
     auto* run = app.add_option_group("Run");
     run->add_option("--val-every", o.val_every, "validate every N steps (0: only at the end)")
         ->check(app::at_least(0));
@@ -291,6 +292,12 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
             },
             "", "bucket size"))
         ->type_name("MIB|auto");
+    run->add_option("--share-memory", share_memory,
+                    "auto: ranks on one machine train one copy of the weights in shared memory, "
+                    "each summing and updating a slice (unless --zero 1 or --bucket-mb > 0); "
+                    "off: one allreduce after backward")
+        ->check(CLI::IsMember({"auto", "off"}).description(""))
+        ->type_name("auto|off");
     run->add_option("--zero", o.zero,
                     "ZeRO stage: 1 shards the AdamW moments and the update over the ranks "
                     "(reduce-scatter, then allgather of the parameters); 0: every rank keeps all")
@@ -335,11 +342,12 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     std::string schedule = "cosine";
     std::string precision = "fp32";
     std::string bucket_mb = "auto";
+    std::string share_memory = "auto";
     add_model_flags(app, o);
     add_data_flags(app, o);
     add_batch_flags(app, o);
     add_optimizer_flags(app, o, schedule);
-    add_run_flags(app, o, precision, bucket_mb);
+    add_run_flags(app, o, precision, bucket_mb, share_memory);
 
     // The config file's flags go first, so that the command line overrides them.
     std::vector<std::string> args;
@@ -370,6 +378,7 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
                                           : LrSchedule::Cosine;
     o.precision = precision == "bf16" ? Precision::bf16 : Precision::fp32;
     o.bucket_mb = bucket_mb == "auto" ? -1.0 : std::strtod(bucket_mb.c_str(), nullptr);
+    o.share_memory = share_memory == "auto";
     std::set<std::string> known, switches;
     collect_flags(app, known, switches);
     for (const std::string& flag : known) {
