@@ -1,11 +1,19 @@
 // build/prepare_data as a user runs it: shards equal to tiktoken's ids in both end-of-text modes,
 // --data (and the older --input), files written atomically (a full disk leaves nothing partial),
-// and the common command-line voice.
+// the common command-line voice; many files, directories and JSON Lines (gzip, zstd) give the
+// documents' tokens with end-of-text between them, split by document; a long text streams in
+// pieces to the same tokens; an interrupted preparation resumes to the same shards; bad input
+// gets one clear error naming file and line.
 #include <gtest/gtest.h>
+
+#include <zlib.h>
+#include <zstd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "core/file_io.hpp"
 #include "data/shard.hpp"
 #include "process_support.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -29,6 +37,11 @@ std::vector<std::int32_t> read_u16_ids(const fs::path& path) {
                  (static_cast<unsigned char>(bytes[2 * i + 1]) << 8);
     }
     return ids;
+}
+
+std::string six_digits(int i) {
+    std::string digits = std::to_string(i);
+    return std::string(6 - std::min<std::size_t>(6, digits.size()), '0') + digits;
 }
 
 std::string prepare(const std::string& flags) {
@@ -89,6 +102,191 @@ TEST(PrepareData, AFullDiskLeavesNoPartialOrTemporaryFile) {
         const std::string name = entry.path().filename().string();
         EXPECT_EQ(name.find(".tmp."), std::string::npos) << name;
         EXPECT_NE(name, "tokenizer.bin") << "a partial tokenizer.bin was left";
+    }
+}
+
+// Every shard of a split in order, concatenated.
+std::vector<std::int32_t> split_tokens(const fs::path& dir, const std::string& name,
+                                       const std::string& split) {
+    std::vector<std::int32_t> all;
+    for (int i = 0; fs::exists(dir / (name + "_" + split + "_" + six_digits(i) + ".bin")); ++i) {
+        const MappedShard shard(dir / (name + "_" + split + "_" + six_digits(i) + ".bin"));
+        all.insert(all.end(), shard.tokens().begin(), shard.tokens().end());
+    }
+    return all;
+}
+
+std::vector<std::string> test_documents() {
+    std::vector<std::string> docs;
+    for (int i = 0; i < 40; ++i) {
+        docs.push_back("Document " + std::to_string(i) + " of the corpus.\nIt says: caf\u00e9 " +
+                       std::string(static_cast<std::size_t>(i % 7), '!') +
+                       (i % 5 == 0 ? "\n\n  indented\tline" : ""));
+    }
+    docs[13] = "";  // an empty document is still one
+    return docs;
+}
+
+void write_bytes(const fs::path& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary) << bytes;
+}
+
+TEST(PrepareData, FilesDirectoriesAndJsonLinesGiveTheDocumentsWithEndOfTextBetween) {
+    const ScratchDir dir("gpt2-prepare-documents");
+    const std::vector<std::string> docs = test_documents();
+    // The documents as JSON Lines over three files (plain, gzip, zstd) and as one file each.
+    std::string parts[3];
+    for (std::size_t i = 0; i < docs.size(); ++i)
+        parts[i * 3 / docs.size()] += nlohmann::json{{"id", i}, {"text", docs[i]}}.dump() + "\n";
+    fs::create_directories(dir.path() / "jsonl");
+    write_bytes(dir.path() / "jsonl/a.jsonl", parts[0]);
+    gzFile gz = gzopen((dir.path() / "jsonl/b.jsonl.gz").c_str(), "wb");
+    ASSERT_NE(gz, nullptr);
+    ASSERT_EQ(gzwrite(gz, parts[1].data(), static_cast<unsigned>(parts[1].size())),
+              static_cast<int>(parts[1].size()));
+    gzclose(gz);
+    std::string zst(ZSTD_compressBound(parts[2].size()), '\0');
+    zst.resize(ZSTD_compress(zst.data(), zst.size(), parts[2].data(), parts[2].size(), 3));
+    write_bytes(dir.path() / "jsonl/c.jsonl.zst", zst);
+    write_bytes(dir.path() / "jsonl/notes.md", "not part of the corpus");
+    fs::create_directories(dir.path() / "files/nested");
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+        write_bytes(dir.path() / (i < 20 ? "files" : "files/nested") /
+                        (six_digits(static_cast<int>(i)) + ".txt"),
+                    docs[i]);
+    }
+    const std::string common = " --tokenizer bpe --vocab-size 300 --val-fraction 0.1";
+    const auto a = run_command(prepare("--input " + (dir / "jsonl") + " --glob '*.jsonl*'" +
+                                       common + " --name j --out-dir " + (dir / "out_jsonl")));
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    EXPECT_NE(a.output.find("prepared 40 documents from 3 files"), std::string::npos) << a.output;
+    // Files given one by one, the first a directory: the same documents in the same order.
+    const auto b = run_command(prepare("--input " + (dir / "files") + common +
+                                       " --name f --out-dir " + (dir / "out_files")));
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+
+    const auto tokenizer =
+        deserialize_tokenizer(read_file_bytes(dir.path() / "out_jsonl/tokenizer.bin"));
+    const int eot = *tokenizer->eot_id();
+    std::vector<std::int32_t> train, val;
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+        std::vector<std::int32_t>& split = i % 10 == 0 ? val : train;  // every 10th, from the first
+        split.push_back(eot);
+        const std::vector<std::int32_t> ids = tokenizer->encode(docs[i]);
+        split.insert(split.end(), ids.begin(), ids.end());
+    }
+    EXPECT_EQ(split_tokens(dir.path() / "out_jsonl", "j", "train"), train);
+    EXPECT_EQ(split_tokens(dir.path() / "out_jsonl", "j", "val"), val);
+    EXPECT_EQ(split_tokens(dir.path() / "out_files", "f", "train"), train);
+    EXPECT_EQ(split_tokens(dir.path() / "out_files", "f", "val"), val);
+    EXPECT_EQ(read_file_bytes(dir.path() / "out_files/tokenizer.bin"),
+              read_file_bytes(dir.path() / "out_jsonl/tokenizer.bin"));
+
+    // --val-documents: the first N documents.
+    const auto c = run_command(prepare("--input " + (dir / "jsonl/a.jsonl") +
+                                       " --tokenizer bpe --vocab-size 300 --val-documents 2"
+                                       " --name v --out-dir " +
+                                       (dir / "out_first")));
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    const auto first =
+        deserialize_tokenizer(read_file_bytes(dir.path() / "out_first/tokenizer.bin"));
+    std::vector<std::int32_t> first_two;
+    for (std::size_t i = 0; i < 2; ++i) {
+        first_two.push_back(*first->eot_id());
+        const std::vector<std::int32_t> ids = first->encode(docs[i]);
+        first_two.insert(first_two.end(), ids.begin(), ids.end());
+    }
+    EXPECT_EQ(split_tokens(dir.path() / "out_first", "v", "val"), first_two);
+}
+
+// A text longer than a piece (4 MB) streams through in pieces cut where the tokens cannot change:
+// train and val together are the whole text's tokens. Stopped after two shards, the preparation
+// resumes to the very same shards; a fresh run into it, or a resume with other flags, is refused.
+TEST(PrepareData, ALongTextStreamsAndAnInterruptedPreparationResumesToTheSameShards) {
+    const ScratchDir dir("gpt2-prepare-resume");
+    test::write_corpus(dir.path() / "long.txt", std::size_t{9} << 20);
+    const std::string common = "--input " + (dir / "long.txt") +
+                               " --tokenizer bpe --vocab-size 300 --bpe-sample-mb 1"
+                               " --shard-tokens 1000000 --out-dir ";
+    const auto full = run_command(prepare(common + (dir / "full")));
+    ASSERT_EQ(full.exit_code, 0) << full.output;
+    EXPECT_NE(full.output.find("on the first --bpe-sample-mb of the corpus"), std::string::npos)
+        << full.output;
+    const auto tokenizer =
+        deserialize_tokenizer(read_file_bytes(dir.path() / "full/tokenizer.bin"));
+    std::vector<std::int32_t> both = split_tokens(dir.path() / "full", "long", "train");
+    const std::vector<std::int32_t> val = split_tokens(dir.path() / "full", "long", "val");
+    EXPECT_GT(val.size(), 0u);
+    both.insert(both.end(), val.begin(), val.end());
+    EXPECT_EQ(both, tokenizer->encode(read_text_file(dir.path() / "long.txt")));
+
+    const auto stopped = run_command(prepare(common + (dir / "part") + " --stop-after-shards 2"));
+    EXPECT_EQ(stopped.exit_code, 130) << stopped.output;
+    const auto fresh = run_command(prepare(common + (dir / "part")));
+    EXPECT_EQ(fresh.exit_code, 2) << fresh.output;
+    EXPECT_NE(fresh.output.find("--resume continues it"), std::string::npos) << fresh.output;
+    const auto other =
+        run_command(prepare(common + (dir / "part") + " --resume --val-fraction 0.2"));
+    EXPECT_EQ(other.exit_code, 2) << other.output;
+    EXPECT_NE(other.output.find("the inputs or options differ"), std::string::npos) << other.output;
+    const auto resumed = run_command(prepare(common + (dir / "part") + " --resume"));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("resuming after 2 train and 0 val shards"), std::string::npos)
+        << resumed.output;
+    int shards = 0;
+    for (const auto& entry : fs::directory_iterator(dir.path() / "full")) {
+        if (entry.path().extension() != ".bin") continue;
+        ++shards;
+        EXPECT_EQ(read_file_bytes(entry.path()),
+                  read_file_bytes(dir.path() / "part" / entry.path().filename()))
+            << entry.path().filename();
+    }
+    EXPECT_GE(shards, 5);
+}
+
+TEST(PrepareData, BadDocumentsGetOneClearErrorNamingFileAndLine) {
+    const ScratchDir dir("gpt2-prepare-bad");
+    write_bytes(dir.path() / "bad.jsonl",
+                "{\"text\": \"fine\"}\n\n{\"body\": \"no text field\"}\nnot json\n"
+                "{\"text\": \"bad \xff utf-8\"}\n[1, 2]\n{\"text\": \"also fine\"}\n");
+    const std::string common = " --tokenizer char --val-fraction 0 --out-dir ";
+    const auto stop =
+        run_command(prepare("--input " + (dir / "bad.jsonl") + common + (dir / "o1")));
+    EXPECT_EQ(stop.exit_code, 1) << stop.output;
+    EXPECT_EQ(stop.output.rfind("error: " + (dir / "bad.jsonl") + ":3: no string field 'text'", 0),
+              0u)
+        << stop.output;
+    const auto skip = run_command(
+        prepare("--input " + (dir / "bad.jsonl") + " --skip-bad-lines" + common + (dir / "o2")));
+    EXPECT_EQ(skip.exit_code, 0) << skip.output;
+    EXPECT_NE(skip.output.find("skipped 4 bad lines (--skip-bad-lines); the first: " +
+                               (dir / "bad.jsonl") + ":3"),
+              std::string::npos)
+        << skip.output;
+    EXPECT_NE(skip.output.find("prepared 2 documents"), std::string::npos) << skip.output;
+    write_bytes(dir.path() / "utf8.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"bad \xc3 utf-8\"}\n");
+    const auto utf8 =
+        run_command(prepare("--input " + (dir / "utf8.jsonl") + common + (dir / "o3")));
+    EXPECT_EQ(utf8.exit_code, 1) << utf8.output;
+    EXPECT_NE(utf8.output.find((dir / "utf8.jsonl") + ":2: not valid JSON"), std::string::npos)
+        << utf8.output;
+    const auto field = run_command(
+        prepare("--input " + (dir / "utf8.jsonl") + " --jsonl-field body" + common + (dir / "o4")));
+    EXPECT_NE(field.output.find(":1: no string field 'body'"), std::string::npos) << field.output;
+    fs::create_directories(dir.path() / "empty/sub");
+    const auto empty = run_command(prepare("--input " + (dir / "empty") + common + (dir / "o5")));
+    EXPECT_EQ(empty.exit_code, 1) << empty.output;
+    EXPECT_EQ(empty.output.rfind("error: --input " + (dir / "empty") + ": no files", 0), 0u)
+        << empty.output;
+    write_bytes(dir.path() / "cut.jsonl.gz", "\x1f\x8b\x08\x00\x00\x00\x00\x00");
+    const auto cut =
+        run_command(prepare("--input " + (dir / "cut.jsonl.gz") + common + (dir / "o6")));
+    EXPECT_EQ(cut.exit_code, 1) << cut.output;
+    EXPECT_NE(cut.output.find((dir / "cut.jsonl.gz") + ": "), std::string::npos) << cut.output;
+    for (const char* out : {"o1", "o3", "o4", "o5", "o6"}) {
+        if (!fs::exists(dir.path() / out)) continue;
+        for (const auto& entry : fs::directory_iterator(dir.path() / out))
+            EXPECT_EQ(entry.path().extension(), ".bin") << entry.path() << ": only whole files";
     }
 }
 

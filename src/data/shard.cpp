@@ -91,6 +91,25 @@ void write_shard(const std::filesystem::path& path, std::span<const std::int32_t
         path, std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
 }
 
+void write_shard(const std::filesystem::path& path, std::span<const std::uint16_t> tokens) {
+    static_assert(std::endian::native == std::endian::little, "shards are little-endian");
+    if (tokens.empty()) fail(path, "refusing to write a shard with no tokens");
+    if (tokens.size() > static_cast<std::size_t>(INT32_MAX)) {
+        fail(path, "too many tokens for one shard (" + std::to_string(tokens.size()) + ")");
+    }
+    std::vector<char> header;
+    std::array<std::int32_t, kHeaderWords> words{};
+    words[0] = kShardMagic;
+    words[1] = kShardVersion;
+    words[2] = static_cast<std::int32_t>(tokens.size());
+    for (const std::int32_t word : words)
+        put_le32(header, word);
+    const std::array<std::span<const std::uint8_t>, 2> pieces = {
+        std::span(reinterpret_cast<const std::uint8_t*>(header.data()), header.size()),
+        std::span(reinterpret_cast<const std::uint8_t*>(tokens.data()), tokens.size() * 2)};
+    write_file_atomically(path, pieces);
+}
+
 MappedShard::MappedShard(const std::filesystem::path& path) : path_(path) {
     const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.get() < 0) {

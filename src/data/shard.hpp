@@ -17,6 +17,8 @@ inline constexpr std::size_t kShardHeaderBytes = 256 * sizeof(std::int32_t);
 // Writes a shard (through a temporary file renamed into place, so readers never see half a
 // shard). Throws InputError if tokens is empty or holds an id outside 0..65535.
 void write_shard(const std::filesystem::path& path, std::span<const std::int32_t> tokens);
+// The same from ids already in the file's uint16 form (no copy of the tokens is made).
+void write_shard(const std::filesystem::path& path, std::span<const std::uint16_t> tokens);
 
 // A read-only memory mapping of a validated shard. Throws InputError naming the file for a
 // missing file, a directory, an empty or truncated file, a wrong magic or version, a token count

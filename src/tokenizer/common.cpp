@@ -78,9 +78,7 @@ namespace {
     std::vector<std::size_t> cuts{0};
     std::size_t pos = block_size;
     while (pos < text.size()) {
-        while (pos < text.size() &&
-               !(text[pos - 1] == '\n' && pos >= 2 && is_ascii_graphic(text[pos - 2]) &&
-                 is_ascii_graphic(text[pos]))) {
+        while (pos < text.size() && !is_safe_cut(text, pos)) {
             ++pos;
         }
         if (pos >= text.size()) break;
@@ -92,6 +90,11 @@ namespace {
 }
 
 }  // namespace
+
+bool is_safe_cut(std::string_view text, std::size_t p) {
+    return p >= 2 && p < text.size() && text[p - 1] == '\n' && is_ascii_graphic(text[p - 2]) &&
+           is_ascii_graphic(text[p]);
+}
 
 EotInText parse_eot_in_text(std::string_view word) {
     if (word == "token") return EotInText::Token;

@@ -71,6 +71,11 @@ class Tokenizer {
     const std::function<void(std::size_t bytes_done)>& on_progress = {},
     EotInText eot = EotInText::Token);
 
+// Whether text may be cut before position p (0 < p < text.size()) without changing the tokens of
+// any of these tokenizers: the cut points encode_blocks uses, so pieces of a long text can be
+// encoded separately.
+[[nodiscard]] bool is_safe_cut(std::string_view text, std::size_t p);
+
 // "token" or "text" (the --eot-in-text flag's words) to the enum; InputError otherwise.
 [[nodiscard]] EotInText parse_eot_in_text(std::string_view word);
 

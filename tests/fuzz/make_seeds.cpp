@@ -191,6 +191,19 @@ int main(int argc, char** argv) {
         gpt2::write_shard(dir / "shard_wide.bin", wide);
         gpt2::write_shard(dir / "shard_char.bin", char_tok->encode("hello world, the cat\n"));
     }
+    // DocumentReader: first byte the kind (0 jsonl, 1 jsonl.gz, 2 jsonl.zst, 3 txt, 4 txt.gz),
+    // second the forced cut's byte
+    {
+        const fs::path dir = target_dir(root, "documents");
+        write_text(
+            dir / "jsonl.bin",
+            std::string("\x00\x00") +
+                "{\"text\": \"first document\\nline\"}\n\n{\"id\": 2, \"text\": \"caf\u00e9\"}\n"
+                "{\"body\": 1}\nnot json\n{\"text\": \"last\"}");
+        write_text(dir / "text.bin", std::string("\x03\x14") +
+                                         "First Citizen:\nBefore we proceed any further, hear "
+                                         "me speak.\nAll:\nSpeak, speak.\n");
+    }
     // parse_train_options --config
     {
         const fs::path dir = target_dir(root, "train_config");

@@ -1,0 +1,361 @@
+#include "data/documents.hpp"
+
+#include <fnmatch.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "core/error.hpp"
+
+namespace gpt2 {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+enum class Compression { none, gzip, zstd };
+
+Compression compression_of(const fs::path& path) {
+    const std::string ext = path.extension().string();
+    if (ext == ".gz") return Compression::gzip;
+    if (ext == ".zst") return Compression::zstd;
+    return Compression::none;
+}
+
+bool is_jsonl(const fs::path& path) {
+    const fs::path inner = compression_of(path) == Compression::none ? path : path.stem();
+    return inner.extension() == ".jsonl";
+}
+
+CorpusFile corpus_file(const fs::path& path) {
+    std::error_code ec;
+    const std::uintmax_t bytes = fs::file_size(path, ec);
+    if (ec) throw InputError(path.string() + ": " + ec.message());
+    return CorpusFile{path, is_jsonl(path), bytes};
+}
+
+// The bytes of one file, decompressed; counts what it consumed of the file as stored.
+class ByteSource {
+  public:
+    explicit ByteSource(const fs::path& path) : path_(path), compression_(compression_of(path)) {
+        file_ = std::fopen(path.c_str(), "rb");
+        if (file_ == nullptr) fail(std::strerror(errno));
+        if (compression_ == Compression::gzip) {
+            gz_ = inflateInit2(&z_, 15 + 32) == Z_OK;  // 32: gzip or zlib header
+            if (!gz_) fail("cannot start zlib");
+        } else if (compression_ == Compression::zstd) {
+            zstd_ = ZSTD_createDStream();
+            if (zstd_ == nullptr) fail("cannot start zstd");
+        }
+    }
+    ~ByteSource() {
+        if (gz_) inflateEnd(&z_);
+        if (zstd_ != nullptr) ZSTD_freeDStream(zstd_);
+        if (file_ != nullptr) std::fclose(file_);
+    }
+    ByteSource(const ByteSource&) = delete;
+    ByteSource& operator=(const ByteSource&) = delete;
+
+    // Up to `capacity` bytes into `out`; 0 at the end.
+    std::size_t read(char* out, std::size_t capacity) {
+        if (compression_ == Compression::none) return read_stored(out, capacity);
+        for (;;) {
+            if (in_begin_ == in_end_ && !eof_) {
+                in_begin_ = 0;
+                in_end_ = read_stored(in_.data(), in_.size());
+                eof_ = in_end_ == 0;
+            }
+            const std::size_t made = compression_ == Compression::gzip ? inflate_some(out, capacity)
+                                                                       : zstd_some(out, capacity);
+            if (made > 0) return made;
+            if (eof_ && in_begin_ == in_end_) {
+                if (!stream_ended_) fail("truncated compressed data");
+                return 0;
+            }
+        }
+    }
+    [[nodiscard]] std::uint64_t stored_read() const { return stored_; }
+
+  private:
+    [[noreturn]] void fail(const std::string& why) const {
+        throw InputError(path_.string() + ": " + why);
+    }
+    std::size_t read_stored(char* out, std::size_t capacity) {
+        const std::size_t got = std::fread(out, 1, capacity, file_);
+        if (got < capacity && std::ferror(file_)) fail(std::strerror(errno));
+        stored_ += got;
+        return got;
+    }
+    std::size_t inflate_some(char* out, std::size_t capacity) {
+        if (stream_ended_) {
+            if (in_begin_ == in_end_) return 0;
+            // Concatenated gzip members (as `cat a.gz b.gz`) continue the stream.
+            if (inflateReset(&z_) != Z_OK) fail("corrupt gzip data");
+            stream_ended_ = false;
+        }
+        z_.next_in = reinterpret_cast<Bytef*>(in_.data() + in_begin_);
+        z_.avail_in = static_cast<uInt>(in_end_ - in_begin_);
+        z_.next_out = reinterpret_cast<Bytef*>(out);
+        z_.avail_out = static_cast<uInt>(std::min<std::size_t>(capacity, 1u << 30));
+        const int code = inflate(&z_, Z_NO_FLUSH);
+        if (code != Z_OK && code != Z_STREAM_END && code != Z_BUF_ERROR) {
+            fail(std::string("corrupt gzip data") +
+                 (z_.msg != nullptr ? ": " + std::string(z_.msg) : ""));
+        }
+        in_begin_ = in_end_ - z_.avail_in;
+        if (code == Z_STREAM_END) stream_ended_ = true;
+        return static_cast<std::size_t>(reinterpret_cast<char*>(z_.next_out) - out);
+    }
+    std::size_t zstd_some(char* out, std::size_t capacity) {
+        ZSTD_inBuffer input{in_.data() + in_begin_, in_end_ - in_begin_, 0};
+        ZSTD_outBuffer output{out, capacity, 0};
+        const std::size_t code = ZSTD_decompressStream(zstd_, &output, &input);
+        if (ZSTD_isError(code) != 0)
+            fail("corrupt zstd data: " + std::string(ZSTD_getErrorName(code)));
+        in_begin_ += input.pos;
+        // A frame is complete (a call that consumed and produced nothing says nothing new).
+        if (input.pos > 0 || output.pos > 0) stream_ended_ = code == 0;
+        return output.pos;
+    }
+
+    fs::path path_;
+    Compression compression_;
+    std::FILE* file_ = nullptr;
+    z_stream z_{};
+    bool gz_ = false;
+    ZSTD_DStream* zstd_ = nullptr;
+    std::vector<char> in_ = std::vector<char>(std::size_t{1} << 20);
+    std::size_t in_begin_ = 0, in_end_ = 0;
+    bool eof_ = false;
+    bool stream_ended_ = false;
+    std::uint64_t stored_ = 0;
+};
+
+constexpr std::size_t kReadChunk = std::size_t{1} << 20;
+
+}  // namespace
+
+std::vector<CorpusFile> list_corpus_files(std::span<const fs::path> inputs,
+                                          const std::string& glob) {
+    std::vector<CorpusFile> files;
+    for (const fs::path& input : inputs) {
+        std::error_code ec;
+        const fs::file_status status = fs::status(input, ec);
+        if (ec || !fs::exists(status))
+            throw InputError(input.string() + ": no such file or directory");
+        if (!fs::is_directory(status)) {
+            files.push_back(corpus_file(input));
+            continue;
+        }
+        std::vector<fs::path> found;
+        for (fs::recursive_directory_iterator it(input, ec), end; !ec && it != end;
+             it.increment(ec)) {
+            if (!it->is_regular_file()) continue;
+            if (::fnmatch(glob.c_str(), it->path().filename().c_str(), 0) == 0)
+                found.push_back(it->path());
+        }
+        if (ec) throw InputError("--input " + input.string() + ": " + ec.message());
+        if (found.empty()) {
+            throw InputError("--input " + input.string() + ": no files" +
+                             (glob == "*" ? std::string() : " matching --glob '" + glob + "'"));
+        }
+        std::sort(found.begin(), found.end());
+        for (const fs::path& path : found)
+            files.push_back(corpus_file(path));
+    }
+    return files;
+}
+
+std::uint64_t uncompressed_bytes(const CorpusFile& file) {
+    if (compression_of(file.path) == Compression::none) return file.bytes;
+    ByteSource source(file.path);
+    std::vector<char> buffer(kReadChunk);
+    std::uint64_t total = 0;
+    for (std::size_t got; (got = source.read(buffer.data(), buffer.size())) > 0;)
+        total += got;
+    return total;
+}
+
+struct DocumentReader::Impl {
+    std::vector<CorpusFile> files;
+    DocumentReaderOptions options;
+    std::size_t file = 0;                // the file being read
+    std::unique_ptr<ByteSource> source;  // of files[file]
+    std::uint64_t stored_done = 0;       // stored bytes of the files before it
+    std::string pending;                 // read, not yet returned
+    bool file_ended = false;             // source has nothing more
+    std::uint64_t line = 0;              // JSONL: lines taken from this file
+    std::uint64_t document = 0;          // next document's index
+    std::uint64_t piece = 0;             // next piece's index
+    std::uint64_t offset = 0;            // plain text: bytes of the document already returned
+    bool in_document = false;            // plain text: a piece of this file was returned
+    std::uint64_t skipped = 0;
+    std::string first_skipped;
+
+    bool fill() {  // reads one more chunk into pending; false at the end of the file
+        if (file_ended) return false;
+        const std::size_t old = pending.size();
+        pending.resize(old + kReadChunk);
+        const std::size_t got = source->read(pending.data() + old, kReadChunk);
+        pending.resize(old + got);
+        file_ended = got == 0;
+        return got > 0;
+    }
+    void open_next_file() {
+        if (source) stored_done += source->stored_read();
+        source.reset();
+        if (file >= files.size()) return;
+        source = std::make_unique<ByteSource>(files[file].path);
+        pending.clear();
+        file_ended = false;
+        line = 0;
+        offset = 0;
+        in_document = false;
+    }
+    bool safe(std::string_view text, std::size_t p) const {
+        return !options.safe_cut || options.safe_cut(text, p);
+    }
+    void emit(DocumentPiece& out, std::size_t length, bool first) {
+        out.text.assign(pending, 0, length);
+        pending.erase(0, length);
+        out.document = document;
+        out.index = piece++;
+        out.first = first;
+    }
+    bool next_plain(DocumentPiece& out);
+    bool next_jsonl(DocumentPiece& out);
+};
+
+bool DocumentReader::Impl::next_plain(DocumentPiece& out) {
+    for (;;) {
+        while (pending.size() < options.piece_bytes && fill()) {
+        }
+        std::size_t cut = 0;
+        const std::uint64_t at = options.cut_at_byte;
+        if (at > offset && at < offset + pending.size()) {
+            // The first safe position at or after the split byte, else wait for more text.
+            for (std::size_t p = static_cast<std::size_t>(at - offset); p < pending.size(); ++p) {
+                if (safe(pending, p)) {
+                    cut = p;
+                    break;
+                }
+            }
+            if (cut == 0 && !file_ended) {
+                fill();
+                continue;
+            }
+        } else if (!file_ended) {
+            for (std::size_t p = pending.size() - 1; p > 0 && cut == 0; --p) {
+                if (safe(pending, p)) cut = p;
+            }
+            if (cut == 0) {  // no safe cut yet: a longer piece
+                fill();
+                continue;
+            }
+        }
+        if (cut == 0) cut = pending.size();  // the rest of the file
+        const bool first = !in_document;
+        out.offset = offset;
+        emit(out, cut, first);
+        offset += cut;
+        in_document = true;
+        if (file_ended && pending.empty()) {
+            ++document;
+            ++file;
+            open_next_file();
+        }
+        return true;
+    }
+}
+
+bool DocumentReader::Impl::next_jsonl(DocumentPiece& out) {
+    for (;;) {
+        std::size_t newline = pending.find('\n');
+        while (newline == std::string::npos && fill())
+            newline =
+                pending.find('\n', pending.size() > kReadChunk ? pending.size() - kReadChunk : 0);
+        if (newline == std::string::npos && pending.empty()) {
+            ++file;
+            open_next_file();
+            return false;  // caller moves on to the next file
+        }
+        const std::size_t length = newline == std::string::npos ? pending.size() : newline;
+        ++line;
+        std::string_view text(pending.data(), length);
+        if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
+        if (text.find_first_not_of(" \t") == std::string_view::npos) {  // blank line: no document
+            pending.erase(0, std::min(pending.size(), length + 1));
+            continue;
+        }
+        std::string reason;
+        std::string document_text;
+        try {
+            const nlohmann::json record = nlohmann::json::parse(text);
+            if (!record.is_object()) {
+                reason = "not a JSON object";
+            } else if (const auto field = record.find(options.jsonl_field);
+                       field == record.end() || !field->is_string()) {
+                reason = "no string field '" + options.jsonl_field + "'";
+            } else {
+                document_text = field->get<std::string>();
+            }
+        } catch (const nlohmann::json::exception& e) {
+            // nlohmann's message names the byte; invalid UTF-8 in a string is one of these.
+            reason = std::string("not valid JSON (") + e.what() + ")";
+        }
+        pending.erase(0, std::min(pending.size(), length + 1));
+        if (!reason.empty()) {
+            const std::string where =
+                files[file].path.string() + ":" + std::to_string(line) + ": " + reason;
+            if (!options.skip_bad_lines) {
+                throw InputError(where + " (--skip-bad-lines skips such lines, counted)");
+            }
+            if (skipped++ == 0) first_skipped = where;
+            continue;
+        }
+        out.text = std::move(document_text);
+        out.document = document++;
+        out.index = piece++;
+        out.first = true;
+        out.offset = 0;
+        return true;
+    }
+}
+
+DocumentReader::DocumentReader(std::vector<CorpusFile> files, DocumentReaderOptions options)
+    : impl_(std::make_unique<Impl>()) {
+    impl_->files = std::move(files);
+    impl_->options = std::move(options);
+    impl_->open_next_file();
+}
+
+DocumentReader::~DocumentReader() = default;
+
+bool DocumentReader::next(DocumentPiece& piece) {
+    Impl& r = *impl_;
+    while (r.file < r.files.size()) {
+        if (r.files[r.file].jsonl) {
+            if (r.next_jsonl(piece)) return true;
+        } else {
+            return r.next_plain(piece);
+        }
+    }
+    return false;
+}
+
+std::uint64_t DocumentReader::stored_bytes_read() const {
+    return impl_->stored_done + (impl_->source ? impl_->source->stored_read() : 0);
+}
+std::uint64_t DocumentReader::skipped_lines() const {
+    return impl_->skipped;
+}
+const std::string& DocumentReader::first_skipped() const {
+    return impl_->first_skipped;
+}
+
+}  // namespace gpt2
