@@ -17,6 +17,7 @@
 #include "core/random.hpp"
 #include "core/utf8.hpp"
 #include "model/model.hpp"
+#include "model/spike_guard.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/thread_pool.hpp"
 #include "process_support.hpp"
@@ -104,20 +105,29 @@ TEST_F(Run, PruningOnlyRemovesCheckpointsOfItsOwnLineage) {
     EXPECT_EQ(list_checkpoints(path("out")), (std::vector<std::int64_t>{100, 8}));
 }
 
-TEST(ResumeStateFile, HeaderIsWrittenFieldByFieldWithLineageAndScheduleLength) {
+TEST(ResumeStateFile, HeaderIsWrittenFieldByFieldWithLineageScheduleLengthAndSpikeWindows) {
     const ScratchDir dir("gpt2-state-format");
     const ModelConfig config{16, 50, 64, 1, 2, 8};
     AdamWState optimizer(ParameterLayout(config).total());
     optimizer.step = 77;
-    ResumeState state{12, 99, 8, 16, Rng::State{1, 2, 3, 4}};
+    ResumeState state;
+    state.step = 12;
+    state.seed = 99;
+    state.sequences_per_step = 8;
+    state.seq_len = 16;
+    state.sample_rng = Rng::State{1, 2, 3, 4};
     state.run_id = 0x1234567890abcdefULL;
     state.lr_decay_steps = 600;
+    for (int i = 0; i < 130; ++i)  // one full window that wrapped, one partly filled
+        state.loss_window.add(0.5 * i);
+    state.norm_window.add(3.25);
     const fs::path path = dir.path() / "state_000012.bin";
     save_resume_state(path, state, config, optimizer);
-    // 124 header bytes with no padding, two moment arrays, one checksum.
-    EXPECT_EQ(fs::file_size(path), 124 + 2 * 4 * optimizer.m.size() + 8);
+    // 124 header bytes with no padding, the two spike windows (count, next, 128 doubles), two
+    // moment arrays, one checksum.
+    EXPECT_EQ(fs::file_size(path), 124 + 2 * (8 + 8 * 128) + 2 * 4 * optimizer.m.size() + 8);
     const std::vector<std::uint8_t> bytes = read_file_bytes(path);
-    EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 8), "GPT2STA2");
+    EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 8), "GPT2STA3");
     std::int32_t seq_len = 0;
     std::memcpy(&seq_len, bytes.data() + 32, 4);
     EXPECT_EQ(seq_len, 16);
@@ -130,6 +140,11 @@ TEST(ResumeStateFile, HeaderIsWrittenFieldByFieldWithLineageAndScheduleLength) {
     EXPECT_EQ(loaded.run_id, state.run_id);
     EXPECT_EQ(loaded.lr_decay_steps, 600);
     EXPECT_EQ(loaded.sample_rng, state.sample_rng);
+    EXPECT_EQ(loaded.loss_window.values, state.loss_window.values);
+    EXPECT_EQ(loaded.loss_window.count, 128u);
+    EXPECT_EQ(loaded.loss_window.next, 2u);
+    EXPECT_EQ(loaded.norm_window.count, 1u);
+    EXPECT_EQ(loaded.norm_window.values[0], 3.25);
     EXPECT_EQ(loaded_optimizer.step, 77);
 }
 
@@ -579,6 +594,118 @@ TEST_F(Run, ResumingWithALargerMaxStepsKeepsTheLearningRateSchedule) {
     const auto explicit_length = records(path("explicit.jsonl"), "train");
     ASSERT_FALSE(explicit_length.empty());
     EXPECT_GT(explicit_length[0]["lr"].get<double>(), straight[5]["lr"].get<double>());
+}
+
+// ---- loss-spike skipping (llm.c's -sl / -sg) ----
+
+TEST(SpikeWindow, ScoresAgainstTheLast128ValuesOnceFull) {
+    SpikeWindow window;
+    for (int i = 0; i < 127; ++i)
+        window.add(i);
+    EXPECT_FALSE(window.z_score(500.0).has_value());  // 127 values: no verdict yet
+    window.add(127);
+    // Values 0..127: mean 63.5, population variance (128^2 - 1) / 12.
+    const double sd = std::sqrt((128.0 * 128.0 - 1.0) / 12.0);
+    ASSERT_TRUE(window.z_score(200.0).has_value());
+    EXPECT_NEAR(*window.z_score(200.0), (200.0 - 63.5) / sd, 1e-12);
+    window.add(1000.0);  // the oldest (0) leaves
+    double mean = 0.0, squares = 0.0;
+    for (int i = 1; i < 128; ++i) {
+        mean += i;
+        squares += static_cast<double>(i) * i;
+    }
+    mean = (mean + 1000.0) / 128.0;
+    const double variance = (squares + 1e6) / 128.0 - mean * mean;
+    EXPECT_NEAR(*window.z_score(5.0), (5.0 - mean) / std::sqrt(variance), 1e-9);
+    SpikeWindow flat;
+    for (int i = 0; i < 128; ++i)
+        flat.add(2.0);
+    EXPECT_EQ(*flat.z_score(9.0), 0.0);  // no spread: nothing is an outlier
+}
+
+TEST(SpikeGuard, SkipsAboveEitherThresholdAndKeepsSpikesOutOfTheWindow) {
+    SpikeGuard guard;
+    guard.max_loss_z = 3.0;
+    guard.max_norm_z = 4.0;
+    for (int i = 0; i < 128; ++i)
+        EXPECT_FALSE(guard.judge(3.0 + 0.01 * (i % 5), 1.0 + 0.1 * (i % 3)).skip);
+    const SpikeWindow before = guard.loss;
+    const SpikeGuard::Verdict spike = guard.judge(9.0, 1.1);  // a loss spike
+    EXPECT_TRUE(spike.skip);
+    EXPECT_GT(*spike.loss_z, 3.0);
+    EXPECT_EQ(guard.loss.values, before.values);  // not added
+    EXPECT_TRUE(guard.judge(3.02, 50.0).skip);    // a norm spike
+    EXPECT_FALSE(guard.judge(3.02, 1.1).skip);
+    EXPECT_NE(guard.loss.values, before.values);  // a kept step is added
+    SpikeGuard off;                               // thresholds 0: z-scores, never a skip
+    for (int i = 0; i < 128; ++i)
+        (void)off.judge(3.0 + 0.01 * (i % 5), 1.0);
+    const SpikeGuard::Verdict huge = off.judge(1e9, 1e9);
+    EXPECT_FALSE(huge.skip);
+    EXPECT_GT(*huge.loss_z, 1e6);
+}
+
+// A gradient-norm spike injected at step 151 is skipped (logged, recorded) and training goes on
+// exactly as when that update is skipped for a non-finite gradient; without --skip-norm-z the
+// same spike is applied and the training differs.
+TEST_F(Run, AnInjectedSpikeIsSkippedAndTrainingContinues) {
+    const std::string common = "--max-steps 160 --checkpoint-every 0 --out-dir ";
+    const auto skipped = train("--skip-norm-z 6 --inject-spike-step 150 --metrics-file " +
+                               path("spike.jsonl") + " " + common + path("spike"));
+    ASSERT_EQ(skipped.exit_code, 0) << skipped.output;
+    EXPECT_NE(skipped.output.find("step 151: gradient norm z-score +"), std::string::npos)
+        << skipped.output;
+    EXPECT_NE(skipped.output.find("above --skip-norm-z 6: update skipped (1 in a row)"),
+              std::string::npos)
+        << skipped.output;
+    ASSERT_EQ(train("--skip-norm-z 6 --inject-nan-step 150 --metrics-file " + path("nan.jsonl") +
+                    " " + common + path("nan"))
+                  .exit_code,
+              0);
+    ASSERT_EQ(train("--inject-spike-step 150 --metrics-file " + path("applied.jsonl") + " " +
+                    common + path("applied"))
+                  .exit_code,
+              0);
+    const auto spike = records(path("spike.jsonl"), "train");
+    const auto nan = records(path("nan.jsonl"), "train");
+    const auto applied = records(path("applied.jsonl"), "train");
+    ASSERT_EQ(spike.size(), 160u);
+    EXPECT_EQ(spike[150]["skipped"], true);
+    EXPECT_EQ(spike[150]["spike"], true);
+    EXPECT_GT(spike[150]["norm_z"].get<double>(), 6.0);
+    EXPECT_TRUE(spike[149]["norm_z"].is_number());
+    EXPECT_TRUE(spike[100]["norm_z"].is_null());  // fewer than 128 steps before it
+    for (std::size_t s = 151; s < 160; ++s) {
+        EXPECT_EQ(spike[s]["loss"], nan[s]["loss"]) << "step " << s + 1;
+        EXPECT_EQ(spike[s]["norm_z"], nan[s]["norm_z"]) << "step " << s + 1;
+    }
+    EXPECT_NE(spike[159]["loss"], applied[159]["loss"]);
+}
+
+// The windows are part of the resume state: stopped at step 100 (before the window is full) and
+// resumed, the run scores and skips exactly as an uninterrupted one.
+TEST_F(Run, ResumeAcrossTheSpikeWindowIsBitwiseExact) {
+    const std::string common = "--skip-loss-z 2 --skip-norm-z 2 --max-steps 200 --out-dir ";
+    ASSERT_EQ(train(common + path("straight") + " --metrics-file " + path("straight.jsonl"))
+                  .exit_code,
+              0);
+    ASSERT_EQ(train(common + path("out") + " --stop-at-step 100").exit_code, 0);
+    const auto resumed =
+        train(common + path("out") + " --resume auto --metrics-file " + path("resumed.jsonl"));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    const auto straight = records(path("straight.jsonl"), "train");
+    const auto after = records(path("resumed.jsonl"), "train");
+    ASSERT_EQ(straight.size(), 200u);
+    ASSERT_EQ(after.size(), 100u);
+    int scored = 0;
+    for (std::size_t s = 0; s < 100; ++s) {
+        EXPECT_EQ(after[s]["loss"], straight[100 + s]["loss"]) << "step " << 101 + s;
+        EXPECT_EQ(after[s]["loss_z"], straight[100 + s]["loss_z"]) << "step " << 101 + s;
+        EXPECT_EQ(after[s]["norm_z"], straight[100 + s]["norm_z"]) << "step " << 101 + s;
+        EXPECT_EQ(after[s]["skipped"], straight[100 + s]["skipped"]) << "step " << 101 + s;
+        if (straight[100 + s]["loss_z"].is_number()) ++scored;
+    }
+    EXPECT_GT(scored, 50);
 }
 
 TEST_F(Run, TheMetricsFileMarksEachRun) {

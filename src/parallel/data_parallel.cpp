@@ -246,16 +246,16 @@ void sum_shared_gradients(WorkerGroup& workers, Range owned) {
 
 StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers,
                        const Communicator& comm, const StepBatch& batch, const StepHyper& hyper,
-                       bool inject_nan) {
+                       InjectedFault fault, SpikeGuard* guard) {
     const int W = workers.size();
     const int T = workers.seq_len();
     const std::span<WorkerPartial> sums = workers.partials();
     StepMetrics metrics;
     auto clock = std::chrono::steady_clock::now();
 
-    // The test hook poisons the gradient before it travels, so it needs the plain allreduce.
-    const bool overlap =
-        comm.size() > 1 && hyper.bucket_floats > 0 && hyper.zero_shards.empty() && !inject_nan;
+    // The test hooks change the gradient before it travels, so they need the plain allreduce.
+    const bool overlap = comm.size() > 1 && hyper.bucket_floats > 0 && hyper.zero_shards.empty() &&
+                         fault == InjectedFault::none;
     const GradientPass pass =
         overlap ? overlapped_gradients(model, workers, comm, batch, hyper.bucket_floats)
                 : accumulate_gradients(model, workers, batch);
@@ -265,7 +265,12 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     metrics.timings.thread_reduction = pass.seconds_summing;
 
     const std::size_t P = model.layout.total();
-    if (inject_nan) workers.gradient()[0] = std::numeric_limits<float>::quiet_NaN();
+    if (fault == InjectedFault::nan_gradient) {
+        workers.gradient()[0] = std::numeric_limits<float>::quiet_NaN();
+    } else if (fault == InjectedFault::gradient_spike) {
+        for (float& g : workers.gradient())
+            g *= 1e4f;
+    }
 
     // The elements this rank updates: all of them, or its shard (ZeRO-1, shared memory).
     const bool shared = !workers.rank_gradients().empty();
@@ -307,7 +312,14 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     metrics.grad_norm = std::sqrt(norm_sq);
     metrics.timings.allreduce = lap(clock) + pass.seconds_after_backward;
 
-    if (!std::isfinite(metrics.loss) || !std::isfinite(metrics.grad_norm)) {
+    const bool finite = std::isfinite(metrics.loss) && std::isfinite(metrics.grad_norm);
+    if (finite && guard != nullptr) {
+        const SpikeGuard::Verdict verdict = guard->judge(metrics.loss, metrics.grad_norm);
+        metrics.loss_z = verdict.loss_z;
+        metrics.norm_z = verdict.norm_z;
+        metrics.spike = verdict.skip;
+    }
+    if (!finite || metrics.spike) {
         metrics.skipped = true;
         workers.pool().run([&](int w) {
             const Range r = split_range(owned.end - owned.begin, w, W);

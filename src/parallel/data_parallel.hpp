@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "model/model.hpp"
 #include "model/optimizer.hpp"
+#include "model/spike_guard.hpp"
 #include "model/training_context.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/layerwise_reduction.hpp"
@@ -119,7 +121,11 @@ struct StepTimings {
 struct StepMetrics {
     double loss = 0.0;       // mean over every token of the step, all ranks
     double grad_norm = 0.0;  // global norm before clipping
-    bool skipped = false;    // non-finite loss or norm: no update was made
+    bool skipped = false;    // non-finite loss or norm, or a spike: no update was made
+    bool spike = false;      // skipped because a z-score exceeded its threshold (SpikeGuard)
+    // z-scores against the last 128 kept steps, once there are 128 (with a SpikeGuard).
+    std::optional<double> loss_z;
+    std::optional<double> norm_z;
     StepTimings timings;
 };
 
@@ -136,12 +142,17 @@ struct GradientPass {
                                                 const StepBatch& batch,
                                                 const GradientReady& ready = {});
 
+// Test hooks for the skip paths: a non-finite gradient, or one scaled by 10^4 (a norm spike).
+enum class InjectedFault { none, nan_gradient, gradient_spike };
+
 // Forward/backward over all micro-batches, gradient reduction across workers and ranks, and the
-// AdamW update (skipped, with gradients cleared, when the loss or norm is not finite).
-// `inject_nan` poisons the gradient first (a test hook for the non-finite path).
+// AdamW update; skipped, with gradients cleared, when the loss or norm is not finite or, with a
+// `guard`, when its z-score says the step is a spike (every rank judges the same numbers).
 [[nodiscard]] StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers,
                                      const Communicator& comm, const StepBatch& batch,
-                                     const StepHyper& hyper, bool inject_nan = false);
+                                     const StepHyper& hyper,
+                                     InjectedFault fault = InjectedFault::none,
+                                     SpikeGuard* guard = nullptr);
 
 // Mean loss over `num_batches` micro-batches of this rank's tokens, averaged over all ranks.
 [[nodiscard]] double evaluate(const Model& model, WorkerGroup& workers, const Communicator& comm,

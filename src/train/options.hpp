@@ -87,6 +87,11 @@ struct TrainOptions {
     double peak_gflops = 200.0;  // one core's fp32 GEMM rate, the MFU yardstick
     int benchmark = 0;           // >0: time this many steps after warm-up and report
     int inject_nan_step = -1;    // test hook: poison the gradient at this step
+    int inject_spike_step = -1;  // test hook: scale the gradient by 10^4 at this step
+    // Skip the update when the loss's (gradient norm's) z-score against the last 128 steps
+    // exceeds this (0: never), as llm.c's -sl / -sg.
+    double skip_loss_z = 0.0;
+    double skip_norm_z = 0.0;
     int stop_at_step = -1;       // test hook: behave as if SIGTERM arrived during this step
     std::int64_t mpi_chunk_elements = 0;  // test hook: elements per MPI call (0: default)
 

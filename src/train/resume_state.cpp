@@ -16,13 +16,38 @@
 namespace gpt2 {
 
 namespace {
+// Version 3 adds the loss-spike windows (SpikeGuard) to the header.
 // Version 2 writes its header field by field and adds the lineage and the schedule length.
 // Version 1 was the raw bytes of a struct (4 padding bytes after the model shape); it is still
 // read, field by field, so checkpoints of earlier builds resume.
 constexpr std::array<char, 8> kStateMagicV1 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '1'};
 constexpr std::array<char, 8> kStateMagicV2 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '2'};
+constexpr std::array<char, 8> kStateMagicV3 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '3'};
 constexpr std::size_t kHeaderBytesV1 = 112;
 constexpr std::size_t kHeaderBytesV2 = 124;
+constexpr std::size_t kWindowBytes = 8 + 8 * SpikeWindow::kWindow;
+constexpr std::size_t kHeaderBytesV3 = kHeaderBytesV2 + 2 * kWindowBytes;
+
+void put_window(ByteWriter& out, const SpikeWindow& w) {
+    out.put(w.count);
+    out.put(w.next);
+    for (const double v : w.values)
+        out.put(v);
+}
+
+SpikeWindow get_window(ByteReader& in, const std::string& name, const char* what) {
+    SpikeWindow w;
+    w.count = in.get<std::uint32_t>(what);
+    w.next = in.get<std::uint32_t>(what);
+    for (double& v : w.values)
+        v = in.get<double>(what);
+    if (w.count > SpikeWindow::kWindow || w.next >= SpikeWindow::kWindow) {
+        throw InputError(name + ": " + what + " holds " + std::to_string(w.count) +
+                         " values at position " + std::to_string(w.next) + " (at most " +
+                         std::to_string(SpikeWindow::kWindow) + ")");
+    }
+    return w;
+}
 
 std::span<const std::uint8_t> bytes_of(const void* p, std::size_t n) {
     return {static_cast<const std::uint8_t*>(p), n};
@@ -42,7 +67,8 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
     std::array<char, 8> magic{};
     std::memcpy(magic.data(), bytes.data(), 8);
     const bool v1 = magic == kStateMagicV1;
-    if (!v1 && magic != kStateMagicV2) {
+    const bool v3 = magic == kStateMagicV3;
+    if (!v1 && !v3 && magic != kStateMagicV2) {
         throw InputError(name + ": not a resume state file (bad magic)");
     }
     ByteReader in(bytes, name + " (resume state header)");
@@ -61,8 +87,12 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
         h.state.run_id = in.get<std::uint64_t>("run id");
         h.state.lr_decay_steps = in.get<std::int64_t>("schedule length");
     }
+    if (v3) {
+        h.state.loss_window = get_window(in, name, "loss-spike window");
+        h.state.norm_window = get_window(in, name, "gradient-norm-spike window");
+    }
     h.bytes = in.offset();
-    if (h.bytes != (v1 ? kHeaderBytesV1 : kHeaderBytesV2)) {
+    if (h.bytes != (v1 ? kHeaderBytesV1 : v3 ? kHeaderBytesV3 : kHeaderBytesV2)) {
         throw std::logic_error("resume state header size mismatch");
     }
     return h;
@@ -72,7 +102,7 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
 void save_resume_state(const std::filesystem::path& path, const ResumeState& state,
                        const ModelConfig& config, const AdamWState& optimizer) {
     ByteWriter out;
-    for (const char c : kStateMagicV2)
+    for (const char c : kStateMagicV3)
         out.put(c);
     out.put(state.step);
     out.put(state.seed);
@@ -84,6 +114,8 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
     out.put_array(state.sample_rng);
     out.put(state.run_id);
     out.put(state.lr_decay_steps);
+    put_window(out, state.loss_window);
+    put_window(out, state.norm_window);
     const std::span<const std::uint8_t> header(out.bytes());
     const auto m = bytes_of(optimizer.m.data(), optimizer.m.size() * sizeof(float));
     const auto v = bytes_of(optimizer.v.data(), optimizer.v.size() * sizeof(float));
@@ -126,7 +158,7 @@ ResumeState load_resume_state(const std::filesystem::path& path, const ModelConf
 
 std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path) {
     std::ifstream file(path, std::ios::binary);
-    std::array<std::uint8_t, kHeaderBytesV2> header{};
+    std::array<std::uint8_t, kHeaderBytesV3> header{};
     file.read(reinterpret_cast<char*>(header.data()), header.size());
     try {
         const StateHeader h = parse_header(
@@ -143,7 +175,7 @@ bool is_resume_state_file(const std::filesystem::path& path) {
     std::array<char, 8> magic{};
     std::ifstream in(path, std::ios::binary);
     return in.read(magic.data(), magic.size()) &&
-           (magic == kStateMagicV1 || magic == kStateMagicV2);
+           (magic == kStateMagicV1 || magic == kStateMagicV2 || magic == kStateMagicV3);
 }
 
 std::filesystem::path model_path(const std::filesystem::path& dir, std::int64_t step) {

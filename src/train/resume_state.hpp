@@ -12,6 +12,7 @@
 #include "core/random.hpp"
 #include "model/model.hpp"
 #include "model/optimizer.hpp"
+#include "model/spike_guard.hpp"
 
 namespace gpt2 {
 
@@ -27,6 +28,9 @@ struct ResumeState {
     // The learning-rate schedule's length, fixed when the run started (0: unknown, version 1), so
     // that resuming with a larger --max-steps does not make the learning rate jump.
     std::int64_t lr_decay_steps = 0;
+    // The loss-spike windows (version 3; empty before), so skipping decides as if uninterrupted.
+    SpikeWindow loss_window;
+    SpikeWindow norm_window;
 };
 
 void save_resume_state(const std::filesystem::path& path, const ResumeState& state,

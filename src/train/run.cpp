@@ -670,6 +670,7 @@ struct RunPlan {
     std::uint64_t run_id = 0;      // the lineage (rank 0's; only rank 0 writes checkpoints)
     bool resumed = false;
     Rng sample_rng{0};
+    SpikeGuard spikes;  // --skip-loss-z / --skip-norm-z and their windows (resumed)
 };
 
 int derived_grad_accum(const TrainOptions& o, int world) {
@@ -689,6 +690,8 @@ RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoi
     plan.grad_accum = derived_grad_accum(o, comm.size());
     plan.global_sequences = static_cast<std::int64_t>(o.batch_size) * comm.size() * plan.grad_accum;
     plan.sample_rng = Rng::derived(o.seed, 0x5a3e);
+    plan.spikes.max_loss_z = o.skip_loss_z;
+    plan.spikes.max_norm_z = o.skip_norm_z;
     std::int32_t resuming = comm.is_root() && !start.state_file.empty() ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&resuming, 1));
     plan.resumed = resuming != 0;
@@ -754,6 +757,8 @@ RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoi
             header[1] = replica.optimizer.step;
             if (resume.run_id != 0) plan.run_id = resume.run_id;
             plan.sample_rng.set_state(resume.sample_rng);
+            plan.spikes.loss = resume.loss_window;
+            plan.spikes.norm = resume.norm_window;
             spdlog::info("resuming from {} at step {}", start.state_file.string(), resume.step);
         }
         if (replica.zero_shards.empty()) {
@@ -768,6 +773,10 @@ RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoi
         }
     }
     comm.broadcast(std::span<std::int64_t>(header));
+    // Every rank judges spikes against the same windows (plain data: sent as bytes).
+    for (SpikeWindow* window : {&plan.spikes.loss, &plan.spikes.norm}) {
+        comm.broadcast(std::span(reinterpret_cast<std::uint8_t*>(window), sizeof(SpikeWindow)));
+    }
     plan.first_step = header[0];
     replica.optimizer.step = header[1];
     plan.decay_steps = header[2];
@@ -1017,18 +1026,30 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
     const StepMetrics m =
         train_step(replica_.model, replica_.optimizer, replica_.workers, comm_,
                    StepBatch{inputs_, targets_, plan_.grad_accum, plan_.global_sequences}, hyper,
-                   step == o_.inject_nan_step);
+                   step == o_.inject_nan_step     ? InjectedFault::nan_gradient
+                   : step == o_.inject_spike_step ? InjectedFault::gradient_spike
+                                                  : InjectedFault::none,
+                   &plan_.spikes);
     const double seconds = seconds_since(t0);
     const std::int64_t completed = step + 1;
     if (m.skipped) {
         ++bad_steps;
-        spdlog::warn(
-            "step {}: non-finite loss {} or gradient norm {}: update skipped ({} in a row)",
-            completed, m.loss, m.grad_norm, bad_steps);
+        if (m.spike) {
+            const bool loss_spike = o_.skip_loss_z > 0 && m.loss_z && *m.loss_z > o_.skip_loss_z;
+            spdlog::warn("step {}: {} z-score {:+.1f} above {} {}: update skipped ({} in a row)",
+                         completed, loss_spike ? "loss" : "gradient norm",
+                         loss_spike ? *m.loss_z : m.norm_z.value_or(0.0),
+                         loss_spike ? "--skip-loss-z" : "--skip-norm-z",
+                         loss_spike ? o_.skip_loss_z : o_.skip_norm_z, bad_steps);
+        } else {
+            spdlog::warn(
+                "step {}: non-finite loss {} or gradient norm {}: update skipped ({} in a row)",
+                completed, m.loss, m.grad_norm, bad_steps);
+        }
         if (bad_steps >= o_.max_bad_steps) {
             throw InputError(
                 "stopping: " + std::to_string(bad_steps) +
-                " non-finite steps in a row (--max-bad-steps); " +
+                " skipped steps in a row (non-finite or spikes, --max-bad-steps); " +
                 (last_checkpoint_
                      ? "the last good checkpoint, " + last_checkpoint_->string() + ", is kept"
                      : std::string("this run has written no checkpoint yet")));
@@ -1042,10 +1063,15 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
     }
     const double tok_s = static_cast<double>(tokens_per_step_) / seconds;
     const double mfu = flops_per_step_ / seconds / (peak_gflops_ * 1e9);
+    // z-scores as llm.c prints them, once 128 steps make a window.
+    const auto z = [](const std::optional<double>& value) {
+        return value ? fmt::format(" ({:+.1f}z)", *value) : std::string();
+    };
     spdlog::info(
-        "step {}/{} | loss {:.4f} | lr {:.1e} | norm {:.2f} | {:.0f} ms | {} tok/s | MFU "
+        "step {}/{} | loss {:.4f}{} | lr {:.1e} | norm {:.2f}{} | {:.0f} ms | {} tok/s | MFU "
         "{:.0f}% | ETA {}",
-        completed, last_step_, m.loss, hyper.adamw.lr, m.grad_norm, seconds * 1e3,
+        completed, last_step_, m.loss, z(m.loss_z), hyper.adamw.lr, m.grad_norm, z(m.norm_z),
+        seconds * 1e3,
         with_commas(tok_s), mfu * 100,
         format_duration(ema_seconds * static_cast<double>(last_step_ - completed)));
     spdlog::debug(
@@ -1061,7 +1087,10 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
                     {"ms", seconds * 1e3},
                     {"tokens_per_s", tok_s},
                     {"mfu", mfu},
-                    {"skipped", m.skipped}});
+                    {"skipped", m.skipped},
+                    {"spike", m.spike},
+                    {"loss_z", m.loss_z ? nlohmann::json(*m.loss_z) : nlohmann::json()},
+                    {"norm_z", m.norm_z ? nlohmann::json(*m.norm_z) : nlohmann::json()}});
     if (o_.check_replicas > 0 && completed % o_.check_replicas == 0) check_replicas(completed);
     const int signal = static_cast<int>(comm_.allreduce_max(stop_signal().load()));
     return StepOutcome{signal != 0 || completed == o_.stop_at_step, signal};
@@ -1102,9 +1131,16 @@ void TrainingLoop::save(std::int64_t completed) {
     const auto path =
         save_checkpoint(model_path(out_dir, completed), replica_.model,
                         CheckpointExtras{corpus_.tokenizer->serialize(), run_config_});
-    ResumeState state{completed, o_.seed, plan_.global_sequences, T_, plan_.sample_rng.state()};
+    ResumeState state;
+    state.step = completed;
+    state.seed = o_.seed;
+    state.sequences_per_step = plan_.global_sequences;
+    state.seq_len = T_;
+    state.sample_rng = plan_.sample_rng.state();
     state.run_id = plan_.run_id;
     state.lr_decay_steps = plan_.decay_steps;
+    state.loss_window = plan_.spikes.loss;
+    state.norm_window = plan_.spikes.norm;
     save_resume_state(state_path(out_dir, completed), state, replica_.model.config, optimizer);
     last_checkpoint_ = path;
     prune_checkpoints(out_dir, o_.keep_checkpoints, plan_.run_id);

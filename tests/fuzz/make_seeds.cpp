@@ -173,7 +173,12 @@ int main(int argc, char** argv) {
         }
         for (const std::int64_t step : {1, 7}) {
             optimizer.step = step;
-            const gpt2::ResumeState state{step, 1337, 4 * step, 8, {1, 2, 3, 4}};
+            gpt2::ResumeState state;
+            state.step = step;
+            state.seed = 1337;
+            state.sequences_per_step = 4 * step;
+            state.seq_len = 8;
+            state.sample_rng = {1, 2, 3, 4};
             gpt2::save_resume_state(gpt2::state_path(dir, step), state, config, optimizer);
         }
     }

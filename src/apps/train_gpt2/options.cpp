@@ -268,6 +268,13 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
     run->add_option("--max-bad-steps", o.max_bad_steps,
                     "stop after this many non-finite steps in a row")
         ->check(app::positive());
+    run->add_option("--skip-loss-z", o.skip_loss_z,
+                    "skip the update when the loss is this many standard deviations above the "
+                    "last 128 steps (0: never; llm.c's -sl)")
+        ->check(app::at_least(0));
+    run->add_option("--skip-norm-z", o.skip_norm_z,
+                    "the same for the gradient norm (0: never; llm.c's -sg)")
+        ->check(app::at_least(0));
     run->add_option("--check-replicas", o.check_replicas,
                     "compare parameter checksums across ranks every K steps")
         ->check(app::at_least(0));
@@ -316,6 +323,9 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
         ->check(app::at_least(0));
     run->add_option("--inject-nan-step", o.inject_nan_step,
                     "testing: poison the gradient at this step")
+        ->group("");
+    run->add_option("--inject-spike-step", o.inject_spike_step,
+                    "testing: scale the gradient by 10^4 at this step")
         ->group("");
     run->add_option("--stop-at-step", o.stop_at_step,
                     "testing: act as if SIGTERM came at this step")
