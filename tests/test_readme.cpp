@@ -78,6 +78,7 @@ TEST(Readme, NamesNoFlagThatDoesNotExist) {
                                           "--test-dir",
                                           "--output-on-failure",
                                           "--signal",
+                                          "--mpi",
                                           "--repeats",
                                           "--configs",
                                           "--all-runs",
