@@ -91,6 +91,10 @@ struct TrainOptions {
     // Skip the update when the loss's (gradient norm's) z-score against the last 128 steps
     // exceeds this (0: never), as llm.c's -sl / -sg.
     double skip_loss_z = 0.0;
+    // llm.c's HellaSwag file (hellaswag_val.bin) for acc_norm, every eval_every steps (0: with
+    // each validation).
+    std::string hellaswag;
+    int eval_every = 0;
     double skip_norm_z = 0.0;
     int stop_at_step = -1;       // test hook: behave as if SIGTERM arrived during this step
     std::int64_t mpi_chunk_elements = 0;  // test hook: elements per MPI call (0: default)

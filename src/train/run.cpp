@@ -27,6 +27,7 @@
 #include "parallel/thread_pool.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "train/checkpoint.hpp"
+#include "train/multiple_choice_eval.hpp"
 #include "train/resume_state.hpp"
 
 namespace gpt2 {
@@ -795,6 +796,27 @@ void warn_about_schedule(const TrainOptions& o, const RunPlan& plan) {
     }
 }
 
+// --hellaswag: rank 0 reads the file, every rank gets its bytes (only rank 0 needs the file).
+std::vector<MultipleChoiceExample> load_hellaswag(const TrainOptions& o, const Communicator& comm,
+                                                  int vocab_size) {
+    if (o.hellaswag.empty()) return {};
+    std::vector<std::uint8_t> bytes;
+    if (comm.is_root()) bytes = read_file_bytes(o.hellaswag);
+    comm.broadcast_vector(bytes);
+    std::vector<MultipleChoiceExample> examples = parse_multiple_choice(bytes, o.hellaswag);
+    if (const std::int32_t top = max_token(examples); top >= vocab_size) {
+        throw InputError("--hellaswag " + o.hellaswag + ": token " + std::to_string(top) +
+                         " is outside the model's vocabulary of " + std::to_string(vocab_size) +
+                         " (the file was made with another tokenizer; llm.c's is for GPT-2's)");
+    }
+    if (comm.is_root()) {
+        spdlog::info("hellaswag: {} examples from {}, {}", examples.size(), o.hellaswag,
+                     o.eval_every > 0 ? fmt::format("every {} steps", o.eval_every)
+                                      : std::string("with each validation"));
+    }
+    return examples;
+}
+
 // The step loop and what it does between steps (validate, sample, checkpoint, compare replicas),
 // over state built once: the replica, the data, the batch buffers and the metrics file.
 class TrainingLoop {
@@ -811,6 +833,7 @@ class TrainingLoop {
     };
     [[nodiscard]] StepOutcome step(std::int64_t step, int& bad_steps, double& ema_seconds);
     void validate(std::int64_t completed);
+    void evaluate_hellaswag(std::int64_t completed);
     void sample(std::int64_t completed);
     void save(std::int64_t completed);
     void check_replicas(std::int64_t completed) const;
@@ -834,6 +857,7 @@ class TrainingLoop {
     std::vector<std::int32_t> inputs_, targets_, val_inputs_, val_targets_;
     WindowSampler train_sampler_;
     MetricsFile metrics_;
+    std::vector<MultipleChoiceExample> hellaswag_;  // --hellaswag, on every rank
     std::optional<std::filesystem::path> last_checkpoint_;
     std::vector<double> step_ms_;
 };
@@ -865,7 +889,8 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
       val_inputs_(static_cast<std::size_t>(o.val_batches) * B_ * T_),
       val_targets_(val_inputs_.size()),
       train_sampler_(corpus.train_store, T_, o.seed, !o.no_shuffle),
-      metrics_(comm.is_root() ? o.metrics_file : "") {
+      metrics_(comm.is_root() ? o.metrics_file : ""),
+      hellaswag_(load_hellaswag(o, comm, replica.model.config.vocab_size)) {
     // The validation set is fixed: the first windows of the validation data, in order.
     WindowSampler val_sampler(corpus.val_store, T_, o.seed, false);
     val_sampler.fill_step(0, comm.rank(), comm.size(), B_, o.val_batches, val_inputs_,
@@ -988,7 +1013,10 @@ void TrainingLoop::log_banner() const {
 }
 
 int TrainingLoop::run() {
-    if (plan_.first_step == 0 && !benchmark_ && o_.val_every > 0) validate(0);
+    if (plan_.first_step == 0 && !benchmark_ && o_.val_every > 0) {
+        validate(0);
+        if (o_.eval_every == 0) evaluate_hellaswag(0);
+    }
     double ema_seconds = 0.0;
     int bad_steps = 0;
     for (std::int64_t s = plan_.first_step; s < last_step_; ++s) {
@@ -999,7 +1027,12 @@ int TrainingLoop::run() {
             continue;
         }
         const bool last = completed == last_step_;
-        if ((o_.val_every > 0 && completed % o_.val_every == 0) || last) validate(completed);
+        const bool validating = (o_.val_every > 0 && completed % o_.val_every == 0) || last;
+        if (validating) validate(completed);
+        if ((o_.eval_every == 0 && validating) ||
+            (o_.eval_every > 0 && (completed % o_.eval_every == 0 || last))) {
+            evaluate_hellaswag(completed);
+        }
         if (o_.sample_every > 0 && (completed % o_.sample_every == 0 || last)) sample(completed);
         if ((o_.checkpoint_every > 0 && completed % o_.checkpoint_every == 0) || last ||
             outcome.stop) {
@@ -1071,8 +1104,7 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
         "step {}/{} | loss {:.4f}{} | lr {:.1e} | norm {:.2f}{} | {:.0f} ms | {} tok/s | MFU "
         "{:.0f}% | ETA {}",
         completed, last_step_, m.loss, z(m.loss_z), hyper.adamw.lr, m.grad_norm, z(m.norm_z),
-        seconds * 1e3,
-        with_commas(tok_s), mfu * 100,
+        seconds * 1e3, with_commas(tok_s), mfu * 100,
         format_duration(ema_seconds * static_cast<double>(last_step_ - completed)));
     spdlog::debug(
         "rank {} step {}: forward/backward {:.1f} ms | thread reduction {:.1f} ms | "
@@ -1103,6 +1135,24 @@ void TrainingLoop::validate(std::int64_t completed) {
     spdlog::info("step {}/{} | val loss {:.4f} | {:.0f} ms", completed, o_.max_steps, val_loss,
                  seconds_since(t0) * 1e3);
     metrics_.write({{"type", "val"}, {"step", completed}, {"val_loss", val_loss}});
+}
+
+void TrainingLoop::evaluate_hellaswag(std::int64_t completed) {
+    if (hellaswag_.empty()) return;
+    const auto t0 = Clock::now();
+    const MultipleChoiceScore score =
+        evaluate_multiple_choice(replica_.model, replica_.workers, comm_, hellaswag_);
+    spdlog::info("step {}/{} | hellaswag acc_norm {:.4f} ({}/{}{}) | {:.0f} ms", completed,
+                 o_.max_steps, score.accuracy(), score.correct, score.scored,
+                 score.too_long > 0
+                     ? fmt::format(", {} longer than --seq-len {} left out", score.too_long, T_)
+                     : std::string(),
+                 seconds_since(t0) * 1e3);
+    metrics_.write({{"type", "eval"},
+                    {"step", completed},
+                    {"hellaswag_acc_norm", score.accuracy()},
+                    {"hellaswag_correct", score.correct},
+                    {"hellaswag_scored", score.scored}});
 }
 
 void TrainingLoop::sample(std::int64_t completed) {

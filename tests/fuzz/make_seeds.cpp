@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/multiple_choice.hpp"
 #include "data/shard.hpp"
 #include "fuzz_support.hpp"
 #include "train/checkpoint.hpp"
@@ -208,6 +209,14 @@ int main(int argc, char** argv) {
         write_text(dir / "text.bin", std::string("\x03\x14") +
                                          "First Citizen:\nBefore we proceed any further, hear "
                                          "me speak.\nAll:\nSpeak, speak.\n");
+    }
+    // parse_multiple_choice: two HellaSwag-like examples
+    {
+        const fs::path dir = target_dir(root, "multiple_choice");
+        const std::vector<gpt2::MultipleChoiceExample> examples = {
+            {0, 3, {32, 582, 318}, {{318, 1262}, {318}, {318, 4769, 257}, {4940, 10427}}},
+            {1, 0, {15496}, {{11}, {13}, {0, 50256}, {50255}}}};
+        gpt2::write_multiple_choice_file(dir / "two_examples.bin", examples);
     }
     // parse_train_options --config
     {

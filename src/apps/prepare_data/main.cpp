@@ -25,6 +25,7 @@
 #include "core/error.hpp"
 #include "core/file_io.hpp"
 #include "data/documents.hpp"
+#include "data/multiple_choice.hpp"
 #include "data/shard.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -50,6 +51,7 @@ struct Options {
     std::int64_t shard_tokens = 100'000'000;
     bool resume = false;
     std::int64_t stop_after_shards = 0;  // testing: act as if interrupted after N shards
+    fs::path hellaswag;                  // HellaSwag's JSONL to turn into llm.c's eval file
     int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     std::string eot_in_text = "token";
     std::string log_level = "info";
@@ -327,6 +329,57 @@ void encode_pieces(const gpt2::Tokenizer& tokenizer, std::span<const gpt2::Docum
     if (error) std::rethrow_exception(error);
 }
 
+// HellaSwag's JSONL (ctx, endings, label per line) to llm.c's evaluation file, tokenized as llm.c's
+// dev/data/hellaswag.py does: the context as is, each ending after a space, no special tokens.
+void build_hellaswag(const Options& o) {
+    if (o.tokenizer != "gpt2") {
+        throw gpt2::UsageError("--hellaswag needs --tokenizer gpt2 (the models it evaluates)");
+    }
+    const auto tokenizer = gpt2::load_gpt2_tokenizer(o.tokenizer_dir);
+    const std::string text = gpt2::read_text_file(o.hellaswag);
+    std::vector<gpt2::MultipleChoiceExample> examples;
+    std::size_t line_number = 0;
+    for (std::size_t begin = 0; begin < text.size();) {
+        std::size_t end = text.find('\n', begin);
+        if (end == std::string::npos) end = text.size();
+        const std::string_view line(text.data() + begin, end - begin);
+        begin = end + 1;
+        ++line_number;
+        if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+        const std::string where = o.hellaswag.string() + ":" + std::to_string(line_number);
+        gpt2::MultipleChoiceExample example;
+        try {
+            const nlohmann::json record = nlohmann::json::parse(line);
+            example.index = static_cast<int>(examples.size());
+            example.label = record.at("label").get<int>();
+            example.context =
+                tokenizer->encode(record.at("ctx").get<std::string>(), gpt2::EotInText::Text);
+            for (const auto& ending : record.at("endings")) {
+                example.endings.push_back(
+                    tokenizer->encode(" " + ending.get<std::string>(), gpt2::EotInText::Text));
+            }
+        } catch (const nlohmann::json::exception& e) {
+            throw gpt2::InputError(where + ": not a HellaSwag example (" + e.what() + ")");
+        }
+        if (example.endings.empty() || example.label < 0 ||
+            example.label >= static_cast<int>(example.endings.size())) {
+            throw gpt2::InputError(where + ": label " + std::to_string(example.label) + " of " +
+                                   std::to_string(example.endings.size()) + " endings");
+        }
+        examples.push_back(std::move(example));
+    }
+    if (examples.empty()) throw gpt2::InputError(o.hellaswag.string() + ": no examples");
+    std::error_code ec;
+    fs::create_directories(o.out_dir, ec);
+    if (ec) throw gpt2::InputError("--out-dir " + o.out_dir.string() + ": " + ec.message());
+    fs::path name = o.hellaswag.filename();
+    name.replace_extension(".bin");
+    const fs::path out = o.out_dir / name;
+    gpt2::write_multiple_choice_file(out, examples);
+    spdlog::info("wrote {} ({} examples; train_gpt2 --hellaswag {})", out.string(), examples.size(),
+                 out.string());
+}
+
 void run(Options o) {
     if (o.name.empty()) {
         fs::path stem = o.inputs[0];
@@ -532,8 +585,7 @@ int main(int argc, char** argv) {
     app::add_common_flags(cli, options.log_level);
     cli.add_option("--data,--input", options.inputs,
                    "text or .jsonl files (.gz/.zst too) and directories (recursive, sorted); "
-                   "repeat or list several (--input is the older name)")
-        ->required();
+                   "repeat or list several (--input is the older name)");
     cli.add_option("--glob", options.glob, "in directories: only file names matching this");
     cli.add_option("--jsonl-field", options.jsonl_field, "the text field of each .jsonl line");
     cli.add_flag("--skip-bad-lines", options.skip_bad_lines,
@@ -583,6 +635,9 @@ int main(int argc, char** argv) {
                  "continue an interrupted preparation (same inputs and flags) after its last "
                  "complete shard");
     cli.add_option("--threads", options.threads, "encoding threads")->check(app::positive());
+    cli.add_option("--hellaswag", options.hellaswag,
+                   "instead of shards: HellaSwag's JSONL (hellaswag_val.jsonl) to llm.c's "
+                   "evaluation file in --out-dir, for train_gpt2 --hellaswag");
     cli.add_option("--stop-after-shards", options.stop_after_shards,
                    "testing: stop as if interrupted after writing N shards")
         ->group("");
@@ -595,7 +650,14 @@ int main(int argc, char** argv) {
         if (options.tokenizer != "bpe" && cli.count("--bpe-sample-mb") > 0) {
             spdlog::warn("--bpe-sample-mb only applies to --tokenizer bpe; ignored");
         }
-        run(options);
+        if (!options.hellaswag.empty()) {
+            build_hellaswag(options);
+        } else if (options.inputs.empty()) {
+            std::cerr << app::error_line("--data is required (or --hellaswag)") << std::endl;
+            return app::kExitBadFlags;
+        } else {
+            run(options);
+        }
     } catch (const gpt2::UsageError& e) {
         std::cerr << app::error_line(e.what()) << std::endl;
         return app::kExitBadFlags;

@@ -266,8 +266,14 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
                     "'auto' (newest checkpoint in --out-dir, else --init-from or fresh) or a "
                     "state_N.bin file");
     run->add_option("--max-bad-steps", o.max_bad_steps,
-                    "stop after this many non-finite steps in a row")
+                    "stop after this many skipped steps in a row (non-finite or spikes)")
         ->check(app::positive());
+    run->add_option("--hellaswag", o.hellaswag,
+                    "llm.c's HellaSwag file (hellaswag_val.bin, scripts/get_hellaswag.sh): log "
+                    "acc_norm");
+    run->add_option("--eval-every", o.eval_every,
+                    "HellaSwag every N steps (0: with each validation, and at the end)")
+        ->check(app::at_least(0));
     run->add_option("--skip-loss-z", o.skip_loss_z,
                     "skip the update when the loss is this many standard deviations above the "
                     "last 128 steps (0: never; llm.c's -sl)")

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds llm.c's HellaSwag evaluation file (hellaswag_val.bin) with our GPT-2 tokenizer, for
+# train_gpt2 --hellaswag: downloads HellaSwag's public validation JSONL (10,042 examples) unless
+# --jsonl names a copy, then tokenizes it with prepare_data --hellaswag.
+#   scripts/get_hellaswag.sh [--jsonl FILE] [--out DIR] [--tokenizer-dir DIR] [--prepare-data PROGRAM]
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+url=https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl
+jsonl=""
+out=data/hellaswag
+tokenizer_dir=data/gpt2
+prepare=""
+while (($#)); do
+  case "$1" in
+    --jsonl) jsonl=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --tokenizer-dir) tokenizer_dir=$2; shift 2 ;;
+    --prepare-data) prepare=$2; shift 2 ;;
+    *) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  esac
+done
+# The program: as given, next to an installed script (PREFIX/bin), in a checkout's build/, on PATH.
+for candidate in "$prepare" "$here/../../../bin/prepare_data" "$here/../build/prepare_data"; do
+  if [[ -n $candidate && -x $candidate ]]; then prepare=$candidate; break; fi
+done
+[[ -x $prepare ]] || prepare=$(command -v prepare_data) || {
+  echo "get_hellaswag.sh: prepare_data not found (build the project or pass --prepare-data)" >&2
+  exit 1
+}
+mkdir -p "$out"
+if [[ -z $jsonl ]]; then
+  jsonl="$out/hellaswag_val.jsonl"
+  if [[ ! -s $jsonl ]]; then
+    echo "downloading $url"
+    curl -fsSL -o "$jsonl.tmp" "$url" && mv "$jsonl.tmp" "$jsonl"
+  fi
+fi
+"$prepare" --hellaswag "$jsonl" --tokenizer gpt2 --tokenizer-dir "$tokenizer_dir" --out-dir "$out"
