@@ -182,6 +182,24 @@ TEST(PrepareData, FilesDirectoriesAndJsonLinesGiveTheDocumentsWithEndOfTextBetwe
     EXPECT_EQ(read_file_bytes(dir.path() / "out_files/tokenizer.bin"),
               read_file_bytes(dir.path() / "out_jsonl/tokenizer.bin"));
 
+    // GPT-2: each document's ids are the tokenizer's (tiktoken's, checked elsewhere) after 50256.
+    if (fs::exists(kGpt2Dir / "encoder.json")) {
+        const auto g =
+            run_command(prepare("--input " + (dir / "jsonl") + " --glob '*.jsonl*'" +
+                                " --tokenizer gpt2 --tokenizer-dir " + kGpt2Dir.string() +
+                                " --val-fraction 0.1 --name g --out-dir " + (dir / "out_gpt2")));
+        ASSERT_EQ(g.exit_code, 0) << g.output;
+        const auto gpt2 = load_gpt2_tokenizer(kGpt2Dir);
+        std::vector<std::int32_t> gpt2_train;
+        for (std::size_t i = 0; i < docs.size(); ++i) {
+            if (i % 10 == 0) continue;
+            gpt2_train.push_back(50256);
+            const std::vector<std::int32_t> ids = gpt2->encode(docs[i]);
+            gpt2_train.insert(gpt2_train.end(), ids.begin(), ids.end());
+        }
+        EXPECT_EQ(split_tokens(dir.path() / "out_gpt2", "g", "train"), gpt2_train);
+    }
+
     // --val-documents: the first N documents.
     const auto c = run_command(prepare("--input " + (dir / "jsonl/a.jsonl") +
                                        " --tokenizer bpe --vocab-size 300 --val-documents 2"
