@@ -605,6 +605,50 @@ TEST(TokenizerEncodeBlocks, Gpt2OnTinyShakespeare) {
               read_u16_ids(kTestData / "tokenizer_gpt2_tinyshakespeare.u16"));
 }
 
+// Every position is_safe_cut accepts splits the text without changing its tokens, for non-ASCII
+// text too (Cyrillic, CJK, emoji, combining marks), while the whitespace that could join a run
+// (NBSP, ideographic space, CR) and broken UTF-8 are never cut next to.
+TEST(TokenizerSafeCuts, BothSidesEncodeAsTheWhole) {
+    const std::string text = read_file(kTestData / "tokenizer_stress.txt") +
+                             "\n\xD0\x9F\xD1\x80\xD0\xB8\n\xE4\xB8\xAD\xE6\x96\x87\n"
+                             "\xF0\x9F\x98\x80!\ne\xCC\x81t\xC3\xA9\n\xC2\xA0x\nx\xC2\xA0\n"
+                             "y\xE3\x80\x80\ny\r\nz\n\xFF\x80\nq\n\xE4\xB8\n<|endoftext|>\nend";
+    std::vector<std::size_t> cuts;
+    for (std::size_t p = 0; p <= text.size(); ++p) {
+        if (gpt2::is_safe_cut(text, p)) cuts.push_back(p);
+    }
+    // The position just after the '\n' of `around` (which must occur in the text).
+    const auto after_newline = [&](std::string_view around) {
+        const std::size_t found = text.find(around);
+        EXPECT_NE(found, std::string::npos) << around;
+        return found + around.find('\n') + 1;
+    };
+    for (const char* around : {"\xD0\xB8\n\xE4", "\x87\n\xF0", "!\ne", "\xA9\n\xC2"}) {
+        if (std::string_view(around) == "\xA9\n\xC2") {
+            EXPECT_FALSE(gpt2::is_safe_cut(text, after_newline(around)));  // NBSP after the cut
+        } else {
+            EXPECT_TRUE(gpt2::is_safe_cut(text, after_newline(around))) << around;
+        }
+    }
+    for (const char* around : {"\xA0\ny\xE3", "\x80\ny", "\r\nz", "\x80\nq", "\xB8\n<"})
+        EXPECT_FALSE(gpt2::is_safe_cut(text, after_newline(around))) << around;
+    ASSERT_GT(cuts.size(), 20u);
+    const auto bpe = gpt2::train_bpe_tokenizer(text, 400);
+    std::vector<const Tokenizer*> tokenizers = {bpe.get()};
+    if (fs::exists(kGpt2Dir / "encoder.json")) tokenizers.push_back(&gpt2_tokenizer());
+    for (const Tokenizer* tokenizer : tokenizers) {
+        const std::vector<std::int32_t> whole = tokenizer->encode(text);
+        for (const std::size_t p : cuts) {
+            std::vector<std::int32_t> parts =
+                tokenizer->encode(std::string_view(text).substr(0, p));
+            const std::vector<std::int32_t> rest =
+                tokenizer->encode(std::string_view(text).substr(p));
+            parts.insert(parts.end(), rest.begin(), rest.end());
+            EXPECT_EQ(parts, whole) << "cut at " << p;
+        }
+    }
+}
+
 TEST(TokenizerEncodeBlocks, PropagatesErrors) {
     const auto tokenizer = gpt2::make_char_tokenizer("abc\n");
     std::string text;

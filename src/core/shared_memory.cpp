@@ -39,7 +39,12 @@ SharedMapping SharedMapping::create(const std::string& name, std::size_t bytes) 
         unlink(name);
         fail("cannot reserve", name, bytes, reserved);
     }
-    return SharedMapping(map(fd, name, bytes), bytes);
+    try {
+        return SharedMapping(map(fd, name, bytes), bytes);
+    } catch (...) {
+        unlink(name);  // reserved but not mapped: the memory must not outlive this process
+        throw;
+    }
 }
 
 SharedMapping SharedMapping::open(const std::string& name, std::size_t bytes) {

@@ -43,8 +43,8 @@ CorpusFile corpus_file(const fs::path& path) {
 class ByteSource {
   public:
     explicit ByteSource(const fs::path& path) : path_(path), compression_(compression_of(path)) {
-        file_ = std::fopen(path.c_str(), "rb");
-        if (file_ == nullptr) fail(std::strerror(errno));
+        file_.reset(std::fopen(path.c_str(), "rb"));
+        if (!file_) fail(std::strerror(errno));
         if (compression_ == Compression::gzip) {
             gz_ = inflateInit2(&z_, 15 + 32) == Z_OK;  // 32: gzip or zlib header
             if (!gz_) fail("cannot start zlib");
@@ -56,7 +56,6 @@ class ByteSource {
     ~ByteSource() {
         if (gz_) inflateEnd(&z_);
         if (zstd_ != nullptr) ZSTD_freeDStream(zstd_);
-        if (file_ != nullptr) std::fclose(file_);
     }
     ByteSource(const ByteSource&) = delete;
     ByteSource& operator=(const ByteSource&) = delete;
@@ -86,8 +85,8 @@ class ByteSource {
         throw InputError(path_.string() + ": " + why);
     }
     std::size_t read_stored(char* out, std::size_t capacity) {
-        const std::size_t got = std::fread(out, 1, capacity, file_);
-        if (got < capacity && std::ferror(file_)) fail(std::strerror(errno));
+        const std::size_t got = std::fread(out, 1, capacity, file_.get());
+        if (got < capacity && std::ferror(file_.get())) fail(std::strerror(errno));
         stored_ += got;
         return got;
     }
@@ -125,7 +124,8 @@ class ByteSource {
 
     fs::path path_;
     Compression compression_;
-    std::FILE* file_ = nullptr;
+    // Members, so that a constructor failing after fopen still closes the file.
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_{nullptr, &std::fclose};
     z_stream z_{};
     bool gz_ = false;
     ZSTD_DStream* zstd_ = nullptr;
@@ -137,6 +137,8 @@ class ByteSource {
 };
 
 constexpr std::size_t kReadChunk = std::size_t{1} << 20;
+// Plain text with no safe cut in this much is refused rather than held whole.
+constexpr std::size_t kMaxPieceBytes = std::size_t{64} << 20;
 
 }  // namespace
 
@@ -188,6 +190,9 @@ struct DocumentReader::Impl {
     std::unique_ptr<ByteSource> source;  // of files[file]
     std::uint64_t stored_done = 0;       // stored bytes of the files before it
     std::string pending;                 // read, not yet returned
+    std::size_t head = 0;                // JSON Lines: bytes of pending already consumed
+    std::size_t scanned = 0;             // plain text: positions of pending checked for a cut
+    std::size_t last_safe = 0;           // plain text: the largest safe one found (0: none)
     bool file_ended = false;             // source has nothing more
     std::uint64_t line = 0;              // JSONL: lines taken from this file
     std::uint64_t document = 0;          // next document's index
@@ -199,6 +204,10 @@ struct DocumentReader::Impl {
 
     bool fill() {  // reads one more chunk into pending; false at the end of the file
         if (file_ended) return false;
+        if (head > 0) {  // drop consumed lines once per read, not once per line
+            pending.erase(0, head);
+            head = 0;
+        }
         const std::size_t old = pending.size();
         pending.resize(old + kReadChunk);
         const std::size_t got = source->read(pending.data() + old, kReadChunk);
@@ -212,6 +221,9 @@ struct DocumentReader::Impl {
         if (file >= files.size()) return;
         source = std::make_unique<ByteSource>(files[file].path);
         pending.clear();
+        head = 0;
+        scanned = 0;
+        last_safe = 0;
         file_ended = false;
         line = 0;
         offset = 0;
@@ -223,6 +235,8 @@ struct DocumentReader::Impl {
     void emit(DocumentPiece& out, std::size_t length, bool first) {
         out.text.assign(pending, 0, length);
         pending.erase(0, length);
+        scanned = 0;
+        last_safe = 0;
         out.document = document;
         out.index = piece++;
         out.first = first;
@@ -235,30 +249,34 @@ bool DocumentReader::Impl::next_plain(DocumentPiece& out) {
     for (;;) {
         while (pending.size() < options.piece_bytes && fill()) {
         }
-        std::size_t cut = 0;
         const std::uint64_t at = options.cut_at_byte;
-        if (at > offset && at < offset + pending.size()) {
-            // The first safe position at or after the split byte, else wait for more text.
-            for (std::size_t p = static_cast<std::size_t>(at - offset); p < pending.size(); ++p) {
-                if (safe(pending, p)) {
-                    cut = p;
-                    break;
-                }
+        const bool split_inside = at > offset && at < offset + pending.size();
+        const std::size_t split = split_inside ? static_cast<std::size_t>(at - offset) : 0;
+        // Only positions not checked before (each byte is looked at about once), the last few
+        // again: the character after them may have been cut short by the read.
+        std::size_t cut = 0;
+        for (std::size_t p = std::max<std::size_t>(scanned, 1); p < pending.size(); ++p) {
+            if (!safe(pending, p)) continue;
+            if (split_inside && p >= split) {  // the first safe position at or after the split
+                cut = p;
+                break;
             }
-            if (cut == 0 && !file_ended) {
-                fill();
-                continue;
-            }
-        } else if (!file_ended) {
-            for (std::size_t p = pending.size() - 1; p > 0 && cut == 0; --p) {
-                if (safe(pending, p)) cut = p;
-            }
-            if (cut == 0) {  // no safe cut yet: a longer piece
-                fill();
-                continue;
-            }
+            last_safe = p;
         }
-        if (cut == 0) cut = pending.size();  // the rest of the file
+        scanned = pending.size() > 4 ? pending.size() - 4 : 0;
+        if (!split_inside) cut = last_safe;
+        if (cut == 0 && !file_ended) {
+            if (pending.size() >= kMaxPieceBytes) {
+                throw InputError(files[file].path.string() + ": no place in " +
+                                 std::to_string(kMaxPieceBytes >> 20) +
+                                 " MB of text where it can be cut without changing its tokens (a "
+                                 "newline between two characters that are not spaces); break its "
+                                 "lines or make it JSON Lines");
+            }
+            fill();
+            continue;
+        }
+        if (cut == 0 || (file_ended && !split_inside)) cut = pending.size();  // the rest
         const bool first = !in_document;
         out.offset = offset;
         emit(out, cut, first);
@@ -275,23 +293,23 @@ bool DocumentReader::Impl::next_plain(DocumentPiece& out) {
 
 bool DocumentReader::Impl::next_jsonl(DocumentPiece& out) {
     for (;;) {
-        std::size_t newline = pending.find('\n');
-        while (newline == std::string::npos && fill())
-            newline =
-                pending.find('\n', pending.size() > kReadChunk ? pending.size() - kReadChunk : 0);
-        if (newline == std::string::npos && pending.empty()) {
+        std::size_t newline = pending.find('\n', head);
+        while (newline == std::string::npos) {
+            const std::size_t searched = pending.size() - head;  // fill() moves it to the front
+            if (!fill()) break;
+            newline = pending.find('\n', searched);
+        }
+        if (newline == std::string::npos && head == pending.size()) {
             ++file;
             open_next_file();
             return false;  // caller moves on to the next file
         }
-        const std::size_t length = newline == std::string::npos ? pending.size() : newline;
+        const std::size_t length = (newline == std::string::npos ? pending.size() : newline) - head;
         ++line;
-        std::string_view text(pending.data(), length);
+        std::string_view text(pending.data() + head, length);
+        head = std::min(pending.size(), head + length + 1);
         if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
-        if (text.find_first_not_of(" \t") == std::string_view::npos) {  // blank line: no document
-            pending.erase(0, std::min(pending.size(), length + 1));
-            continue;
-        }
+        if (text.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank line
         std::string reason;
         std::string document_text;
         try {
@@ -308,7 +326,6 @@ bool DocumentReader::Impl::next_jsonl(DocumentPiece& out) {
             // nlohmann's message names the byte; invalid UTF-8 in a string is one of these.
             reason = std::string("not valid JSON (") + e.what() + ")";
         }
-        pending.erase(0, std::min(pending.size(), length + 1));
         if (!reason.empty()) {
             const std::string where =
                 files[file].path.string() + ":" + std::to_string(line) + ": " + reason;

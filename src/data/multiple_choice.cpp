@@ -73,6 +73,9 @@ std::vector<MultipleChoiceExample> parse_multiple_choice(std::span<const std::ui
             return ids;
         };
         example.context = tokens("context");
+        // The first ending token is predicted from the last context token (llm.c's files always
+        // have one).
+        if (example.context.empty()) fail(path, where + ": an empty context");
         for (int c = 0; c < completions; ++c) {
             example.endings.push_back(tokens("completion"));
             if (example.endings.back().empty()) fail(path, where + ": an empty completion");

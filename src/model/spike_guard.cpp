@@ -4,9 +4,16 @@
 
 namespace gpt2 {
 
-std::optional<double> SpikeWindow::z_score(double x) const {
-    if (count < kWindow) return std::nullopt;
-    // Two passes over 128 values: exact enough and independent of the order they came in.
+std::optional<double> SpikeWindow::push(double x) {
+    const bool was_full = count == kWindow;
+    values[next] = x;
+    next = (next + 1) % kWindow;
+    if (!was_full) {
+        ++count;
+        return std::nullopt;
+    }
+    // Two passes over the 128 values in array order (the saved state), not running sums, so
+    // rounding never accumulates over a long run.
     double mean = 0.0;
     for (const double v : values)
         mean += v;
@@ -18,20 +25,10 @@ std::optional<double> SpikeWindow::z_score(double x) const {
     return deviation > 0.0 ? (x - mean) / deviation : 0.0;
 }
 
-void SpikeWindow::add(double x) {
-    values[next] = x;
-    next = (next + 1) % kWindow;
-    if (count < kWindow) ++count;
-}
-
 SpikeGuard::Verdict SpikeGuard::judge(double loss_value, double norm_value) {
-    Verdict v{loss.z_score(loss_value), norm.z_score(norm_value), false};
+    Verdict v{loss.push(loss_value), norm.push(norm_value), false};
     v.skip = (max_loss_z > 0.0 && v.loss_z && *v.loss_z > max_loss_z) ||
              (max_norm_z > 0.0 && v.norm_z && *v.norm_z > max_norm_z);
-    if (!v.skip) {
-        loss.add(loss_value);
-        norm.add(norm_value);
-    }
     return v;
 }
 

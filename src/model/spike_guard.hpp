@@ -16,10 +16,11 @@ struct SpikeWindow {
     std::uint32_t count = 0;  // values held (up to kWindow)
     std::uint32_t next = 0;   // where the next value goes
 
-    // How many standard deviations `x` lies above the mean of the window; nullopt until the window
-    // is full (128 steps), 0 when the window does not vary.
-    [[nodiscard]] std::optional<double> z_score(double x) const;
-    void add(double x);
+    // Adds x and returns its z-score against the window with x in it, as llm.c's outlier detector
+    // computes it: nullopt while the window was not full before x (the first 128 values), 0 when
+    // the window does not vary. Every value enters, so a lasting change of level becomes the new
+    // normal within 128 steps, and a z-score cannot exceed sqrt(127) (about 11.3).
+    [[nodiscard]] std::optional<double> push(double x);
 };
 
 struct SpikeGuard {
@@ -33,8 +34,7 @@ struct SpikeGuard {
         std::optional<double> norm_z;
         bool skip = false;
     };
-    // Scores a step's (finite) loss and norm. A step that is kept enters the windows; a skipped
-    // spike does not, so it cannot widen the baseline the next steps are judged against.
+    // Scores a step's (finite) loss and norm, which enter the windows.
     [[nodiscard]] Verdict judge(double loss_value, double norm_value);
 };
 

@@ -127,9 +127,9 @@ Communicator::SharedMemory Communicator::map_shared(std::size_t bytes) const {
     SharedMemory result;
     std::string name;
     if (is_root()) {
-        std::random_device entropy;
-        name = "/gpt2-mpi-" + std::to_string(::getpid()) + "-" + std::to_string(entropy());
         try {
+            std::random_device entropy;
+            name = "/gpt2-mpi-" + std::to_string(::getpid()) + "-" + std::to_string(entropy());
             result.mapping =
                 std::make_shared<const SharedMapping>(SharedMapping::create(name, bytes));
         } catch (const std::exception& e) {

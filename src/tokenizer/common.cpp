@@ -8,6 +8,7 @@
 #include <iterator>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/error.hpp"
@@ -65,13 +66,10 @@ std::unique_ptr<Tokenizer> deserialize_tokenizer(std::span<const std::uint8_t> b
 
 namespace {
 
-[[nodiscard]] bool is_ascii_graphic(char c) {
-    return c > ' ' && c < 0x7F;
-}
-
 // Cut points where the pre-tokenizer always splits, whatever follows or precedes the cut: "x\nY"
-// with x and Y printable ASCII. A lone '\n' between two non-space characters is its own pre-token
-// both in the whole text and at the end of a block, and <|endoftext|> contains no '\n'. (A cut
+// with x and Y characters that are not whitespace (is_safe_cut). A lone '\n' between two such
+// characters is its own pre-token both in the whole text and at the end of a block, and
+// <|endoftext|> contains no '\n'. (A cut
 // after a longer whitespace run would not be safe: "  \n" ends a block as one pre-token but is
 // "  " + "\n" before a letter.) The char tokenizer has no pre-tokenizer, so any cut is safe.
 [[nodiscard]] std::vector<std::size_t> block_cuts(std::string_view text, std::size_t block_size) {
@@ -91,9 +89,54 @@ namespace {
 
 }  // namespace
 
+namespace {
+// The UTF-8 character occupying text[begin, end) as a code point, if it is one well-formed
+// character (no overlong form, no surrogate).
+std::optional<char32_t> code_point(std::string_view text, std::size_t begin, std::size_t end) {
+    const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+    const std::size_t n = end - begin;
+    const unsigned char lead = byte(begin);
+    const std::size_t expected = lead < 0x80                   ? 1
+                                 : lead >= 0xC2 && lead < 0xE0 ? 2
+                                 : lead >= 0xE0 && lead < 0xF0 ? 3
+                                 : lead >= 0xF0 && lead < 0xF5 ? 4
+                                                               : 0;
+    if (expected == 0 || expected != n) return std::nullopt;
+    char32_t c = expected == 1 ? lead : lead & (0x7F >> expected);
+    for (std::size_t i = begin + 1; i < end; ++i) {
+        if ((byte(i) & 0xC0) != 0x80) return std::nullopt;
+        c = (c << 6) | (byte(i) & 0x3F);
+    }
+    const char32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < smallest[expected] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return std::nullopt;
+    return c;
+}
+
+// Characters that may belong to a run of whitespace for GPT-2's pre-tokenizer (PCRE2's \s with
+// UCP), taken generously: controls, separators and the invisible spaces.
+bool may_be_space(char32_t c) {
+    return c <= 0x20 || (c >= 0x7F && c <= 0xA0) || c == 0x1680 || c == 0x180E ||
+           (c >= 0x2000 && c <= 0x200B) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+           c == 0x205F || c == 0x3000 || c == 0xFEFF;
+}
+}  // namespace
+
 bool is_safe_cut(std::string_view text, std::size_t p) {
-    return p >= 2 && p < text.size() && text[p - 1] == '\n' && is_ascii_graphic(text[p - 2]) &&
-           is_ascii_graphic(text[p]);
+    // "X\nY" with X and Y characters that are not whitespace: the lone '\n' is a pre-token of its
+    // own whatever surrounds the cut, and no pre-token reaches across it.
+    if (p < 2 || p >= text.size() || text[p - 1] != '\n') return false;
+    const auto continuation = [&](std::size_t i) {
+        return (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80;
+    };
+    std::size_t before = p - 2;  // the first byte of the character ending at p - 2
+    while (before > 0 && p - 2 - before < 3 && continuation(before))
+        --before;
+    std::size_t after = p + 1;  // one past the character starting at p
+    while (after < text.size() && after - p < 4 && continuation(after))
+        ++after;
+    const auto x = code_point(text, before, p - 1);
+    const auto y = code_point(text, p, after);
+    return x && y && !may_be_space(*x) && !may_be_space(*y);
 }
 
 EotInText parse_eot_in_text(std::string_view word) {

@@ -86,11 +86,16 @@ Corpus describe_corpus(const Options& o) {
     return c;
 }
 
-gpt2::DocumentReader open_reader(const Options& o, const Corpus& c) {
+// `any_cut`: the tokenizer has no pre-tokenizer (char), so text may be cut anywhere.
+gpt2::DocumentReader open_reader(const Options& o, const Corpus& c, bool any_cut) {
     gpt2::DocumentReaderOptions r;
     r.jsonl_field = o.jsonl_field;
     r.skip_bad_lines = o.skip_bad_lines;
-    r.safe_cut = [](std::string_view text, std::size_t p) { return gpt2::is_safe_cut(text, p); };
+    if (!any_cut) {
+        r.safe_cut = [](std::string_view text, std::size_t p) {
+            return gpt2::is_safe_cut(text, p);
+        };
+    }
     r.cut_at_byte = c.val_from_byte;
     return gpt2::DocumentReader(c.files, r);
 }
@@ -99,7 +104,7 @@ gpt2::DocumentReader open_reader(const Options& o, const Corpus& c) {
 // trained on the first --bpe-sample-mb of documents (the corpus may not fit in memory).
 std::unique_ptr<gpt2::Tokenizer> make_tokenizer(const Options& o, const Corpus& c) {
     if (o.tokenizer == "gpt2") return gpt2::load_gpt2_tokenizer(o.tokenizer_dir);
-    gpt2::DocumentReader reader = open_reader(o, c);
+    gpt2::DocumentReader reader = open_reader(o, c, o.tokenizer == "char");
     gpt2::DocumentPiece piece;
     if (o.tokenizer == "char") {
         std::array<bool, 256> seen{};
@@ -433,7 +438,23 @@ void run(Options o) {
     spdlog::info("tokenizer: {} with {} tokens", gpt2::tokenizer_kind_name(tokenizer->kind()),
                  tokenizer->vocab_size());
     if (!o.resume) {
-        // First, so that a resumed run encodes with exactly this tokenizer.
+        // A fresh preparation first removes an earlier one of the same name, so that its shards
+        // can never sit beside this run's tokenizer, even if this run is interrupted.
+        std::error_code ignored;
+        fs::remove(progress_file, ignored);
+        int removed = 0;
+        for (const char* split : {"train", "val"}) {
+            for (int i = 0;; ++i) {
+                const fs::path old = o.out_dir / fmt::format("{}_{}_{:06d}.bin", o.name, split, i);
+                if (!fs::remove(old, ignored)) break;
+                ++removed;
+            }
+        }
+        if (removed > 0) {
+            spdlog::info("removed {} shards of an earlier preparation named {} in {}", removed,
+                         o.name, o.out_dir.string());
+        }
+        // Then the tokenizer, so that a resumed run encodes with exactly this one.
         gpt2::write_file_atomically(tokenizer_path, tokenizer->serialize());
         spdlog::info("wrote {}", tokenizer_path.string());
         const fs::path llmc_path = o.out_dir / "gpt2_tokenizer.bin";
@@ -478,7 +499,8 @@ void run(Options o) {
     };
     const gpt2::EotInText eot_mode = gpt2::parse_eot_in_text(o.eot_in_text);
 
-    gpt2::DocumentReader reader = open_reader(o, corpus);
+    gpt2::DocumentReader reader =
+        open_reader(o, corpus, tokenizer->kind() == gpt2::TokenizerKind::Char);
     Progress display(corpus.stored_bytes);
     constexpr std::size_t kBatchBytes = std::size_t{32} << 20;
     constexpr std::size_t kBatchPieces = 16384;
@@ -551,13 +573,6 @@ void run(Options o) {
             train.tokens() == 0 ? "training" : "validation"));
     }
     save_progress(o, print, train, val, true);
-    // Shards of an earlier, longer preparation of the same name would be read with these.
-    for (const ShardWriter* w : {&train, &val}) {
-        for (std::int64_t i = w->shards(); fs::exists(w->path(i)); ++i) {
-            fs::remove(w->path(i));
-            spdlog::info("removed {} (left by an earlier preparation)", w->path(i).string());
-        }
-    }
     if (reader.skipped_lines() > 0) {
         spdlog::warn("skipped {} bad lines (--skip-bad-lines); the first: {}",
                      reader.skipped_lines(), reader.first_skipped());
