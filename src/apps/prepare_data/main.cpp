@@ -600,7 +600,8 @@ int main(int argc, char** argv) {
     app::add_common_flags(cli, options.log_level);
     cli.add_option("--data,--input", options.inputs,
                    "text or .jsonl files (.gz/.zst too) and directories (recursive, sorted); "
-                   "repeat or list several (--input is the older name)");
+                   "repeat or list several (--input is the older name)")
+        ->default_str("");
     cli.add_option("--glob", options.glob, "in directories: only file names matching this");
     cli.add_option("--jsonl-field", options.jsonl_field, "the text field of each .jsonl line");
     cli.add_flag("--skip-bad-lines", options.skip_bad_lines,
