@@ -20,9 +20,19 @@ std::vector<double> ending_losses(const Model& model, ThreadLocalTrainingContext
     rows.resize(2 * static_cast<std::size_t>(capacity) * static_cast<std::size_t>(T));
     for (int first = 0; first < endings; first += capacity) {
         const int count = std::min(capacity, endings - first);
-        const std::span<std::int32_t> inputs(rows.data(), static_cast<std::size_t>(count) * T);
+        // Rows only as long as the longest of them (HellaSwag's are ~40 tokens; T may be 1024):
+        // the context computes any T up to its own.
+        int length = 1;
+        for (int r = 0; r < count; ++r) {
+            length = std::max(
+                length,
+                context +
+                    static_cast<int>(example.endings[static_cast<std::size_t>(first + r)].size()) -
+                    1);
+        }
+        const std::span<std::int32_t> inputs(rows.data(), static_cast<std::size_t>(count) * length);
         const std::span<std::int32_t> targets(rows.data() + static_cast<std::size_t>(capacity) * T,
-                                              static_cast<std::size_t>(count) * T);
+                                              static_cast<std::size_t>(count) * length);
         std::fill(inputs.begin(), inputs.end(), 0);  // padding after the row: causal, never read
         std::fill(targets.begin(), targets.end(), 0);
         for (int r = 0; r < count; ++r) {
@@ -30,18 +40,18 @@ std::vector<double> ending_losses(const Model& model, ThreadLocalTrainingContext
             std::vector<std::int32_t> tokens(example.context);
             tokens.insert(tokens.end(), ending.begin(), ending.end());
             for (std::size_t t = 0; t + 1 < tokens.size(); ++t) {
-                inputs[static_cast<std::size_t>(r) * T + t] = tokens[t];
-                targets[static_cast<std::size_t>(r) * T + t] = tokens[t + 1];
+                inputs[static_cast<std::size_t>(r) * length + t] = tokens[t];
+                targets[static_cast<std::size_t>(r) * length + t] = tokens[t + 1];
             }
         }
-        (void)forward_loss(model, ctx, TokenBatch{inputs, targets, count, T});
+        (void)forward_loss(model, ctx, TokenBatch{inputs, targets, count, length});
         for (int r = 0; r < count; ++r) {
             const auto& ending = example.endings[static_cast<std::size_t>(first + r)];
             const int begin = std::max(context - 1, 0);
             const int end = context + static_cast<int>(ending.size()) - 1;
             double sum = 0.0;
             for (int t = begin; t < end; ++t)
-                sum += ctx.acts.losses[static_cast<std::size_t>(r) * T + t];
+                sum += ctx.acts.losses[static_cast<std::size_t>(r) * length + t];
             means[static_cast<std::size_t>(first + r)] = end > begin ? sum / (end - begin) : 0.0;
         }
     }
