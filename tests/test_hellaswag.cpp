@@ -177,6 +177,14 @@ TEST(HellaswagTraining, AccNormIsLoggedAndTheSameHoweverTheExamplesAreSplit) {
     }
     EXPECT_EQ(accuracy[0], accuracy[1]);
 
+    const auto missing = run_command(common + " --threads 1 --batch-size 2 --hellaswag " +
+                                     (dir / "missing.bin") + " --out-dir " + (dir / "missing"));
+    EXPECT_EQ(missing.exit_code, 1) << missing.output;
+    EXPECT_EQ(
+        missing.output.rfind("error: --hellaswag " + (dir / "missing.bin") + ": no such file", 0),
+        0u)
+        << missing.output;  // first: before the corpus is read
+
     examples[3].endings[1][0] = 300;  // beyond the char vocabulary
     write_multiple_choice_file(dir.path() / "gpt2.bin", examples);
     const auto foreign = run_command(common + " --threads 1 --batch-size 2 --hellaswag " +

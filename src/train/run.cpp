@@ -1248,6 +1248,10 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
 
     StartPoint start;
     TokenizerChoice tokenizer_choice;
+    // A mistyped --hellaswag is found before the corpus is read and tokenized, not after.
+    if (comm.is_root() && !o.hellaswag.empty() && !std::filesystem::is_regular_file(o.hellaswag)) {
+        throw InputError("--hellaswag " + o.hellaswag + ": no such file");
+    }
     if (comm.is_root()) choose_start(o, start, tokenizer_choice);
     Corpus corpus;
     if (o.train_data.empty()) {
