@@ -161,7 +161,9 @@ TEST(NonFinite, TooManyBadStepsStopTheRunAndKeepTheLastGoodCheckpoint) {
         dir, "out", 2,
         "--max-steps 8 --threads 1 --checkpoint-every 2 --inject-nan-step 4 --max-bad-steps 1"));
     EXPECT_NE(result.exit_code, 0) << result.output;
-    EXPECT_NE(result.output.find("skipped steps in a row (non-finite or spikes, --max-bad-steps)"), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("skipped steps in a row (non-finite or spikes, --max-bad-steps)"),
+              std::string::npos)
+        << result.output;
     const auto steps = list_checkpoints(dir.path() / "out");
     ASSERT_FALSE(steps.empty());
     EXPECT_EQ(steps.front(), 4);

@@ -64,31 +64,17 @@ class FileDescriptor {
 }  // namespace
 
 void write_shard(const std::filesystem::path& path, std::span<const std::int32_t> tokens) {
-    if (tokens.empty()) fail(path, "refusing to write a shard with no tokens");
-    if (tokens.size() > static_cast<std::size_t>(INT32_MAX)) {
-        fail(path, "too many tokens for one shard (" + std::to_string(tokens.size()) + ")");
-    }
-    std::vector<char> bytes;
-    bytes.reserve(kShardHeaderBytes + 2 * tokens.size());
-    std::array<std::int32_t, kHeaderWords> header{};
-    header[0] = kShardMagic;
-    header[1] = kShardVersion;
-    header[2] = static_cast<std::int32_t>(tokens.size());
-    for (const std::int32_t word : header)
-        put_le32(bytes, word);
+    // Checked and narrowed here; the header and the atomic write are the uint16 overload's.
+    std::vector<std::uint16_t> narrow(tokens.size());
     for (std::size_t i = 0; i < tokens.size(); ++i) {
         const std::int32_t id = tokens[i];
         if (id < 0 || id > 0xFFFF) {
             fail(path, "token id " + std::to_string(id) + " at position " + std::to_string(i) +
                            " does not fit llm.c's uint16 shard format (0..65535)");
         }
-        bytes.push_back(static_cast<char>(id & 0xFF));
-        bytes.push_back(static_cast<char>(id >> 8));
+        narrow[i] = static_cast<std::uint16_t>(id);
     }
-
-    // Atomic with fsync: an interrupted preparation leaves only complete shards.
-    write_file_atomically(
-        path, std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
+    write_shard(path, std::span<const std::uint16_t>(narrow));
 }
 
 void write_shard(const std::filesystem::path& path, std::span<const std::uint16_t> tokens) {

@@ -96,7 +96,7 @@ struct TrainOptions {
     std::string hellaswag;
     int eval_every = 0;
     double skip_norm_z = 0.0;
-    int stop_at_step = -1;       // test hook: behave as if SIGTERM arrived during this step
+    int stop_at_step = -1;  // test hook: behave as if SIGTERM arrived during this step
     std::int64_t mpi_chunk_elements = 0;  // test hook: elements per MPI call (0: default)
 
     // How the options were given: the flags set explicitly (on the command line or in the
