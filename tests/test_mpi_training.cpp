@@ -216,6 +216,71 @@ TEST(MpiTraining, RanksOnOneMachineShareTheWeightsAndTrainAsOneAllreduce) {
     expect_same("fp32_np2_one", "to_shared", 1e-5);
 }
 
+// Several ranks on each of several machines (simulated: --simulate-machines cuts the world into
+// machines of consecutive ranks): each machine shares one copy of the weights, and each slice of
+// the gradient takes one allreduce between the machines' ranks that own it. The same training as
+// one allreduce of every rank's gradient, bitwise repeatable; its checkpoint (moments from the
+// first machine's slices) resumes on one rank, and a plain checkpoint resumes into it, both as
+// the uninterrupted run.
+TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
+    const ScratchDir dir("gpt2-mpi-machines");
+    test::write_corpus(dir.path() / "corpus.txt", 60000);
+    const std::string common = test::build_path("train_gpt2") + kModelFlags + " --data " +
+                               (dir / "corpus.txt") +
+                               " --lr-decay-steps 20 --checkpoint-every 10 --threads 1";
+    const auto run = [&](int ranks, int batch, const std::string& extra, const std::string& name) {
+        const auto result =
+            run_command(mpiexec(ranks) + common + " --batch-size " + std::to_string(batch) +
+                        " --grad-accum 2 " + extra + " --out-dir " + (dir / name) +
+                        " --metrics-file " + (dir / (name + ".jsonl")));
+        EXPECT_EQ(result.exit_code, 0) << result.output;
+        return result.output;
+    };
+    const auto expect_same = [&](const std::string& a_name, const std::string& b_name,
+                                 double tolerance) {
+        const std::vector<double> a = train_losses(dir / (a_name + ".jsonl"));
+        const std::vector<double> b = train_losses(dir / (b_name + ".jsonl"));
+        ASSERT_EQ(a.size(), 20u) << a_name;
+        ASSERT_EQ(b.size(), a.size()) << b_name;
+        for (std::size_t s = 0; s < a.size(); ++s)
+            EXPECT_NEAR(b[s], a[s], tolerance * a[s]) << b_name << " step " << s + 1;
+        const LoadedModel ma = load_checkpoint(dir / (a_name + "/model_000020.bin"));
+        const LoadedModel mb = load_checkpoint(dir / (b_name + "/model_000020.bin"));
+        EXPECT_TRUE(test::same_training(ma.model.config, mb.model.params.span(),
+                                        ma.model.params.span(), 1e-5, 1e-2))
+            << b_name;
+    };
+    // 24 sequences per step throughout: 4 ranks x 3 x 2 micro-steps, or 1 rank x 12 x 2.
+    (void)run(4, 3, "--max-steps 20 --share-memory off", "one");
+    const std::string machines = run(4, 3, "--max-steps 20 --simulate-machines 2", "machines");
+    EXPECT_NE(machines.find("shared memory on each machine, each rank sums and updates 1/2 of the "
+                            "weights, and one allreduce of its slice across the 2 machines"),
+              std::string::npos)
+        << machines;
+    EXPECT_NE(machines.find("(one copy for the 2 ranks of this machine)"), std::string::npos)
+        << machines;
+    expect_same("one", "machines", 1e-6);
+    (void)run(4, 3, "--max-steps 20 --simulate-machines 2", "machines_again");
+    EXPECT_EQ(train_losses(dir / "machines.jsonl"), train_losses(dir / "machines_again.jsonl"));
+    const LoadedModel first = load_checkpoint(dir / "machines/model_000020.bin");
+    const LoadedModel again = load_checkpoint(dir / "machines_again/model_000020.bin");
+    EXPECT_TRUE(std::equal(first.model.params.span().begin(), first.model.params.span().end(),
+                           again.model.params.span().begin()));
+    // One rank on each of the 4 machines has nothing to share: overlapped buckets (auto).
+    const std::string four = run(4, 3, "--max-steps 2 --simulate-machines 4", "four");
+    EXPECT_NE(four.find("buckets of 25 MiB, summed while backward runs (auto: ranks on several "
+                        "machines)"),
+              std::string::npos)
+        << four;
+    // Its checkpoint to one rank, and a plain one into it.
+    (void)run(4, 3, "--max-steps 10 --simulate-machines 2", "to_one");
+    (void)run(1, 12, "--max-steps 20 --resume auto", "to_one");
+    expect_same("one", "to_one", 1e-5);
+    (void)run(4, 3, "--max-steps 10 --share-memory off", "to_machines");
+    (void)run(4, 3, "--max-steps 20 --resume auto --simulate-machines 2", "to_machines");
+    expect_same("one", "to_machines", 1e-5);
+}
+
 // Elastic resume: a run checkpointed with 1 rank x batch 8 continues on 2 ranks x batch 2 with
 // grad accum 2 derived (the same 8 sequences per step) and matches the uninterrupted run; 3 ranks
 // x batch 2 cannot make 8 and is refused with the arithmetic.

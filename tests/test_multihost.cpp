@@ -111,6 +111,45 @@ TEST(Multihost, TwoHostsOverTcpTrainAsOneHostWithBucketsAndWithZeroOne) {
     }
 }
 
+// Two ranks on each of the two hosts: each host's ranks share one copy of the weights, and
+// each slice of the gradient takes one allreduce over TCP between the hosts (auto); the same
+// training as one host, and its checkpoint resumes on one host.
+TEST(Multihost, TwoRanksOnEachHostShareTheirMemoryAndAllreduceSlicesBetweenHosts) {
+    const Rig rig(2, "1gbit");
+    REQUIRE_RIG(rig);
+    const ScratchDir dir("gpt2-multihost-shared");
+    test::write_corpus(dir.path() / "corpus.txt", 60000);
+    const std::string common = kModelFlags + " --data " + (dir / "corpus.txt") +
+                               " --checkpoint-every 5 --lr-decay-steps 10";
+    const auto one = run_command(test::build_path("train_gpt2") + common +
+                                 " --max-steps 10 --threads 2 --batch-size 8 --out-dir " +
+                                 (dir / "single") + " --metrics-file " + (dir / "single.jsonl"));
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    const std::string four = "RIG_SLOTS=2 " + rig.mpirun(4) + test::build_path("train_gpt2") +
+                             common + " --threads 1 --batch-size 2 --out-dir " + (dir / "hosts") +
+                             " --metrics-file " + (dir / "hosts.jsonl");
+    const auto first = run_command(four + " --max-steps 5");
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    EXPECT_NE(first.output.find("ranks x workers 4 x 1"), std::string::npos) << first.output;
+    EXPECT_NE(first.output.find("shared memory on each machine, each rank sums and updates 1/2 of "
+                                "the weights, and one allreduce of its slice across the 2 "
+                                "machines (auto: 2 ranks on each machine)"),
+              std::string::npos)
+        << first.output;
+    const auto resumed = run_command(four + " --max-steps 10 --resume auto");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    const std::vector<double> expected = train_losses(dir / "single.jsonl");
+    const std::vector<double> actual = train_losses(dir / "hosts.jsonl");
+    ASSERT_EQ(expected.size(), 10u);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (std::size_t s = 0; s < expected.size(); ++s)
+        EXPECT_NEAR(actual[s], expected[s], 1e-5 * expected[s]) << "step " << s + 1;
+    const LoadedModel a = load_checkpoint(dir / "single/model_000010.bin");
+    const LoadedModel b = load_checkpoint(dir / "hosts/model_000010.bin");
+    EXPECT_TRUE(test::same_training(a.model.config, b.model.params.span(), a.model.params.span(),
+                                    1e-5, 1e-2));
+}
+
 // Host 2 is killed (every process in it) while the job trains: the job ends (mpirun notices the
 // lost daemon), train_resilient.sh logs the restart and resumes from the last checkpoint, and the
 // run reaches its last step with the same final model as an uninterrupted run.

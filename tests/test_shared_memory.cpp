@@ -87,8 +87,9 @@ struct Trained {
     std::vector<float> params;
 };
 
-// Ten steps of a small model with 2 workers, its weights and gradient in shared memory or not.
-Trained train_ten_steps(bool share, Precision precision) {
+// Ten steps of a small model with 2 workers, its weights and gradient in shared memory or not;
+// with `unshare_at`, back in the rank's own memory from that step on.
+Trained train_ten_steps(bool share, Precision precision, int unshare_at = -1) {
     const ModelConfig config{32, 97, 128, 2, 4, 32};
     const int B = 4, T = 32;
     Model model(config);
@@ -111,6 +112,16 @@ Trained train_ten_steps(bool share, Precision precision) {
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T + 1);
     Trained result;
     for (int step = 0; step < 10; ++step) {
+        if (step == unshare_at) {
+            const float* mapped = model.params.data();
+            unshare_replica_memory(model, group);
+            share = false;
+            EXPECT_NE(model.params.data(), mapped);
+            EXPECT_TRUE(group.rank_gradients().empty());
+            EXPECT_EQ(model.params.size(), P);
+            EXPECT_TRUE(std::all_of(group.gradient().begin(), group.gradient().end(),
+                                    [](float g) { return g == 0.0f; }));
+        }
         for (auto& t : tokens)
             t = static_cast<std::int32_t>(rng.below(97));
         const std::span<const std::int32_t> all(tokens);
@@ -131,6 +142,10 @@ TEST(SharedReplica, TrainsBitwiseAsTheRanksOwnMemory) {
         const Trained shared = train_ten_steps(true, precision);
         EXPECT_EQ(shared.losses, own.losses);
         EXPECT_TRUE(std::equal(own.params.begin(), own.params.end(), shared.params.begin()));
+        // Undone after 5 steps (another machine could not share): the weights come along.
+        const Trained unshared = train_ten_steps(true, precision, 5);
+        EXPECT_EQ(unshared.losses, own.losses);
+        EXPECT_TRUE(std::equal(own.params.begin(), own.params.end(), unshared.params.begin()));
     }
 }
 

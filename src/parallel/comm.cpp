@@ -40,12 +40,18 @@ void check(int code, const char* what) {
 }
 
 template <typename T>
-void broadcast_chunked(std::span<T> data, MPI_Datatype type, int root, std::size_t max_chunk) {
+void broadcast_chunked(std::span<T> data, MPI_Datatype type, int root, std::size_t max_chunk,
+                       MPI_Comm comm) {
     for (const Chunk& c : chunk_ranges(data.size(), max_chunk)) {
-        check(
-            MPI_Bcast(data.data() + c.begin, static_cast<int>(c.count), type, root, MPI_COMM_WORLD),
-            "MPI_Bcast");
+        check(MPI_Bcast(data.data() + c.begin, static_cast<int>(c.count), type, root, comm),
+              "MPI_Bcast");
     }
+}
+
+// The MPI communicator behind a Communicator's handle: its split, or the world.
+template <typename Handle>
+MPI_Comm comm_of(const std::shared_ptr<const Handle>& handle) {
+    return handle ? handle->comm : MPI_COMM_WORLD;
 }
 }  // namespace
 
@@ -82,22 +88,22 @@ Communicator::Communicator() {
 }
 
 void Communicator::broadcast(std::span<std::uint8_t> data, int root) const {
-    if (size_ > 1) broadcast_chunked(data, MPI_UINT8_T, root, max_chunk_);
+    if (size_ > 1) broadcast_chunked(data, MPI_UINT8_T, root, max_chunk_, comm_of(handle_));
 }
 void Communicator::broadcast(std::span<std::int32_t> data, int root) const {
-    if (size_ > 1) broadcast_chunked(data, MPI_INT32_T, root, max_chunk_);
+    if (size_ > 1) broadcast_chunked(data, MPI_INT32_T, root, max_chunk_, comm_of(handle_));
 }
 void Communicator::broadcast(std::span<float> data, int root) const {
-    if (size_ > 1) broadcast_chunked(data, MPI_FLOAT, root, max_chunk_);
+    if (size_ > 1) broadcast_chunked(data, MPI_FLOAT, root, max_chunk_, comm_of(handle_));
 }
 void Communicator::broadcast(std::span<std::int64_t> data, int root) const {
-    if (size_ > 1) broadcast_chunked(data, MPI_INT64_T, root, max_chunk_);
+    if (size_ > 1) broadcast_chunked(data, MPI_INT64_T, root, max_chunk_, comm_of(handle_));
 }
 
 void Communicator::broadcast_vector(std::vector<std::uint8_t>& data, int root) const {
     if (size_ == 1) return;
     std::uint64_t size = data.size();
-    check(MPI_Bcast(&size, 1, MPI_UINT64_T, root, MPI_COMM_WORLD), "MPI_Bcast");
+    check(MPI_Bcast(&size, 1, MPI_UINT64_T, root, comm_of(handle_)), "MPI_Bcast");
     data.resize(size);
     broadcast(std::span<std::uint8_t>(data), root);
 }
@@ -106,7 +112,7 @@ void Communicator::allreduce_sum(std::span<float> data) const {
     if (size_ == 1) return;
     for (const Chunk& c : chunk_ranges(data.size(), max_chunk_)) {
         check(MPI_Allreduce(MPI_IN_PLACE, data.data() + c.begin, static_cast<int>(c.count),
-                            MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+                            MPI_FLOAT, MPI_SUM, comm_of(handle_)),
               "MPI_Allreduce");
     }
 }
@@ -121,6 +127,59 @@ bool Communicator::spans_machines() const {
     MPI_Comm_free(&local);
     // Every machine then has fewer ranks than the world, so all ranks agree.
     return local_size < size_;
+}
+
+struct Communicator::Handle {
+    MPI_Comm comm = MPI_COMM_NULL;
+    explicit Handle(MPI_Comm c) : comm(c) {}
+    Handle(const Handle&) = delete;
+    Handle& operator=(const Handle&) = delete;
+    ~Handle() {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Comm_free(&comm);
+    }
+};
+
+MachineGroups::MachineGroups(const Communicator& world, int simulated_machines)
+    : machine(Communicator::single_process()), across(Communicator::single_process()) {
+    if (world.size() == 1) return;
+    if (simulated_machines > 0 && world.size() % simulated_machines != 0) {
+        throw std::invalid_argument("simulated machines must divide the ranks");
+    }
+    const MPI_Comm parent = comm_of(world.handle_);
+    // A split of the world as a Communicator that owns it.
+    const auto wrap = [&](MPI_Comm split) {
+        Communicator c(0, 1);
+        c.handle_ = std::make_shared<const Communicator::Handle>(split);
+        check(MPI_Comm_rank(split, &c.rank_), "MPI_Comm_rank");
+        check(MPI_Comm_size(split, &c.size_), "MPI_Comm_size");
+        c.max_chunk_ = world.max_chunk_;
+        c.serialized_threads_ = world.serialized_threads_;
+        return c;
+    };
+    MPI_Comm local = MPI_COMM_NULL;
+    if (simulated_machines > 0) {
+        check(MPI_Comm_split(parent, world.rank() / (world.size() / simulated_machines),
+                             world.rank(), &local),
+              "MPI_Comm_split");
+    } else {
+        check(
+            MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local),
+            "MPI_Comm_split_type");
+    }
+    machine = wrap(local);
+    // Ranks are ordered by world rank within a machine, so world rank 0 is its machine's first.
+    std::int32_t first_world_rank = world.rank();
+    machine.broadcast(std::span<std::int32_t>(&first_world_rank, 1));
+    on_first = first_world_rank == 0;
+    MPI_Comm same_place = MPI_COMM_NULL;
+    check(MPI_Comm_split(parent, machine.rank(),
+                         on_first ? world.rank() : world.size() + world.rank(), &same_place),
+          "MPI_Comm_split");
+    across = wrap(same_place);
+    machines = static_cast<int>(world.allreduce_sum(machine.rank() == 0 ? 1.0 : 0.0));
+    uniform = world.allreduce_max(machine.size()) == world.allreduce_min(machine.size());
 }
 
 Communicator::SharedMemory Communicator::map_shared(std::size_t bytes) const {
@@ -170,7 +229,8 @@ Communicator::SharedMemory Communicator::map_shared(std::size_t bytes) const {
 
 namespace {
 template <typename T>
-void allgather_equal(std::span<const T> mine, std::span<T> all, MPI_Datatype type, int world) {
+void allgather_equal(std::span<const T> mine, std::span<T> all, MPI_Datatype type, int world,
+                     MPI_Comm comm) {
     if (all.size() != mine.size() * static_cast<std::size_t>(world) || mine.size() > INT_MAX) {
         throw std::invalid_argument("allgather: buffer sizes do not match the world");
     }
@@ -179,18 +239,18 @@ void allgather_equal(std::span<const T> mine, std::span<T> all, MPI_Datatype typ
         return;
     }
     check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), type, all.data(),
-                        static_cast<int>(mine.size()), type, MPI_COMM_WORLD),
+                        static_cast<int>(mine.size()), type, comm),
           "MPI_Allgather");
 }
 }  // namespace
 
 void Communicator::allgather(std::span<const float> mine, std::span<float> all) const {
-    allgather_equal(mine, all, MPI_FLOAT, size_);
+    allgather_equal(mine, all, MPI_FLOAT, size_, comm_of(handle_));
 }
 
 void Communicator::allgather(std::span<const std::int32_t> mine,
                              std::span<std::int32_t> all) const {
-    allgather_equal(mine, all, MPI_INT32_T, size_);
+    allgather_equal(mine, all, MPI_INT32_T, size_, comm_of(handle_));
 }
 
 namespace {
@@ -219,7 +279,7 @@ void Communicator::reduce_scatter_sum(std::span<float> data, std::span<const Ran
     const ShardCounts c = shard_counts(shards, size_);
     // In place, MPI leaves the rank's sum at the start of the buffer: move it to the shard.
     check(MPI_Reduce_scatter(MPI_IN_PLACE, data.data(), c.counts.data(), MPI_FLOAT, MPI_SUM,
-                             MPI_COMM_WORLD),
+                             comm_of(handle_)),
           "MPI_Reduce_scatter");
     const Range mine = shards[static_cast<std::size_t>(rank_)];
     std::memmove(data.data() + mine.begin, data.data(), (mine.end - mine.begin) * sizeof(float));
@@ -229,7 +289,7 @@ void Communicator::allgather_shards(std::span<float> data, std::span<const Range
     if (size_ == 1) return;
     const ShardCounts c = shard_counts(shards, size_);
     check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), c.counts.data(),
-                         c.displacements.data(), MPI_FLOAT, MPI_COMM_WORLD),
+                         c.displacements.data(), MPI_FLOAT, comm_of(handle_)),
           "MPI_Allgatherv");
 }
 
@@ -242,7 +302,7 @@ void Communicator::scatter_shards(std::span<const float> full, std::span<float> 
     }
     const ShardCounts c = shard_counts(shards, size_);
     check(MPI_Scatterv(full.data(), c.counts.data(), c.displacements.data(), MPI_FLOAT, mine.data(),
-                       static_cast<int>(mine.size()), MPI_FLOAT, 0, MPI_COMM_WORLD),
+                       static_cast<int>(mine.size()), MPI_FLOAT, 0, comm_of(handle_)),
           "MPI_Scatterv");
 }
 
@@ -254,27 +314,27 @@ void Communicator::gather_shards(std::span<const float> mine, std::span<float> f
     }
     const ShardCounts c = shard_counts(shards, size_);
     check(MPI_Gatherv(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT, full.data(),
-                      c.counts.data(), c.displacements.data(), MPI_FLOAT, 0, MPI_COMM_WORLD),
+                      c.counts.data(), c.displacements.data(), MPI_FLOAT, 0, comm_of(handle_)),
           "MPI_Gatherv");
 }
 
 double Communicator::allreduce_sum(double value) const {
     if (size_ == 1) return value;
-    check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+    check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, comm_of(handle_)),
           "MPI_Allreduce");
     return value;
 }
 
 std::int64_t Communicator::allreduce_max(std::int64_t value) const {
     if (size_ == 1) return value;
-    check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD),
+    check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm_of(handle_)),
           "MPI_Allreduce");
     return value;
 }
 
 std::int64_t Communicator::allreduce_min(std::int64_t value) const {
     if (size_ == 1) return value;
-    check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD),
+    check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MIN, comm_of(handle_)),
           "MPI_Allreduce");
     return value;
 }
@@ -282,14 +342,14 @@ std::int64_t Communicator::allreduce_min(std::int64_t value) const {
 std::vector<std::uint64_t> Communicator::allgather(std::uint64_t value) const {
     std::vector<std::uint64_t> all(static_cast<std::size_t>(size_), value);
     if (size_ > 1) {
-        check(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD),
+        check(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_of(handle_)),
               "MPI_Allgather");
     }
     return all;
 }
 
 void Communicator::barrier() const {
-    if (size_ > 1) check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    if (size_ > 1) check(MPI_Barrier(comm_of(handle_)), "MPI_Barrier");
 }
 
 std::vector<std::vector<std::uint8_t>> Communicator::gather_bytes(
@@ -308,7 +368,7 @@ std::vector<std::vector<std::uint8_t>> Communicator::gather_bytes(
     }
     std::vector<std::uint8_t> all(is_root() ? total : 0);
     check(MPI_Gatherv(mine.data(), static_cast<int>(mine.size()), MPI_UINT8_T, all.data(),
-                      counts.data(), displs.data(), MPI_UINT8_T, 0, MPI_COMM_WORLD),
+                      counts.data(), displs.data(), MPI_UINT8_T, 0, comm_of(handle_)),
           "MPI_Gatherv");
     std::vector<std::vector<std::uint8_t>> out;
     if (!is_root()) return out;
@@ -323,7 +383,7 @@ std::vector<std::vector<std::uint8_t>> Communicator::gather_bytes(
 void Communicator::idle_barrier() const {
     if (size_ == 1) return;
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier");
+    check(MPI_Ibarrier(comm_of(handle_), &request), "MPI_Ibarrier");
     for (int done = 0; done == 0;) {
         check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
         if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -407,7 +467,7 @@ struct BackgroundAllreduce::Impl {
         for (const Chunk& c : chunk_ranges(count, std::size_t{1} << 30)) {
             MPI_Request request = MPI_REQUEST_NULL;
             check(MPI_Iallreduce(MPI_IN_PLACE, data + c.begin, static_cast<int>(c.count), MPI_FLOAT,
-                                 MPI_SUM, MPI_COMM_WORLD, &request),
+                                 MPI_SUM, comm_of(comm.handle_), &request),
                   "MPI_Iallreduce");
             f.requests.push_back(request);
         }

@@ -101,11 +101,29 @@ class Communicator {
     void set_max_chunk_elements(std::size_t elements) { max_chunk_ = elements > 0 ? elements : 1; }
 
   private:
+    friend class BackgroundAllreduce;
+    friend struct MachineGroups;
+    struct Handle;  // the MPI communicator of a split; none for the world
     Communicator(int rank, int size) : rank_(rank), size_(size) {}
+    std::shared_ptr<const Handle> handle_;
     int rank_ = 0;
     int size_ = 1;
     std::size_t max_chunk_ = std::size_t{1} << 30;
     bool serialized_threads_ = true;
+};
+
+// How the world's ranks sit on machines (MPI_COMM_TYPE_SHARED): the ranks of this rank's machine,
+// ordered by world rank, and `across`, the ranks that have this rank's place on every machine,
+// with the machine of world rank 0 first. The world of one is one machine.
+struct MachineGroups {
+    // Collective over `world`. `simulated_machines` > 0 (tests) cuts the world into that many
+    // machines of consecutive ranks instead (it must divide the world).
+    MachineGroups(const Communicator& world, int simulated_machines = 0);
+    Communicator machine;
+    Communicator across;
+    int machines = 1;      // how many machines the world spans
+    bool uniform = true;   // every machine has the same number of ranks
+    bool on_first = true;  // this rank's machine holds world rank 0
 };
 
 // Sums pieces of float buffers across ranks on a background thread while the caller computes:

@@ -85,6 +85,19 @@ std::string share_replica_memory(Model& model, WorkerGroup& workers, const Commu
     return {};
 }
 
+void unshare_replica_memory(Model& model, WorkerGroup& workers) {
+    if (workers.rank_gradients().empty()) return;
+    AlignedBuffer<float> weights(model.params.size());
+    std::copy(model.params.data(), model.params.data() + model.params.size(), weights.data());
+    AlignedBuffer<Bf16> weights_bf16(model.params_bf16.size());
+    std::copy(model.params_bf16.data(), model.params_bf16.data() + model.params_bf16.size(),
+              weights_bf16.data());
+    model.params = std::move(weights);
+    model.params_bf16 = std::move(weights_bf16);
+    workers.reduction().adopt_gradient(AlignedBuffer<float>(model.params.size()));  // zero
+    workers.set_rank_gradients({});
+}
+
 GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, const StepBatch& batch,
                                   const GradientReady& ready) {
     const int W = workers.size();
@@ -281,9 +294,15 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     // Shared memory: every rank reads the sum in rank 0's buffer.
     const std::span<float> grad =
         shared ? std::span<float>(workers.rank_gradients()[0], P) : workers.gradient();
+    // Shared memory: the ranks that share it (this machine's), and the other machines' ranks
+    // that own the same slice.
+    const Communicator& machine = hyper.machine != nullptr ? *hyper.machine : comm;
     if (shared) {
-        comm.barrier();  // every rank's gradient is complete
+        machine.barrier();  // every rank's gradient is complete
         sum_shared_gradients(workers, owned);
+        if (hyper.across != nullptr) {
+            hyper.across->allreduce_sum(grad.subspan(owned.begin, owned.end - owned.begin));
+        }
     } else if (zero) {
         comm.reduce_scatter_sum(grad, hyper.zero_shards);
     } else if (!overlap) {
@@ -308,7 +327,8 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     double norm_sq = 0.0;
     for (const WorkerPartial& s : sums)
         norm_sq += s.value;
-    if (sharded) norm_sq = comm.allreduce_sum(norm_sq);
+    // Every machine holds every slice: the norm is the sum over one machine's.
+    if (sharded) norm_sq = (shared ? machine : comm).allreduce_sum(norm_sq);
     metrics.grad_norm = std::sqrt(norm_sq);
     metrics.timings.allreduce = lap(clock) + pass.seconds_after_backward;
 
@@ -326,7 +346,7 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
             std::fill(grad.begin() + static_cast<std::ptrdiff_t>(owned.begin + r.begin),
                       grad.begin() + static_cast<std::ptrdiff_t>(owned.begin + r.end), 0.0f);
         });
-        if (shared) comm.barrier();  // nobody starts the next step on a buffer still in use
+        if (shared) machine.barrier();  // nobody starts the next step on a buffer still in use
         return metrics;
     }
     const float scale = clip_scale(metrics.grad_norm, hyper.grad_clip);
@@ -352,7 +372,7 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
         }
     }
     // Shared memory: every slice of the weights is updated before anyone's next forward.
-    if (shared) comm.barrier();
+    if (shared) machine.barrier();
     metrics.timings.optimizer = lap(clock);
     return metrics;
 }

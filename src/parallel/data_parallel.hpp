@@ -85,8 +85,12 @@ class WorkerGroup {
 // (collective). A step then sums the gradient without MPI: after backward each rank adds its slice
 // (hyper.zero_shards, as under ZeRO-1) of every rank's buffer into rank 0's, and AdamW updates
 // that slice of the shared weights. Returns why not on failure, leaving everything as it was.
+// `comm` is the ranks of one machine; across machines each machine shares its own copy.
 [[nodiscard]] std::string share_replica_memory(Model& model, WorkerGroup& workers,
                                                const Communicator& comm);
+// Back to the rank's own memory (weights copied, gradient zero): when another machine could not
+// share, so that every rank trains alike.
+void unshare_replica_memory(Model& model, WorkerGroup& workers);
 
 // This rank's tokens for one optimizer step: grad_accum micro-batches of B x T, consecutive.
 struct StepBatch {
@@ -107,6 +111,11 @@ struct StepHyper {
     // rank; this rank's optimizer state holds only its part. Empty: every rank updates
     // everything.
     std::span<const Range> zero_shards;
+    // Shared memory on several machines: the ranks of this machine (they share the weights and
+    // sum into one buffer) and this rank's counterparts on the others, which own the same slice
+    // and sum it with one allreduce. Null: the ranks share one machine (the world).
+    const Communicator* machine = nullptr;
+    const Communicator* across = nullptr;
 };
 
 // Where a step's time went on this rank (seconds), for --log-level debug.

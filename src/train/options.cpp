@@ -35,6 +35,8 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     require(o.zero == 0 || o.bucket_mb <= 0.0,
             "--zero 1 sums the gradient with one reduce-scatter after backward: --bucket-mb does "
             "not apply (leave it 0)");
+    require(o.simulate_machines == 0 || world_size % o.simulate_machines == 0,
+            "--simulate-machines must divide the number of ranks");
     require(o.val_fraction > 0.0 && o.val_fraction < 1.0, "--val-fraction must be in (0, 1)");
     require(o.val_every >= 0 && o.val_batches > 0, "--val-every/--val-batches must be positive");
     require(o.sample_every >= 0 && o.sample_tokens >= 0,

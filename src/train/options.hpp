@@ -88,6 +88,8 @@ struct TrainOptions {
     int benchmark = 0;           // >0: time this many steps after warm-up and report
     int inject_nan_step = -1;    // test hook: poison the gradient at this step
     int inject_spike_step = -1;  // test hook: scale the gradient by 10^4 at this step
+    // Test hook: treat the ranks as this many machines of consecutive ranks (0: as MPI sees them).
+    int simulate_machines = 0;
     // Skip the update when the loss's (gradient norm's) z-score against the last 128 steps
     // exceeds this (0: never), as llm.c's -sl / -sg.
     double skip_loss_z = 0.0;

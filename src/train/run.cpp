@@ -577,54 +577,79 @@ std::size_t bucket_floats(double bucket_mb) {
 // How the ranks sum the gradient, decided once from the flags and where the ranks run.
 struct Exchange {
     double bucket_mb = 0.0;     // --bucket-mb with auto resolved
-    bool share_memory = false;  // ranks on one machine train one copy of the weights
+    bool share_memory = false;  // the ranks of each machine train one copy of the weights
     std::string share_error;    // why sharing failed (the run goes on as ZeRO-1)
+    // Where the ranks run; shared by copies so that steps can point at its communicators.
+    std::shared_ptr<const MachineGroups> machines;
+    // Shared memory on several machines: slices also travel between machines.
+    [[nodiscard]] bool across_machines() const {
+        return share_memory && share_error.empty() && machines->machines > 1;
+    }
 };
 
 Exchange choose_exchange(const TrainOptions& o, const Communicator& comm) {
     Exchange e;
-    const bool spans = comm.spans_machines();
+    e.machines = std::make_shared<const MachineGroups>(comm, o.simulate_machines);
+    const MachineGroups& m = *e.machines;
+    // Several ranks on every machine (as many on each) can share each machine's memory; one rank
+    // per machine has nothing to share and overlaps its allreduce with backward instead.
+    const bool can_share = o.share_memory && m.machine.size() > 1 && m.uniform && o.zero == 0;
     e.bucket_mb = o.bucket_mb >= 0.0 || o.zero == 1 ? std::max(o.bucket_mb, 0.0)
-                  : spans                           ? 25.0
+                  : m.machines > 1 && !can_share    ? 25.0
                                                     : 0.0;
-    e.share_memory =
-        o.share_memory && comm.size() > 1 && !spans && o.zero == 0 && e.bucket_mb == 0.0;
+    e.share_memory = can_share && e.bucket_mb == 0.0;
     return e;
 }
 
 // This rank's replica: the model, its optimizer state and the worker threads with their contexts.
-// Under --zero 1 the optimizer holds only this rank's shard of the moments.
+// Under --zero 1 or shared memory the optimizer holds only this rank's slice of the moments.
 struct Replica {
-    Replica(const ModelConfig& config, int num_workers, const TrainOptions& o,
-            const Communicator& comm, const Exchange& exchange)
+    Replica(const ModelConfig& config, int num_workers, const TrainOptions& o)
         : workers(config, num_workers, o.batch_size, o.seq_len, o.pin_threads, o.precision),
-          model(config),
-          zero_shards(shards(o, comm, exchange, model.layout.total())),
-          optimizer(owned(comm, model.layout.total()).end - owned(comm, model.layout.total()).begin,
-                    owned(comm, model.layout.total()).begin) {}
+          model(config) {}
     WorkerGroup workers;
     Model model;
-    std::vector<Range> zero_shards;  // one per rank under --zero 1 or shared memory, else empty
-    AdamWState optimizer;
+    // One per world rank under --zero 1 or shared memory (the slice each updates), else empty.
+    std::vector<Range> zero_shards;
+    // The slices a checkpoint gathers the moments from: zero_shards, except that with shared
+    // memory on several machines every machine holds them all, so only world rank 0's machine
+    // gives them (the other ranks' slices are empty here).
+    std::vector<Range> checkpoint_shards;
+    AdamWState optimizer{0};
+    // Shared memory on several machines: the ranks on other machines that hold this rank's slice,
+    // world rank 0's machine first. Null otherwise.
+    const Communicator* copies_across = nullptr;
 
     [[nodiscard]] Range owned(const Communicator& comm, std::size_t P) const {
         return zero_shards.empty() ? Range{0, P}
                                    : zero_shards[static_cast<std::size_t>(comm.rank())];
     }
-
-  private:
-    static std::vector<Range> shards(const TrainOptions& o, const Communicator& comm,
-                                     const Exchange& exchange, std::size_t P) {
-        std::vector<Range> all;
-        if ((o.zero == 1 && comm.size() > 1) || exchange.share_memory) {
-            for (int r = 0; r < comm.size(); ++r)
-                all.push_back(split_range(P, r, comm.size()));
+    [[nodiscard]] Range checkpoint_slice(const Communicator& comm) const {
+        return checkpoint_shards[static_cast<std::size_t>(comm.rank())];
+    }
+    // Sizes the optimizer for this rank's part: `slice` of `parts` equal slices (one part: all).
+    void set_slices(const Communicator& comm, int slice, int parts, bool gives_checkpoint) {
+        const std::size_t P = model.layout.total();
+        zero_shards.clear();
+        checkpoint_shards.clear();
+        if (parts > 1) {
+            const Range mine = split_range(P, slice, parts);
+            const std::vector<std::uint64_t> begins = comm.allgather(mine.begin);
+            const std::vector<std::uint64_t> ends = comm.allgather(mine.end);
+            const std::vector<std::uint64_t> gives =
+                comm.allgather(static_cast<std::uint64_t>(gives_checkpoint ? 1 : 0));
+            for (std::size_t r = 0; r < begins.size(); ++r) {
+                zero_shards.push_back(Range{begins[r], ends[r]});
+                checkpoint_shards.push_back(gives[r] != 0 ? zero_shards.back()
+                                                          : Range{begins[r], begins[r]});
+            }
         }
-        return all;
+        const Range mine = owned(comm, P);
+        optimizer = AdamWState(mine.end - mine.begin, mine.begin);
     }
 };
 
-// The full moments on rank 0 (for a checkpoint) from every rank's ZeRO-1 shard; without ZeRO the
+// The full moments on rank 0 (for a checkpoint) from every rank's slice; without slices the
 // optimizer itself. Every rank calls it.
 const AdamWState& full_optimizer(const Replica& replica, const Communicator& comm,
                                  std::unique_ptr<AdamWState>& gathered) {
@@ -632,8 +657,12 @@ const AdamWState& full_optimizer(const Replica& replica, const Communicator& com
     const std::size_t P = replica.model.layout.total();
     gathered = std::make_unique<AdamWState>(comm.is_root() ? P : 0);
     gathered->step = replica.optimizer.step;
-    comm.gather_shards(replica.optimizer.m.span(), gathered->m.span(), replica.zero_shards);
-    comm.gather_shards(replica.optimizer.v.span(), gathered->v.span(), replica.zero_shards);
+    const Range given = replica.checkpoint_slice(comm);
+    for (const auto& [mine, full] : {std::pair{&replica.optimizer.m, &gathered->m},
+                                     std::pair{&replica.optimizer.v, &gathered->v}}) {
+        comm.gather_shards(mine->span().first(given.end - given.begin), full->span(),
+                           replica.checkpoint_shards);
+    }
     return *gathered;
 }
 
@@ -643,7 +672,7 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
     std::int32_t have_weights = comm.is_root() && start.model ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&have_weights, 1));
     const int workers = o.threads > 0 ? o.threads : std::min(available_cpus(), o.batch_size);
-    auto replica = std::make_unique<Replica>(config, workers, o, comm, exchange);
+    auto replica = std::make_unique<Replica>(config, workers, o);
     if (have_weights) {
         if (comm.is_root()) {
             const auto loaded = start.model->model.params.span();
@@ -655,9 +684,29 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
         init_parameters(replica->model, o.seed, &replica->workers.pool());
     }
     set_precision(replica->model, o.precision);  // the bf16 copy of the weights, if any
-    // Without shared memory the shards make it ZeRO-1, which needs nothing shared.
+    const MachineGroups& machines = *exchange.machines;
     if (exchange.share_memory) {
-        exchange.share_error = share_replica_memory(replica->model, replica->workers, comm);
+        exchange.share_error =
+            share_replica_memory(replica->model, replica->workers, machines.machine);
+        // A machine that could not share makes every machine train without sharing.
+        if (comm.allreduce_max(exchange.share_error.empty() ? 0 : 1) != 0) {
+            if (exchange.share_error.empty()) {
+                exchange.share_error = "another machine could not map its shared memory";
+            }
+            unshare_replica_memory(replica->model, replica->workers);
+        }
+    }
+    if (exchange.share_memory && exchange.share_error.empty()) {
+        // Each rank updates its slice of its machine's weights; the checkpoint's moments come
+        // from world rank 0's machine.
+        replica->set_slices(comm, machines.machine.rank(), machines.machine.size(),
+                            machines.on_first);
+        if (machines.machines > 1) replica->copies_across = &machines.across;
+    } else if (o.zero == 1 || exchange.share_memory) {
+        // ZeRO-1 (asked for, or where sharing failed: the same slices, nothing shared).
+        replica->set_slices(comm, comm.rank(), comm.size(), true);
+    } else {
+        replica->set_slices(comm, 0, 1, true);
     }
     return replica;
 }
@@ -765,12 +814,20 @@ RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoi
         if (replica.zero_shards.empty()) {
             comm.broadcast(replica.optimizer.m.span());
             comm.broadcast(replica.optimizer.v.span());
-        } else {  // each rank receives only its shard of the moments
+        } else {  // each rank receives only its slice of the moments
             const std::span<const float> no_moments;
-            comm.scatter_shards(full_moments ? full_moments->m.span() : no_moments,
-                                replica.optimizer.m.span(), replica.zero_shards);
-            comm.scatter_shards(full_moments ? full_moments->v.span() : no_moments,
-                                replica.optimizer.v.span(), replica.zero_shards);
+            const Range given = replica.checkpoint_slice(comm);
+            for (const auto& [full, mine] :
+                 {std::pair{full_moments ? full_moments->m.span() : no_moments,
+                            replica.optimizer.m.span()},
+                  std::pair{full_moments ? full_moments->v.span() : no_moments,
+                            replica.optimizer.v.span()}}) {
+                comm.scatter_shards(full, mine.first(given.end - given.begin),
+                                    replica.checkpoint_shards);
+                // Shared memory on several machines: world rank 0's machine received the
+                // slices; each passes its own to the ranks holding it elsewhere.
+                if (replica.copies_across != nullptr) replica.copies_across->broadcast(mine);
+            }
         }
     }
     comm.broadcast(std::span<std::int64_t>(header));
@@ -927,6 +984,7 @@ void TrainingLoop::log_banner() const {
                  with_commas(static_cast<double>(tokens_per_step_)));
     const Model& model = replica_.model;
     const bool shared = !workers.rank_gradients().empty();
+    const int machine_ranks = exchange_.machines->machine.size();
     const int with_window = workers.contributing_workers() - 1;
     const std::string windows =
         with_window == 0
@@ -942,11 +1000,11 @@ void TrainingLoop::log_banner() const {
         human_bytes(static_cast<double>(workers.context(0).activation_bytes())), windows,
         human_bytes(static_cast<double>(workers.gradient_bytes())),
         human_bytes(static_cast<double>(model.params.size() * 4 + model.params_bf16.size() * 2)),
-        shared ? fmt::format(" (one copy for the {} ranks of this machine)", comm_.size())
+        shared ? fmt::format(" (one copy for the {} ranks of this machine)", machine_ranks)
                : std::string(),
         human_bytes(static_cast<double>(replica_.optimizer.m.size() * 8)),
         replica_.zero_shards.empty() ? std::string()
-        : shared                     ? fmt::format(" (this rank's slice of {})", comm_.size())
+        : shared                     ? fmt::format(" (this rank's slice of {})", machine_ranks)
                  : fmt::format(" (ZeRO-1: this rank's shard of {})", comm_.size()),
         startup_seconds_ * 1e3);
     if (B_ % W != 0) {
@@ -967,7 +1025,13 @@ void TrainingLoop::log_banner() const {
             exchange_.share_error);
     }
     if (comm_.size() > 1) {
-        if (shared) {
+        if (shared && exchange_.across_machines()) {
+            spdlog::info(
+                "gradient across ranks: shared memory on each machine, each rank sums and "
+                "updates 1/{} of the weights, and one allreduce of its slice across the {} "
+                "machines (auto: {} ranks on each machine)",
+                machine_ranks, exchange_.machines->machines, machine_ranks);
+        } else if (shared) {
             spdlog::info(
                 "gradient across ranks: shared memory, each rank sums and updates 1/{} of the "
                 "weights (auto: ranks on one machine)",
@@ -1055,7 +1119,11 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
                              plan_.grad_accum, inputs_, targets_);
     const StepHyper hyper{
         AdamWHyper{learning_rate(schedule_, step), o_.beta1, o_.beta2, o_.eps, o_.weight_decay},
-        o_.grad_clip, bucket_floats(exchange_.bucket_mb), replica_.zero_shards};
+        o_.grad_clip,
+        bucket_floats(exchange_.bucket_mb),
+        replica_.zero_shards,
+        exchange_.across_machines() ? &exchange_.machines->machine : nullptr,
+        exchange_.across_machines() ? &exchange_.machines->across : nullptr};
     const StepMetrics m =
         train_step(replica_.model, replica_.optimizer, replica_.workers, comm_,
                    StepBatch{inputs_, targets_, plan_.grad_accum, plan_.global_sequences}, hyper,

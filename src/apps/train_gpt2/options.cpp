@@ -306,9 +306,10 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
             "", "bucket size"))
         ->type_name("MIB|auto");
     run->add_option("--share-memory", share_memory,
-                    "auto: ranks on one machine train one copy of the weights in shared memory, "
-                    "each summing and updating a slice (unless --zero 1 or --bucket-mb > 0); "
-                    "off: one allreduce after backward")
+                    "auto: the ranks of a machine train one copy of the weights in shared memory, "
+                    "each summing and updating a slice, and across machines each slice takes one "
+                    "allreduce (unless --zero 1 or --bucket-mb > 0); off: every rank takes part "
+                    "in the allreduce")
         ->check(CLI::IsMember({"auto", "off"}).description(""))
         ->type_name("auto|off");
     run->add_option("--zero", o.zero,
@@ -337,6 +338,10 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
                     "testing: act as if SIGTERM came at this step")
         ->group("");
     run->add_option("--mpi-chunk-elements", o.mpi_chunk_elements, "testing: elements per MPI call")
+        ->group("");
+    run->add_option("--simulate-machines", o.simulate_machines,
+                    "testing: treat the ranks as N machines of consecutive ranks")
+        ->check(app::at_least(0))
         ->group("");
 }
 
