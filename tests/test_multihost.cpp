@@ -79,12 +79,14 @@ TEST(Multihost, TwoHostsOverTcpTrainAsOneHostWithBucketsAndWithZeroOne) {
                                  " --metrics-file " + (dir / "single.jsonl"));
     ASSERT_EQ(one.exit_code, 0) << one.output;
     // One allreduce, overlapped tiny buckets, the automatic choice (buckets: the ranks are on
-    // two machines), ZeRO-1.
+    // two machines), ZeRO-1 after backward, in buckets by default there, and in tiny buckets.
     const std::vector<std::pair<std::string, std::string>> variants = {
         {"one", "--bucket-mb 0"},
         {"buckets", "--bucket-mb 0.004"},
         {"auto", ""},
-        {"zero", "--zero 1"}};
+        {"zero", "--zero 1 --bucket-mb 0"},
+        {"zero_auto", "--zero 1"},
+        {"zero_buckets", "--zero 1 --bucket-mb 0.004"}};
     for (const auto& [name, flags] : variants) {
         const auto two = run_command(rig.mpirun(2) + test::build_path("train_gpt2") + common +
                                      " --threads 1 --batch-size 4 " + flags + " --out-dir " +
@@ -95,7 +97,11 @@ TEST(Multihost, TwoHostsOverTcpTrainAsOneHostWithBucketsAndWithZeroOne) {
                                  : name == "buckets" ? "summed while backward runs"
                                  : name == "auto"    ? "buckets of 25 MiB, summed while backward "
                                                        "runs (auto: ranks on several machines)"
-                                                     : "ZeRO-1, one reduce-scatter";
+                                 : name == "zero"    ? "ZeRO-1, one reduce-scatter"
+                                 : name == "zero_auto"
+                                     ? "ZeRO-1, reduce-scatter in buckets of 25 MiB while backward "
+                                       "runs (auto: ranks on several machines)"
+                                     : "ZeRO-1, reduce-scatter in buckets of 0.004 MiB";
         EXPECT_NE(two.output.find(mode), std::string::npos) << two.output;
         const std::vector<double> expected = train_losses(dir / "single.jsonl");
         const std::vector<double> actual = train_losses(dir / (name + ".jsonl"));

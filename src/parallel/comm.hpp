@@ -128,7 +128,8 @@ struct MachineGroups {
 
 // Sums pieces of float buffers across ranks on a background thread while the caller computes:
 // the overlapped, bucketed gradient allreduce. Each enqueued bucket is one MPI_Iallreduce (a
-// bucket of several ranges is packed into a staging buffer and unpacked after); the thread starts
+// bucket of several ranges is packed into a staging buffer and unpacked after), or under ZeRO-1
+// one MPI_Ireduce_scatter (the bucket packed shard by shard); the thread starts
 // buckets in the order they were enqueued (the same on every rank) and drives them with
 // MPI_Testall every 200 microseconds, sleeping in between, so it takes little CPU from the
 // workers. Between the first enqueue and wait() it is the only caller of MPI: the caller must not
@@ -142,6 +143,10 @@ class BackgroundAllreduce {
 
     // Queues the in-place sum of base[r.begin, r.end) for every r in `ranges`.
     void enqueue(float* base, std::vector<Range> ranges);
+    // ZeRO-1: with `shards` (one per rank, covering the buffer), each bucket is reduce-scattered
+    // instead, so that only the part in this rank's shard receives the sum (the rest keeps this
+    // rank's own values). Empty: allreduce. Set only while nothing is queued.
+    void set_shards(std::vector<Range> shards);
     // Returns when every queued sum is done. An MPI failure in the thread ends the whole job
     // (Communicator::abort), as it would in the main thread.
     void wait();

@@ -182,7 +182,7 @@ class GradientBuckets {
 // them in rank order, so the ranks stay identical.
 GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers,
                                   const Communicator& comm, const StepBatch& batch,
-                                  std::size_t bucket_floats) {
+                                  std::size_t bucket_floats, std::span<const Range> zero_shards) {
     LayerwiseReduction& reduction = workers.reduction();
     const std::size_t rows = static_cast<std::size_t>(workers.batch_size()) *
                              static_cast<std::size_t>(workers.seq_len());
@@ -197,6 +197,7 @@ GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers,
         workers.background_allreduce = std::make_unique<BackgroundAllreduce>(comm);
     }
     BackgroundAllreduce& allreduce = *workers.background_allreduce;
+    allreduce.set_shards(std::vector<Range>(zero_shards.begin(), zero_shards.end()));
     {
         GradientBuckets buckets(allreduce, gradient, bucket_floats);
         const GradientReady ready = [&](const CompletedGradient& part) {
@@ -267,11 +268,13 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     auto clock = std::chrono::steady_clock::now();
 
     // The test hooks change the gradient before it travels, so they need the plain allreduce.
-    const bool overlap = comm.size() > 1 && hyper.bucket_floats > 0 && hyper.zero_shards.empty() &&
-                         fault == InjectedFault::none;
-    const GradientPass pass =
-        overlap ? overlapped_gradients(model, workers, comm, batch, hyper.bucket_floats)
-                : accumulate_gradients(model, workers, batch);
+    // Buckets also carry ZeRO-1's reduce-scatter; shared memory has no buckets.
+    const bool shared = !workers.rank_gradients().empty();
+    const bool overlap =
+        comm.size() > 1 && hyper.bucket_floats > 0 && !shared && fault == InjectedFault::none;
+    const GradientPass pass = overlap ? overlapped_gradients(model, workers, comm, batch,
+                                                             hyper.bucket_floats, hyper.zero_shards)
+                                      : accumulate_gradients(model, workers, batch);
     const double loss_sum = pass.loss_sum;
     metrics.timings.forward_backward =
         lap(clock) - pass.seconds_summing - pass.seconds_after_backward;
@@ -286,7 +289,6 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     }
 
     // The elements this rank updates: all of them, or its shard (ZeRO-1, shared memory).
-    const bool shared = !workers.rank_gradients().empty();
     const bool sharded = !hyper.zero_shards.empty() && comm.size() > 1;
     const bool zero = sharded && !shared;
     const Range owned =
@@ -303,7 +305,7 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
         if (hyper.across != nullptr) {
             hyper.across->allreduce_sum(grad.subspan(owned.begin, owned.end - owned.begin));
         }
-    } else if (zero) {
+    } else if (zero && !overlap) {
         comm.reduce_scatter_sum(grad, hyper.zero_shards);
     } else if (!overlap) {
         comm.allreduce_sum(grad);

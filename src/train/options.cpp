@@ -32,9 +32,6 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     require(o.weight_decay >= 0.0f, "--weight-decay must not be negative");
     require(o.grad_clip >= 0.0f, "--grad-clip must not be negative");
     require(o.zero == 0 || o.zero == 1, "--zero must be 0 or 1");
-    require(o.zero == 0 || o.bucket_mb <= 0.0,
-            "--zero 1 sums the gradient with one reduce-scatter after backward: --bucket-mb does "
-            "not apply (leave it 0)");
     require(o.simulate_machines == 0 || world_size % o.simulate_machines == 0,
             "--simulate-machines must divide the number of ranks");
     require(o.val_fraction > 0.0 && o.val_fraction < 1.0, "--val-fraction must be in (0, 1)");

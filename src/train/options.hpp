@@ -72,9 +72,10 @@ struct TrainOptions {
     std::uint64_t seed = 1337;
     int threads = 0;  // 0: the CPUs in this process's affinity mask
     bool pin_threads = false;
-    // MiB of gradient per allreduce bucket, sent while backward runs (0: one allreduce after it);
-    // negative: auto, 25 when the ranks span several machines (on one machine the copies compete
-    // with the workers for the same cores, measured slower), else 0.
+    // MiB of gradient per allreduce (ZeRO-1: reduce-scatter) bucket, sent while backward runs (0:
+    // one after it); negative: auto, 25 when the ranks span several machines and there is no
+    // machine memory to share (on one machine the copies compete with the workers for the same
+    // cores, measured slower), else 0.
     double bucket_mb = -1.0;
     // Ranks on one machine share one copy of the weights and sum the gradient in shared memory
     // when the gradient would otherwise take one allreduce (no --zero, no buckets); false: off.

@@ -594,9 +594,7 @@ Exchange choose_exchange(const TrainOptions& o, const Communicator& comm) {
     // Several ranks on every machine (as many on each) can share each machine's memory; one rank
     // per machine has nothing to share and overlaps its allreduce with backward instead.
     const bool can_share = o.share_memory && m.machine.size() > 1 && m.uniform && o.zero == 0;
-    e.bucket_mb = o.bucket_mb >= 0.0 || o.zero == 1 ? std::max(o.bucket_mb, 0.0)
-                  : m.machines > 1 && !can_share    ? 25.0
-                                                    : 0.0;
+    e.bucket_mb = o.bucket_mb >= 0.0 ? o.bucket_mb : m.machines > 1 && !can_share ? 25.0 : 0.0;
     e.share_memory = can_share && e.bucket_mb == 0.0;
     return e;
 }
@@ -1036,6 +1034,12 @@ void TrainingLoop::log_banner() const {
                 "gradient across ranks: shared memory, each rank sums and updates 1/{} of the "
                 "weights (auto: ranks on one machine)",
                 comm_.size());
+        } else if (!replica_.zero_shards.empty() && exchange_.bucket_mb > 0.0) {
+            spdlog::info(
+                "gradient across ranks: ZeRO-1, reduce-scatter in buckets of {} MiB while "
+                "backward runs{}",
+                exchange_.bucket_mb,
+                o_.bucket_mb < 0.0 ? " (auto: ranks on several machines)" : "");
         } else if (!replica_.zero_shards.empty()) {
             spdlog::info("gradient across ranks: ZeRO-1, one reduce-scatter after backward");
         } else if (exchange_.bucket_mb > 0.0) {

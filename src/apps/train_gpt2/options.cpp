@@ -290,9 +290,9 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
         ->check(app::at_least(0));
     run->add_flag("--pin-threads", o.pin_threads, "bind each worker thread to one CPU");
     run->add_option("--bucket-mb", bucket_mb,
-                    "with several ranks: MiB of gradient per allreduce bucket, sent while "
-                    "backward runs; 0: one allreduce after backward; auto: 25 when the ranks "
-                    "span several machines, else 0")
+                    "with several ranks: MiB of gradient per allreduce (ZeRO-1: reduce-scatter) "
+                    "bucket, sent while backward runs; 0: one after backward; auto: 25 when the "
+                    "ranks span several machines with nothing to share, else 0")
         ->check(CLI::Validator(
             [](const std::string& text) -> std::string {
                 if (text == "auto") return {};
