@@ -225,9 +225,9 @@ TEST(MpiTraining, RanksOnOneMachineShareTheWeightsAndTrainAsOneAllreduce) {
 TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
     const ScratchDir dir("gpt2-mpi-machines");
     test::write_corpus(dir.path() / "corpus.txt", 60000);
-    const std::string common = test::build_path("train_gpt2") + kModelFlags + " --data " +
-                               (dir / "corpus.txt") +
-                               " --lr-decay-steps 20 --checkpoint-every 10 --threads 1";
+    const std::string base = test::build_path("train_gpt2") + kModelFlags + " --data " +
+                             (dir / "corpus.txt") + " --lr-decay-steps 20 --checkpoint-every 10";
+    const std::string common = base + " --threads 1";
     const auto run = [&](int ranks, int batch, const std::string& extra, const std::string& name) {
         const auto result =
             run_command(mpiexec(ranks) + common + " --batch-size " + std::to_string(batch) +
@@ -266,6 +266,30 @@ TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
     const LoadedModel again = load_checkpoint(dir / "machines_again/model_000020.bin");
     EXPECT_TRUE(std::equal(first.model.params.span().begin(), first.model.params.span().end(),
                            again.model.params.span().begin()));
+    // The gradient norm of the first machine's slices clips on every machine, so machines whose
+    // ranks sum their slices' squares over different numbers of threads stay bitwise equal
+    // (--check-replicas compares every rank's weights at every step; clipping on every step).
+    const std::string mixed_flags =
+        " --batch-size 3 --grad-accum 2 --max-steps 20 "
+        "--simulate-machines 2 --check-replicas 1 --grad-clip 0.05 --out-dir " +
+        (dir / "mixed");
+    const auto mixed =
+        run_command("mpiexec --oversubscribe --allow-run-as-root -n 2 " + base + mixed_flags +
+                    " --threads 1 : -n 2 " + base + mixed_flags + " --threads 3");
+    EXPECT_EQ(mixed.exit_code, 0) << mixed.output;
+    EXPECT_EQ(mixed.output.find("replicas diverged"), std::string::npos) << mixed.output;
+    EXPECT_NE(mixed.output.find("step 20/20 | loss"), std::string::npos) << mixed.output;
+    // A machine that cannot share its memory makes every machine train without sharing: ZeRO-1
+    // slices instead, the same training.
+    const std::string fallback =
+        run(4, 3, "--max-steps 20 --simulate-machines 2 --inject-share-failure", "fallback");
+    EXPECT_NE(fallback.find("shared memory is off for this run (another machine could not map its "
+                            "shared memory): the gradient goes through a reduce-scatter"),
+              std::string::npos)
+        << fallback;
+    EXPECT_NE(fallback.find("ZeRO-1, one reduce-scatter after backward"), std::string::npos)
+        << fallback;
+    expect_same("one", "fallback", 1e-5);
     // One rank on each of the 4 machines has nothing to share: overlapped buckets (auto).
     const std::string four = run(4, 3, "--max-steps 2 --simulate-machines 4", "four");
     EXPECT_NE(four.find("buckets of 25 MiB, summed while backward runs (auto: ranks on several "
@@ -348,10 +372,10 @@ TEST(MpiTraining, ZeroOneTrainsAsPlainAndItsCheckpointsMoveBetweenRankCounts) {
     const std::string zero2 = run(2, 2, 6, "--max-steps 20 --zero 1", "zero2");
     EXPECT_NE(zero2.find("AdamW moments (ZeRO-1: this rank's shard of 2)"), std::string::npos)
         << zero2;
-    // Reduce-scattered in tiny overlapped buckets (one from several ranges, pieces in several
-    // shards), on 2 and 3 ranks, bitwise repeatable.
+    // Summed in tiny overlapped buckets, on 2 and 3 ranks, bitwise repeatable.
     const std::string buckets = run(2, 2, 6, "--max-steps 20 --zero 1 --bucket-mb 0.004", "zb2");
-    EXPECT_NE(buckets.find("ZeRO-1, reduce-scatter in buckets of 0.004 MiB while backward runs"),
+    EXPECT_NE(buckets.find("ZeRO-1, summed in buckets of 0.004 MiB while backward runs, each rank "
+                           "keeping its shard"),
               std::string::npos)
         << buckets;
     (void)run(3, 1, 4, "--max-steps 20 --zero 1 --bucket-mb 0.004", "zb3");

@@ -79,7 +79,7 @@ TEST(Multihost, TwoHostsOverTcpTrainAsOneHostWithBucketsAndWithZeroOne) {
                                  " --metrics-file " + (dir / "single.jsonl"));
     ASSERT_EQ(one.exit_code, 0) << one.output;
     // One allreduce, overlapped tiny buckets, the automatic choice (buckets: the ranks are on
-    // two machines), ZeRO-1 after backward, in buckets by default there, and in tiny buckets.
+    // two machines), ZeRO-1 after backward (explicitly and by default) and in tiny buckets.
     const std::vector<std::pair<std::string, std::string>> variants = {
         {"one", "--bucket-mb 0"},
         {"buckets", "--bucket-mb 0.004"},
@@ -98,10 +98,9 @@ TEST(Multihost, TwoHostsOverTcpTrainAsOneHostWithBucketsAndWithZeroOne) {
                                  : name == "auto"    ? "buckets of 25 MiB, summed while backward "
                                                        "runs (auto: ranks on several machines)"
                                  : name == "zero"    ? "ZeRO-1, one reduce-scatter"
-                                 : name == "zero_auto"
-                                     ? "ZeRO-1, reduce-scatter in buckets of 25 MiB while backward "
-                                       "runs (auto: ranks on several machines)"
-                                     : "ZeRO-1, reduce-scatter in buckets of 0.004 MiB";
+                                 : name == "zero_buckets"
+                                     ? "ZeRO-1, summed in buckets of 0.004 MiB while backward runs"
+                                     : "ZeRO-1, one reduce-scatter";
         EXPECT_NE(two.output.find(mode), std::string::npos) << two.output;
         const std::vector<double> expected = train_losses(dir / "single.jsonl");
         const std::vector<double> actual = train_losses(dir / (name + ".jsonl"));

@@ -117,18 +117,6 @@ void Communicator::allreduce_sum(std::span<float> data) const {
     }
 }
 
-bool Communicator::spans_machines() const {
-    if (size_ == 1) return false;
-    MPI_Comm local = MPI_COMM_NULL;
-    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local),
-          "MPI_Comm_split_type");
-    int local_size = 0;
-    check(MPI_Comm_size(local, &local_size), "MPI_Comm_size");
-    MPI_Comm_free(&local);
-    // Every machine then has fewer ranks than the world, so all ranks agree.
-    return local_size < size_;
-}
-
 struct Communicator::Handle {
     MPI_Comm comm = MPI_COMM_NULL;
     explicit Handle(MPI_Comm c) : comm(c) {}
@@ -425,7 +413,6 @@ struct BackgroundAllreduce::Impl {
     struct InFlight {
         Bucket bucket;
         std::vector<float> staging;
-        std::vector<float> received;  // ZeRO-1: this rank's shard of the bucket, summed
         std::vector<MPI_Request> requests;
     };
 
@@ -446,46 +433,8 @@ struct BackgroundAllreduce::Impl {
         thread.join();
     }
 
-    // A reused buffer from the spares, empty.
-    std::vector<float> spare() {
-        std::vector<float> v;
-        if (!spare_staging.empty()) {
-            v = std::move(spare_staging.back());
-            spare_staging.pop_back();
-            v.clear();
-        }
-        return v;
-    }
-
-    // ZeRO-1: the bucket's pieces in shard order, rank by rank, reduce-scattered so that this
-    // rank receives the sum of its shard's pieces.
-    InFlight start_sharded(Bucket bucket) {
-        InFlight f{std::move(bucket), spare(), spare(), {}};
-        std::vector<int> counts;
-        for (const Range& shard : shards) {
-            const std::size_t before = f.staging.size();
-            for (const Range& r : f.bucket.ranges) {
-                const std::size_t begin = std::max(r.begin, shard.begin);
-                const std::size_t end = std::min(r.end, shard.end);
-                if (begin < end) {
-                    f.staging.insert(f.staging.end(), f.bucket.base + begin, f.bucket.base + end);
-                }
-            }
-            // A bucket holds at most 4 GiB / 4 floats (--bucket-mb <= 4096): an int count.
-            counts.push_back(static_cast<int>(f.staging.size() - before));
-        }
-        f.received.resize(static_cast<std::size_t>(counts[static_cast<std::size_t>(comm.rank())]));
-        MPI_Request request = MPI_REQUEST_NULL;
-        check(MPI_Ireduce_scatter(f.staging.data(), f.received.data(), counts.data(), MPI_FLOAT,
-                                  MPI_SUM, comm_of(comm.handle_), &request),
-              "MPI_Ireduce_scatter");
-        f.requests.push_back(request);
-        return f;
-    }
-
     InFlight start(Bucket bucket) {
-        if (!shards.empty()) return start_sharded(std::move(bucket));
-        InFlight f{std::move(bucket), {}, {}, {}};
+        InFlight f{std::move(bucket), {}, {}};
         float* data = nullptr;
         std::size_t count = 0;
         if (f.bucket.ranges.size() == 1) {
@@ -493,7 +442,11 @@ struct BackgroundAllreduce::Impl {
             count = f.bucket.ranges[0].end - f.bucket.ranges[0].begin;
         } else {
             // Staging buffers are reused from bucket to bucket and step to step.
-            f.staging = spare();
+            if (!spare_staging.empty()) {
+                f.staging = std::move(spare_staging.back());
+                spare_staging.pop_back();
+                f.staging.clear();
+            }
             for (const Range& r : f.bucket.ranges)
                 f.staging.insert(f.staging.end(), f.bucket.base + r.begin, f.bucket.base + r.end);
             data = f.staging.data();
@@ -510,21 +463,6 @@ struct BackgroundAllreduce::Impl {
     }
 
     void finish(InFlight& f) {
-        if (!shards.empty()) {
-            const Range mine = shards[static_cast<std::size_t>(comm.rank())];
-            const float* from = f.received.data();
-            for (const Range& r : f.bucket.ranges) {
-                const std::size_t begin = std::max(r.begin, mine.begin);
-                const std::size_t end = std::min(r.end, mine.end);
-                if (begin < end) {
-                    std::copy(from, from + (end - begin), f.bucket.base + begin);
-                    from += end - begin;
-                }
-            }
-            spare_staging.push_back(std::move(f.staging));
-            spare_staging.push_back(std::move(f.received));
-            return;
-        }
         if (f.staging.empty()) return;
         const float* from = f.staging.data();
         for (const Range& r : f.bucket.ranges) {
@@ -585,7 +523,6 @@ struct BackgroundAllreduce::Impl {
     std::size_t completed = 0;
     bool stopping = false;
     std::vector<std::vector<float>> spare_staging;  // the thread's own, no lock
-    std::vector<Range> shards;                      // ZeRO-1; set while nothing is queued
     std::thread thread;
 };
 
@@ -602,12 +539,6 @@ void BackgroundAllreduce::enqueue(float* base, std::vector<Range> ranges) {
         impl_->enqueued += 1;
     }
     impl_->wake.notify_all();
-}
-
-void BackgroundAllreduce::set_shards(std::vector<Range> shards) {
-    // wait() has returned, so the thread only reads `shards` for buckets queued after this.
-    const std::lock_guard lock(impl_->mutex);
-    impl_->shards = std::move(shards);
 }
 
 void BackgroundAllreduce::wait() {

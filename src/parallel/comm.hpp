@@ -84,8 +84,6 @@ class Communicator {
     // Whether MPI may be called from a thread other than the main one (one at a time): what the
     // overlapped allreduce needs. True for a world of one.
     [[nodiscard]] bool serialized_threads() const { return serialized_threads_; }
-    // Whether the ranks run on more than one machine (as MPI sees nodes: MPI_COMM_TYPE_SHARED).
-    [[nodiscard]] bool spans_machines() const;
 
     // Memory that every rank maps, for a world on one machine (collective): rank 0 creates it in
     // /dev/shm, the others map it, then its name is removed, so nothing is left behind however
@@ -128,8 +126,7 @@ struct MachineGroups {
 
 // Sums pieces of float buffers across ranks on a background thread while the caller computes:
 // the overlapped, bucketed gradient allreduce. Each enqueued bucket is one MPI_Iallreduce (a
-// bucket of several ranges is packed into a staging buffer and unpacked after), or under ZeRO-1
-// one MPI_Ireduce_scatter (the bucket packed shard by shard); the thread starts
+// bucket of several ranges is packed into a staging buffer and unpacked after); the thread starts
 // buckets in the order they were enqueued (the same on every rank) and drives them with
 // MPI_Testall every 200 microseconds, sleeping in between, so it takes little CPU from the
 // workers. Between the first enqueue and wait() it is the only caller of MPI: the caller must not
@@ -143,10 +140,6 @@ class BackgroundAllreduce {
 
     // Queues the in-place sum of base[r.begin, r.end) for every r in `ranges`.
     void enqueue(float* base, std::vector<Range> ranges);
-    // ZeRO-1: with `shards` (one per rank, covering the buffer), each bucket is reduce-scattered
-    // instead, so that only the part in this rank's shard receives the sum (the rest keeps this
-    // rank's own values). Empty: allreduce. Set only while nothing is queued.
-    void set_shards(std::vector<Range> shards);
     // Returns when every queued sum is done. An MPI failure in the thread ends the whole job
     // (Communicator::abort), as it would in the main thread.
     void wait();

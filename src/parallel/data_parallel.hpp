@@ -116,6 +116,10 @@ struct StepHyper {
     // and sum it with one allreduce. Null: the ranks share one machine (the world).
     const Communicator* machine = nullptr;
     const Communicator* across = nullptr;
+    // Whether this rank's slice counts in the global gradient norm: with shared memory across
+    // machines only the first machine's do (the others hold the same slices), so that every
+    // machine clips by the very same number whatever its ranks' thread counts.
+    bool counts_in_norm = true;
 };
 
 // Where a step's time went on this rank (seconds), for --log-level debug.

@@ -72,10 +72,10 @@ struct TrainOptions {
     std::uint64_t seed = 1337;
     int threads = 0;  // 0: the CPUs in this process's affinity mask
     bool pin_threads = false;
-    // MiB of gradient per allreduce (ZeRO-1: reduce-scatter) bucket, sent while backward runs (0:
-    // one after it); negative: auto, 25 when the ranks span several machines and there is no
-    // machine memory to share (on one machine the copies compete with the workers for the same
-    // cores, measured slower), else 0.
+    // MiB of gradient per allreduce bucket, sent while backward runs (0: one allreduce, or
+    // ZeRO-1's reduce-scatter, after it); negative: auto, 25 when the ranks span several machines
+    // with no machine memory to share and no --zero (on one machine the copies compete with the
+    // workers for the same cores, measured slower), else 0.
     double bucket_mb = -1.0;
     // Ranks on one machine share one copy of the weights and sum the gradient in shared memory
     // when the gradient would otherwise take one allreduce (no --zero, no buckets); false: off.
@@ -91,6 +91,8 @@ struct TrainOptions {
     int inject_spike_step = -1;  // test hook: scale the gradient by 10^4 at this step
     // Test hook: treat the ranks as this many machines of consecutive ranks (0: as MPI sees them).
     int simulate_machines = 0;
+    // Test hook: machines other than the first report that they could not share memory.
+    bool inject_share_failure = false;
     // Skip the update when the loss's (gradient norm's) z-score against the last 128 steps
     // exceeds this (0: never), as llm.c's -sl / -sg.
     double skip_loss_z = 0.0;

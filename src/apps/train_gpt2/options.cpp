@@ -290,9 +290,10 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
         ->check(app::at_least(0));
     run->add_flag("--pin-threads", o.pin_threads, "bind each worker thread to one CPU");
     run->add_option("--bucket-mb", bucket_mb,
-                    "with several ranks: MiB of gradient per allreduce (ZeRO-1: reduce-scatter) "
-                    "bucket, sent while backward runs; 0: one after backward; auto: 25 when the "
-                    "ranks span several machines with nothing to share, else 0")
+                    "with several ranks: MiB of gradient per allreduce bucket, sent while backward "
+                    "runs; 0: one allreduce (ZeRO-1: reduce-scatter) after backward; auto: 25 "
+                    "when the ranks span machines with one rank each (or unequal numbers) and no "
+                    "--zero, else 0")
         ->check(CLI::Validator(
             [](const std::string& text) -> std::string {
                 if (text == "auto") return {};
@@ -338,6 +339,9 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
                     "testing: act as if SIGTERM came at this step")
         ->group("");
     run->add_option("--mpi-chunk-elements", o.mpi_chunk_elements, "testing: elements per MPI call")
+        ->group("");
+    run->add_flag("--inject-share-failure", o.inject_share_failure,
+                  "testing: machines other than the first cannot share memory")
         ->group("");
     run->add_option("--simulate-machines", o.simulate_machines,
                     "testing: treat the ranks as N machines of consecutive ranks")
