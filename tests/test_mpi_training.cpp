@@ -44,6 +44,33 @@ RunOutcome read_outcome(const ScratchDir& dir, const std::string& name) {
                       load_checkpoint(dir / (name + "/model_000010.bin"))};
 }
 
+// `command` on `ranks` ranks with its out-dir and metrics file named `name` in `dir`: its output.
+std::string run_named(const ScratchDir& dir, int ranks, const std::string& command,
+                      const std::string& name) {
+    const auto result = run_command(mpiexec(ranks) + command + " --out-dir " + (dir / name) +
+                                    " --metrics-file " + (dir / (name + ".jsonl")));
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    return result.output;
+}
+
+// Runs `a_name` and `b_name` of 20 steps: losses within `tolerance` relative, final weights as
+// same_training with `weights_tolerance`.
+void expect_same_training(const ScratchDir& dir, const std::string& a_name,
+                          const std::string& b_name, double tolerance,
+                          double weights_tolerance = 1e-5) {
+    const std::vector<double> a = train_losses(dir / (a_name + ".jsonl"));
+    const std::vector<double> b = train_losses(dir / (b_name + ".jsonl"));
+    ASSERT_EQ(a.size(), 20u) << a_name;
+    ASSERT_EQ(b.size(), a.size()) << b_name;
+    for (std::size_t s = 0; s < a.size(); ++s)
+        EXPECT_NEAR(b[s], a[s], tolerance * a[s]) << b_name << " step " << s + 1;
+    const LoadedModel ma = load_checkpoint(dir / (a_name + "/model_000020.bin"));
+    const LoadedModel mb = load_checkpoint(dir / (b_name + "/model_000020.bin"));
+    EXPECT_TRUE(test::same_training(ma.model.config, mb.model.params.span(), ma.model.params.span(),
+                                    weights_tolerance, 1e-2))
+        << b_name;
+}
+
 TEST(MpiTraining, SameGlobalBatchGivesTheSameTrainingHoweverItIsSplit) {
     const ScratchDir dir("gpt2-mpi-split");
     test::write_corpus(dir.path() / "corpus.txt", 60000);
@@ -155,27 +182,15 @@ TEST(MpiTraining, RanksOnOneMachineShareTheWeightsAndTrainAsOneAllreduce) {
                                (dir / "corpus.txt") + " --lr-decay-steps 20 --checkpoint-every 10";
     const auto run = [&](int ranks, int threads, int batch, int accum, const std::string& extra,
                          const std::string& name) {
-        const auto result = run_command(
-            mpiexec(ranks) + common + " --threads " + std::to_string(threads) + " --batch-size " +
-            std::to_string(batch) + " --grad-accum " + std::to_string(accum) + " " + extra +
-            " --out-dir " + (dir / name) + " --metrics-file " + (dir / (name + ".jsonl")));
-        EXPECT_EQ(result.exit_code, 0) << result.output;
-        return result.output;
+        return run_named(dir, ranks,
+                         common + " --threads " + std::to_string(threads) + " --batch-size " +
+                             std::to_string(batch) + " --grad-accum " + std::to_string(accum) +
+                             " " + extra,
+                         name);
     };
-    // Losses within `tolerance` relative, weights as same_training with `weights_tolerance`.
     const auto expect_same = [&](const std::string& a_name, const std::string& b_name,
                                  double tolerance, double weights_tolerance = 1e-5) {
-        const std::vector<double> a = train_losses(dir / (a_name + ".jsonl"));
-        const std::vector<double> b = train_losses(dir / (b_name + ".jsonl"));
-        ASSERT_EQ(a.size(), 20u) << a_name;
-        ASSERT_EQ(b.size(), a.size()) << b_name;
-        for (std::size_t s = 0; s < a.size(); ++s)
-            EXPECT_NEAR(b[s], a[s], tolerance * a[s]) << b_name << " step " << s + 1;
-        const LoadedModel ma = load_checkpoint(dir / (a_name + "/model_000020.bin"));
-        const LoadedModel mb = load_checkpoint(dir / (b_name + "/model_000020.bin"));
-        EXPECT_TRUE(test::same_training(ma.model.config, mb.model.params.span(),
-                                        ma.model.params.span(), weights_tolerance, 1e-2))
-            << b_name;
+        expect_same_training(dir, a_name, b_name, tolerance, weights_tolerance);
     };
     // bf16 rounds the weights for the products, so that a last-bit difference in the norm's
     // summation order can move a product: the bf16 tolerance of test_precision's rank splits.
@@ -229,26 +244,13 @@ TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
                              (dir / "corpus.txt") + " --lr-decay-steps 20 --checkpoint-every 10";
     const std::string common = base + " --threads 1";
     const auto run = [&](int ranks, int batch, const std::string& extra, const std::string& name) {
-        const auto result =
-            run_command(mpiexec(ranks) + common + " --batch-size " + std::to_string(batch) +
-                        " --grad-accum 2 " + extra + " --out-dir " + (dir / name) +
-                        " --metrics-file " + (dir / (name + ".jsonl")));
-        EXPECT_EQ(result.exit_code, 0) << result.output;
-        return result.output;
+        return run_named(
+            dir, ranks,
+            common + " --batch-size " + std::to_string(batch) + " --grad-accum 2 " + extra, name);
     };
     const auto expect_same = [&](const std::string& a_name, const std::string& b_name,
                                  double tolerance) {
-        const std::vector<double> a = train_losses(dir / (a_name + ".jsonl"));
-        const std::vector<double> b = train_losses(dir / (b_name + ".jsonl"));
-        ASSERT_EQ(a.size(), 20u) << a_name;
-        ASSERT_EQ(b.size(), a.size()) << b_name;
-        for (std::size_t s = 0; s < a.size(); ++s)
-            EXPECT_NEAR(b[s], a[s], tolerance * a[s]) << b_name << " step " << s + 1;
-        const LoadedModel ma = load_checkpoint(dir / (a_name + "/model_000020.bin"));
-        const LoadedModel mb = load_checkpoint(dir / (b_name + "/model_000020.bin"));
-        EXPECT_TRUE(test::same_training(ma.model.config, mb.model.params.span(),
-                                        ma.model.params.span(), 1e-5, 1e-2))
-            << b_name;
+        expect_same_training(dir, a_name, b_name, tolerance);
     };
     // 24 sequences per step throughout: 4 ranks x 3 x 2 micro-steps, or 1 rank x 12 x 2.
     (void)run(4, 3, "--max-steps 20 --share-memory off", "one");

@@ -298,14 +298,14 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     // Shared memory: every rank reads the sum in rank 0's buffer.
     const std::span<float> grad =
         shared ? std::span<float>(workers.rank_gradients()[0], P) : workers.gradient();
-    // Shared memory: the ranks that share it (this machine's), and the other machines' ranks
-    // that own the same slice.
-    const Communicator& machine = hyper.machine != nullptr ? *hyper.machine : comm;
+    // Shared memory: the ranks that share it (this machine's).
+    const Communicator& machine = hyper.machines != nullptr ? hyper.machines->machine : comm;
     if (shared) {
         machine.barrier();  // every rank's gradient is complete
         sum_shared_gradients(workers, owned);
-        if (hyper.across != nullptr) {
-            hyper.across->allreduce_sum(grad.subspan(owned.begin, owned.end - owned.begin));
+        if (hyper.machines != nullptr) {
+            hyper.machines->across.allreduce_sum(
+                grad.subspan(owned.begin, owned.end - owned.begin));
         }
     } else if (zero && !overlap) {
         comm.reduce_scatter_sum(grad, hyper.zero_shards);
@@ -331,7 +331,10 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     double norm_sq = 0.0;
     for (const WorkerPartial& s : sums)
         norm_sq += s.value;
-    if (sharded) norm_sq = comm.allreduce_sum(hyper.counts_in_norm ? norm_sq : 0.0);
+    // Across machines every machine holds every slice: the first machine's count, so that every
+    // machine clips by the very same number whatever its ranks' thread counts.
+    const bool counts = hyper.machines == nullptr || hyper.machines->on_first;
+    if (sharded) norm_sq = comm.allreduce_sum(counts ? norm_sq : 0.0);
     metrics.grad_norm = std::sqrt(norm_sq);
     metrics.timings.allreduce = lap(clock) + pass.seconds_after_backward;
 

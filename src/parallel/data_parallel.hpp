@@ -111,15 +111,10 @@ struct StepHyper {
     // rank; this rank's optimizer state holds only its part. Empty: every rank updates
     // everything.
     std::span<const Range> zero_shards;
-    // Shared memory on several machines: the ranks of this machine (they share the weights and
-    // sum into one buffer) and this rank's counterparts on the others, which own the same slice
-    // and sum it with one allreduce. Null: the ranks share one machine (the world).
-    const Communicator* machine = nullptr;
-    const Communicator* across = nullptr;
-    // Whether this rank's slice counts in the global gradient norm: with shared memory across
-    // machines only the first machine's do (the others hold the same slices), so that every
-    // machine clips by the very same number whatever its ranks' thread counts.
-    bool counts_in_norm = true;
+    // Shared memory on several machines: the ranks of this machine share the weights and sum
+    // into one buffer, and each slice takes one allreduce with the ranks owning it on the other
+    // machines. Null: the ranks that share memory are the world.
+    const MachineGroups* machines = nullptr;
 };
 
 // Where a step's time went on this rank (seconds), for --log-level debug.

@@ -635,15 +635,13 @@ struct Replica {
         zero_shards.clear();
         checkpoint_shards.clear();
         if (parts > 1) {
-            const Range mine = split_range(P, slice, parts);
-            const std::vector<std::uint64_t> begins = comm.allgather(mine.begin);
-            const std::vector<std::uint64_t> ends = comm.allgather(mine.end);
-            const std::vector<std::uint64_t> gives =
-                comm.allgather(static_cast<std::uint64_t>(gives_checkpoint ? 1 : 0));
-            for (std::size_t r = 0; r < begins.size(); ++r) {
-                zero_shards.push_back(Range{begins[r], ends[r]});
-                checkpoint_shards.push_back(gives[r] != 0 ? zero_shards.back()
-                                                          : Range{begins[r], begins[r]});
+            // Every rank's slice index, and whether it gives the checkpoint, in one value.
+            const std::vector<std::uint64_t> all =
+                comm.allgather(static_cast<std::uint64_t>(slice) * 2 + (gives_checkpoint ? 1 : 0));
+            for (const std::uint64_t value : all) {
+                const Range r = split_range(P, static_cast<int>(value / 2), parts);
+                zero_shards.push_back(r);
+                checkpoint_shards.push_back(value % 2 != 0 ? r : Range{r.begin, r.begin});
             }
         }
         const Range mine = owned(comm, P);
@@ -1129,12 +1127,8 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
                              plan_.grad_accum, inputs_, targets_);
     const StepHyper hyper{
         AdamWHyper{learning_rate(schedule_, step), o_.beta1, o_.beta2, o_.eps, o_.weight_decay},
-        o_.grad_clip,
-        bucket_floats(exchange_.bucket_mb),
-        replica_.zero_shards,
-        exchange_.across_machines() ? &exchange_.machines->machine : nullptr,
-        exchange_.across_machines() ? &exchange_.machines->across : nullptr,
-        !exchange_.across_machines() || exchange_.machines->on_first};
+        o_.grad_clip, bucket_floats(exchange_.bucket_mb), replica_.zero_shards,
+        exchange_.across_machines() ? exchange_.machines.get() : nullptr};
     const StepMetrics m =
         train_step(replica_.model, replica_.optimizer, replica_.workers, comm_,
                    StepBatch{inputs_, targets_, plan_.grad_accum, plan_.global_sequences}, hyper,
