@@ -5,9 +5,10 @@
 # (--bucket-mb 0), of the overlapped buckets (--bucket-mb 25) and of ZeRO-1 (--zero 1, after
 # backward and in overlapped buckets) at each link rate, with each rank's AdamW moment bytes; how
 # much of the blocking allreduce's time the overlap hid, and what ZeRO-1 cost. With --ranks-per-host K (K > 1), also K ranks of 1 worker on
-# each host (batch 8/K per rank, the same global batch): each host's ranks sharing memory with one
-# allreduce per slice between hosts (the default), against overlapped buckets and one allreduce
-# of every rank. Needs root (network namespaces).
+# each host (batch 8/K per rank, the same global batch): each host's ranks sharing memory, each
+# slice summed between hosts in 25 MiB buckets while backward runs (the default) or in one
+# allreduce after it (--bucket-mb 0), against every rank in overlapped buckets and in one
+# allreduce (--share-memory off). Needs root (network namespaces).
 #   scripts/bench_multihost.sh [--rates "1gbit 10gbit"] [--steps 3] [--ranks-per-host K]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +50,8 @@ for rate in $rates; do
       RIG_SLOTS=$per_host scripts/multihost_rig.sh mpirun $rig -np $((2 * per_host)) build/train_gpt2 \
         "${model[@]}" --batch-size $((8 / per_host)) "$@" 2>&1 | ms
     }
-    ms_s=$(many) ms_ob=$(many --bucket-mb 25) ms_f=$(many --share-memory off --bucket-mb 0)
+    ms_s=$(many) ms_sa=$(many --bucket-mb 0) ms_ob=$(many --share-memory off --bucket-mb 25)
+    ms_f=$(many --share-memory off --bucket-mb 0)
   fi
   scripts/multihost_rig.sh down $rig
   ms_b=$(ms <<<"$out_b") ms_o=$(ms <<<"$out_o") ms_z=$(ms <<<"$out_z") ms_zb=$(ms <<<"$out_zb")
@@ -64,7 +66,8 @@ for rate in $rates; do
   awk -v b="$exposed_b" -v o="$exposed_o" -v r="$rate" -v zb="$ms_b" -v z="$ms_z" \
     'BEGIN{if (b > 0) printf "%-8s overlap hid %.0f%% of the blocking allreduce time; ZeRO-1 step time %+.1f%%\n", r, 100*(1-o/b), 100*(z/zb-1)}'
   if ((per_host > 1)); then
-    printf '%-8s %-34s %10.0f\n' "$rate" "2x$per_host ranks, shared + slices" "$ms_s"
+    printf '%-8s %-34s %10.0f\n' "$rate" "2x$per_host shared, slices overlapped" "$ms_s"
+    printf '%-8s %-34s %10.0f\n' "$rate" "2x$per_host shared, slices after" "$ms_sa"
     printf '%-8s %-34s %10.0f\n' "$rate" "2x$per_host ranks, overlapped buckets" "$ms_ob"
     printf '%-8s %-34s %10.0f\n' "$rate" "2x$per_host ranks, one allreduce" "$ms_f"
   fi

@@ -254,20 +254,42 @@ TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
     };
     // 24 sequences per step throughout: 4 ranks x 3 x 2 micro-steps, or 1 rank x 12 x 2.
     (void)run(4, 3, "--max-steps 20 --share-memory off", "one");
+    // The slices travel in buckets while backward runs (auto: 25 MiB, here one bucket; 0.004
+    // MiB: many, each waiting for both ranks of its machine), or in one allreduce after it.
     const std::string machines = run(4, 3, "--max-steps 20 --simulate-machines 2", "machines");
     EXPECT_NE(machines.find("shared memory on each machine, each rank sums and updates 1/2 of the "
-                            "weights, and one allreduce of its slice across the 2 machines"),
+                            "weights, and its slice is summed across the 2 machines in buckets of "
+                            "25 MiB while backward runs"),
               std::string::npos)
         << machines;
     EXPECT_NE(machines.find("(one copy for the 2 ranks of this machine)"), std::string::npos)
         << machines;
     expect_same("one", "machines", 1e-6);
-    (void)run(4, 3, "--max-steps 20 --simulate-machines 2", "machines_again");
-    EXPECT_EQ(train_losses(dir / "machines.jsonl"), train_losses(dir / "machines_again.jsonl"));
-    const LoadedModel first = load_checkpoint(dir / "machines/model_000020.bin");
+    const std::string after =
+        run(4, 3, "--max-steps 20 --simulate-machines 2 --bucket-mb 0", "machines_after");
+    EXPECT_NE(after.find("its slice is summed across the 2 machines in one allreduce after "
+                         "backward"),
+              std::string::npos)
+        << after;
+    expect_same("one", "machines_after", 1e-6);
+    const std::string tiny =
+        run(4, 3, "--max-steps 20 --simulate-machines 2 --bucket-mb 0.004", "machines_tiny");
+    EXPECT_NE(tiny.find("in buckets of 0.004 MiB while backward runs"), std::string::npos) << tiny;
+    expect_same("one", "machines_tiny", 1e-6);
+    (void)run(4, 3, "--max-steps 20 --simulate-machines 2 --bucket-mb 0.004", "machines_again");
+    EXPECT_EQ(train_losses(dir / "machines_tiny.jsonl"),
+              train_losses(dir / "machines_again.jsonl"));
+    const LoadedModel first = load_checkpoint(dir / "machines_tiny/model_000020.bin");
     const LoadedModel again = load_checkpoint(dir / "machines_again/model_000020.bin");
     EXPECT_TRUE(std::equal(first.model.params.span().begin(), first.model.params.span().end(),
                            again.model.params.span().begin()));
+    // A BPE vocabulary larger than the step's embedding rows (4 ranks x 2 x 32 rows of 33 floats
+    // against about 300 x 32 in wte), so that the rows travel on their own: each rank adds the
+    // world's rows that fall in its slice.
+    const std::string bpe = " --tokenizer bpe --vocab-size 400 --max-steps 20";
+    (void)run(4, 2, bpe + " --share-memory off", "bpe_one");
+    (void)run(4, 2, bpe + " --simulate-machines 2 --bucket-mb 0.004", "bpe_machines");
+    expect_same("bpe_one", "bpe_machines", 1e-6);
     // The gradient norm of the first machine's slices clips on every machine, so machines whose
     // ranks sum their slices' squares over different numbers of threads stay bitwise equal
     // (--check-replicas compares every rank's weights at every step; clipping on every step).
@@ -286,7 +308,8 @@ TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
     const std::string fallback =
         run(4, 3, "--max-steps 20 --simulate-machines 2 --inject-share-failure", "fallback");
     EXPECT_NE(fallback.find("shared memory is off for this run (another machine could not map its "
-                            "shared memory): the gradient goes through a reduce-scatter"),
+                            "shared memory): each rank keeps its own weights and a shard of the "
+                            "optimizer instead (ZeRO-1)"),
               std::string::npos)
         << fallback;
     EXPECT_NE(fallback.find("ZeRO-1, one reduce-scatter after backward"), std::string::npos)

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <mutex>
 #include <random>
@@ -407,6 +408,8 @@ struct BackgroundAllreduce::Impl {
     struct Bucket {
         float* base;
         std::vector<Range> ranges;
+        std::function<bool()> ready;    // null: ready now
+        std::function<void()> prepare;  // null: nothing to do before the sum
     };
     // One bucket in flight: its requests (one per chunk of at most 2^30 floats) and, for a bucket
     // of several ranges, the staging buffer it travels in.
@@ -474,20 +477,27 @@ struct BackgroundAllreduce::Impl {
 
     void loop() {
         std::vector<InFlight> in_flight;
+        std::deque<Bucket> waiting;  // taken from the queue, not ready yet (in order)
         for (;;) {
-            std::vector<Bucket> fresh;
             {
                 std::unique_lock lock(mutex);
-                if (in_flight.empty()) {
+                if (in_flight.empty() && waiting.empty()) {
                     wake.wait(lock, [&] { return stopping || !queue.empty(); });
                     if (queue.empty()) return;  // stopping with nothing left
                 }
-                fresh.swap(queue);
+                for (Bucket& b : queue)
+                    waiting.push_back(std::move(b));
+                queue.clear();
             }
             std::size_t finished = 0;
             try {
-                for (Bucket& b : fresh)
+                // Buckets start in queue order, each once it is ready.
+                while (!waiting.empty() && (!waiting.front().ready || waiting.front().ready())) {
+                    Bucket b = std::move(waiting.front());
+                    waiting.pop_front();
+                    if (b.prepare) b.prepare();
                     in_flight.push_back(start(std::move(b)));
+                }
                 // Progress: test everything in flight, then sleep briefly (MPI over TCP only
                 // moves data inside MPI calls).
                 for (auto it = in_flight.begin(); it != in_flight.end();) {
@@ -510,7 +520,7 @@ struct BackgroundAllreduce::Impl {
                 completed += finished;
                 idle.notify_all();
             }
-            if (!in_flight.empty()) std::this_thread::sleep_for(kPollInterval);
+            if (!in_flight.empty() || !waiting.empty()) std::this_thread::sleep_for(kPollInterval);
         }
     }
 
@@ -532,13 +542,23 @@ BackgroundAllreduce::BackgroundAllreduce(const Communicator& comm)
 BackgroundAllreduce::~BackgroundAllreduce() = default;
 
 void BackgroundAllreduce::enqueue(float* base, std::vector<Range> ranges) {
+    enqueue(base, std::move(ranges), {}, {});
+}
+
+void BackgroundAllreduce::enqueue(float* base, std::vector<Range> ranges,
+                                  std::function<bool()> ready, std::function<void()> prepare) {
     if (ranges.empty()) return;
     {
         const std::lock_guard lock(impl_->mutex);
-        impl_->queue.push_back(Impl::Bucket{base, std::move(ranges)});
+        impl_->queue.push_back(
+            Impl::Bucket{base, std::move(ranges), std::move(ready), std::move(prepare)});
         impl_->enqueued += 1;
     }
     impl_->wake.notify_all();
+}
+
+const Communicator& BackgroundAllreduce::communicator() const {
+    return impl_->comm;
 }
 
 void BackgroundAllreduce::wait() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -130,7 +131,7 @@ struct MachineGroups {
 // buckets in the order they were enqueued (the same on every rank) and drives them with
 // MPI_Testall every 200 microseconds, sleeping in between, so it takes little CPU from the
 // workers. Between the first enqueue and wait() it is the only caller of MPI: the caller must not
-// use the communicator meanwhile. Needs comm.serialized_threads().
+// use any communicator meanwhile. Needs comm.serialized_threads().
 class BackgroundAllreduce {
   public:
     explicit BackgroundAllreduce(const Communicator& comm);
@@ -140,6 +141,13 @@ class BackgroundAllreduce {
 
     // Queues the in-place sum of base[r.begin, r.end) for every r in `ranges`.
     void enqueue(float* base, std::vector<Range> ranges);
+    // The same for a bucket whose data is not complete yet: the thread polls `ready` (in queue
+    // order: later buckets wait behind it) and, once it returns true, runs `prepare` (which
+    // completes the data, e.g. sums other ranks' shared buffers into it) before the sum starts.
+    void enqueue(float* base, std::vector<Range> ranges, std::function<bool()> ready,
+                 std::function<void()> prepare);
+    // The communicator the sums run on.
+    [[nodiscard]] const Communicator& communicator() const;
     // Returns when every queued sum is done. An MPI failure in the thread ends the whole job
     // (Communicator::abort), as it would in the main thread.
     void wait();

@@ -1,8 +1,10 @@
 #include "parallel/data_parallel.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 namespace gpt2 {
@@ -52,21 +54,27 @@ WorkerGroup::WorkerGroup(const ModelConfig& config, int workers, int batch_size,
 std::string share_replica_memory(Model& model, WorkerGroup& workers, const Communicator& comm) {
     const std::size_t P = model.layout.total();
     const std::size_t ranks = static_cast<std::size_t>(comm.size());
-    // Page-aligned parts: the weights, their bf16 copy, one gradient per rank.
+    // Page-aligned parts: the weights, their bf16 copy, one gradient per rank, and each rank's
+    // progress count on a cache line of its own (zero, as the mapping starts).
     const auto aligned = [](std::size_t bytes) { return (bytes + 4095) / 4096 * 4096; };
     const std::size_t weights_bytes = aligned(P * sizeof(float));
     const std::size_t bf16_bytes = aligned(model.params_bf16.size() * sizeof(Bf16));
     const std::size_t gradient_bytes = aligned(P * sizeof(float));
+    constexpr std::size_t kLine = 64;
+    const std::size_t progress_bytes = aligned(ranks * kLine);
     const Communicator::SharedMemory shared =
-        comm.map_shared(weights_bytes + bf16_bytes + ranks * gradient_bytes);
+        comm.map_shared(weights_bytes + bf16_bytes + ranks * gradient_bytes + progress_bytes);
     if (!shared.mapping) return shared.error;
     std::byte* const base = shared.mapping->data();
     auto* const weights = reinterpret_cast<float*>(base);
     auto* const weights_bf16 = reinterpret_cast<Bf16*>(base + weights_bytes);
     std::vector<float*> gradients;
+    std::vector<std::uint64_t*> progress;
+    std::byte* const progress_base = base + weights_bytes + bf16_bytes + ranks * gradient_bytes;
     for (std::size_t r = 0; r < ranks; ++r) {
         gradients.push_back(
             reinterpret_cast<float*>(base + weights_bytes + bf16_bytes + r * gradient_bytes));
+        progress.push_back(reinterpret_cast<std::uint64_t*>(progress_base + r * kLine));
     }
     // Every rank holds the same weights; rank 0's go into the shared copy.
     if (comm.is_root()) {
@@ -82,6 +90,7 @@ std::string share_replica_memory(Model& model, WorkerGroup& workers, const Commu
     workers.reduction().adopt_gradient(
         AlignedBuffer<float>(gradients[static_cast<std::size_t>(comm.rank())], P, shared.mapping));
     workers.set_rank_gradients(std::move(gradients));
+    workers.set_rank_progress(std::move(progress));
     return {};
 }
 
@@ -96,6 +105,7 @@ void unshare_replica_memory(Model& model, WorkerGroup& workers) {
     model.params_bf16 = std::move(weights_bf16);
     workers.reduction().adopt_gradient(AlignedBuffer<float>(model.params.size()));  // zero
     workers.set_rank_gradients({});
+    workers.set_rank_progress({});
 }
 
 GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, const StepBatch& batch,
@@ -143,12 +153,12 @@ GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, cons
 
 namespace {
 // Cuts the parts of the gradient, in the order backward completes them, into buckets of exactly
-// `bucket_floats` (the last one smaller) and hands each to the background allreduce when full.
+// `bucket_floats` (the last one smaller) and sends each when full.
 class GradientBuckets {
   public:
-    GradientBuckets(BackgroundAllreduce& allreduce, std::span<float> gradient,
-                    std::size_t bucket_floats)
-        : allreduce_(allreduce), gradient_(gradient), bucket_floats_(bucket_floats) {}
+    using Send = std::function<void(std::vector<Range>)>;
+    GradientBuckets(std::size_t bucket_floats, Send send)
+        : bucket_floats_(bucket_floats), send_(std::move(send)) {}
 
     void add(std::span<const Range> ranges) {
         for (Range r : ranges) {
@@ -163,47 +173,90 @@ class GradientBuckets {
     }
     void flush() {
         if (pending_.empty()) return;
-        allreduce_.enqueue(gradient_.data(), std::move(pending_));
+        send_(std::move(pending_));
         pending_ = {};
         filled_ = 0;
     }
 
   private:
-    BackgroundAllreduce& allreduce_;
-    std::span<float> gradient_;
     std::size_t bucket_floats_;
+    Send send_;
     std::vector<Range> pending_;
     std::size_t filled_ = 0;
 };
 
-// The gradient summed across ranks while backward runs (see StepHyper::bucket_floats). When the
-// last micro-batch's embedding rows are smaller than wte, they are left out of the rank's buffer
-// so that wte travels right after the LM head; every rank then gathers all ranks' rows and adds
-// them in rank order, so the ranks stay identical.
-GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers,
-                                  const Communicator& comm, const StepBatch& batch,
-                                  std::size_t bucket_floats) {
+// The rank's communication thread for `comm`, kept across steps.
+BackgroundAllreduce& background_allreduce(WorkerGroup& workers, const Communicator& comm) {
+    std::unique_ptr<BackgroundAllreduce>& thread = workers.background_allreduce;
+    if (!thread || &thread->communicator() != &comm) {
+        thread = std::make_unique<BackgroundAllreduce>(comm);
+    }
+    return *thread;
+}
+
+// Whether the last micro-batch's embedding rows of every rank in `world` are fewer floats than
+// wte: then they are left out of the buffers so that wte is complete right after the LM head, and
+// travel on their own (add_deferred_embedding_rows).
+bool defer_embeddings(const Model& model, const WorkerGroup& workers, const Communicator& world) {
+    const std::size_t rows = static_cast<std::size_t>(workers.batch_size()) *
+                             static_cast<std::size_t>(workers.seq_len());
+    const auto C = static_cast<std::size_t>(model.config.channels);
+    return static_cast<std::size_t>(world.size()) * rows * (C + 1) <
+           model.layout.size(ParamTensor::wte);
+}
+
+// Every rank's deferred embedding rows gathered to every rank, then added into `gradient`'s
+// elements in `only`, in rank order, so that every rank computes the same sums.
+void add_deferred_embedding_rows(const Model& model, WorkerGroup& workers,
+                                 const Communicator& world, std::span<float> gradient, Range only) {
     LayerwiseReduction& reduction = workers.reduction();
     const std::size_t rows = static_cast<std::size_t>(workers.batch_size()) *
                              static_cast<std::size_t>(workers.seq_len());
     const auto C = static_cast<std::size_t>(model.config.channels);
-    const bool defer = static_cast<std::size_t>(comm.size()) * rows * (C + 1) <
-                       model.layout.size(ParamTensor::wte);
+    WorkerGroup::EmbeddingRows& e = workers.embedding_rows;
+    const auto ranks = static_cast<std::size_t>(world.size());
+    e.mine.resize(rows * C);
+    e.tokens.resize(rows);
+    e.all.resize(ranks * rows * C);
+    e.all_tokens.resize(ranks * rows);
+    reduction.pack_embedding_rows(e.mine, e.tokens, workers.seq_len());
+    world.allgather(std::span<const float>(e.mine), std::span<float>(e.all));
+    world.allgather(std::span<const std::int32_t>(e.tokens), std::span<std::int32_t>(e.all_tokens));
+    workers.pool().run([&](int w) {
+        reduction.add_embedding_rows(e.all, e.all_tokens, workers.seq_len(), w, gradient, only);
+    });
+}
+
+// Backward with the gradient sent in buckets as its parts complete, the body of both overlapped
+// passes: `on_part` runs first for each completed part (on worker 0's thread), then the part's
+// elements within `only` go into buckets that `send` queues on `allreduce`. When the last
+// micro-batch's embedding rows are smaller than wte, they are left out of the buffers so that wte
+// travels right after the LM head; every rank then gathers all ranks' rows and adds those in
+// `only` into `gradient`, in rank order, so the ranks stay identical.
+GradientPass overlap_with_backward(const Model& model, WorkerGroup& workers,
+                                   const Communicator& world, const StepBatch& batch,
+                                   BackgroundAllreduce& allreduce, std::size_t bucket_floats,
+                                   std::span<float> gradient, Range only,
+                                   const std::function<void()>& on_part,
+                                   GradientBuckets::Send send) {
+    LayerwiseReduction& reduction = workers.reduction();
+    const bool defer = defer_embeddings(model, workers, world);
     reduction.set_deferred_embeddings(defer);
-    const std::span<float> gradient = workers.gradient();
     GradientPass pass;
     std::chrono::steady_clock::time_point backward_done;
-    if (!workers.background_allreduce) {
-        workers.background_allreduce = std::make_unique<BackgroundAllreduce>(comm);
-    }
-    BackgroundAllreduce& allreduce = *workers.background_allreduce;
     {
-        GradientBuckets buckets(allreduce, gradient, bucket_floats);
+        GradientBuckets buckets(bucket_floats, std::move(send));
         const GradientReady ready = [&](const CompletedGradient& part) {
-            buckets.add(part.ranges);
+            if (on_part) on_part();
+            for (const Range& r : part.ranges) {
+                const Range in{std::max(r.begin, only.begin), std::min(r.end, only.end)};
+                if (in.begin < in.end) buckets.add(std::span(&in, 1));
+            }
         };
         // A worker's error propagates after the communication thread has finished what was
-        // queued (it may still be reading the gradient).
+        // queued (it may still be reading the gradient). With shared memory a bucket may wait
+        // for a rank of this machine that failed: every error ends the job (MPI_Abort), which
+        // ends that wait too.
         try {
             pass = accumulate_gradients(model, workers, batch, ready);
         } catch (...) {
@@ -216,35 +269,31 @@ GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers,
         allreduce.wait();
     }
     reduction.set_deferred_embeddings(false);
-    if (defer) {
-        WorkerGroup::EmbeddingRows& e = workers.embedding_rows;
-        const auto world = static_cast<std::size_t>(comm.size());
-        e.mine.resize(rows * C);
-        e.tokens.resize(rows);
-        e.all.resize(world * rows * C);
-        e.all_tokens.resize(world * rows);
-        reduction.pack_embedding_rows(e.mine, e.tokens, workers.seq_len());
-        comm.allgather(std::span<const float>(e.mine), std::span<float>(e.all));
-        comm.allgather(std::span<const std::int32_t>(e.tokens),
-                       std::span<std::int32_t>(e.all_tokens));
-        workers.pool().run([&](int w) {
-            reduction.add_embedding_rows(e.all, e.all_tokens, workers.seq_len(), w);
-        });
-    }
+    if (defer) add_deferred_embedding_rows(model, workers, world, gradient, only);
     pass.seconds_after_backward = lap(backward_done);
     return pass;
 }
-// Shared memory: this rank's slice of every rank's gradient summed into rank 0's buffer, in rank
-// order (the same sum whichever rank computes it), clearing the others' for the next step.
-void sum_shared_gradients(WorkerGroup& workers, Range owned) {
-    const std::span<float* const> all = workers.rank_gradients();
-    const int W = workers.size();
-    workers.pool().run([&](int w) {
-        const Range share = split_range(owned.end - owned.begin, w, W);
-        float* __restrict const sum = all[0];
-        for (std::size_t block = owned.begin + share.begin; block < owned.begin + share.end;
-             block += kSumBlock) {
-            const std::size_t end = std::min(block + kSumBlock, owned.begin + share.end);
+
+// The gradient summed across ranks while backward runs (see StepHyper::bucket_floats).
+GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers,
+                                  const Communicator& comm, const StepBatch& batch,
+                                  std::size_t bucket_floats) {
+    BackgroundAllreduce& allreduce = background_allreduce(workers, comm);
+    const std::span<float> gradient = workers.gradient();
+    return overlap_with_backward(model, workers, comm, batch, allreduce, bucket_floats, gradient,
+                                 Range{0, gradient.size()}, {}, [&](std::vector<Range> ranges) {
+                                     allreduce.enqueue(gradient.data(), std::move(ranges));
+                                 });
+}
+
+// Shared memory: `ranges` (within this rank's slice) of every rank's gradient summed into rank
+// 0's buffer, in rank order (the same sum whichever rank computes it), clearing the others' for
+// the next step.
+void sum_shared_ranges(std::span<float* const> all, std::span<const Range> ranges) {
+    float* __restrict const sum = all[0];
+    for (const Range& range : ranges) {
+        for (std::size_t block = range.begin; block < range.end; block += kSumBlock) {
+            const std::size_t end = std::min(block + kSumBlock, range.end);
             for (std::size_t r = 1; r < all.size(); ++r) {
                 float* __restrict const other = all[r];
                 for (std::size_t i = block; i < end; ++i) {
@@ -253,6 +302,53 @@ void sum_shared_gradients(WorkerGroup& workers, Range owned) {
                 }
             }
         }
+    }
+}
+
+// The progress counts live in memory other processes map: only a lock-free atomic works there.
+static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free);
+
+// Shared memory on several machines, overlapped with backward: as each part of the gradient is
+// complete on this rank its count goes up in the shared memory; the communication thread waits
+// until every rank of the machine has the part, sums this rank's slice of it over their buffers
+// into the machine's sum (rank 0's buffer, as sum_shared_gradients does after backward) and
+// allreduces it, in buckets, with the ranks that own the same slice on the other machines. Every
+// rank adds the world's deferred embedding rows that fall in its slice.
+GradientPass overlapped_slices(const Model& model, WorkerGroup& workers, const Communicator& comm,
+                               const MachineGroups& machines, const StepBatch& batch, Range owned,
+                               std::size_t bucket_floats) {
+    BackgroundAllreduce& allreduce = background_allreduce(workers, machines.across);
+    const std::span<float* const> all = workers.rank_gradients();
+    const std::span<std::uint64_t* const> progress = workers.rank_progress();
+    const std::atomic_ref<std::uint64_t> mine(
+        *progress[static_cast<std::size_t>(machines.machine.rank())]);
+    const std::uint64_t before = mine.load(std::memory_order_relaxed);
+    std::uint64_t parts = 0;  // completed on this rank in this step
+    const auto count_part = [&] { mine.store(before + ++parts, std::memory_order_release); };
+    const auto send = [&](std::vector<Range> ranges) {
+        const std::uint64_t needed = before + parts;
+        auto every_rank_has_it = [progress, needed] {
+            return std::all_of(progress.begin(), progress.end(), [&](std::uint64_t* count) {
+                return std::atomic_ref<std::uint64_t>(*count).load(std::memory_order_acquire) >=
+                       needed;
+            });
+        };
+        auto sum_machine = [all, ranges] { sum_shared_ranges(all, ranges); };
+        allreduce.enqueue(all[0], std::move(ranges), std::move(every_rank_has_it),
+                          std::move(sum_machine));
+    };
+    return overlap_with_backward(model, workers, comm, batch, allreduce, bucket_floats,
+                                 std::span<float>(all[0], model.layout.total()), owned, count_part,
+                                 send);
+}
+
+// Shared memory after backward: this rank's slice of every rank's gradient summed into rank 0's
+// buffer (sum_shared_ranges), divided among the workers.
+void sum_shared_gradients(WorkerGroup& workers, Range owned) {
+    workers.pool().run([&](int w) {
+        const Range share = split_range(owned.end - owned.begin, w, workers.size());
+        const Range mine{owned.begin + share.begin, owned.begin + share.end};
+        sum_shared_ranges(workers.rank_gradients(), std::span(&mine, 1));
     });
 }
 }  // namespace
@@ -270,19 +366,29 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     // Under ZeRO-1 the buckets are allreduced too and each rank keeps its shard: Open MPI 4.1's
     // non-blocking reduce-scatter (a binomial reduce, then a linear scatter) measured slower over
     // a 1 Gbit/s link than ZeRO-1's blocking one, while the ring allreduce of buckets overlaps.
-    // Shared memory has no buckets.
+    // Shared memory across machines overlaps the slices' allreduce instead (overlapped_slices).
     const bool shared = !workers.rank_gradients().empty();
     const bool overlap =
         comm.size() > 1 && hyper.bucket_floats > 0 && !shared && fault == InjectedFault::none;
+    const bool overlap_slices = shared && hyper.machines != nullptr && hyper.bucket_floats > 0 &&
+                                fault == InjectedFault::none;
+    // The elements this rank updates: all of them, or its shard (ZeRO-1, shared memory).
+    const std::size_t P = model.layout.total();
+    const bool sharded = !hyper.zero_shards.empty() && comm.size() > 1;
+    const bool zero = sharded && !shared;
+    const Range owned =
+        sharded ? hyper.zero_shards[static_cast<std::size_t>(comm.rank())] : Range{0, P};
+
     const GradientPass pass =
-        overlap ? overlapped_gradients(model, workers, comm, batch, hyper.bucket_floats)
-                : accumulate_gradients(model, workers, batch);
+        overlap          ? overlapped_gradients(model, workers, comm, batch, hyper.bucket_floats)
+        : overlap_slices ? overlapped_slices(model, workers, comm, *hyper.machines, batch, owned,
+                                             hyper.bucket_floats)
+                         : accumulate_gradients(model, workers, batch);
     const double loss_sum = pass.loss_sum;
     metrics.timings.forward_backward =
         lap(clock) - pass.seconds_summing - pass.seconds_after_backward;
     metrics.timings.thread_reduction = pass.seconds_summing;
 
-    const std::size_t P = model.layout.total();
     if (fault == InjectedFault::nan_gradient) {
         workers.gradient()[0] = std::numeric_limits<float>::quiet_NaN();
     } else if (fault == InjectedFault::gradient_spike) {
@@ -290,17 +396,15 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
             g *= 1e4f;
     }
 
-    // The elements this rank updates: all of them, or its shard (ZeRO-1, shared memory).
-    const bool sharded = !hyper.zero_shards.empty() && comm.size() > 1;
-    const bool zero = sharded && !shared;
-    const Range owned =
-        sharded ? hyper.zero_shards[static_cast<std::size_t>(comm.rank())] : Range{0, P};
     // Shared memory: every rank reads the sum in rank 0's buffer.
     const std::span<float> grad =
         shared ? std::span<float>(workers.rank_gradients()[0], P) : workers.gradient();
     // Shared memory: the ranks that share it (this machine's).
     const Communicator& machine = hyper.machines != nullptr ? hyper.machines->machine : comm;
-    if (shared) {
+    if (overlap_slices) {
+        // The slices are summed; no rank updates the weights while another may still read them.
+        machine.barrier();
+    } else if (shared) {
         machine.barrier();  // every rank's gradient is complete
         sum_shared_gradients(workers, owned);
         if (hyper.machines != nullptr) {

@@ -59,6 +59,11 @@ class WorkerGroup {
     // rank order, all mapped here; empty otherwise.
     [[nodiscard]] std::span<float* const> rank_gradients() const { return rank_gradients_; }
     void set_rank_gradients(std::vector<float*> all) { rank_gradients_ = std::move(all); }
+    // After share_replica_memory: every rank's count of gradient parts it has completed since
+    // sharing began (in rank order, in the shared memory; only its own rank increases it), so
+    // that a rank can sum its slice of a part as soon as every rank has it. Empty otherwise.
+    [[nodiscard]] std::span<std::uint64_t* const> rank_progress() const { return rank_progress_; }
+    void set_rank_progress(std::vector<std::uint64_t*> all) { rank_progress_ = std::move(all); }
 
   private:
     int batch_size_;
@@ -68,6 +73,7 @@ class WorkerGroup {
     LayerwiseReduction reduction_;  // after contexts_: it gives them their gradient windows
     std::vector<WorkerPartial> partials_;
     std::vector<float*> rank_gradients_;
+    std::vector<std::uint64_t*> rank_progress_;
 
   public:
     // Kept across steps for the overlapped allreduce (created at its first step): the
@@ -82,9 +88,10 @@ class WorkerGroup {
 
 // Ranks on one machine can train one copy of the weights instead of one each. This moves the
 // weights (and their bf16 copy) and every rank's gradient buffer into memory all of them map
-// (collective). A step then sums the gradient without MPI: after backward each rank adds its slice
-// (hyper.zero_shards, as under ZeRO-1) of every rank's buffer into rank 0's, and AdamW updates
-// that slice of the shared weights. Returns why not on failure, leaving everything as it was.
+// (collective). A step then sums the gradient without MPI: each rank adds its slice
+// (hyper.zero_shards, as under ZeRO-1) of every rank's buffer into rank 0's (after backward, or
+// across machines part by part while backward runs), and AdamW updates that slice of the shared
+// weights. Returns why not on failure, leaving everything as it was.
 // `comm` is the ranks of one machine; across machines each machine shares its own copy.
 [[nodiscard]] std::string share_replica_memory(Model& model, WorkerGroup& workers,
                                                const Communicator& comm);
@@ -112,8 +119,10 @@ struct StepHyper {
     // everything.
     std::span<const Range> zero_shards;
     // Shared memory on several machines: the ranks of this machine share the weights and sum
-    // into one buffer, and each slice takes one allreduce with the ranks owning it on the other
-    // machines. Null: the ranks that share memory are the world.
+    // into one buffer, and each slice takes an allreduce with the ranks owning it on the other
+    // machines: with bucket_floats > 0 in buckets of that size while backward runs (each
+    // summed over the machine's ranks as soon as all of them have it), else one after backward.
+    // Null: the ranks that share memory are the world.
     const MachineGroups* machines = nullptr;
 };
 

@@ -123,30 +123,38 @@ void LayerwiseReduction::sum_share(std::span<const Piece> pieces, std::size_t wi
 // The encoder's gradient from dresidual rows: worker w owns a range of token rows of dwte and of
 // positions of dwpe and adds the rows that fall in them in sequence order (share by share,
 // sequence, position), the order of encoder_backward over the whole batch.
-void LayerwiseReduction::sum_embeddings_share(std::span<const Share> shares, int seq_len, int w) {
-    const int C = config_.channels;
+void LayerwiseReduction::sum_embeddings_share(std::span<const Share> shares, int seq_len, int w,
+                                              std::span<float> gradient, Range only) {
+    const auto C = static_cast<std::size_t>(config_.channels);
     const Range tokens =
         split_range(static_cast<std::size_t>(config_.padded_vocab_size), w, workers_);
     const Range positions = split_range(static_cast<std::size_t>(seq_len), w, workers_);
-    float* dwte = gradient_.data() + layout_.offset(ParamTensor::wte);
-    float* dwpe = gradient_.data() + layout_.offset(ParamTensor::wpe);
+    const std::size_t wte = layout_.offset(ParamTensor::wte);
+    const std::size_t wpe = layout_.offset(ParamTensor::wpe);
+    // Adds d into the row starting at `at`, only where it lies in `only`.
+    const auto add_row = [&](std::size_t at, const float* d) {
+        const std::size_t lo = std::max(at, only.begin);
+        const std::size_t hi = std::min(at + C, only.end);
+        float* const out = gradient.data();
+        for (std::size_t i = lo; i < hi; ++i)
+            out[i] += d[i - at];
+    };
     for (const Share& share : shares) {
         for (int row = 0; row < share.sequences * seq_len; ++row) {
             const float* d = share.dresidual + static_cast<std::size_t>(row) * C;
             const auto token = static_cast<std::size_t>(share.inputs[row]);
             const auto t = static_cast<std::size_t>(row % seq_len);
-            if (token >= tokens.begin && token < tokens.end) {
-                float* out = dwte + token * static_cast<std::size_t>(C);
-                for (int i = 0; i < C; ++i)
-                    out[i] += d[i];
-            }
-            if (t >= positions.begin && t < positions.end) {
-                float* out = dwpe + t * static_cast<std::size_t>(C);
-                for (int i = 0; i < C; ++i)
-                    out[i] += d[i];
-            }
+            if (token >= tokens.begin && token < tokens.end) add_row(wte + token * C, d);
+            if (t >= positions.begin && t < positions.end) add_row(wpe + t * C, d);
         }
     }
+}
+
+void LayerwiseReduction::add_embedding_rows(std::span<const float> rows,
+                                            std::span<const std::int32_t> tokens, int seq_len,
+                                            int w, std::span<float> gradient, Range only) {
+    const Share all{rows.data(), tokens.data(), static_cast<int>(tokens.size()) / seq_len};
+    sum_embeddings_share(std::span<const Share>(&all, 1), seq_len, w, gradient, only);
 }
 
 void LayerwiseReduction::pack_embedding_rows(std::span<float> rows, std::span<std::int32_t> tokens,
@@ -164,13 +172,6 @@ void LayerwiseReduction::pack_embedding_rows(std::span<float> rows, std::span<st
         std::copy(share.inputs, share.inputs + count, tokens.begin() + at);
         at += count;
     }
-}
-
-void LayerwiseReduction::add_embedding_rows(std::span<const float> rows,
-                                            std::span<const std::int32_t> tokens, int seq_len,
-                                            int w) {
-    const Share all{rows.data(), tokens.data(), static_cast<int>(tokens.size()) / seq_len};
-    sum_embeddings_share(std::span<const Share>(&all, 1), seq_len, w);
 }
 
 // ---- WorkerSink -----------------------------------------------------------------------------
@@ -267,7 +268,7 @@ void LayerwiseReduction::WorkerSink::embeddings(const float* dresidual, const To
         const Stopwatch watch(seconds_);
         r_.sum_embeddings_share(
             std::span<const Share>(r_.shares_).first(static_cast<std::size_t>(r_.contributors_)),
-            batch.T, w_);
+            batch.T, w_, r_.gradient_.span(), Range{0, r_.gradient_.size()});
         wait();  // dresidual and the windows are reused by the next micro-batch
     }
     announce(CompletedGradient::Part::embeddings, -1);

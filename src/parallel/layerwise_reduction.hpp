@@ -64,9 +64,11 @@ class LayerwiseReduction {
     void pack_embedding_rows(std::span<float> rows, std::span<std::int32_t> tokens,
                              int seq_len) const;
     // Adds rows (rows, C) of dresidual with their tokens (consecutive sequences of seq_len) into
-    // dwte and dwpe of the rank's buffer: worker w's share of vocabulary rows and positions.
+    // dwte and dwpe of `gradient` (the rank's buffer, or the machine's sum in shared memory), only
+    // its elements in `only` (all, or a rank's slice): worker w's share of vocabulary rows and
+    // positions.
     void add_embedding_rows(std::span<const float> rows, std::span<const std::int32_t> tokens,
-                            int seq_len, int w);
+                            int seq_len, int w, std::span<float> gradient, Range only);
 
     // Worker w's sink for one micro-batch. When `ready` is set, worker 0 calls it (on its own
     // thread) as each part of the gradient becomes complete; pass it on the step's last
@@ -107,7 +109,9 @@ class LayerwiseReduction {
     };
     void sum_share(std::span<const Piece> pieces, std::size_t window_base, int w);
     struct Share;
-    void sum_embeddings_share(std::span<const Share> shares, int seq_len, int w);
+    // Into `gradient`'s elements in `only`.
+    void sum_embeddings_share(std::span<const Share> shares, int seq_len, int w,
+                              std::span<float> gradient, Range only);
 
     ModelConfig config_;
     ParameterLayout layout_;

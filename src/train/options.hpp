@@ -72,13 +72,13 @@ struct TrainOptions {
     std::uint64_t seed = 1337;
     int threads = 0;  // 0: the CPUs in this process's affinity mask
     bool pin_threads = false;
-    // MiB of gradient per allreduce bucket, sent while backward runs (0: one allreduce, or
-    // ZeRO-1's reduce-scatter, after it); negative: auto, 25 when the ranks span several machines
-    // with no machine memory to share and no --zero (on one machine the copies compete with the
-    // workers for the same cores, measured slower), else 0.
+    // MiB of gradient (with shared memory across machines: of each rank's slice) per allreduce
+    // bucket, sent while backward runs (0: one allreduce, or ZeRO-1's reduce-scatter, after it);
+    // negative: auto, 25 when the ranks span several machines and no --zero (on one machine the
+    // copies compete with the workers for the same cores, measured slower), else 0.
     double bucket_mb = -1.0;
     // Ranks on one machine share one copy of the weights and sum the gradient in shared memory
-    // when the gradient would otherwise take one allreduce (no --zero, no buckets); false: off.
+    // (no --zero; on one machine, no buckets); false: off.
     bool share_memory = true;
     // ZeRO stage: 0, or 1 (each rank keeps and updates only its shard of the AdamW moments).
     int zero = 0;

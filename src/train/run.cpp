@@ -594,12 +594,16 @@ Exchange choose_exchange(const TrainOptions& o, const Communicator& comm) {
     // Several ranks on every machine (as many on each) can share each machine's memory; one rank
     // per machine has nothing to share and overlaps its allreduce with backward instead.
     const bool can_share = o.share_memory && m.machine.size() > 1 && m.uniform && o.zero == 0;
-    // ZeRO-1's own default is one reduce-scatter after backward: in 25 MiB buckets it measured
-    // within 1% of that over 1 Gbit/s (the parameters' allgather after the update stays exposed).
-    e.bucket_mb = o.bucket_mb >= 0.0                            ? o.bucket_mb
-                  : m.machines > 1 && !can_share && o.zero == 0 ? 25.0
-                                                                : 0.0;
-    e.share_memory = can_share && e.bucket_mb == 0.0;
+    // Across machines the gradient (or, with shared memory, each rank's slice of it) travels in
+    // 25 MiB buckets while backward runs. ZeRO-1's own default is one reduce-scatter after
+    // backward: in 25 MiB buckets it measured within 1% of that over 1 Gbit/s (the parameters'
+    // allgather after the update stays exposed).
+    // Buckets need MPI calls from the communication thread: without that thread level, auto
+    // keeps one allreduce after backward.
+    const bool buckets = m.machines > 1 && o.zero == 0 && comm.serialized_threads();
+    e.bucket_mb = o.bucket_mb >= 0.0 ? o.bucket_mb : buckets ? 25.0 : 0.0;
+    // On one machine, buckets asked for replace sharing.
+    e.share_memory = can_share && (e.bucket_mb == 0.0 || m.machines > 1);
     return e;
 }
 
@@ -697,6 +701,7 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
                 exchange.share_error = "another machine could not map its shared memory";
             }
             unshare_replica_memory(replica->model, replica->workers);
+            if (o.bucket_mb < 0.0) exchange.bucket_mb = 0.0;  // ZeRO-1's own default
         }
     }
     if (exchange.share_memory && exchange.share_error.empty()) {
@@ -1023,17 +1028,21 @@ void TrainingLoop::log_banner() const {
     }
     if (!exchange_.share_error.empty()) {
         spdlog::warn(
-            "shared memory is off for this run ({}): the gradient goes through a reduce-scatter "
-            "instead (ZeRO-1)",
+            "shared memory is off for this run ({}): each rank keeps its own weights and a "
+            "shard of the optimizer instead (ZeRO-1)",
             exchange_.share_error);
     }
     if (comm_.size() > 1) {
         if (shared && exchange_.across_machines()) {
             spdlog::info(
                 "gradient across ranks: shared memory on each machine, each rank sums and "
-                "updates 1/{} of the weights, and one allreduce of its slice across the {} "
-                "machines (auto: {} ranks on each machine)",
-                machine_ranks, exchange_.machines->machines, machine_ranks);
+                "updates 1/{} of the weights, and its slice is summed across the {} machines {} "
+                "(auto: {} ranks on each machine)",
+                machine_ranks, exchange_.machines->machines,
+                exchange_.bucket_mb > 0.0
+                    ? fmt::format("in buckets of {} MiB while backward runs", exchange_.bucket_mb)
+                    : std::string("in one allreduce after backward"),
+                machine_ranks);
         } else if (shared) {
             spdlog::info(
                 "gradient across ranks: shared memory, each rank sums and updates 1/{} of the "

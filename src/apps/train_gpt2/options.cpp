@@ -291,9 +291,9 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
     run->add_flag("--pin-threads", o.pin_threads, "bind each worker thread to one CPU");
     run->add_option("--bucket-mb", bucket_mb,
                     "with several ranks: MiB of gradient per allreduce bucket, sent while backward "
-                    "runs; 0: one allreduce (ZeRO-1: reduce-scatter) after backward; auto: 25 "
-                    "when the ranks span machines with one rank each (or unequal numbers) and no "
-                    "--zero, else 0")
+                    "runs (with shared memory on several machines: of each rank's slice); 0: one "
+                    "allreduce (ZeRO-1: reduce-scatter) after backward; > 0 on one machine turns "
+                    "sharing off; auto: 25 when the ranks span machines and no --zero, else 0")
         ->check(CLI::Validator(
             [](const std::string& text) -> std::string {
                 if (text == "auto") return {};
@@ -308,9 +308,9 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
         ->type_name("MIB|auto");
     run->add_option("--share-memory", share_memory,
                     "auto: the ranks of a machine train one copy of the weights in shared memory, "
-                    "each summing and updating a slice, and across machines each slice takes one "
-                    "allreduce (unless --zero 1 or --bucket-mb > 0); off: every rank takes part "
-                    "in the allreduce")
+                    "each summing and updating a slice, and across machines each slice takes an "
+                    "allreduce (unless --zero 1, or --bucket-mb > 0 on one machine); off: every "
+                    "rank takes part in the allreduce")
         ->check(CLI::IsMember({"auto", "off"}).description(""))
         ->type_name("auto|off");
     run->add_option("--zero", o.zero,
