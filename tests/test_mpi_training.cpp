@@ -53,6 +53,11 @@ std::string run_named(const ScratchDir& dir, int ranks, const std::string& comma
     return result.output;
 }
 
+// The log `output` says `text`.
+void expect_logged(const std::string& output, const std::string& text) {
+    EXPECT_NE(output.find(text), std::string::npos) << "expected: " << text << "\n" << output;
+}
+
 // Runs `a_name` and `b_name` of 20 steps: losses within `tolerance` relative, final weights as
 // same_training with `weights_tolerance`.
 void expect_same_training(const ScratchDir& dir, const std::string& a_name,
@@ -257,24 +262,21 @@ TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
     // The slices travel in buckets while backward runs (auto: 25 MiB, here one bucket; 0.004
     // MiB: many, each waiting for both ranks of its machine), or in one allreduce after it.
     const std::string machines = run(4, 3, "--max-steps 20 --simulate-machines 2", "machines");
-    EXPECT_NE(machines.find("shared memory on each machine, each rank sums and updates 1/2 of the "
-                            "weights, and its slice is summed across the 2 machines in buckets of "
-                            "25 MiB while backward runs"),
-              std::string::npos)
-        << machines;
-    EXPECT_NE(machines.find("(one copy for the 2 ranks of this machine)"), std::string::npos)
-        << machines;
+    expect_logged(machines,
+                  "shared memory on each machine, each rank sums and updates 1/2 of the "
+                  "weights, and its slice is summed across the 2 machines in buckets of "
+                  "25 MiB while backward runs");
+    expect_logged(machines, "(one copy for the 2 ranks of this machine)");
     expect_same("one", "machines", 1e-6);
     const std::string after =
         run(4, 3, "--max-steps 20 --simulate-machines 2 --bucket-mb 0", "machines_after");
-    EXPECT_NE(after.find("its slice is summed across the 2 machines in one allreduce after "
-                         "backward"),
-              std::string::npos)
-        << after;
+    expect_logged(after,
+                  "its slice is summed across the 2 machines in one allreduce after "
+                  "backward");
     expect_same("one", "machines_after", 1e-6);
     const std::string tiny =
         run(4, 3, "--max-steps 20 --simulate-machines 2 --bucket-mb 0.004", "machines_tiny");
-    EXPECT_NE(tiny.find("in buckets of 0.004 MiB while backward runs"), std::string::npos) << tiny;
+    expect_logged(tiny, "in buckets of 0.004 MiB while backward runs");
     expect_same("one", "machines_tiny", 1e-6);
     (void)run(4, 3, "--max-steps 20 --simulate-machines 2 --bucket-mb 0.004", "machines_again");
     EXPECT_EQ(train_losses(dir / "machines_tiny.jsonl"),
@@ -307,20 +309,17 @@ TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
     // slices instead, the same training.
     const std::string fallback =
         run(4, 3, "--max-steps 20 --simulate-machines 2 --inject-share-failure", "fallback");
-    EXPECT_NE(fallback.find("shared memory is off for this run (another machine could not map its "
-                            "shared memory): each rank keeps its own weights and a shard of the "
-                            "optimizer instead (ZeRO-1)"),
-              std::string::npos)
-        << fallback;
-    EXPECT_NE(fallback.find("ZeRO-1, one reduce-scatter after backward"), std::string::npos)
-        << fallback;
+    expect_logged(fallback,
+                  "shared memory is off for this run (another machine could not map its "
+                  "shared memory): each rank keeps its own weights and a shard of the "
+                  "optimizer instead (ZeRO-1)");
+    expect_logged(fallback, "ZeRO-1, one reduce-scatter after backward");
     expect_same("one", "fallback", 1e-5);
     // One rank on each of the 4 machines has nothing to share: overlapped buckets (auto).
     const std::string four = run(4, 3, "--max-steps 2 --simulate-machines 4", "four");
-    EXPECT_NE(four.find("buckets of 25 MiB, summed while backward runs (auto: ranks on several "
-                        "machines)"),
-              std::string::npos)
-        << four;
+    expect_logged(four,
+                  "buckets of 25 MiB, summed while backward runs (auto: ranks on several "
+                  "machines)");
     // Its checkpoint to one rank, and a plain one into it.
     (void)run(4, 3, "--max-steps 10 --simulate-machines 2", "to_one");
     (void)run(1, 12, "--max-steps 20 --resume auto", "to_one");

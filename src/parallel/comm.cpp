@@ -541,10 +541,6 @@ BackgroundAllreduce::BackgroundAllreduce(const Communicator& comm)
 
 BackgroundAllreduce::~BackgroundAllreduce() = default;
 
-void BackgroundAllreduce::enqueue(float* base, std::vector<Range> ranges) {
-    enqueue(base, std::move(ranges), {}, {});
-}
-
 void BackgroundAllreduce::enqueue(float* base, std::vector<Range> ranges,
                                   std::function<bool()> ready, std::function<void()> prepare) {
     if (ranges.empty()) return;

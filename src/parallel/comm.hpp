@@ -139,13 +139,12 @@ class BackgroundAllreduce {
     BackgroundAllreduce(const BackgroundAllreduce&) = delete;
     BackgroundAllreduce& operator=(const BackgroundAllreduce&) = delete;
 
-    // Queues the in-place sum of base[r.begin, r.end) for every r in `ranges`.
-    void enqueue(float* base, std::vector<Range> ranges);
-    // The same for a bucket whose data is not complete yet: the thread polls `ready` (in queue
-    // order: later buckets wait behind it) and, once it returns true, runs `prepare` (which
-    // completes the data, e.g. sums other ranks' shared buffers into it) before the sum starts.
-    void enqueue(float* base, std::vector<Range> ranges, std::function<bool()> ready,
-                 std::function<void()> prepare);
+    // Queues the in-place sum of base[r.begin, r.end) for every r in `ranges`. For a bucket whose
+    // data is not complete yet, the thread polls `ready` (in queue order: later buckets wait
+    // behind it) and, once it returns true, runs `prepare` (which completes the data, e.g. sums
+    // other ranks' shared buffers into it) before the sum starts; unset, neither waits.
+    void enqueue(float* base, std::vector<Range> ranges, std::function<bool()> ready = {},
+                 std::function<void()> prepare = {});
     // The communicator the sums run on.
     [[nodiscard]] const Communicator& communicator() const;
     // Returns when every queued sum is done. An MPI failure in the thread ends the whole job

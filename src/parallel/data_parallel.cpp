@@ -197,11 +197,13 @@ BackgroundAllreduce& background_allreduce(WorkerGroup& workers, const Communicat
 // Whether the last micro-batch's embedding rows of every rank in `world` are fewer floats than
 // wte: then they are left out of the buffers so that wte is complete right after the LM head, and
 // travel on their own (add_deferred_embedding_rows).
+std::size_t rows_per_micro_batch(const WorkerGroup& workers) {
+    return static_cast<std::size_t>(workers.batch_size()) *
+           static_cast<std::size_t>(workers.seq_len());
+}
 bool defer_embeddings(const Model& model, const WorkerGroup& workers, const Communicator& world) {
-    const std::size_t rows = static_cast<std::size_t>(workers.batch_size()) *
-                             static_cast<std::size_t>(workers.seq_len());
     const auto C = static_cast<std::size_t>(model.config.channels);
-    return static_cast<std::size_t>(world.size()) * rows * (C + 1) <
+    return static_cast<std::size_t>(world.size()) * rows_per_micro_batch(workers) * (C + 1) <
            model.layout.size(ParamTensor::wte);
 }
 
@@ -210,8 +212,7 @@ bool defer_embeddings(const Model& model, const WorkerGroup& workers, const Comm
 void add_deferred_embedding_rows(const Model& model, WorkerGroup& workers,
                                  const Communicator& world, std::span<float> gradient, Range only) {
     LayerwiseReduction& reduction = workers.reduction();
-    const std::size_t rows = static_cast<std::size_t>(workers.batch_size()) *
-                             static_cast<std::size_t>(workers.seq_len());
+    const std::size_t rows = rows_per_micro_batch(workers);
     const auto C = static_cast<std::size_t>(model.config.channels);
     WorkerGroup::EmbeddingRows& e = workers.embedding_rows;
     const auto ranks = static_cast<std::size_t>(world.size());
@@ -368,10 +369,9 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     // a 1 Gbit/s link than ZeRO-1's blocking one, while the ring allreduce of buckets overlaps.
     // Shared memory across machines overlaps the slices' allreduce instead (overlapped_slices).
     const bool shared = !workers.rank_gradients().empty();
-    const bool overlap =
-        comm.size() > 1 && hyper.bucket_floats > 0 && !shared && fault == InjectedFault::none;
-    const bool overlap_slices = shared && hyper.machines != nullptr && hyper.bucket_floats > 0 &&
-                                fault == InjectedFault::none;
+    const bool buckets = comm.size() > 1 && hyper.bucket_floats > 0 && fault == InjectedFault::none;
+    const bool overlap = buckets && !shared;
+    const bool overlap_slices = buckets && shared && hyper.machines != nullptr;
     // The elements this rank updates: all of them, or its shard (ZeRO-1, shared memory).
     const std::size_t P = model.layout.total();
     const bool sharded = !hyper.zero_shards.empty() && comm.size() > 1;
@@ -401,15 +401,16 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
         shared ? std::span<float>(workers.rank_gradients()[0], P) : workers.gradient();
     // Shared memory: the ranks that share it (this machine's).
     const Communicator& machine = hyper.machines != nullptr ? hyper.machines->machine : comm;
-    if (overlap_slices) {
-        // The slices are summed; no rank updates the weights while another may still read them.
+    if (shared) {
+        // Every rank's gradient is complete (overlapped: the slices are summed), and no rank
+        // updates the weights while another may still read them.
         machine.barrier();
-    } else if (shared) {
-        machine.barrier();  // every rank's gradient is complete
-        sum_shared_gradients(workers, owned);
-        if (hyper.machines != nullptr) {
-            hyper.machines->across.allreduce_sum(
-                grad.subspan(owned.begin, owned.end - owned.begin));
+        if (!overlap_slices) {
+            sum_shared_gradients(workers, owned);
+            if (hyper.machines != nullptr) {
+                hyper.machines->across.allreduce_sum(
+                    grad.subspan(owned.begin, owned.end - owned.begin));
+            }
         }
     } else if (zero && !overlap) {
         comm.reduce_scatter_sum(grad, hyper.zero_shards);
