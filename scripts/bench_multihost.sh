@@ -7,10 +7,10 @@
 # much of the blocking allreduce's time the overlap hid, and what ZeRO-1 cost. The exposed time is
 # split into how much longer forward/backward took than alone (the communication's CPU work on
 # the workers' cores), the wait after backward, and the rest (ZeRO-1's allgather after the
-# update), from rank 0's per-step log (medians). With --ranks-per-host K (K > 1), also K ranks of 1 worker on
-# each host (batch 8/K per rank, the same global batch): each host's ranks sharing memory, each
-# slice summed between hosts in 25 MiB buckets while backward runs (the default) or in one
-# allreduce after it (--bucket-mb 0), against every rank in overlapped buckets and in one
+# update), from rank 0's per-step log (medians). With --ranks-per-host K (K > 1), also K ranks
+# of 1 worker on each host (batch 8/K per rank, the same global batch): each host's ranks sharing
+# memory, each slice summed between hosts in 25 MiB buckets while backward runs (the default) or in
+# one allreduce after it (--bucket-mb 0), against every rank in overlapped buckets and in one
 # allreduce (--share-memory off). Needs root (network namespaces).
 #   scripts/bench_multihost.sh [--rates "1gbit 10gbit"] [--steps 3] [--ranks-per-host K]
 set -euo pipefail
@@ -39,7 +39,8 @@ phase() {
   grep "rank 0 step" | tail -n "$steps" | sed -n "s|.*$1 \([0-9.]*\) ms.*|\1|p" | sort -n |
     awk '{v[NR]=$1} END{if (NR) print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'
 }
-moments() { sed -n 's/.*weights, \([0-9.]* [KMG]*i*B\) AdamW moments.*/\1/p' | head -1; }
+# The rank's AdamW bytes from the startup memory line (with or without shared weights).
+moments() { sed -n 's/.* \([0-9.]* [KMG]*i*B\) AdamW moments.*/\1/p' | head -1; }
 rig=bm$(($$ % 100000))
 trap 'scripts/multihost_rig.sh down $rig' EXIT
 
@@ -77,15 +78,12 @@ for rate in $rates; do
     out_f=$(many --share-memory off --bucket-mb 0)
   fi
   scripts/multihost_rig.sh down $rig
-  ms_b=$(ms <<<"$out_b") ms_o=$(ms <<<"$out_o") ms_z=$(ms <<<"$out_z")
-  exposed_b=$(awk -v a="$ms_b" -v c="$compute" 'BEGIN{print a-c}')
-  exposed_o=$(awk -v a="$ms_o" -v c="$compute" 'BEGIN{print a-c}')
   row "$rate" "2 hosts, one allreduce" "$out_b"
   row "$rate" "2 hosts, overlapped 25 MiB buckets" "$out_o"
   row "$rate" "2 hosts, ZeRO-1" "$out_z"
   row "$rate" "2 hosts, ZeRO-1 in 25 MiB buckets" "$out_zb"
-  awk -v b="$exposed_b" -v o="$exposed_o" -v r="$rate" -v zb="$ms_b" -v z="$ms_z" \
-    'BEGIN{if (b > 0) printf "%-8s overlap hid %.0f%% of the blocking allreduce time; ZeRO-1 step time %+.1f%%\n", r, 100*(1-o/b), 100*(z/zb-1)}'
+  awk -v b="$(ms <<<"$out_b")" -v o="$(ms <<<"$out_o")" -v z="$(ms <<<"$out_z")" -v c="$compute" \
+    -v r="$rate" 'BEGIN{if (b > c) printf "%-8s overlap hid %.0f%% of the blocking allreduce time; ZeRO-1 step time %+.1f%%\n", r, 100*(b-o)/(b-c), 100*(z/b-1)}'
   if ((per_host > 1)); then
     row "$rate" "2x$per_host shared, slices overlapped" "$out_s"
     row "$rate" "2x$per_host shared, slices after" "$out_sa"
