@@ -12,7 +12,8 @@ void generate_recompute(const Model& model, std::vector<std::int32_t>& tokens, i
                         const std::function<void(std::int32_t)>& on_token) {
     const ModelConfig& c = model.config;
     const int maxT = c.max_seq_len;
-    ThreadLocalTrainingContext ctx(c, 1, maxT, model.precision);  // the run's precision
+    // The run's precision; forward only, so one layer's activations suffice.
+    ThreadLocalTrainingContext ctx(c, 1, maxT, model.precision, Recompute::layers);
     std::vector<float> logits(static_cast<std::size_t>(c.padded_vocab_size));
     std::vector<std::pair<float, int>> scratch;
     const float* wte = model.layout.tensor(model.weights(), ParamTensor::wte).data();

@@ -190,6 +190,10 @@ std::string_view precision_name(Precision p) {
     return p == Precision::bf16 ? "bf16" : "fp32";
 }
 
+std::string_view recompute_name(Recompute r) {
+    return r == Recompute::layers ? "layers" : "cheap";
+}
+
 void set_precision(Model& model, Precision precision) {
     model.precision = precision;
     if (precision == Precision::fp32) {

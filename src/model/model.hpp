@@ -94,6 +94,15 @@ class ParameterLayout {
 enum class Precision { fp32, bf16 };
 [[nodiscard]] std::string_view precision_name(Precision p);
 
+// How much backward recomputes instead of reading stored activations (--recompute). Every level
+// gives bitwise the same losses and gradients.
+//   cheap   LayerNorm outputs and GELU's output are recomputed (one scratch each, not one per
+//           layer); attention keeps one log-sum-exp per row instead of its probabilities.
+//   layers  only each layer's input is stored: backward runs the layer's forward again into one
+//           layer's worth of buffers before its backward.
+enum class Recompute { cheap, layers };
+[[nodiscard]] std::string_view recompute_name(Recompute r);
+
 // A model replica: shape plus parameters. Workers only ever see `weights()` (const). In bf16
 // precision `params_bf16` is the rounded copy of `params` (same layout) the products read; whoever
 // changes `params` refreshes it (AdamW does so in its own pass, anything else with

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "ops/attention.hpp"
 #include "ops/kernels.hpp"
 
 namespace gpt2 {
@@ -13,92 +14,157 @@ namespace {
 // Rows of logits materialised at once: the (B*T x Vp) logits never exist in full.
 constexpr int kLogitsChunkRows = 256;
 
-// Carves named arrays out of one allocation; each starts on a 64-byte boundary.
+// Carves named arrays out of one allocation, each on a 64-byte boundary, and totals the bytes of
+// each named part (several arrays may share a part's name).
 class ArenaPlan {
   public:
-    std::size_t reserve(std::size_t count) {
+    std::size_t reserve(std::string_view part, std::size_t count) {
         const std::size_t offset = size_;
-        size_ += (count + 15) / 16 * 16;
+        const std::size_t floats = (count + 15) / 16 * 16;
+        size_ += floats;
+        add(part, floats * sizeof(float));
         return offset;
     }
+    void add(std::string_view part, std::size_t bytes) {
+        const auto it = std::find_if(parts_.begin(), parts_.end(),
+                                     [&](const ContextPart& p) { return p.name == part; });
+        if (it == parts_.end()) {
+            parts_.push_back(ContextPart{part, bytes});
+        } else {
+            it->bytes += bytes;
+        }
+    }
     [[nodiscard]] std::size_t size() const { return size_; }
+    [[nodiscard]] const std::vector<ContextPart>& parts() const { return parts_; }
 
   private:
     std::size_t size_ = 0;
+    std::vector<ContextPart> parts_;
 };
-}  // namespace
 
-ThreadLocalTrainingContext::ThreadLocalTrainingContext(const ModelConfig& c, int max_batch,
-                                                       int seq_len, Precision precision)
-    : max_batch_(max_batch), seq_len_(seq_len) {
+// Where everything of a context lies in its arena (offsets in floats), and its bf16 operands.
+struct ContextLayout {
+    ThreadLocalTrainingContext::Activations acts;  // offsets, as pointers from a null base
+    ThreadLocalTrainingContext::Scratch scratch;
+    ArenaPlan plan;
+    std::size_t bf16_inputs = 0, bf16_gradients = 0;  // elements
+    int logits_rows = 0;
+    int stored_layers = 0;
+};
+
+ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Precision precision,
+                           Recompute recompute) {
+    ContextLayout out;
     const auto L = static_cast<std::size_t>(c.num_layers);
     const auto C = static_cast<std::size_t>(c.channels);
     const auto N = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(seq_len);
-    const auto att = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(c.num_heads) *
-                     static_cast<std::size_t>(seq_len) * static_cast<std::size_t>(seq_len);
-    logits_rows = static_cast<int>(std::min<std::size_t>(N, kLogitsChunkRows));
-
-    ArenaPlan plan;
-    const std::size_t o_encoded = plan.reserve(N * C);
-    const std::size_t o_ln1 = plan.reserve(L * N * C);
-    const std::size_t o_ln1_mean = plan.reserve(L * N);
-    const std::size_t o_ln1_rstd = plan.reserve(L * N);
-    const std::size_t o_qkv = plan.reserve(L * N * 3 * C);
-    const std::size_t o_atty = plan.reserve(L * N * C);
-    const std::size_t o_att = plan.reserve(L * att);
-    const std::size_t o_residual2 = plan.reserve(L * N * C);
-    const std::size_t o_ln2 = plan.reserve(L * N * C);
-    const std::size_t o_ln2_mean = plan.reserve(L * N);
-    const std::size_t o_ln2_rstd = plan.reserve(L * N);
-    const std::size_t o_fch = plan.reserve(L * N * 4 * C);
-    const std::size_t o_fch_gelu = plan.reserve(L * N * 4 * C);
-    const std::size_t o_residual3 = plan.reserve(L * N * C);
-    const std::size_t o_lnf = plan.reserve(N * C);
-    const std::size_t o_lnf_mean = plan.reserve(N);
-    const std::size_t o_lnf_rstd = plan.reserve(N);
-    const std::size_t o_losses = plan.reserve(N);
-    const std::size_t o_dresidual = plan.reserve(N * C);
-    const std::size_t o_dchannels = plan.reserve(N * C);
-    const std::size_t o_dqkv = plan.reserve(N * 3 * C);
-    const std::size_t o_dfch = plan.reserve(N * 4 * C);
-    const std::size_t o_attention =
-        plan.reserve(static_cast<std::size_t>(attention_backward_scratch_size(seq_len)));
-    const std::size_t o_logits = plan.reserve(static_cast<std::size_t>(logits_rows) *
-                                              static_cast<std::size_t>(c.padded_vocab_size));
-
-    arena_ = AlignedBuffer<float>(plan.size());
-    float* base = arena_.data();
-    acts = Activations{base + o_encoded,  base + o_ln1,       base + o_ln1_mean, base + o_ln1_rstd,
-                       base + o_qkv,      base + o_atty,      base + o_att,      base + o_residual2,
-                       base + o_ln2,      base + o_ln2_mean,  base + o_ln2_rstd, base + o_fch,
-                       base + o_fch_gelu, base + o_residual3, base + o_lnf,      base + o_lnf_mean,
-                       base + o_lnf_rstd, base + o_losses};
-    scratch = Scratch{base + o_dresidual, base + o_dchannels, base + o_dqkv,
-                      base + o_dfch,      base + o_attention, base + o_logits};
+    out.stored_layers = recompute == Recompute::layers ? std::min(c.num_layers, 1) : c.num_layers;
+    const auto S = static_cast<std::size_t>(out.stored_layers);
+    out.logits_rows = static_cast<int>(std::min<std::size_t>(N, kLogitsChunkRows));
+    ArenaPlan& plan = out.plan;
+    // Offsets travel as float pointers from address 0 until the arena exists.
+    const auto at = [&](std::string_view part, std::size_t count) {
+        return static_cast<float*>(nullptr) + plan.reserve(part, count);
+    };
+    auto& a = out.acts;
+    a.encoded = at("layer inputs", N * C);
+    a.residual3 = at("layer inputs", L * N * C);
+    a.qkv = at("qkv", S * N * 3 * C);
+    a.atty = at("attention output", S * N * C);
+    a.att_lse = at("attention log-sum-exp", S * N * static_cast<std::size_t>(c.num_heads));
+    a.residual2 = at("residual2", S * N * C);
+    a.fch = at("fch", S * N * 4 * C);
+    a.ln1_mean = at("LayerNorm statistics", S * N);
+    a.ln1_rstd = at("LayerNorm statistics", S * N);
+    a.ln2_mean = at("LayerNorm statistics", S * N);
+    a.ln2_rstd = at("LayerNorm statistics", S * N);
+    a.lnf = at("final LayerNorm and losses", N * C);
+    a.lnf_mean = at("final LayerNorm and losses", N);
+    a.lnf_rstd = at("final LayerNorm and losses", N);
+    a.losses = at("final LayerNorm and losses", N);
+    auto& x = out.scratch;
+    x.normalized = at("recompute scratch (LayerNorm, GELU)", N * C);
+    x.gelu = at("recompute scratch (LayerNorm, GELU)", N * 4 * C);
+    x.dresidual = at("backward scratch", N * C);
+    x.dchannels = at("backward scratch", N * C);
+    x.dqkv = at("backward scratch", N * 3 * C);
+    x.dfch = at("backward scratch", N * 4 * C);
+    x.attention = at("attention panels", attention_scratch_floats(seq_len));
+    x.logits = at("LM head chunk", static_cast<std::size_t>(out.logits_rows) * c.padded_vocab_size);
     if (precision == Precision::bf16) {
-        bf16_inputs = AlignedBuffer<Bf16>(N * 4 * C);
-        bf16_gradients = AlignedBuffer<Bf16>(
-            std::max(N * 4 * C, static_cast<std::size_t>(logits_rows) * c.padded_vocab_size));
+        out.bf16_inputs = N * 4 * C;
+        out.bf16_gradients =
+            std::max(N * 4 * C, static_cast<std::size_t>(out.logits_rows) * c.padded_vocab_size);
+        plan.add("bf16 operands", (out.bf16_inputs + out.bf16_gradients) * sizeof(Bf16));
+    }
+    return out;
+}
+
+// Moves a pointer planned from address 0 onto `base`.
+float* rebase(float* planned, float* base) {
+    return base + (planned - static_cast<float*>(nullptr));
+}
+}  // namespace
+
+std::vector<ContextPart> context_parts(const ModelConfig& config, int max_batch, int seq_len,
+                                       Precision precision, Recompute recompute) {
+    return plan_context(config, max_batch, seq_len, precision, recompute).plan.parts();
+}
+
+std::size_t context_bytes(const ModelConfig& config, int max_batch, int seq_len,
+                          Precision precision, Recompute recompute) {
+    std::size_t total = 0;
+    for (const ContextPart& part : context_parts(config, max_batch, seq_len, precision, recompute))
+        total += part.bytes;
+    return total;
+}
+
+ThreadLocalTrainingContext::ThreadLocalTrainingContext(const ModelConfig& c, int max_batch,
+                                                       int seq_len, Precision precision,
+                                                       Recompute recompute)
+    : max_batch_(max_batch), seq_len_(seq_len), recompute_(recompute) {
+    const ContextLayout layout = plan_context(c, max_batch, seq_len, precision, recompute);
+    stored_layers_ = layout.stored_layers;
+    logits_rows = layout.logits_rows;
+    arena_ = AlignedBuffer<float>(layout.plan.size());
+    float* base = arena_.data();
+    acts = layout.acts;
+    for (float** p : {&acts.encoded, &acts.ln1_mean, &acts.ln1_rstd, &acts.qkv, &acts.atty,
+                      &acts.att_lse, &acts.residual2, &acts.ln2_mean, &acts.ln2_rstd, &acts.fch,
+                      &acts.residual3, &acts.lnf, &acts.lnf_mean, &acts.lnf_rstd, &acts.losses})
+        *p = rebase(*p, base);
+    scratch = layout.scratch;
+    for (float** p : {&scratch.normalized, &scratch.gelu, &scratch.dresidual, &scratch.dchannels,
+                      &scratch.dqkv, &scratch.dfch, &scratch.attention, &scratch.logits})
+        *p = rebase(*p, base);
+    if (precision == Precision::bf16) {
+        bf16_inputs = AlignedBuffer<Bf16>(layout.bf16_inputs);
+        bf16_gradients = AlignedBuffer<Bf16>(layout.bf16_gradients);
     }
 }
 
 namespace {
-// Pointers to layer l's slice of every per-layer activation.
+// Pointers to layer l's slice of every per-layer activation (at the layers level every layer
+// shares one slice, except the layer outputs).
 struct LayerActs {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd,
-        *fch, *fch_gelu, *residual3;
+    float *ln1_mean, *ln1_rstd, *qkv, *atty, *att_lse, *residual2, *ln2_mean, *ln2_rstd, *fch,
+        *residual3;
 };
 
 LayerActs layer_acts(const ThreadLocalTrainingContext& ctx, const ModelConfig& c, int l) {
     const long N = static_cast<long>(ctx.max_batch()) * ctx.seq_len();
     const long C = c.channels;
-    const long att =
-        static_cast<long>(ctx.max_batch()) * c.num_heads * ctx.seq_len() * ctx.seq_len();
+    const long s = std::min(l, ctx.stored_layers() - 1);  // the stored slot
     const auto& a = ctx.acts;
-    return LayerActs{a.ln1 + l * N * C,       a.ln1_mean + l * N,    a.ln1_rstd + l * N,
-                     a.qkv + l * N * 3 * C,   a.atty + l * N * C,    a.att + l * att,
-                     a.residual2 + l * N * C, a.ln2 + l * N * C,     a.ln2_mean + l * N,
-                     a.ln2_rstd + l * N,      a.fch + l * N * 4 * C, a.fch_gelu + l * N * 4 * C,
+    return LayerActs{a.ln1_mean + s * N,
+                     a.ln1_rstd + s * N,
+                     a.qkv + s * N * 3 * C,
+                     a.atty + s * N * C,
+                     a.att_lse + s * N * c.num_heads,
+                     a.residual2 + s * N * C,
+                     a.ln2_mean + s * N,
+                     a.ln2_rstd + s * N,
+                     a.fch + s * N * 4 * C,
                      a.residual3 + l * N * C};
 }
 
@@ -153,6 +219,63 @@ void check_batch(const ThreadLocalTrainingContext& ctx, const Model& model,
 }
 }  // namespace
 
+namespace {
+// One layer's forward from its input `residual` (N, C). Writes the layer's stored activations and
+// the scratch LayerNorm and GELU outputs; with `output` false it stops before the last product,
+// whose result (the layer's output) backward never reads.
+void layer_forward(const Products& products, ThreadLocalTrainingContext& ctx, const LayerActs& a,
+                   const LayerView<const float>& p, const float* residual, int B, int T, int C,
+                   int NH, bool output) {
+    const int N = B * T;
+    float* ln = ctx.scratch.normalized;
+    float* gelu = ctx.scratch.gelu;
+    layernorm_forward(ln, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
+    products.forward(a.qkv, nullptr, ln, p.qkvw, p.qkvb, N, C, 3 * C);
+    attention_forward(a.atty, a.att_lse, ctx.scratch.attention, a.qkv, B, T, C, NH);
+    products.forward(a.residual2, residual, a.atty, p.attprojw, p.attprojb, N, C, C);
+    layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
+    products.forward(a.fch, nullptr, ln, p.fcw, p.fcb, N, C, 4 * C);
+    gelu_forward(gelu, a.fch, N * 4 * C);
+    if (output) {
+        products.forward(a.residual3, a.residual2, gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
+    }
+}
+
+// One layer's backward: dres (N, C) holds the gradient of the layer's output and becomes that of
+// its input; the parameter gradients are accumulated into d. The LayerNorm and GELU outputs are
+// recomputed from what forward stored, bitwise as forward computed them.
+void layer_backward(const Products& products, ThreadLocalTrainingContext& ctx, const LayerActs& a,
+                    const LayerView<const float>& p, const LayerView<float>& d,
+                    const float* residual, int B, int T, int C, int NH) {
+    const int N = B * T;
+    float* dres = ctx.scratch.dresidual;
+    float* dch = ctx.scratch.dchannels;
+    float* dfch = ctx.scratch.dfch;
+    float* ln = ctx.scratch.normalized;
+    float* gelu = ctx.scratch.gelu;
+    // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
+    gelu_forward(gelu, a.fch, N * 4 * C);
+    products.backward(dfch, d.fcprojw, d.fcprojb, dres, gelu, p.fcprojw, N, 4 * C, C);
+    gelu_backward(dfch, a.fch, dfch, N * 4 * C);
+    layernorm_recompute(ln, a.residual2, a.ln2_mean, a.ln2_rstd, p.ln2w, p.ln2b, N, C);
+    products.backward(dch, d.fcw, d.fcb, dfch, ln, p.fcw, N, C, 4 * C);
+    layernorm_backward(dres, d.ln2w, d.ln2b, dch, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, N,
+                       C);
+    // Attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
+    products.backward(dch, d.attprojw, d.attprojb, dres, a.atty, p.attprojw, N, C, C);
+    attention_backward(ctx.scratch.dqkv, ctx.scratch.attention, dch, a.atty, a.att_lse, a.qkv, B, T,
+                       C, NH);
+    layernorm_recompute(ln, residual, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b, N, C);
+    products.backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, ln, p.qkvw, N, C, 3 * C);
+    layernorm_backward(dres, d.ln1w, d.ln1b, dch, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+// Layer l's input: the embeddings' sum or the previous layer's output.
+const float* layer_input(const ThreadLocalTrainingContext& ctx, const ModelConfig& c, int l) {
+    return l == 0 ? ctx.acts.encoded : layer_acts(ctx, c, l - 1).residual3;
+}
+}  // namespace
+
 void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const TokenBatch& batch) {
     check_batch(ctx, model, batch);
     const ModelConfig& c = model.config;
@@ -164,22 +287,12 @@ void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const T
     encoder_forward(ctx.acts.encoded, batch.inputs.data(),
                     layout.tensor(w, ParamTensor::wte).data(),
                     layout.tensor(w, ParamTensor::wpe).data(), B, T, C);
-    const float* residual = ctx.acts.encoded;
     for (int l = 0; l < c.num_layers; ++l) {
-        const LayerActs a = layer_acts(ctx, c, l);
-        const LayerView<const float> p = layer_view(layout, w, l);
-        layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
-        products.forward(a.qkv, nullptr, a.ln1, p.qkvw, p.qkvb, N, C, 3 * C);
-        attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-        products.forward(a.residual2, residual, a.atty, p.attprojw, p.attprojb, N, C, C);
-        layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
-        products.forward(a.fch, nullptr, a.ln2, p.fcw, p.fcb, N, C, 4 * C);
-        gelu_forward(a.fch_gelu, a.fch, N * 4 * C);
-        products.forward(a.residual3, a.residual2, a.fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
-        residual = a.residual3;
+        layer_forward(products, ctx, layer_acts(ctx, c, l), layer_view(layout, w, l),
+                      layer_input(ctx, c, l), B, T, C, NH, true);
     }
-    layernorm_forward(ctx.acts.lnf, ctx.acts.lnf_mean, ctx.acts.lnf_rstd, residual,
-                      layout.tensor(w, ParamTensor::lnfw).data(),
+    layernorm_forward(ctx.acts.lnf, ctx.acts.lnf_mean, ctx.acts.lnf_rstd,
+                      layer_input(ctx, c, c.num_layers), layout.tensor(w, ParamTensor::lnfw).data(),
                       layout.tensor(w, ParamTensor::lnfb).data(), N, C);
 }
 
@@ -231,32 +344,20 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
                           wte, rows, C, Vp);
     }
 
-    const float* last_residual =
-        c.num_layers > 0 ? layer_acts(ctx, c, c.num_layers - 1).residual3 : ctx.acts.encoded;
     std::memset(dres, 0, sizeof(float) * static_cast<std::size_t>(N) * C);
-    layernorm_backward(dres, head.dlnfw, head.dlnfb, dch, last_residual,
+    layernorm_backward(dres, head.dlnfw, head.dlnfb, dch, layer_input(ctx, c, c.num_layers),
                        layout.tensor(w, ParamTensor::lnfw).data(), ctx.acts.lnf_mean,
                        ctx.acts.lnf_rstd, N, C);
     sink.head_done();
 
+    const bool rerun_layers = ctx.stored_layers() < c.num_layers;
     for (int l = c.num_layers - 1; l >= 0; --l) {
         const LayerActs a = layer_acts(ctx, c, l);
         const LayerView<const float> p = layer_view(layout, w, l);
-        const LayerView<float> d = sink.layer(l);
-        const float* residual = l == 0 ? ctx.acts.encoded : layer_acts(ctx, c, l - 1).residual3;
-        // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
-        products.backward(ctx.scratch.dfch, d.fcprojw, d.fcprojb, dres, a.fch_gelu, p.fcprojw, N,
-                          4 * C, C);
-        gelu_backward(ctx.scratch.dfch, a.fch, ctx.scratch.dfch, N * 4 * C);
-        products.backward(dch, d.fcw, d.fcb, ctx.scratch.dfch, a.ln2, p.fcw, N, C, 4 * C);
-        layernorm_backward(dres, d.ln2w, d.ln2b, dch, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd,
-                           N, C);
-        // Attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
-        products.backward(dch, d.attprojw, d.attprojb, dres, a.atty, p.attprojw, N, C, C);
-        attention_backward(ctx.scratch.dqkv, ctx.scratch.attention, dch, a.qkv, a.att, B, T, C, NH);
-        products.backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, a.ln1, p.qkvw, N, C, 3 * C);
-        layernorm_backward(dres, d.ln1w, d.ln1b, dch, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, N,
-                           C);
+        const float* residual = layer_input(ctx, c, l);
+        // --recompute layers: the layer's activations again, from its stored input.
+        if (rerun_layers) layer_forward(products, ctx, a, p, residual, B, T, C, NH, false);
+        layer_backward(products, ctx, a, p, sink.layer(l), residual, B, T, C, NH);
         sink.layer_done(l);
     }
     sink.embeddings(dres, batch);

@@ -1,23 +1,41 @@
 // ThreadLocalTrainingContext: everything one worker writes during forward and backward (its
 // activations, backward scratch and its gradient window), allocated once, so workers never share
-// writable memory and need no lock; and forward_backward, which writes the gradient section by
-// section through a GradientSink.
+// writable memory and need no lock, and only what backward cannot cheaply recompute; and
+// forward_backward, which writes the gradient section by section through a GradientSink.
 #pragma once
 
 #include <cstddef>
 #include <span>
+#include <string_view>
+#include <vector>
 
 #include "core/aligned_buffer.hpp"
 #include "model/model.hpp"
 
 namespace gpt2 {
 
+// One named part of a worker's context and its size (the start-up log's table, the memory check).
+struct ContextPart {
+    std::string_view name;
+    std::size_t bytes = 0;
+};
+
+// The parts of a context for up to `max_batch` sequences of up to `seq_len` tokens, exactly as
+// ThreadLocalTrainingContext allocates them (without the gradient window), so that the memory a
+// run needs is known before anything is allocated.
+[[nodiscard]] std::vector<ContextPart> context_parts(const ModelConfig& config, int max_batch,
+                                                     int seq_len, Precision precision,
+                                                     Recompute recompute);
+[[nodiscard]] std::size_t context_bytes(const ModelConfig& config, int max_batch, int seq_len,
+                                        Precision precision, Recompute recompute);
+
 class ThreadLocalTrainingContext {
   public:
     // Sized for up to `max_batch` sequences of up to `seq_len` tokens; in bf16 precision it also
     // holds the bf16 operands of the products.
     ThreadLocalTrainingContext(const ModelConfig& config, int max_batch, int seq_len,
-                               Precision precision = Precision::fp32);
+                               Precision precision = Precision::fp32,
+                               Recompute recompute = Recompute::cheap);
 
     ThreadLocalTrainingContext(const ThreadLocalTrainingContext&) = delete;
     ThreadLocalTrainingContext& operator=(const ThreadLocalTrainingContext&) = delete;
@@ -25,6 +43,9 @@ class ThreadLocalTrainingContext {
 
     [[nodiscard]] int max_batch() const { return max_batch_; }
     [[nodiscard]] int seq_len() const { return seq_len_; }
+    [[nodiscard]] Recompute recompute() const { return recompute_; }
+    // Layers whose activations are stored: L at the cheap level, one at the layers level.
+    [[nodiscard]] int stored_layers() const { return stored_layers_; }
     // Bytes of activations and scratch (without the gradient buffer) and in total.
     [[nodiscard]] std::size_t activation_bytes() const {
         return arena_.size() * sizeof(float) +
@@ -34,35 +55,34 @@ class ThreadLocalTrainingContext {
         return activation_bytes() + gradient_window.size() * sizeof(float);
     }
 
-    // Per-layer activations are [L][max_batch*T][...]; only the first B*T rows are used when
-    // a call has fewer sequences.
+    // Per-layer activations are [S][max_batch*T][...] with S = stored_layers(); only the first
+    // B*T rows are used when a call has fewer sequences. Layer inputs are always kept for all L.
     struct Activations {
         float* encoded;    // (N, C)
-        float* ln1;        // [L] (N, C)
-        float* ln1_mean;   // [L] (N)
-        float* ln1_rstd;   // [L] (N)
-        float* qkv;        // [L] (N, 3C)
-        float* atty;       // [L] (N, C)
-        float* att;        // [L] (B, NH, T, T)
-        float* residual2;  // [L] (N, C)
-        float* ln2;        // [L] (N, C)
-        float* ln2_mean;   // [L] (N)
-        float* ln2_rstd;   // [L] (N)
-        float* fch;        // [L] (N, 4C)
-        float* fch_gelu;   // [L] (N, 4C)
-        float* residual3;  // [L] (N, C)
+        float* ln1_mean;   // [S] (N)
+        float* ln1_rstd;   // [S] (N)
+        float* qkv;        // [S] (N, 3C)
+        float* atty;       // [S] (N, C)
+        float* att_lse;    // [S] (B, NH, T): attention's log-sum-exp per query row
+        float* residual2;  // [S] (N, C)
+        float* ln2_mean;   // [S] (N)
+        float* ln2_rstd;   // [S] (N)
+        float* fch;        // [S] (N, 4C)
+        float* residual3;  // [L] (N, C): each layer's output, the next layer's input
         float* lnf;        // (N, C)
         float* lnf_mean;   // (N)
         float* lnf_rstd;   // (N)
         float* losses;     // (N)
     } acts{};
     struct Scratch {
-        float* dresidual;  // (N, C): gradient of the residual stream
-        float* dchannels;  // (N, C): dlnf, dln2, datty, dln1 in turn
-        float* dqkv;       // (N, 3C)
-        float* dfch;       // (N, 4C)
-        float* attention;  // attention_backward's scratch
-        float* logits;     // (logits_rows, Vp): one chunk of the LM head
+        float* normalized;  // (N, C): ln1 or ln2, written by forward, recomputed by backward
+        float* gelu;        // (N, 4C): GELU's output, likewise
+        float* dresidual;   // (N, C): gradient of the residual stream
+        float* dchannels;   // (N, C): dlnf, dln2, datty, dln1 in turn
+        float* dqkv;        // (N, 3C)
+        float* dfch;        // (N, 4C)
+        float* attention;   // attention's panels (ops/attention.hpp)
+        float* logits;      // (logits_rows, Vp): one chunk of the LM head
     } scratch{};
     int logits_rows = 0;
 
@@ -78,6 +98,8 @@ class ThreadLocalTrainingContext {
   private:
     int max_batch_ = 0;
     int seq_len_ = 0;
+    Recompute recompute_ = Recompute::cheap;
+    int stored_layers_ = 0;
     AlignedBuffer<float> arena_;
 };
 

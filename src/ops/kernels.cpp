@@ -1,41 +1,16 @@
 #include "ops/kernels.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 
 #include "ops/gemm.hpp"
+#include "ops/vector_math.hpp"
 
 namespace gpt2 {
 
 namespace {
-// Causal attention works on blocks of query rows so that each block only multiplies against the
-// keys it can see: the upper triangle beyond the block is never computed.
-constexpr int kTrainingQueryRows = 64;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-
-// exp(x) in a form the compiler vectorises (libm's expf is a call per element): x = n*ln2 + r
-// with |r| <= ln2/2, a degree-6 Taylor polynomial for e^r (relative error < 2e-7), and 2^n built
-// directly in the exponent bits. Inputs are clamped to [-87, 88], where float exp is normal.
-inline float vexp(float x) {
-    x = std::min(std::max(x, -87.0f), 88.0f);
-    constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-    const float shifted = x * 1.44269504088896341f + kRound;
-    const float n = shifted - kRound;
-    const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-    const float p =
-        1.0f +
-        r * (1.0f +
-             r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-    const std::int32_t exponent = std::bit_cast<std::int32_t>(shifted) - 0x4B400000 + 127;
-    return p * std::bit_cast<float>(exponent << 23);
-}
-
-// tanh through vexp: 1 - 2 / (1 + e^(2u)), exact at the saturated ends.
-inline float vtanh(float u) {
-    return 1.0f - 2.0f / (1.0f + vexp(2.0f * u));
-}
 }  // namespace
 
 void encoder_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
@@ -77,12 +52,23 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
         float var = 0.0f;
         for (int i = 0; i < C; ++i)
             var += (x[i] - m) * (x[i] - m);
-        const float s = 1.0f / std::sqrt(var / static_cast<float>(C) + kLayerNormEps);
+        mean[n] = m;
+        rstd[n] = 1.0f / std::sqrt(var / static_cast<float>(C) + kLayerNormEps);
+        // The row while it is in cache, by the very function backward recomputes it with.
+        layernorm_recompute(out + static_cast<long>(n) * C, x, mean + n, rstd + n, weight, bias, 1,
+                            C);
+    }
+}
+
+void layernorm_recompute(float* out, const float* inp, const float* mean, const float* rstd,
+                         const float* weight, const float* bias, int N, int C) {
+    for (int n = 0; n < N; ++n) {
+        const float* x = inp + static_cast<long>(n) * C;
         float* o = out + static_cast<long>(n) * C;
+        const float m = mean[n];
+        const float s = rstd[n];
         for (int i = 0; i < C; ++i)
             o[i] = (x[i] - m) * s * weight[i] + bias[i];
-        mean[n] = m;
-        rstd[n] = s;
     }
 }
 
@@ -199,91 +185,6 @@ void causal_softmax_row(float* row, int visible, int end) {
     for (int j = 0; j < visible; ++j)
         row[j] *= inv;
     std::fill(row + visible, row + end, 0.0f);
-}
-
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-    const int hs = C / NH;
-    const int C3 = 3 * C;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    for (int b = 0; b < B; ++b) {
-        for (int h = 0; h < NH; ++h) {
-            const float* q = qkv + static_cast<long>(b) * T * C3 + h * hs;
-            const float* k = q + C;
-            const float* v = q + 2 * C;
-            float* a = att + (static_cast<long>(b) * NH + h) * T * T;
-            float* o = out + static_cast<long>(b) * T * C + h * hs;
-            for (int i0 = 0; i0 < T; i0 += kTrainingQueryRows) {
-                const int i1 = std::min(T, i0 + kTrainingQueryRows);
-                float* rows = a + static_cast<long>(i0) * T;
-                // Scores against the keys visible to this block, then a causal softmax per row.
-                gemm_nt(i1 - i0, i1, hs, scale, q + static_cast<long>(i0) * C3, C3, k, C3, 0.0f,
-                        rows, T);
-                for (int i = i0; i < i1; ++i) {
-                    float* row = a + static_cast<long>(i) * T;
-                    causal_softmax_row(row, i + 1, T);
-                }
-                gemm_nn(i1 - i0, hs, i1, 1.0f, rows, T, v, C3, 0.0f, o + static_cast<long>(i0) * C,
-                        C);
-            }
-        }
-    }
-}
-
-int attention_backward_scratch_size(int T) {
-    return kTrainingQueryRows * T;
-}
-
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH) {
-    const int hs = C / NH;
-    const int C3 = 3 * C;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    const int num_blocks = (T + kTrainingQueryRows - 1) / kTrainingQueryRows;
-    for (int b = 0; b < B; ++b) {
-        for (int h = 0; h < NH; ++h) {
-            const long base = static_cast<long>(b) * T * C3 + h * hs;
-            const float* q = qkv + base;
-            const float* k = q + C;
-            const float* v = q + 2 * C;
-            float* dq = dqkv + base;
-            float* dk = dq + C;
-            float* dv = dq + 2 * C;
-            const float* a = att + (static_cast<long>(b) * NH + h) * T * T;
-            const float* d = dout + static_cast<long>(b) * T * C + h * hs;
-            // Last block first: it sees every key, so it initialises all rows of dk and dv and
-            // the earlier blocks can accumulate.
-            for (int blk = num_blocks - 1; blk >= 0; --blk) {
-                const int i0 = blk * kTrainingQueryRows;
-                const int i1 = std::min(T, i0 + kTrainingQueryRows);
-                const int rows = i1 - i0;
-                const float beta = blk == num_blocks - 1 ? 0.0f : 1.0f;
-                const float* p = a + static_cast<long>(i0) * T;
-                const float* drow = d + static_cast<long>(i0) * C;
-                // dv[0:i1] += p^T @ dout
-                gemm_tn(i1, hs, rows, 1.0f, p, T, drow, C, beta, dv, C3);
-                // dp = dout @ v^T, then softmax backward in place: ds = p * (dp - sum(p * dp)).
-                float* ds = scratch;
-                gemm_nt(rows, i1, hs, 1.0f, drow, C, v, C3, 0.0f, ds, i1);
-                for (int r = 0; r < rows; ++r) {
-                    const float* prow = p + static_cast<long>(r) * T;
-                    float* srow = ds + static_cast<long>(r) * i1;
-                    const int visible = i0 + r + 1;
-                    float dot = 0.0f;
-                    for (int j = 0; j < visible; ++j)
-                        dot += prow[j] * srow[j];
-                    for (int j = 0; j < visible; ++j)
-                        srow[j] = prow[j] * (srow[j] - dot);
-                    for (int j = visible; j < i1; ++j)
-                        srow[j] = 0.0f;
-                }
-                // dq[i0:i1] = scale * ds @ k[0:i1];  dk[0:i1] += scale * ds^T @ q[i0:i1]
-                gemm_nn(rows, hs, i1, scale, ds, i1, k, C3, 0.0f, dq + static_cast<long>(i0) * C3,
-                        C3);
-                gemm_tn(i1, hs, rows, scale, ds, i1, q + static_cast<long>(i0) * C3, C3, beta, dk,
-                        C3);
-            }
-        }
-    }
 }
 
 void gelu_forward(float* out, const float* inp, int N) {

@@ -20,6 +20,10 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::in
 // out = (inp - mean) * rstd * weight + bias, row-wise; saves mean and rstd for backward.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C);
+// layernorm_forward's output again from the mean and rstd it saved, bitwise (backward recomputes
+// the normalised rows instead of storing them).
+void layernorm_recompute(float* out, const float* inp, const float* mean, const float* rstd,
+                         const float* weight, const float* bias, int N, int C);
 // dinp += ..., dweight += ..., dbias += ...
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
@@ -47,16 +51,9 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
                           const float* inp, const Bf16* weight, Bf16* dout_bf16, Bf16* inp_bf16,
                           int N, int C, int OC);
 
-// Causal multi-head self-attention over qkv(B,T,3C) (q, k, v each NH heads of C/NH): att(B,NH,T,T)
-// holds the softmax probabilities (zero above the diagonal), out(B,T,C) the heads' outputs.
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-// One attention row: softmax over row[0, visible), zeros in [visible, end).
+// One causal attention row: softmax over row[0, visible), zeros in [visible, end) (decoding;
+// training's attention is ops/attention.hpp).
 void causal_softmax_row(float* row, int visible, int end);
-// Number of floats of scratch attention_backward needs.
-[[nodiscard]] int attention_backward_scratch_size(int T);
-// dqkv is overwritten.
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH);
 
 // GELU, tanh approximation.
 void gelu_forward(float* out, const float* inp, int N);

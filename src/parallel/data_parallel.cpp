@@ -22,12 +22,13 @@ double lap(std::chrono::steady_clock::time_point& start) {
 
 std::vector<ThreadLocalTrainingContext> make_contexts(const ModelConfig& config, int workers,
                                                       int batch_size, int seq_len,
-                                                      Precision precision) {
+                                                      Precision precision, Recompute recompute) {
     std::vector<ThreadLocalTrainingContext> contexts;
     contexts.reserve(static_cast<std::size_t>(workers));
     const int per_worker = (batch_size + workers - 1) / workers;
     for (int w = 0; w < workers; ++w)
-        contexts.emplace_back(config, w < batch_size ? per_worker : 0, seq_len, precision);
+        contexts.emplace_back(config, w < batch_size ? per_worker : 0, seq_len, precision,
+                              recompute);
     return contexts;
 }
 
@@ -43,11 +44,11 @@ TokenBatch worker_share(std::span<const std::int32_t> inputs, std::span<const st
 }  // namespace
 
 WorkerGroup::WorkerGroup(const ModelConfig& config, int workers, int batch_size, int seq_len,
-                         bool pin, Precision precision)
+                         bool pin, Precision precision, Recompute recompute)
     : batch_size_(batch_size),
       seq_len_(seq_len),
       pool_(workers, pin),
-      contexts_(make_contexts(config, workers, batch_size, seq_len, precision)),
+      contexts_(make_contexts(config, workers, batch_size, seq_len, precision, recompute)),
       reduction_(config, contexts_, std::min(workers, batch_size)),
       partials_(static_cast<std::size_t>(workers)) {}
 

@@ -32,9 +32,10 @@ class WorkerGroup {
   public:
     // Each worker with sequences has a context for ceil(batch_size / workers) sequences of seq_len
     // tokens, with bf16 scratch when the model trains in bf16; workers beyond batch_size have no
-    // sequences (their contexts hold no activations) and only help sum the gradient.
+    // sequences (their contexts hold no activations) and only help sum the gradient. `recompute`
+    // sets what the contexts store (model.hpp).
     WorkerGroup(const ModelConfig& config, int workers, int batch_size, int seq_len, bool pin,
-                Precision precision = Precision::fp32);
+                Precision precision = Precision::fp32, Recompute recompute = Recompute::cheap);
 
     [[nodiscard]] int size() const { return pool_.size(); }
     [[nodiscard]] int batch_size() const { return batch_size_; }

@@ -83,6 +83,9 @@ struct TrainOptions {
     // ZeRO stage: 0, or 1 (each rank keeps and updates only its shard of the AdamW moments).
     int zero = 0;
     Precision precision = Precision::fp32;  // of the matrix products
+    // What backward recomputes instead of storing (model.hpp); empty: auto, the least that fits
+    // in the memory available.
+    std::optional<Recompute> recompute;
     std::string log_level = "info";
     std::string metrics_file;
     double peak_gflops = 200.0;  // one core's fp32 GEMM rate, the MFU yardstick

@@ -27,8 +27,10 @@
 #include "parallel/thread_pool.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "train/checkpoint.hpp"
+#include "train/memory_plan.hpp"
 #include "train/multiple_choice_eval.hpp"
 #include "train/resume_state.hpp"
+#include "train/text_format.hpp"
 
 namespace gpt2 {
 
@@ -78,29 +80,6 @@ void install_signal_handlers() {
 
 double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string with_commas(double value) {
-    const std::string digits = std::to_string(static_cast<long long>(value + 0.5));
-    std::string out;
-    for (std::size_t i = 0; i < digits.size(); ++i) {
-        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-        out += digits[i];
-    }
-    return out;
-}
-
-std::string format_duration(double seconds) {
-    const auto s = static_cast<long long>(seconds + 0.5);
-    if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
-    if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
-    return fmt::format("{}s", s);
-}
-
-std::string human_bytes(double bytes) {
-    if (bytes >= 1 << 30) return fmt::format("{:.2f} GiB", bytes / (1 << 30));
-    if (bytes >= 1 << 20) return fmt::format("{:.1f} MiB", bytes / (1 << 20));
-    return fmt::format("{:.1f} KiB", bytes / 1024);
 }
 
 double peak_rss_bytes() {
@@ -610,9 +589,12 @@ Exchange choose_exchange(const TrainOptions& o, const Communicator& comm) {
 // This rank's replica: the model, its optimizer state and the worker threads with their contexts.
 // Under --zero 1 or shared memory the optimizer holds only this rank's slice of the moments.
 struct Replica {
-    Replica(const ModelConfig& config, int num_workers, const TrainOptions& o)
-        : workers(config, num_workers, o.batch_size, o.seq_len, o.pin_threads, o.precision),
+    Replica(const ModelConfig& config, int num_workers, const TrainOptions& o, MemoryPlan plan)
+        : memory(std::move(plan)),
+          workers(config, num_workers, o.batch_size, o.seq_len, o.pin_threads, o.precision,
+                  memory.need.recompute),
           model(config) {}
+    MemoryPlan memory;  // decided before the workers' contexts were allocated
     WorkerGroup workers;
     Model model;
     // One per world rank under --zero 1 or shared memory (the slice each updates), else empty.
@@ -676,7 +658,13 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
     std::int32_t have_weights = comm.is_root() && start.model ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&have_weights, 1));
     const int workers = o.threads > 0 ? o.threads : std::min(available_cpus(), o.batch_size);
-    auto replica = std::make_unique<Replica>(config, workers, o);
+    const MachineGroups& machines = *exchange.machines;
+    // Who holds how much of the AdamW moments (a failed share falls back to the same slices).
+    const int moment_parts = exchange.share_memory ? machines.machine.size()
+                             : o.zero == 1         ? comm.size()
+                                                   : 1;
+    auto replica = std::make_unique<Replica>(
+        config, workers, o, plan_memory(o, comm, machines.machine, config, workers, moment_parts));
     if (have_weights) {
         if (comm.is_root()) {
             const auto loaded = start.model->model.params.span();
@@ -688,7 +676,6 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
         init_parameters(replica->model, o.seed, &replica->workers.pool());
     }
     set_precision(replica->model, o.precision);  // the bf16 copy of the weights, if any
-    const MachineGroups& machines = *exchange.machines;
     if (exchange.share_memory) {
         exchange.share_error =
             share_replica_memory(replica->model, replica->workers, machines.machine);
@@ -1015,6 +1002,8 @@ void TrainingLoop::log_banner() const {
         : shared                     ? fmt::format(" (this rank's slice of {})", machine_ranks)
                  : fmt::format(" (ZeRO-1: this rank's shard of {})", comm_.size()),
         startup_seconds_ * 1e3);
+    for (const std::string& line : describe_memory(replica_.memory))
+        spdlog::info("{}", line);
     if (B_ % W != 0) {
         const int fewer = W - B_ % W;
         spdlog::warn(

@@ -244,7 +244,7 @@ void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule) 
 }
 
 void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::string& bucket_mb,
-                   std::string& share_memory) {
+                   std::string& share_memory, std::string& recompute) {
     auto* run = app.add_option_group("Run");
     run->add_option("--val-every", o.val_every, "validate every N steps (0: only at the end)")
         ->check(app::at_least(0));
@@ -323,6 +323,12 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
                     "gradients and optimizer stay fp32)")
         ->check(CLI::IsMember({"fp32", "bf16"}).description(""))
         ->type_name("NAME");
+    run->add_option("--recompute", recompute,
+                    "what backward recomputes instead of storing: cheap (LayerNorm and GELU "
+                    "outputs, attention's probabilities), layers (also every layer's forward: only "
+                    "layer inputs are stored), auto (the least that fits in the memory available)")
+        ->check(CLI::IsMember({"auto", "cheap", "layers"}).description(""))
+        ->type_name("auto|cheap|layers");
     run->add_option("--metrics-file", o.metrics_file,
                     "append one JSON object per step/eval (a 'run' record starts each run)");
     run->add_option("--peak-gflops", o.peak_gflops, "one core's peak GFLOP/s, the MFU yardstick")
@@ -368,11 +374,12 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     std::string precision = "fp32";
     std::string bucket_mb = "auto";
     std::string share_memory = "auto";
+    std::string recompute = "auto";
     add_model_flags(app, o);
     add_data_flags(app, o);
     add_batch_flags(app, o);
     add_optimizer_flags(app, o, schedule);
-    add_run_flags(app, o, precision, bucket_mb, share_memory);
+    add_run_flags(app, o, precision, bucket_mb, share_memory, recompute);
 
     // The config file's flags go first, so that the command line overrides them.
     std::vector<std::string> args;
@@ -404,6 +411,9 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     o.precision = precision == "bf16" ? Precision::bf16 : Precision::fp32;
     o.bucket_mb = bucket_mb == "auto" ? -1.0 : std::strtod(bucket_mb.c_str(), nullptr);
     o.share_memory = share_memory == "auto";
+    if (recompute != "auto") {
+        o.recompute = recompute == "layers" ? Recompute::layers : Recompute::cheap;
+    }
     std::set<std::string> known, switches;
     collect_flags(app, known, switches);
     for (const std::string& flag : known) {

@@ -1,0 +1,28 @@
+// Causal multi-head self-attention for training, flash style: forward keeps only the output and
+// one log-sum-exp per (sequence, head, query row); backward recomputes the probabilities panel by
+// panel from q, k and those statistics. No (T x T) tensor exists anywhere.
+#pragma once
+
+#include <cstddef>
+
+namespace gpt2 {
+
+// Query rows per panel: a panel of scores is (kAttentionQueryRows x keys it can see), at most
+// 64 x T floats (256 KiB at T = 1024), so a panel and its gradient stay in L2.
+inline constexpr int kAttentionQueryRows = 64;
+
+// Floats of scratch attention_forward and attention_backward need for sequences of T tokens.
+[[nodiscard]] std::size_t attention_scratch_floats(int T);
+
+// qkv (B, T, 3C): q, k, v each NH heads of C/NH. Writes out (B, T, C), the heads' outputs, and
+// lse (B, NH, T): log sum_j exp(score_ij) over the keys j <= i row i can see.
+void attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
+                       int C, int NH);
+
+// Gradient of attention_forward: dqkv (B, T, 3C) is overwritten. Reads the forward's out and lse;
+// the probabilities are recomputed bitwise as the forward computed them. Panels run from the last
+// query rows to the first, so the result is the same on every call whatever the thread count.
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out,
+                        const float* lse, const float* qkv, int B, int T, int C, int NH);
+
+}  // namespace gpt2

@@ -1,0 +1,33 @@
+// exp and tanh in forms the compiler vectorises (libm's are a call per element), shared by the
+// kernels of ops/ so that a value recomputed in backward is bitwise the forward's.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+
+namespace gpt2 {
+
+// exp(x): x = n*ln2 + r with |r| <= ln2/2, a degree-6 Taylor polynomial for e^r (relative error
+// < 2e-7), and 2^n built directly in the exponent bits. Inputs are clamped to [-87, 88], where
+// float exp is normal.
+inline float vexp(float x) {
+    x = std::min(std::max(x, -87.0f), 88.0f);
+    constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+    const float shifted = x * 1.44269504088896341f + kRound;
+    const float n = shifted - kRound;
+    const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
+    const float p =
+        1.0f +
+        r * (1.0f +
+             r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    const std::int32_t exponent = std::bit_cast<std::int32_t>(shifted) - 0x4B400000 + 127;
+    return p * std::bit_cast<float>(exponent << 23);
+}
+
+// tanh through vexp: 1 - 2 / (1 + e^(2u)), exact at the saturated ends.
+inline float vtanh(float u) {
+    return 1.0f - 2.0f / (1.0f + vexp(2.0f * u));
+}
+
+}  // namespace gpt2

@@ -1,0 +1,60 @@
+// What a rank's memory will hold before anything large is allocated: each worker's context by
+// part, the gradient windows and the rank's own buffers; --recompute auto's choice, and one clear
+// refusal (naming flags that would fit) instead of the kernel's OOM killer mid-run.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/system_memory.hpp"
+#include "model/training_context.hpp"
+
+namespace gpt2 {
+
+class Communicator;
+struct TrainOptions;
+
+// One rank's need for a given shape, batch, thread count and recompute level.
+struct MemoryNeed {
+    Recompute recompute = Recompute::cheap;
+    int workers = 0;         // worker threads of the rank
+    int with_sequences = 0;  // workers that hold sequences: min(workers, batch)
+    int sequences_per_worker = 0;
+    int seq_len = 0;
+    std::vector<ContextPart> worker_parts;  // one such worker's context
+    std::size_t worker_bytes = 0;           // their sum
+    std::size_t windows_bytes = 0;          // every worker's gradient window
+    std::size_t rank_bytes = 0;             // weights (and bf16 copy), gradient, AdamW moments
+    [[nodiscard]] std::size_t total() const {
+        return static_cast<std::size_t>(with_sequences) * worker_bytes + windows_bytes + rank_bytes;
+    }
+};
+
+// `moment_parts`: how many ranks share the AdamW moments (ZeRO-1 or shared-memory slices), 1
+// when every rank holds them all.
+[[nodiscard]] MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size,
+                                     int seq_len, Precision precision, Recompute recompute,
+                                     int moment_parts);
+
+// The level the run trains with and what it needs, decided on every rank alike.
+struct MemoryPlan {
+    MemoryNeed need;
+    int ranks_on_machine = 1;
+    std::optional<AvailableMemory> available;  // this machine's, when it could be read
+    bool chosen_automatically = false;
+};
+
+// Collective. Picks --recompute's level (auto: cheap when it fits on every machine, else layers)
+// and checks that each machine's ranks fit in its available memory. When they do not, the first
+// rank that does not fit throws InputError with one line: what is needed, what is available and
+// which flags would fit; the other ranks wait to be ended with it.
+[[nodiscard]] MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm,
+                                     const Communicator& machine, const ModelConfig& config,
+                                     int workers, int moment_parts);
+
+// The start-up log's table: bytes per worker by part, and the rank's total (one line each).
+[[nodiscard]] std::vector<std::string> describe_memory(const MemoryPlan& plan);
+
+}  // namespace gpt2
