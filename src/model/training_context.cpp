@@ -42,9 +42,9 @@ class ArenaPlan {
     std::vector<ContextPart> parts_;
 };
 
-// Where everything of a context lies in its arena (offsets in floats), and its bf16 operands.
+// Where everything of a context lies in its arena, and its bf16 operands.
 struct ContextLayout {
-    ThreadLocalTrainingContext::Activations acts;  // offsets, as pointers from a null base
+    ThreadLocalTrainingContext::Activations acts;  // null until planned over an arena
     ThreadLocalTrainingContext::Scratch scratch;
     ArenaPlan plan;
     std::size_t bf16_inputs = 0, bf16_gradients = 0;  // elements
@@ -52,8 +52,9 @@ struct ContextLayout {
     int stored_layers = 0;
 };
 
+// Plans the arrays in order; with `base` (an arena of plan.size() floats) also points them into it.
 ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Precision precision,
-                           Recompute recompute) {
+                           Recompute recompute, float* base = nullptr) {
     ContextLayout out;
     const auto L = static_cast<std::size_t>(c.num_layers);
     const auto C = static_cast<std::size_t>(c.channels);
@@ -62,9 +63,9 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
     const auto S = static_cast<std::size_t>(out.stored_layers);
     out.logits_rows = static_cast<int>(std::min<std::size_t>(N, kLogitsChunkRows));
     ArenaPlan& plan = out.plan;
-    // Offsets travel as float pointers from address 0 until the arena exists.
-    const auto at = [&](std::string_view part, std::size_t count) {
-        return static_cast<float*>(nullptr) + plan.reserve(part, count);
+    const auto at = [&](std::string_view part, std::size_t count) -> float* {
+        const std::size_t offset = plan.reserve(part, count);
+        return base != nullptr ? base + offset : nullptr;
     };
     auto& a = out.acts;
     a.encoded = at("layer inputs", N * C);
@@ -100,10 +101,6 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
     return out;
 }
 
-// Moves a pointer planned from address 0 onto `base`.
-float* rebase(float* planned, float* base) {
-    return base + (planned - static_cast<float*>(nullptr));
-}
 }  // namespace
 
 std::vector<ContextPart> context_parts(const ModelConfig& config, int max_batch, int seq_len,
@@ -123,20 +120,14 @@ ThreadLocalTrainingContext::ThreadLocalTrainingContext(const ModelConfig& c, int
                                                        int seq_len, Precision precision,
                                                        Recompute recompute)
     : max_batch_(max_batch), seq_len_(seq_len), recompute_(recompute) {
-    const ContextLayout layout = plan_context(c, max_batch, seq_len, precision, recompute);
+    arena_ =
+        AlignedBuffer<float>(plan_context(c, max_batch, seq_len, precision, recompute).plan.size());
+    const ContextLayout layout =
+        plan_context(c, max_batch, seq_len, precision, recompute, arena_.data());
     stored_layers_ = layout.stored_layers;
     logits_rows = layout.logits_rows;
-    arena_ = AlignedBuffer<float>(layout.plan.size());
-    float* base = arena_.data();
     acts = layout.acts;
-    for (float** p : {&acts.encoded, &acts.ln1_mean, &acts.ln1_rstd, &acts.qkv, &acts.atty,
-                      &acts.att_lse, &acts.residual2, &acts.ln2_mean, &acts.ln2_rstd, &acts.fch,
-                      &acts.residual3, &acts.lnf, &acts.lnf_mean, &acts.lnf_rstd, &acts.losses})
-        *p = rebase(*p, base);
     scratch = layout.scratch;
-    for (float** p : {&scratch.normalized, &scratch.gelu, &scratch.dresidual, &scratch.dchannels,
-                      &scratch.dqkv, &scratch.dfch, &scratch.attention, &scratch.logits})
-        *p = rebase(*p, base);
     if (precision == Precision::bf16) {
         bf16_inputs = AlignedBuffer<Bf16>(layout.bf16_inputs);
         bf16_gradients = AlignedBuffer<Bf16>(layout.bf16_gradients);
