@@ -18,6 +18,7 @@
 #include "core/random.hpp"
 #include "ops/attention.hpp"
 #include "ops/kernels.hpp"
+#include "ops/peak_flops.hpp"
 #include "test_support.hpp"
 
 namespace gpt2 {
@@ -476,6 +477,17 @@ TEST(CrossEntropyForwardBackward, MatchesFiniteDifferencesAndIgnoresPadding) {
     EXPECT_TRUE(all_close(other_losses, forward_losses, 0.0, 0.0));
     EXPECT_TRUE(all_close(other_fused, fused_losses, 0.0, 0.0));
     EXPECT_TRUE(all_close(other, dlogits, 0.0, 0.0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// the MFU yardstick
+
+TEST(FmaPeak, MeasuresAFiniteRateWithTheGemmKernelsInstructions) {
+    const FmaPeak peak = measure_fma_peak();
+    EXPECT_TRUE(std::isfinite(peak.gflops));
+    EXPECT_GT(peak.gflops, 0.0);
+    const std::string isa = peak.isa;
+    EXPECT_TRUE(isa == "AVX-512 FMA" || isa == "AVX2 FMA" || isa == "SSE") << isa;
 }
 
 }  // namespace

@@ -521,7 +521,7 @@ TEST(TrainHelp, ShowsDefaultsAndWordsNotInternalMaps) {
     const auto help = run_command(test::build_path("train_gpt2") + " --help");
     EXPECT_EQ(help.exit_code, 0);
     EXPECT_NE(help.output.find("--schedule NAME=cosine"), std::string::npos) << help.output;
-    EXPECT_NE(help.output.find("--peak-gflops FLOAT=200"), std::string::npos) << help.output;
+    EXPECT_NE(help.output.find("--peak-gflops FLOAT=0"), std::string::npos) << help.output;
     EXPECT_NE(help.output.find("--log-level LEVEL=info"), std::string::npos) << help.output;
     EXPECT_NE(help.output.find("--version"), std::string::npos) << help.output;
     EXPECT_EQ(help.output.find("->"), std::string::npos) << help.output;
@@ -539,9 +539,17 @@ TEST_F(Run, MfuCountsCoresNotThreadsAndWarnsWhenOversubscribed) {
               "--out-dir " +
               path("out"));
     ASSERT_EQ(result.exit_code, 0) << result.output;
-    EXPECT_NE(result.output.find("MFU peak " + std::to_string(100 * cpus) + " GFLOP/s"),
+    EXPECT_NE(result.output.find("MFU peak " + std::to_string(100 * cpus) + " GFLOP/s (" +
+                                 std::to_string(cpus) + (cpus == 1 ? " core" : " cores") +
+                                 " x 100 GFLOP/s, --peak-gflops)"),
               std::string::npos)
         << result.output;
+    // Without the flag, one core's peak is measured with the GEMM kernels' instructions.
+    const auto measured =
+        train("--threads 1 --batch-size 1 --max-steps 1 --out-dir " + path("measured"));
+    ASSERT_EQ(measured.exit_code, 0) << measured.output;
+    EXPECT_NE(measured.output.find("FMA measured on one core)"), std::string::npos)
+        << measured.output;
     EXPECT_NE(result.output.find("oversubscribed"), std::string::npos) << result.output;
 }
 

@@ -43,7 +43,7 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     require(o.max_bad_steps > 0, "--max-bad-steps must be positive");
     require(o.check_replicas >= 0, "--check-replicas must not be negative");
     require(o.benchmark >= 0, "--benchmark must not be negative");
-    require(o.peak_gflops > 0.0, "--peak-gflops must be positive");
+    require(o.peak_gflops >= 0.0, "--peak-gflops must be >= 0 (0: measured at start-up)");
     require(o.vocab_size >= 257 || o.tokenizer != "bpe",
             "--vocab-size must be at least 257 for --tokenizer bpe (256 bytes + end-of-text)");
     require(o.train_data.empty() == o.val_data.empty(), "--train-data and --val-data go together");

@@ -88,7 +88,7 @@ struct TrainOptions {
     std::optional<Recompute> recompute;
     std::string log_level = "info";
     std::string metrics_file;
-    double peak_gflops = 200.0;  // one core's fp32 GEMM rate, the MFU yardstick
+    double peak_gflops = 0.0;    // one core's fp32 peak, the MFU yardstick (0: measured)
     int benchmark = 0;           // >0: time this many steps after warm-up and report
     int inject_nan_step = -1;    // test hook: poison the gradient at this step
     int inject_spike_step = -1;  // test hook: scale the gradient by 10^4 at this step

@@ -23,6 +23,7 @@
 #include "data/windows.hpp"
 #include "model/generate.hpp"
 #include "ops/gemm.hpp"
+#include "ops/peak_flops.hpp"
 #include "parallel/data_parallel.hpp"
 #include "parallel/thread_pool.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -869,6 +870,25 @@ std::vector<MultipleChoiceExample> load_hellaswag(const TrainOptions& o, const C
     return examples;
 }
 
+// What MFU is measured against: one core's fp32 multiply-add peak, measured at start-up with the
+// instructions the GEMM kernels use (a few milliseconds) unless --peak-gflops gives it, times the
+// cores the workers use.
+struct MfuYardstick {
+    double per_core = 0.0;
+    int cores = 1;
+    std::string source;
+    [[nodiscard]] std::string describe() const {
+        return fmt::format("{} core{} x {:.0f} GFLOP/s, {}", cores, cores == 1 ? "" : "s", per_core,
+                           source);
+    }
+};
+
+MfuYardstick mfu_yardstick(const TrainOptions& o, int cores) {
+    if (o.peak_gflops > 0.0) return MfuYardstick{o.peak_gflops, cores, "--peak-gflops"};
+    const FmaPeak peak = measure_fma_peak();
+    return MfuYardstick{peak.gflops, cores, fmt::format("{} measured on one core", peak.isa)};
+}
+
 // The step loop and what it does between steps (validate, sample, checkpoint, compare replicas),
 // over state built once: the replica, the data, the batch buffers and the metrics file.
 class TrainingLoop {
@@ -902,6 +922,7 @@ class TrainingLoop {
     const std::int64_t tokens_per_step_;
     const Exchange exchange_;
     const double flops_per_step_;
+    const MfuYardstick yardstick_;
     const double peak_gflops_;
     const ScheduleConfig schedule_;
     const std::string run_config_;
@@ -932,7 +953,8 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
       exchange_(exchange),
       flops_per_step_(training_flops_per_token(replica.model.config, o.seq_len) *
                       static_cast<double>(tokens_per_step_)),
-      peak_gflops_(o.peak_gflops * cores_in_use(comm, replica.workers.size())),
+      yardstick_(mfu_yardstick(o, cores_in_use(comm, replica.workers.size()))),
+      peak_gflops_(yardstick_.per_core * yardstick_.cores),
       schedule_{o.schedule, o.lr, o.min_lr, o.warmup_steps, plan.decay_steps},
       run_config_(config_json(o, replica.model.config, comm.size(), replica.workers.size())),
       startup_seconds_(startup_seconds),
@@ -1061,8 +1083,8 @@ void TrainingLoop::log_banner() const {
     if (replica_.model.precision == Precision::bf16) {
         spdlog::info(
             "precision bf16: products on {}, fp32 weights, gradients and AdamW | MFU against "
-            "the fp32 peak {:.0f} GFLOP/s",
-            bf16_backend_name(bf16_backend()), peak_gflops_);
+            "the fp32 peak {:.0f} GFLOP/s ({})",
+            bf16_backend_name(bf16_backend()), peak_gflops_, yardstick_.describe());
         if (bf16_backend() == Bf16Backend::avx512_bf16) {
             // Measured on Sapphire Rapids limited to AVX512_BF16 (ONEDNN_MAX_CPU_ISA): oneDNN
             // 2.6's bf16 kernels ran at 0.65x OpenBLAS's fp32 there; other CPUs may differ.
@@ -1071,8 +1093,8 @@ void TrainingLoop::log_banner() const {
                 "or --benchmark before a long run");
         }
     } else {
-        spdlog::info("precision fp32: GEMM kernels {} | MFU peak {:.0f} GFLOP/s",
-                     gemm_kernel_name(), peak_gflops_);
+        spdlog::info("precision fp32: GEMM kernels {} | MFU peak {:.0f} GFLOP/s ({})",
+                     gemm_kernel_name(), peak_gflops_, yardstick_.describe());
     }
     for (int w = 0; w < W; ++w) {
         const Range share = split_range(static_cast<std::size_t>(B_), w, W);

@@ -331,8 +331,10 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
         ->type_name("auto|cheap|layers");
     run->add_option("--metrics-file", o.metrics_file,
                     "append one JSON object per step/eval (a 'run' record starts each run)");
-    run->add_option("--peak-gflops", o.peak_gflops, "one core's peak GFLOP/s, the MFU yardstick")
-        ->check(app::positive());
+    run->add_option("--peak-gflops", o.peak_gflops,
+                    "one core's fp32 peak GFLOP/s, the MFU yardstick (0: measured at start-up "
+                    "with the GEMM kernels' instructions)")
+        ->check(app::at_least(0));
     run->add_option("--benchmark", o.benchmark, "time N steps after warm-up, print figures, exit")
         ->check(app::at_least(0));
     run->add_option("--inject-nan-step", o.inject_nan_step,
