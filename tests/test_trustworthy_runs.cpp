@@ -739,6 +739,13 @@ TEST_F(Run, DebugLogsPerPhaseTimingsAndOnlyRankZeroPrintsStepsOtherwise) {
     EXPECT_NE(debug.output.find("| thread reduction "), std::string::npos);
     EXPECT_NE(debug.output.find("| allreduce "), std::string::npos);
     EXPECT_NE(debug.output.find("| optimizer "), std::string::npos);
+    // Each worker's wait at the reduction's barriers, so imbalance between workers shows.
+    const auto threads =
+        train("--max-steps 1 --threads 2 --log-level debug --out-dir " + path("c"), 0);
+    ASSERT_EQ(threads.exit_code, 0) << threads.output;
+    EXPECT_TRUE(
+        std::regex_search(threads.output, std::regex(R"(\| barrier wait per worker \d+/\d+ ms)")))
+        << threads.output;
 }
 
 TEST_F(Run, SamplesInTheLogAreValidUtf8) {

@@ -123,6 +123,7 @@ GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, cons
     workers.pool().run([&](int w) {
         double loss = 0.0;
         double summing = 0.0;
+        double at_barriers = 0.0;
         try {
             for (int a = 0; a < batch.grad_accum; ++a) {
                 LayerwiseReduction::WorkerSink sink(reduction, w,
@@ -135,6 +136,7 @@ GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, cons
                     sink.take_part_without_sequences(T);
                 }
                 summing += sink.seconds_waiting_and_summing();
+                at_barriers += sink.seconds_at_barriers();
             }
         } catch (const BarrierAborted&) {
             return;  // another worker failed: the pool rethrows its error
@@ -143,11 +145,14 @@ GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, cons
             throw;
         }
         sums[static_cast<std::size_t>(w)].value = loss;
+        sums[static_cast<std::size_t>(w)].seconds_at_barriers = at_barriers;
         if (w == 0) worker0_summing = summing;
     });
     GradientPass pass;
-    for (const WorkerPartial& s : sums)
+    for (const WorkerPartial& s : sums) {
         pass.loss_sum += s.value;
+        pass.seconds_at_barriers.push_back(s.seconds_at_barriers);
+    }
     pass.seconds_summing = worker0_summing;
     return pass;
 }
@@ -389,6 +394,7 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     metrics.timings.forward_backward =
         lap(clock) - pass.seconds_summing - pass.seconds_after_backward;
     metrics.timings.thread_reduction = pass.seconds_summing;
+    metrics.timings.barrier_wait = pass.seconds_at_barriers;
 
     if (fault == InjectedFault::nan_gradient) {
         workers.gradient()[0] = std::numeric_limits<float>::quiet_NaN();

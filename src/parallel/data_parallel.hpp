@@ -23,6 +23,7 @@ namespace gpt2 {
 // One worker's scalar result, alone on its cache line so workers never write the same line.
 struct alignas(64) WorkerPartial {
     double value = 0.0;
+    double seconds_at_barriers = 0.0;  // accumulate_gradients: waiting for the other workers
 };
 
 // A rank's compute: the thread pool, one ThreadLocalTrainingContext per worker and the rank's one
@@ -134,6 +135,8 @@ struct StepTimings {
     double allreduce = 0.0;  // after backward: the gradient's (rest of the) allreduce, the loss's
                              // and the norm
     double optimizer = 0.0;
+    // Per worker: time spent at the reduction's barriers waiting for the others (imbalance).
+    std::vector<double> barrier_wait;
 };
 
 struct StepMetrics {
@@ -152,9 +155,10 @@ struct StepMetrics {
 // is called on the calling thread (worker 0) as each part of the rank's gradient becomes complete
 // during the last micro-batch: the final LayerNorm, layers L-1 down to 0, the embeddings.
 struct GradientPass {
-    double loss_sum = 0.0;                // sum of the per-token losses on this rank
-    double seconds_summing = 0.0;         // worker 0's share of waiting at barriers and summing
-    double seconds_after_backward = 0.0;  // overlapped allreduce: the part left after backward
+    double loss_sum = 0.0;                    // sum of the per-token losses on this rank
+    double seconds_summing = 0.0;             // worker 0's share of waiting at barriers and summing
+    double seconds_after_backward = 0.0;      // overlapped allreduce: the part left after backward
+    std::vector<double> seconds_at_barriers;  // per worker: waiting for the others
 };
 [[nodiscard]] GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers,
                                                 const StepBatch& batch,

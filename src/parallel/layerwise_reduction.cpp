@@ -197,6 +197,7 @@ LayerwiseReduction::WorkerSink::WorkerSink(LayerwiseReduction& reduction, int wo
     : r_(reduction), w_(worker), ready_(ready != nullptr && *ready ? ready : nullptr) {}
 
 void LayerwiseReduction::WorkerSink::wait() {
+    const Stopwatch watch(seconds_at_barriers_);
     r_.barrier_.arrive_and_wait();
 }
 

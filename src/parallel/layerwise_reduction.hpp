@@ -86,6 +86,8 @@ class LayerwiseReduction {
         // and sums its shares.
         void take_part_without_sequences(int seq_len);
         [[nodiscard]] double seconds_waiting_and_summing() const { return seconds_; }
+        // The part of it spent at barriers, waiting for the other workers.
+        [[nodiscard]] double seconds_at_barriers() const { return seconds_at_barriers_; }
 
       private:
         void wait();
@@ -97,6 +99,7 @@ class LayerwiseReduction {
         int w_;
         const GradientReady* ready_;
         double seconds_ = 0.0;
+        double seconds_at_barriers_ = 0.0;
     };
 
   private:

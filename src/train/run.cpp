@@ -1199,11 +1199,14 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
         completed, last_step_, m.loss, z(m.loss_z), hyper.adamw.lr, m.grad_norm, z(m.norm_z),
         seconds * 1e3, with_commas(tok_s), mfu * 100,
         format_duration(ema_seconds * static_cast<double>(last_step_ - completed)));
+    std::string barrier_wait;
+    for (const double seconds : m.timings.barrier_wait)
+        barrier_wait += fmt::format("{}{:.0f}", barrier_wait.empty() ? "" : "/", seconds * 1e3);
     spdlog::debug(
         "rank {} step {}: forward/backward {:.1f} ms | thread reduction {:.1f} ms | "
-        "allreduce {:.1f} ms | optimizer {:.1f} ms",
+        "allreduce {:.1f} ms | optimizer {:.1f} ms | barrier wait per worker {} ms",
         comm_.rank(), completed, m.timings.forward_backward * 1e3, m.timings.thread_reduction * 1e3,
-        m.timings.allreduce * 1e3, m.timings.optimizer * 1e3);
+        m.timings.allreduce * 1e3, m.timings.optimizer * 1e3, barrier_wait);
     metrics_.write({{"type", "train"},
                     {"step", completed},
                     {"loss", m.loss},
