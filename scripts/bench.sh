@@ -325,9 +325,9 @@ if ((bf16)); then
   done
 fi
 echo
-peak="$(grep -ohE 'MFU peak [0-9.]+ GFLOP/s' "$log_dir"/c*-threads-r1.log 2>/dev/null | head -n1 || true)"
-echo "MFU: ours' own figure for the better of its two layouts, against the peak it assumes"
-echo "(${peak:-see its log} for the 2 cores; --peak-gflops sets it). np=2 RSS is rank 0's."
+peak="$(grep -ohE 'MFU peak [0-9.]+ GFLOP/s \([^)]*\)' "$log_dir"/c*-threads-r1.log 2>/dev/null | head -n1 || true)"
+echo "MFU: ours' own figure for the better of its two layouts, against the cores' FMA peak it"
+echo "measured at start-up (${peak:-see its log}; --peak-gflops sets it). np=2 RSS is rank 0's."
 echo "Full output of every run: $log_dir"
 if ((failures)); then
   echo "bench.sh: $failures run(s) failed; see above" >&2
