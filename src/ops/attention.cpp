@@ -36,16 +36,6 @@ void probabilities_row(float* row, int visible, int end, float lse) {
     std::fill(row + visible, row + end, 0.0f);
 }
 
-// log sum_j exp(row[j]) over [0, visible), with the maximum taken out first.
-float row_log_sum_exp(const float* row, int visible) {
-    float maxv = row[0];
-    for (int j = 1; j < visible; ++j)
-        maxv = std::max(maxv, row[j]);
-    float sum = 0.0f;
-    for (int j = 0; j < visible; ++j)
-        sum += vexp(row[j] - maxv);
-    return maxv + std::log(sum);
-}
 }  // namespace
 
 std::size_t attention_scratch_floats(int T) {
@@ -69,7 +59,7 @@ void attention_forward(float* out, float* lse, float* scratch, const float* qkv,
                 scores_panel(panel, hd, i0, rows, i1, hs, C3, scale);
                 for (int r = 0; r < rows; ++r) {
                     float* row = panel + static_cast<long>(r) * i1;
-                    const float row_lse = row_log_sum_exp(row, i0 + r + 1);
+                    const float row_lse = log_sum_exp(row, i0 + r + 1);
                     lse[hd.lse + i0 + r] = row_lse;
                     probabilities_row(row, i0 + r + 1, i1, row_lse);
                 }

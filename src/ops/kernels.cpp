@@ -206,19 +206,6 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int N) {
     }
 }
 
-namespace {
-// Returns log(sum(exp(row - max))) + max over the first V entries, i.e. the log-partition.
-float log_sum_exp(const float* row, int V) {
-    float maxv = row[0];
-    for (int j = 1; j < V; ++j)
-        maxv = std::max(maxv, row[j]);
-    float sum = 0.0f;
-    for (int j = 0; j < V; ++j)
-        sum += vexp(row[j] - maxv);
-    return std::log(sum) + maxv;
-}
-}  // namespace
-
 void cross_entropy_forward(float* losses, const float* logits, const std::int32_t* targets, int R,
                            int V, int Vp) {
     for (int r = 0; r < R; ++r) {

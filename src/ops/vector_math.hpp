@@ -1,9 +1,10 @@
-// exp and tanh in forms the compiler vectorises (libm's are a call per element), shared by the
-// kernels of ops/ so that a value recomputed in backward is bitwise the forward's.
+// exp, tanh and log-sum-exp in forms the compiler vectorises (libm's are a call per element),
+// shared by the kernels of ops/ so that a value recomputed in backward is bitwise the forward's.
 #pragma once
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 namespace gpt2 {
@@ -28,6 +29,18 @@ inline float vexp(float x) {
 // tanh through vexp: 1 - 2 / (1 + e^(2u)), exact at the saturated ends.
 inline float vtanh(float u) {
     return 1.0f - 2.0f / (1.0f + vexp(2.0f * u));
+}
+
+// log(sum(exp(row[j]))) over the first n entries, the maximum taken out first: a softmax's
+// log-partition (cross-entropy's, attention's log-sum-exp).
+inline float log_sum_exp(const float* row, int n) {
+    float maxv = row[0];
+    for (int j = 1; j < n; ++j)
+        maxv = std::max(maxv, row[j]);
+    float sum = 0.0f;
+    for (int j = 0; j < n; ++j)
+        sum += vexp(row[j] - maxv);
+    return std::log(sum) + maxv;
 }
 
 }  // namespace gpt2
