@@ -28,8 +28,45 @@ void scores_panel(float* panel, const Head& hd, int i0, int rows, int keys, int 
             keys);
 }
 
-// Turns a row of scores into probabilities exp(s - lse) over [0, visible), zeros in
-// [visible, end). Forward and backward both call it, so the probabilities agree bitwise.
+// Lanes of the row reductions below: element j goes to lane j % kLanes and the lanes combine in a
+// fixed order, so the compiler can vectorise them (a single running sum cannot be reordered) and
+// every CPU gets the same result.
+constexpr int kLanes = 16;
+
+template <typename Combine>
+float reduce_lanes(const float* x, int n, float init, Combine combine) {
+    float lane[kLanes];
+    std::fill(lane, lane + kLanes, init);
+    int j = 0;
+    for (; j + kLanes <= n; j += kLanes) {
+        for (int l = 0; l < kLanes; ++l)
+            lane[l] = combine(lane[l], x[j + l]);
+    }
+    for (int l = 0; j + l < n; ++l)
+        lane[l] = combine(lane[l], x[j + l]);
+    float result = lane[0];
+    for (int l = 1; l < kLanes; ++l)
+        result = combine(result, lane[l]);
+    return result;
+}
+
+// Forward: a row of scores becomes its softmax over [0, visible), zeros in [visible, end);
+// returns the row's log-sum-exp. One pass of exp, as a plain softmax takes.
+float softmax_row(float* row, int visible, int end) {
+    const float maxv =
+        reduce_lanes(row, visible, row[0], [](float a, float b) { return std::max(a, b); });
+    for (int j = 0; j < visible; ++j)
+        row[j] = vexp(row[j] - maxv);
+    const float sum = reduce_lanes(row, visible, 0.0f, [](float a, float b) { return a + b; });
+    const float inv = 1.0f / sum;
+    for (int j = 0; j < visible; ++j)
+        row[j] *= inv;
+    std::fill(row + visible, row + end, 0.0f);
+    return maxv + std::log(sum);
+}
+
+// Backward: a row of scores becomes exp(s - lse) over [0, visible), zeros in [visible, end): the
+// forward's probabilities up to rounding (a few units in the last place).
 void probabilities_row(float* row, int visible, int end, float lse) {
     for (int j = 0; j < visible; ++j)
         row[j] = vexp(row[j] - lse);
@@ -59,9 +96,7 @@ void attention_forward(float* out, float* lse, float* scratch, const float* qkv,
                 scores_panel(panel, hd, i0, rows, i1, hs, C3, scale);
                 for (int r = 0; r < rows; ++r) {
                     float* row = panel + static_cast<long>(r) * i1;
-                    const float row_lse = log_sum_exp(row, i0 + r + 1);
-                    lse[hd.lse + i0 + r] = row_lse;
-                    probabilities_row(row, i0 + r + 1, i1, row_lse);
+                    lse[hd.lse + i0 + r] = softmax_row(row, i0 + r + 1, i1);
                 }
                 // out[i0:i1] = P @ v[0:i1]
                 gemm_nn(rows, hs, i1, 1.0f, panel, i1, hd.v, C3, 0.0f,

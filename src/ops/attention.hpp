@@ -19,9 +19,9 @@ inline constexpr int kAttentionQueryRows = 64;
 void attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
                        int C, int NH);
 
-// Gradient of attention_forward: dqkv (B, T, 3C) is overwritten. Reads the forward's out and lse;
-// the probabilities are recomputed bitwise as the forward computed them. Panels run from the last
-// query rows to the first, so the result is the same on every call whatever the thread count.
+// Gradient of attention_forward: dqkv (B, T, 3C) is overwritten. Reads the forward's out and lse
+// and recomputes the probabilities as exp(score - lse). Panels run from the last query rows to the
+// first, so the result is the same on every call whatever the thread count.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out,
                         const float* lse, const float* qkv, int B, int T, int C, int NH);
 
