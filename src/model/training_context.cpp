@@ -212,8 +212,8 @@ void check_batch(const ThreadLocalTrainingContext& ctx, const Model& model,
 
 namespace {
 // One layer's forward from its input `residual` (N, C). Writes the layer's stored activations and
-// the scratch LayerNorm and GELU outputs; with `output` false it stops before the last product,
-// whose result (the layer's output) backward never reads.
+// the scratch LayerNorm and GELU outputs; with `output` false it stops before GELU and the last
+// product, whose results backward recomputes or never reads.
 void layer_forward(const Products& products, ThreadLocalTrainingContext& ctx, const LayerActs& a,
                    const LayerView<const float>& p, const float* residual, int B, int T, int C,
                    int NH, bool output) {
@@ -226,8 +226,8 @@ void layer_forward(const Products& products, ThreadLocalTrainingContext& ctx, co
     products.forward(a.residual2, residual, a.atty, p.attprojw, p.attprojb, N, C, C);
     layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
     products.forward(a.fch, nullptr, ln, p.fcw, p.fcb, N, C, 4 * C);
-    gelu_forward(gelu, a.fch, N * 4 * C);
-    if (output) {
+    if (output) {  // GELU feeds only the last product; backward recomputes it itself
+        gelu_forward(gelu, a.fch, N * 4 * C);
         products.forward(a.residual3, a.residual2, gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
     }
 }
