@@ -4,6 +4,8 @@
 #   scripts/setup.sh            # everything
 #   GPT2_NATIVE=OFF scripts/setup.sh   # portable binaries (no -march=native)
 #   GPT2_WITH_PYTHON=1 scripts/setup.sh # also PyTorch/matplotlib/Node (fixtures, benchmarks, plots)
+#   GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh # also llama.cpp (node-llama-cpp 3.21.1's prebuilt CPU
+#                                          # binary, in .deps/) and NumPy: convert_model's checks
 #   GPT2_SETUP_DRY_RUN=1 scripts/setup.sh # only print the packages it would install
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +22,11 @@ if [[ "${GPT2_WITH_PYTHON:-0}" == "1" ]]; then
   for module in torch numpy matplotlib; do
     /usr/bin/python3 -c "import $module" 2>/dev/null || packages+=("python3-$module")
   done
+  command -v node >/dev/null || packages+=(nodejs)
+  command -v npm >/dev/null || packages+=(npm)
+fi
+if [[ "${GPT2_WITH_LLAMA_CPP:-0}" == "1" ]]; then
+  /usr/bin/python3 -c "import numpy" 2>/dev/null || packages+=(python3-numpy)
   command -v node >/dev/null || packages+=(nodejs)
   command -v npm >/dev/null || packages+=(npm)
 fi
@@ -40,6 +47,15 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
   echo "setup: all packages present"
+fi
+
+# llama.cpp for the GGUF checks (tests/test_formats.cpp): the package and its prebuilt linux-x64
+# CPU binary only (the CUDA/Vulkan variants are 600 MB more), nothing built or downloaded later.
+if [[ "${GPT2_WITH_LLAMA_CPP:-0}" == "1" && ! -d .deps/llama-cpp/node_modules/@node-llama-cpp/linux-x64 ]]; then
+  echo "setup: installing node-llama-cpp 3.21.1 into .deps/llama-cpp"
+  mkdir -p .deps/llama-cpp
+  NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --prefix .deps/llama-cpp --no-audit --no-fund \
+    --no-save --omit=optional --silent -E node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1
 fi
 
 # The corpus: from ../shared/data when this checkout sits beside it, otherwise its public URL.

@@ -6,9 +6,9 @@
 #include <fstream>
 
 #include "data/shard.hpp"
+#include "formats/checkpoint.hpp"
 #include "process_support.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/checkpoint.hpp"
 
 namespace gpt2 {
 namespace {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "formats/checkpoint.hpp"
 #include "model/model.hpp"
-#include "train/checkpoint.hpp"
 
 namespace gpt2 {
 namespace {

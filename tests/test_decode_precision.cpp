@@ -13,12 +13,12 @@
 
 #include "core/error.hpp"
 #include "core/file_io.hpp"
+#include "formats/checkpoint.hpp"
 #include "model/decode_weights.hpp"
 #include "model/kv_cache.hpp"
 #include "parallel/thread_pool.hpp"
 #include "process_support.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/checkpoint.hpp"
 
 namespace gpt2 {
 namespace {

@@ -4,9 +4,9 @@
 
 #include <random>
 
+#include "formats/checkpoint.hpp"
 #include "model/optimizer.hpp"
 #include "process_support.hpp"
-#include "train/checkpoint.hpp"
 #include "train/resume_state.hpp"
 
 namespace gpt2 {

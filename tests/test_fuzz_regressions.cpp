@@ -7,8 +7,8 @@
 
 #include "apps/train_gpt2/options.hpp"
 #include "core/error.hpp"
+#include "formats/checkpoint.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/checkpoint.hpp"
 
 namespace gpt2 {
 namespace {

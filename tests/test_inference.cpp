@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/utf8.hpp"
+#include "formats/checkpoint.hpp"
 #include "model/generate.hpp"
 #include "model/kv_cache.hpp"
 #include "model/optimizer.hpp"
@@ -20,7 +21,6 @@
 #include "process_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/checkpoint.hpp"
 #include "train/resume_state.hpp"
 
 namespace gpt2 {

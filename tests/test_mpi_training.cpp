@@ -8,9 +8,9 @@
 #include <regex>
 #include <set>
 
+#include "formats/checkpoint.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
-#include "train/checkpoint.hpp"
 
 namespace gpt2 {
 namespace {

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "formats/checkpoint.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
-#include "train/checkpoint.hpp"
 
 namespace gpt2 {
 namespace {

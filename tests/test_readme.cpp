@@ -32,7 +32,8 @@ std::set<std::string> long_flags(const std::string& text) {
     return flags;
 }
 
-const std::vector<std::string> kPrograms = {"train_gpt2", "inference", "prepare_data"};
+const std::vector<std::string> kPrograms = {"train_gpt2", "inference", "prepare_data",
+                                            "convert_model"};
 
 TEST(Readme, DocumentsEveryFlagOfEveryProgram) {
     const std::string manual = readme();

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "core/random.hpp"
+#include "formats/checkpoint.hpp"
 #include "model/training_context.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/data_parallel.hpp"
 #include "process_support.hpp"
-#include "train/checkpoint.hpp"
 #include "train/memory_plan.hpp"
 #include "train/resume_state.hpp"
 

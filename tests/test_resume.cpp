@@ -8,8 +8,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "formats/checkpoint.hpp"
 #include "process_support.hpp"
-#include "train/checkpoint.hpp"
 #include "train/resume_state.hpp"
 
 namespace gpt2 {

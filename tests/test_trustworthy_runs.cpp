@@ -16,12 +16,12 @@
 
 #include "core/random.hpp"
 #include "core/utf8.hpp"
+#include "formats/checkpoint.hpp"
 #include "model/model.hpp"
 #include "model/spike_guard.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/thread_pool.hpp"
 #include "process_support.hpp"
-#include "train/checkpoint.hpp"
 #include "train/resume_state.hpp"
 
 namespace gpt2 {

@@ -1,5 +1,7 @@
 // Loads GPT-2's tokenizer from OpenAI's encoder.json (token string -> id) and vocab.bpe (merges by
-// rank), undoing GPT-2's byte-to-printable-character mapping so tokens become raw bytes.
+// rank), or Hugging Face's vocab.json and merges.txt (the same data under other names), undoing
+// GPT-2's byte-to-printable-character mapping so tokens become raw bytes; and spells a byte-level
+// BPE back in that form for the exporters.
 #include <array>
 #include <fstream>
 #include <iterator>
@@ -29,6 +31,35 @@ constexpr std::array<std::int16_t, 0x200> make_unicode_to_byte() {
     return table;
 }
 constexpr std::array<std::int16_t, 0x200> kUnicodeToByte = make_unicode_to_byte();
+
+// The inverse: the code point that spells each byte.
+constexpr std::array<std::uint16_t, 256> make_byte_to_unicode() {
+    std::array<std::uint16_t, 256> table{};
+    for (std::size_t code_point = 0; code_point < kUnicodeToByte.size(); ++code_point) {
+        if (kUnicodeToByte[code_point] >= 0) {
+            table[static_cast<std::size_t>(kUnicodeToByte[code_point])] =
+                static_cast<std::uint16_t>(code_point);
+        }
+    }
+    return table;
+}
+constexpr std::array<std::uint16_t, 256> kByteToUnicode = make_byte_to_unicode();
+
+// Raw bytes in GPT-2's printable spelling (UTF-8; every code point is below U+0200).
+[[nodiscard]] std::string map_token(std::string_view bytes) {
+    std::string spelled;
+    spelled.reserve(bytes.size() * 2);
+    for (const char c : bytes) {
+        const std::uint16_t code_point = kByteToUnicode[static_cast<unsigned char>(c)];
+        if (code_point < 0x80) {
+            spelled += static_cast<char>(code_point);
+        } else {
+            spelled += static_cast<char>(0xC0 | (code_point >> 6));
+            spelled += static_cast<char>(0x80 | (code_point & 0x3F));
+        }
+    }
+    return spelled;
+}
 
 // Decodes one of GPT-2's token spellings (UTF-8) back to the bytes it stands for.
 [[nodiscard]] std::string unmap_token(std::string_view spelled, const std::string& where) {
@@ -68,8 +99,11 @@ constexpr std::array<std::int16_t, 0x200> kUnicodeToByte = make_unicode_to_byte(
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir) {
-    const std::filesystem::path encoder_path = dir / "encoder.json";
-    const std::filesystem::path merges_path = dir / "vocab.bpe";
+    // OpenAI's names first; Hugging Face's where only those exist.
+    const bool hugging_face = !std::filesystem::exists(dir / "encoder.json") &&
+                              std::filesystem::exists(dir / "vocab.json");
+    const std::filesystem::path encoder_path = dir / (hugging_face ? "vocab.json" : "encoder.json");
+    const std::filesystem::path merges_path = dir / (hugging_face ? "merges.txt" : "vocab.bpe");
     const std::string encoder_text = read_tokenizer_file(encoder_path);
     const std::string merges_text = read_tokenizer_file(merges_path);
 
@@ -130,8 +164,8 @@ std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir)
         const auto lookup = [&](std::string_view spelling) {
             const auto it = id_of_spelling.find(spelling);
             if (it == id_of_spelling.end()) {
-                throw InputError(where + ": \"" + std::string(spelling) +
-                                 "\" is not a token in encoder.json");
+                throw InputError(where + ": \"" + std::string(spelling) + "\" is not a token in " +
+                                 encoder_path.filename().string());
             }
             return it->second;
         };
@@ -142,6 +176,50 @@ std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir)
     } catch (const InputError& e) {
         throw InputError(dir.string() + ": " + e.what());
     }
+}
+
+SpelledBpe spell_byte_level_bpe(const Tokenizer& tokenizer) {
+    const std::string_view kind = tokenizer_kind_name(tokenizer.kind());
+    if (tokenizer.kind() == TokenizerKind::Char) {
+        throw InputError(
+            "the char tokenizer has no byte-level BPE form (it maps only the corpus's own bytes to "
+            "ids; any other byte has no token)");
+    }
+    // The serialized form holds the merges (and, for gpt2, the vocabulary): read them back.
+    const std::vector<std::uint8_t> bytes = tokenizer.serialize();
+    detail::ByteReader reader(bytes, std::string(kind) + " tokenizer");
+    reader.skip(2, "kind tag and format version");
+    if (tokenizer.kind() == TokenizerKind::Gpt2) {
+        const std::uint32_t vocab_size = reader.count("vocabulary size", 4);
+        reader.skip(4, "<|endoftext|> id");
+        for (std::uint32_t id = 0; id < vocab_size; ++id)
+            reader.skip(reader.count("token length", 1), "token bytes");
+    }
+    SpelledBpe spelled;
+    spelled.eot_id = *tokenizer.eot_id();
+    const int vocab_size = tokenizer.vocab_size();
+    spelled.tokens.reserve(static_cast<std::size_t>(vocab_size));
+    std::unordered_map<std::string, int> id_of;
+    for (int id = 0; id < vocab_size; ++id) {
+        const std::string raw = tokenizer.token_bytes(id);
+        const std::string token = id == spelled.eot_id ? raw : map_token(raw);
+        if (const auto [it, fresh] = id_of.emplace(token, id); !fresh) {
+            // A trained BPE may make the same bytes by two merges; by-spelling formats cannot.
+            throw InputError(std::string(kind) + " tokenizer: tokens " +
+                             std::to_string(it->second) + " and " + std::to_string(id) +
+                             " are the same bytes, which a vocabulary of spellings cannot hold");
+        }
+        spelled.tokens.push_back(token);
+    }
+    const std::uint32_t num_merges = reader.count("merge count", 8);
+    spelled.merges.reserve(num_merges);
+    for (std::uint32_t rank = 0; rank < num_merges; ++rank) {
+        const auto left = static_cast<int>(reader.u32("merge"));
+        const auto right = static_cast<int>(reader.u32("merge"));
+        spelled.merges.push_back(spelled.tokens[static_cast<std::size_t>(left)] + " " +
+                                 spelled.tokens[static_cast<std::size_t>(right)]);
+    }
+    return spelled;
 }
 
 }  // namespace gpt2

@@ -46,8 +46,21 @@ class Tokenizer {
 // Byte-level BPE trained on the corpus: 256 byte tokens + merges + <|endoftext|> = vocab_size.
 [[nodiscard]] std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus,
                                                              int vocab_size);
-// GPT-2's tokenizer from encoder.json and vocab.bpe in dir.
+// GPT-2's tokenizer from encoder.json and vocab.bpe in dir, or from Hugging Face's vocab.json and
+// merges.txt (the same data) where dir has no encoder.json.
 [[nodiscard]] std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir);
+
+// A byte-level BPE as GPT-2's files, Hugging Face and GGUF spell it: each token's bytes in GPT-2's
+// printable alphabet (<|endoftext|> as itself), indexed by id, and the merges by rank as
+// "left right". Exact: a tokenizer loaded from these spellings encodes every text the same.
+struct SpelledBpe {
+    std::vector<std::string> tokens;
+    std::vector<std::string> merges;
+    int eot_id = 0;
+};
+// For gpt2 and trained bpe tokenizers; InputError saying why for a char tokenizer, or a trained
+// one in which two merges make the same bytes (spellings cannot tell such tokens apart).
+[[nodiscard]] SpelledBpe spell_byte_level_bpe(const Tokenizer& tokenizer);
 [[nodiscard]] std::unique_ptr<Tokenizer> deserialize_tokenizer(std::span<const std::uint8_t> bytes);
 
 // Conventions of the implementations:

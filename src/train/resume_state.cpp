@@ -11,7 +11,7 @@
 
 #include "core/bytes.hpp"
 #include "core/error.hpp"
-#include "train/checkpoint.hpp"
+#include "formats/checkpoint.hpp"
 
 namespace gpt2 {
 

@@ -21,13 +21,14 @@
 #include "core/utf8.hpp"
 #include "data/shard.hpp"
 #include "data/windows.hpp"
+#include "formats/checkpoint.hpp"
+#include "formats/model_file.hpp"
 #include "model/generate.hpp"
 #include "ops/gemm.hpp"
 #include "ops/peak_flops.hpp"
 #include "parallel/data_parallel.hpp"
 #include "parallel/thread_pool.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/checkpoint.hpp"
 #include "train/memory_plan.hpp"
 #include "train/multiple_choice_eval.hpp"
 #include "train/resume_state.hpp"
@@ -114,7 +115,10 @@ void refuse_foreign_checkpoints(const TrainOptions& o) {
 
 StartPoint load_init_from(const TrainOptions& o) {
     StartPoint start;
-    start.model = load_checkpoint(o.init_from);
+    std::vector<std::string> notes;
+    start.model = load_model_file(o.init_from, &notes);
+    for (const std::string& note : notes)
+        spdlog::info("{}", note);
     start.source = "--init-from " + o.init_from;
     return start;
 }

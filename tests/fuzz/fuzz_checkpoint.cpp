@@ -3,8 +3,8 @@
 #include <cstring>
 #include <vector>
 
+#include "formats/checkpoint.hpp"
 #include "fuzz_support.hpp"
-#include "train/checkpoint.hpp"
 
 namespace {
 

@@ -11,8 +11,9 @@
 
 #include "data/multiple_choice.hpp"
 #include "data/shard.hpp"
+#include "formats/checkpoint.hpp"
+#include "formats/hugging_face.hpp"
 #include "fuzz_support.hpp"
-#include "train/checkpoint.hpp"
 #include "train/resume_state.hpp"
 
 namespace fs = std::filesystem;
@@ -162,6 +163,25 @@ int main(int argc, char** argv) {
         save("gpt2_L1_C4.bin", gpt2_tok.get(), config_for(*gpt2_tok, 4, 1, 2, 4), 3);
         save("llmc_L2_C4.bin", nullptr, gpt2::ModelConfig{4, 10, 16, 2, 2, 4}, 4);
         save("llmc_L1_C8.bin", nullptr, config_for(*char_tok, 8, 1, 1, 8), 5);
+    }
+    // SafetensorsFile::parse and the Hugging Face config reader (fuzz_hf_config's fixed shape)
+    {
+        const fs::path st = target_dir(root, "safetensors");
+        const fs::path config = target_dir(root, "hf_config");
+        const gpt2::Model model = make_model(gpt2::ModelConfig{8, 16, 128, 1, 2, 8}, 6);
+        const fs::path scratch = gpt2::fuzz::scratch_dir() / "hf_seed";
+        for (const auto& [type, name] : {std::pair{gpt2::ElementType::f32, "f32"},
+                                         {gpt2::ElementType::f16, "f16"},
+                                         {gpt2::ElementType::bf16, "bf16"}}) {
+            gpt2::write_hugging_face_model(scratch, model, nullptr, type);
+            fs::copy_file(scratch / "model.safetensors", st / (std::string(name) + ".safetensors"),
+                          fs::copy_options::overwrite_existing);
+        }
+        fs::copy_file(scratch / "config.json", config / "save_pretrained.json",
+                      fs::copy_options::overwrite_existing);
+        write_text(config / "hub_minimal.json",
+                   R"({"model_type": "gpt2", "n_embd": 8, "n_head": 2, "n_layer": 1, "n_ctx": 8, )"
+                   R"("vocab_size": 16, "resid_pdrop": 0.1, "n_inner": null})");
     }
     // load_resume_state for fuzz_resume_state's fixed shape
     {

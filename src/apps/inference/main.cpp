@@ -27,12 +27,13 @@
 #include "core/bytes.hpp"
 #include "core/error.hpp"
 #include "core/utf8.hpp"
+#include "formats/checkpoint.hpp"
+#include "formats/model_file.hpp"
 #include "model/decode_weights.hpp"
 #include "model/kv_cache.hpp"
 #include "ops/gemm.hpp"
 #include "parallel/comm.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/checkpoint.hpp"
 #include "train/resume_state.hpp"
 
 namespace {
@@ -90,9 +91,11 @@ std::variant<Options, int> parse_options(int argc, char** argv, bool speaker) {
                  "inference"};
     app.option_defaults()->always_capture_default();
     app::add_common_flags(app, o.log_level);
-    app.add_option("checkpoint", o.checkpoint, "checkpoint or llm.c model file")
+    app.add_option("checkpoint", o.checkpoint,
+                   "checkpoint, llm.c model file, or Hugging Face GPT-2 (directory or "
+                   "model.safetensors)")
         ->required()
-        ->type_name("FILE");
+        ->type_name("MODEL");
     auto* prompt = app.add_option("--prompt", o.prompt, "prompt text (none: end-of-text)");
     auto* prompt_file =
         app.add_option("--prompt-file", o.prompt_file,
@@ -199,7 +202,10 @@ struct Loaded {
 // every generated id into the wrong text, so it is refused rather than used.
 Loaded load(const Options& o) {
     refuse_resume_state(o.checkpoint);
-    gpt2::LoadedModel file = gpt2::load_checkpoint(o.checkpoint);
+    std::vector<std::string> notes;
+    gpt2::LoadedModel file = gpt2::load_model_file(o.checkpoint, &notes);
+    for (const std::string& note : notes)
+        spdlog::info("{}", note);
     const int V = file.model.config.vocab_size;
     std::unique_ptr<gpt2::Tokenizer> own;
     if (file.extras && !file.extras->tokenizer.empty()) {

@@ -179,7 +179,8 @@ void add_model_flags(CLI::App& app, TrainOptions& o) {
                      "max context (position embeddings); 0: --seq-len")
         ->check(app::at_least(0));
     model->add_option("--init-from", o.init_from,
-                      "start from an llm.c model file or our checkpoint (its shape and tokenizer)");
+                      "start from an llm.c model file, our checkpoint or a Hugging Face GPT-2 "
+                      "(directory or model.safetensors): its shape and tokenizer");
 }
 
 void add_data_flags(CLI::App& app, TrainOptions& o) {

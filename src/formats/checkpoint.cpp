@@ -1,4 +1,4 @@
-#include "train/checkpoint.hpp"
+#include "formats/checkpoint.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -21,20 +21,44 @@ constexpr std::array<char, 8> kFooterMagic = {'G', 'P', 'T', '2', 'C', 'K', 'P',
 constexpr std::size_t kFooterBytes = 8 + 8 + 8;
 enum class TrailerTag : std::uint32_t { Tokenizer = 1, ConfigJson = 2 };
 
-}  // namespace
-
-std::filesystem::path save_checkpoint(const std::filesystem::path& path, const Model& model,
-                                      const std::optional<CheckpointExtras>& extras) {
-    const ModelConfig& c = model.config;
+std::array<std::int32_t, kHeaderInts> llmc_header(const ModelConfig& c, std::int32_t version) {
     std::array<std::int32_t, kHeaderInts> header{};
     header[0] = kLlmcModelMagic;
-    header[1] = kLlmcModelVersionFp32;
+    header[1] = version;
     header[2] = c.max_seq_len;
     header[3] = c.vocab_size;
     header[4] = c.num_layers;
     header[5] = c.num_heads;
     header[6] = c.channels;
     header[7] = c.padded_vocab_size;
+    return header;
+}
+
+}  // namespace
+
+std::filesystem::path save_llmc_model(const std::filesystem::path& path, const Model& model,
+                                      std::int32_t version) {
+    if (version == kLlmcModelVersionFp32) return save_checkpoint(path, model, std::nullopt);
+    if (version != kLlmcModelVersionBf16) {
+        throw InputError(path.string() +
+                         ": llm.c model files are version 3 (fp32) or 5 (bf16), not " +
+                         std::to_string(version));
+    }
+    const auto header = llmc_header(model.config, version);
+    std::vector<Bf16> weights(model.params.size());
+    convert_to_bf16(weights.data(), model.params.data(), weights.size());
+    const std::array pieces = {
+        std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(header.data()),
+                                      kHeaderBytes),
+        std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(weights.data()),
+                                      weights.size() * sizeof(Bf16))};
+    write_file_atomically(path, pieces);
+    return path;
+}
+
+std::filesystem::path save_checkpoint(const std::filesystem::path& path, const Model& model,
+                                      const std::optional<CheckpointExtras>& extras) {
+    const auto header = llmc_header(model.config, kLlmcModelVersionFp32);
     const std::span<const std::uint8_t> header_bytes(
         reinterpret_cast<const std::uint8_t*>(header.data()), kHeaderBytes);
     const std::span<const std::uint8_t> param_bytes(

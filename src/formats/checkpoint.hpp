@@ -18,7 +18,7 @@ namespace gpt2 {
 
 inline constexpr std::int32_t kLlmcModelMagic = 20240326;
 inline constexpr std::int32_t kLlmcModelVersionFp32 = 3;
-inline constexpr std::int32_t kLlmcModelVersionBf16 = 5;  // read only (widened to fp32)
+inline constexpr std::int32_t kLlmcModelVersionBf16 = 5;  // widened to fp32 when read
 
 // What a checkpoint carries besides the weights.
 struct CheckpointExtras {
@@ -35,6 +35,10 @@ struct LoadedModel {
 // previous file at `path` untouched.
 std::filesystem::path save_checkpoint(const std::filesystem::path& path, const Model& model,
                                       const std::optional<CheckpointExtras>& extras);
+// Writes llm.c's model file, version 3 (fp32: save_checkpoint without extras) or 5 (bf16, each
+// weight rounded to nearest even), atomically; returns path.
+std::filesystem::path save_llmc_model(const std::filesystem::path& path, const Model& model,
+                                      std::int32_t version);
 // Reads a plain llm.c model file (fp32, version 3, or bf16, version 5) or a checkpoint; verifies
 // the checksum when present. Throws InputError naming the file for anything missing, truncated,
 // corrupt or of the wrong kind.

@@ -1,0 +1,30 @@
+// GGUF version 3 files for llama.cpp's "gpt2" architecture: metadata, GPT-2's byte-level BPE
+// tokenizer embedded, and the weights as F32, F16, BF16 or Q8_0 (ggml's 32-value blocks with an
+// f16 scale); 1-D tensors stay F32.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/model.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace gpt2 {
+
+enum class GgufWeights { f32, f16, bf16, q8_0 };
+
+// One Q8_0 block as ggml stores it: an f16 scale d = max|x| / 127, then round(x / d) as int8.
+inline constexpr int kQ8Block = 32;
+// Appends the blocks of `values` (a multiple of 32 long) to out.
+void append_q8_0(std::vector<std::uint8_t>& out, std::span<const float> values);
+
+// Writes `path` atomically. The tokenizer must have a byte-level BPE form (gpt2, or a trained bpe
+// without duplicate spellings): InputError says why otherwise, before anything is written.
+// Q8_0 needs the channel count to be a multiple of 32 (InputError otherwise).
+void write_gguf(const std::filesystem::path& path, const Model& model, const Tokenizer& tokenizer,
+                GgufWeights weights, const std::string& name);
+
+}  // namespace gpt2

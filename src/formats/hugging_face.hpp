@@ -1,0 +1,41 @@
+// Hugging Face GPT-2 models (GPT2LMHeadModel): a directory of config.json and model.safetensors
+// (or shards named by model.safetensors.index.json), with vocab.json and merges.txt as the
+// tokenizer. Read as the Hub stores them, written as save_pretrained writes them.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "formats/checkpoint.hpp"
+#include "formats/element_type.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace gpt2 {
+
+// Whether `path` names a Hugging Face model: a directory (with config.json or model.safetensors
+// or its index) or a .safetensors / .safetensors.index.json file.
+[[nodiscard]] bool is_hugging_face_model(const std::filesystem::path& path);
+
+// What a Hugging Face config.json says beyond the shape, for the log.
+struct HuggingFaceNotes {
+    std::vector<std::string> lines;  // e.g. "dropout in config.json not applied: ..."
+};
+
+// Reads a GPT-2 model from a directory, a model.safetensors file (config.json beside it) or an
+// index of shards. Names with or without "transformer.", Conv1D weights (in, out), the attention
+// mask buffers present or not, lm_head.weight absent or equal to wte; F32, F16 and BF16 tensors.
+// The directory's vocab.json + merges.txt, when present, become the tokenizer in `extras`.
+// InputError naming the file and the field for anything that is not such a model.
+[[nodiscard]] LoadedModel load_hugging_face_model(const std::filesystem::path& path,
+                                                  HuggingFaceNotes* notes = nullptr);
+
+// Writes `dir` as save_pretrained would: config.json, generation_config.json, model.safetensors
+// (`type` F32, F16 or BF16; rows of the padded vocabulary dropped) and, when `tokenizer` is given,
+// vocab.json, merges.txt and tokenizer_config.json. The tokenizer must have a byte-level BPE form
+// (spell_byte_level_bpe) or InputError says why, before anything is written.
+void write_hugging_face_model(const std::filesystem::path& dir, const Model& model,
+                              const Tokenizer* tokenizer, ElementType type);
+
+}  // namespace gpt2

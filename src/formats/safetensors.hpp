@@ -1,0 +1,71 @@
+// Hugging Face's safetensors files: an 8-byte little-endian header length, a JSON header giving
+// each tensor's dtype, shape and byte range, then the tensors' bytes. A strict reader (every byte
+// of the data accounted for exactly once, sizes equal to shape x dtype) and an atomic writer.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/element_type.hpp"
+
+namespace gpt2 {
+
+// The largest header the reader accepts (safetensors' own limit is 100 MB).
+inline constexpr std::uint64_t kMaxSafetensorsHeader = 100'000'000;
+
+struct SafetensorsTensor {
+    std::string name;
+    std::string dtype;                // as the file spells it ("F32", "I64", ...)
+    std::optional<ElementType> type;  // set for the types we convert (F32, F16, BF16)
+    std::vector<std::int64_t> shape;
+    std::span<const std::uint8_t> bytes;
+    [[nodiscard]] std::int64_t elements() const;
+};
+
+class SafetensorsFile {
+  public:
+    // Reads and checks `path`; InputError naming the file and the field at fault.
+    [[nodiscard]] static SafetensorsFile read(const std::filesystem::path& path);
+    // The same for bytes already in memory (`name` is how errors name them).
+    [[nodiscard]] static SafetensorsFile parse(std::vector<std::uint8_t> bytes, std::string name);
+
+    SafetensorsFile(SafetensorsFile&&) = default;
+    SafetensorsFile& operator=(SafetensorsFile&&) = default;
+    SafetensorsFile(const SafetensorsFile&) = delete;
+    SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+    [[nodiscard]] const std::string& name() const { return name_; }
+    // In the order of their data in the file.
+    [[nodiscard]] const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
+    [[nodiscard]] const SafetensorsTensor* find(std::string_view tensor) const;
+    [[nodiscard]] const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  private:
+    SafetensorsFile() = default;
+    std::string name_;
+    std::vector<std::uint8_t> bytes_;  // the tensors' spans point into it
+    std::vector<SafetensorsTensor> tensors_;
+    std::map<std::string, std::string> metadata_;
+};
+
+// A tensor to write: its bytes already in `type`.
+struct SafetensorsOutput {
+    std::string name;
+    ElementType type = ElementType::f32;
+    std::vector<std::int64_t> shape;
+    std::vector<std::uint8_t> bytes;
+};
+
+// Writes the tensors (data in the given order) and `metadata` as "__metadata__", atomically;
+// returns path. InputError naming the file on failure.
+std::filesystem::path write_safetensors(const std::filesystem::path& path,
+                                        std::span<const SafetensorsOutput> tensors,
+                                        const std::map<std::string, std::string>& metadata);
+
+}  // namespace gpt2

@@ -1,0 +1,824 @@
+// Model files in and out (src/formats/): safetensors' strict reader, Hugging Face GPT-2
+// directories, llm.c's model files and GGUF, judged where possible by the other side's own code: an
+// independent NumPy reader (tests/hf_gpt2_reference.py) and llama.cpp itself (node-llama-cpp,
+// pinned 3.21.1, installed by `GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh`). Those two skip, saying
+// why, where absent.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "core/random.hpp"
+#include "formats/checkpoint.hpp"
+#include "formats/gguf.hpp"
+#include "formats/hugging_face.hpp"
+#include "formats/model_file.hpp"
+#include "formats/safetensors.hpp"
+#include "model/generate.hpp"
+#include "model/training_context.hpp"
+#include "ops/gemm.hpp"
+#include "process_support.hpp"
+#include "test_support.hpp"
+
+namespace gpt2 {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::run_command;
+using test::ScratchDir;
+
+const fs::path kGpt2Dir = fs::path(GPT2_SHARED_DATA_DIR) / "gpt2";
+const fs::path kLlamaModules = fs::path(GPT2_SOURCE_DIR) / ".deps" / "llama-cpp" / "node_modules";
+const std::string kReference = std::string(GPT2_SOURCE_DIR) + "/tests/hf_gpt2_reference.py";
+const std::string kLlamaCheck = std::string(GPT2_SOURCE_DIR) + "/tests/llama_cpp_check.mjs";
+
+Model small_model(int vocab, std::uint64_t seed, int channels = 64) {
+    Model model(ModelConfig{64, vocab, pad_vocab(vocab), 2, 4, channels});
+    init_parameters(model, seed);
+    return model;
+}
+
+bool has_gpt2_files() {
+    return fs::exists(kGpt2Dir / "encoder.json");
+}
+
+void expect_bitwise(std::span<const float> a, std::span<const float> b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(a[i]), std::bit_cast<std::uint32_t>(b[i]))
+            << "element " << i;
+    }
+}
+
+// Logits (T, V) of every position of `tokens` by our forward pass.
+std::vector<float> our_logits(const Model& model, const std::vector<std::int32_t>& tokens) {
+    const ModelConfig& c = model.config;
+    const int T = static_cast<int>(tokens.size());
+    ThreadLocalTrainingContext ctx(c, 1, T, Precision::fp32, Recompute::layers);
+    forward_hidden(model, ctx, TokenBatch{tokens, tokens, 1, T});
+    std::vector<float> padded(static_cast<std::size_t>(T) * c.padded_vocab_size);
+    gemm_nt(T, c.padded_vocab_size, c.channels, 1.0f, ctx.acts.lnf, c.channels,
+            model.layout.tensor(model.weights(), ParamTensor::wte).data(), c.channels, 0.0f,
+            padded.data(), c.padded_vocab_size);
+    std::vector<float> logits;
+    for (int t = 0; t < T; ++t) {
+        const auto row = padded.begin() + static_cast<long>(t) * c.padded_vocab_size;
+        logits.insert(logits.end(), row, row + c.vocab_size);
+    }
+    return logits;
+}
+
+// ---- Element types ---------------------------------------------------------------------------
+
+TEST(ElementTypes, HalfConversionsMatchTheCompilersFloat16) {
+    for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
+        const auto h = static_cast<std::uint16_t>(bits);
+        _Float16 reference;
+        std::memcpy(&reference, &h, 2);
+        const float widened = half_to_float(h);
+        if (std::isnan(static_cast<float>(reference))) {
+            EXPECT_TRUE(std::isnan(widened)) << bits;
+            continue;
+        }
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(widened),
+                  std::bit_cast<std::uint32_t>(static_cast<float>(reference)))
+            << "half " << bits;
+        ASSERT_EQ(float_to_half(widened), h) << "half " << bits;
+    }
+    // Rounding: every exponent half can reach (and past it), ties included.
+    std::mt19937 rng(7);
+    for (int i = 0; i < 2'000'000; ++i) {
+        const std::uint32_t bits = (static_cast<std::uint32_t>(rng() % 40 + 95) << 23) |
+                                   (rng() & 0x807FFFFFu) | (i % 3 == 0 ? 0x1000u : 0u);
+        const float value = std::bit_cast<float>(bits);
+        const _Float16 reference = static_cast<_Float16>(value);
+        std::uint16_t expected;
+        std::memcpy(&expected, &reference, 2);
+        ASSERT_EQ(float_to_half(value), expected) << value;
+    }
+}
+
+// ---- safetensors -----------------------------------------------------------------------------
+
+std::vector<std::uint8_t> safetensors_bytes(const std::string& header, std::size_t data_bytes,
+                                            std::uint64_t declared = 0) {
+    // Sized once and filled with memcpy: GCC 12 warns falsely on inserts into a small vector.
+    std::vector<std::uint8_t> bytes(8 + header.size() + data_bytes);
+    const std::uint64_t size = declared != 0 ? declared : header.size();
+    std::memcpy(bytes.data(), &size, 8);
+    std::memcpy(bytes.data() + 8, header.data(), header.size());
+    for (std::size_t i = 0; i < data_bytes; ++i)
+        bytes[8 + header.size() + i] = static_cast<std::uint8_t>(i);
+    return bytes;
+}
+
+std::string parse_error(const std::vector<std::uint8_t>& bytes) {
+    try {
+        (void)SafetensorsFile::parse(bytes, "x.safetensors");
+    } catch (const InputError& e) {
+        return e.what();
+    }
+    return "(accepted)";
+}
+
+TEST(Safetensors, AWellFormedFileIsRead) {
+    const std::string header =
+        R"({"__metadata__":{"format":"pt"},"b":{"dtype":"F16","shape":[2],"data_offsets":[8,12]},)"
+        R"("a":{"dtype":"F32","shape":[2,1],"data_offsets":[0,8]}})";
+    const SafetensorsFile file = SafetensorsFile::parse(safetensors_bytes(header, 12), "x");
+    ASSERT_EQ(file.tensors().size(), 2u);
+    EXPECT_EQ(file.tensors()[0].name, "a");  // in data order
+    EXPECT_EQ(file.tensors()[1].shape, std::vector<std::int64_t>{2});
+    EXPECT_EQ(file.tensors()[1].type, ElementType::f16);
+    EXPECT_EQ(file.tensors()[1].bytes[0], 8);
+    EXPECT_EQ(file.metadata().at("format"), "pt");
+}
+
+TEST(Safetensors, MalformedFilesGetOneErrorNamingTheFileAndTheField) {
+    const auto tensor = [](const std::string& name, const std::string& dtype,
+                           const std::string& shape, int begin, int end) {
+        return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape +
+               ",\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(end) + "]}";
+    };
+    struct Case {
+        const char* what;
+        std::vector<std::uint8_t> bytes;
+        std::vector<std::string> expected;
+    };
+    const std::vector<Case> cases = {
+        {"hole",
+         safetensors_bytes(
+             "{" + tensor("a", "F32", "[2]", 0, 8) + "," + tensor("b", "F32", "[2]", 12, 20) + "}",
+             20),
+         {"tensor b", "hole"}},
+        {"overlap",
+         safetensors_bytes(
+             "{" + tensor("a", "F32", "[2]", 0, 8) + "," + tensor("b", "F32", "[2]", 4, 12) + "}",
+             12),
+         {"tensor b", "overlap"}},
+        {"size",
+         safetensors_bytes("{" + tensor("a", "F32", "[3]", 0, 8) + "}", 8),
+         {"tensor a", "needs 12"}},
+        {"trailing",
+         safetensors_bytes("{" + tensor("a", "F32", "[2]", 0, 8) + "}", 12),
+         {"4 trailing bytes"}},
+        {"outside",
+         safetensors_bytes("{" + tensor("a", "F32", "[4]", 0, 16) + "}", 8),
+         {"tensor a", "outside"}},
+        {"dtype",
+         safetensors_bytes("{" + tensor("a", "F128", "[2]", 0, 8) + "}", 8),
+         {"tensor a", "unknown dtype \"F128\""}},
+        {"shape",
+         safetensors_bytes("{" + tensor("a", "F32", "[-2]", 0, 8) + "}", 8),
+         {"tensor a", "shape"}},
+        {"offsets",
+         safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2]}})", 8),
+         {"tensor a", "data_offsets"}},
+        {"json", safetensors_bytes("{\"a\":", 8), {"not valid JSON"}},
+        {"huge header", safetensors_bytes("{}", 8, std::uint64_t{1} << 40), {"exceeds the limit"}},
+        {"past the end", safetensors_bytes("{}", 0, 100), {"runs past the end"}},
+        {"short", std::vector<std::uint8_t>(5, 0), {"too short"}},
+        {"metadata",
+         safetensors_bytes(R"({"__metadata__":{"format":1}})", 0),
+         {"__metadata__.format"}},
+    };
+    for (const Case& c : cases) {
+        const std::string message = parse_error(c.bytes);
+        EXPECT_NE(message.find("x.safetensors: "), std::string::npos) << c.what << ": " << message;
+        for (const std::string& part : c.expected)
+            EXPECT_NE(message.find(part), std::string::npos) << c.what << ": " << message;
+    }
+}
+
+// ---- Hugging Face ----------------------------------------------------------------------------
+
+TEST(HuggingFace, ExportThenImportIsBitwiseWithTheTokenizer) {
+    if (!has_gpt2_files()) GTEST_SKIP() << "no GPT-2 tokenizer files in " << kGpt2Dir;
+    const ScratchDir dir("gpt2-formats-hf");
+    const Model model = small_model(50257, 11);
+    const auto tokenizer = load_gpt2_tokenizer(kGpt2Dir);
+    write_hugging_face_model(dir.path() / "hf", model, tokenizer.get(), ElementType::f32);
+    const LoadedModel back = load_model_file(dir.path() / "hf");
+    EXPECT_EQ(back.model.config, model.config);
+    expect_bitwise(back.model.weights(), model.weights());
+    ASSERT_TRUE(back.extras.has_value());
+    EXPECT_EQ(back.extras->tokenizer, tokenizer->serialize());  // vocab.json + merges.txt
+    const json config = json::parse(read_text_file(dir.path() / "hf" / "config.json"));
+    EXPECT_EQ(config["architectures"][0], "GPT2LMHeadModel");
+    EXPECT_EQ(config["activation_function"], "gelu_new");
+    EXPECT_EQ(config["n_ctx"], 64);
+    EXPECT_EQ(config["eos_token_id"], 50256);
+    EXPECT_EQ(config["bos_token_id"], 50256);
+    const SafetensorsFile file = SafetensorsFile::read(dir.path() / "hf" / "model.safetensors");
+    EXPECT_EQ(file.metadata().at("format"), "pt");
+    // Vocabulary padding is dropped; Conv1D weights are (in, out).
+    EXPECT_EQ(file.find("transformer.wte.weight")->shape, (std::vector<std::int64_t>{50257, 64}));
+    const SafetensorsTensor* qkv = file.find("transformer.h.1.attn.c_attn.weight");
+    ASSERT_NE(qkv, nullptr);
+    EXPECT_EQ(qkv->shape, (std::vector<std::int64_t>{64, 192}));
+    const float* ours = model.layout.layer(model.weights(), ParamTensor::qkvw, 1).data();
+    for (const auto& [in, out] : {std::pair{0, 0}, {3, 100}, {63, 191}, {17, 5}}) {
+        float stored;
+        std::memcpy(&stored, qkv->bytes.data() + 4 * (in * 192 + out), 4);
+        EXPECT_EQ(stored, ours[out * 64 + in]) << in << "," << out;
+    }
+}
+
+TEST(HuggingFace, HalfAndBf16ExportsHoldTheRoundedWeights) {
+    const ScratchDir dir("gpt2-formats-half");
+    const Model model = small_model(300, 12);
+    for (const ElementType type : {ElementType::f16, ElementType::bf16}) {
+        write_hugging_face_model(dir.path() / "hf", model, nullptr, type);
+        const LoadedModel back = load_model_file(dir.path() / "hf" / "model.safetensors");
+        const std::span<const float> a = back.model.weights(), w = model.weights();
+        for (std::size_t i = 0; i < w.size(); ++i) {
+            const float rounded = type == ElementType::f16 ? half_to_float(float_to_half(w[i]))
+                                                           : to_float(to_bf16(w[i]));
+            ASSERT_EQ(a[i], rounded) << element_type_name(type) << " element " << i;
+        }
+    }
+}
+
+// Rewrites an exported model.safetensors through `edit` (names and tensors as the test wishes).
+void rewrite(const fs::path& file,
+             const std::function<void(std::vector<SafetensorsOutput>&)>& edit) {
+    std::vector<SafetensorsOutput> tensors;
+    {
+        const SafetensorsFile in = SafetensorsFile::read(file);
+        for (const SafetensorsTensor& t : in.tensors())
+            tensors.push_back({t.name, *t.type, t.shape, {t.bytes.begin(), t.bytes.end()}});
+    }
+    edit(tensors);
+    write_safetensors(file, tensors, {});
+}
+
+std::string load_error(const fs::path& path) {
+    try {
+        (void)load_model_file(path);
+    } catch (const InputError& e) {
+        return e.what();
+    }
+    return "(accepted)";
+}
+
+TEST(HuggingFace, TheHubsLayoutIsReadAndUntiedOrForeignTensorsAreRefused) {
+    const ScratchDir dir("gpt2-formats-hub");
+    const Model model = small_model(300, 13);
+    const fs::path hf = dir.path() / "hf", file = hf / "model.safetensors";
+    write_hugging_face_model(hf, model, nullptr, ElementType::f32);
+    // As openai-community/gpt2 stores it: no prefix, mask buffers, and lm_head (tied).
+    rewrite(file, [](std::vector<SafetensorsOutput>& tensors) {
+        std::vector<std::uint8_t> wte;
+        for (SafetensorsOutput& t : tensors) {
+            t.name.erase(0, std::string_view("transformer.").size());
+            if (t.name == "wte.weight") wte = t.bytes;
+        }
+        for (int l = 0; l < 2; ++l) {
+            std::vector<std::uint8_t> mask(64 * 64 * 4, 0);
+            tensors.push_back(
+                {"h." + std::to_string(l) + ".attn.bias", ElementType::f32, {1, 1, 64, 64}, mask});
+            tensors.push_back({"h." + std::to_string(l) + ".attn.masked_bias",
+                               ElementType::f32,
+                               {},
+                               std::vector<std::uint8_t>(4, 0)});
+        }
+        tensors.push_back({"lm_head.weight", ElementType::f32, {300, 64}, wte});
+    });
+    expect_bitwise(load_model_file(hf).model.weights(), model.weights());
+
+    rewrite(file, [](std::vector<SafetensorsOutput>& tensors) {
+        tensors.back().bytes[100] ^= 1;  // lm_head no longer equals wte
+    });
+    EXPECT_NE(load_error(hf).find("lm_head.weight differs from wte.weight"), std::string::npos)
+        << load_error(hf);
+    rewrite(file, [](std::vector<SafetensorsOutput>& tensors) {
+        tensors.back() = {
+            "score.weight", ElementType::f32, {2, 64}, std::vector<std::uint8_t>(512)};
+    });
+    EXPECT_NE(load_error(hf).find("unexpected tensor score.weight"), std::string::npos)
+        << load_error(hf);
+    rewrite(file, [](std::vector<SafetensorsOutput>& tensors) {
+        tensors.pop_back();
+        SafetensorsOutput copy = tensors.front();
+        copy.name = "transformer." + copy.name;
+        tensors.push_back(copy);
+    });
+    EXPECT_NE(load_error(hf).find("appears twice"), std::string::npos) << load_error(hf);
+}
+
+TEST(HuggingFace, AConfigThatDisagreesWithTheTensorsIsRefusedByName) {
+    const ScratchDir dir("gpt2-formats-config");
+    const Model model = small_model(300, 14);
+    const fs::path hf = dir.path() / "hf";
+    write_hugging_face_model(hf, model, nullptr, ElementType::f32);
+    const json original = json::parse(read_text_file(hf / "config.json"));
+    const auto with = [&](const std::string& key, const json& value) {
+        json config = original;
+        if (value.is_null()) {
+            config.erase(key);
+        } else {
+            config[key] = value;
+        }
+        const std::string text = config.dump();
+        write_file_atomically(
+            hf / "config.json",
+            std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
+        return load_error(hf);
+    };
+    std::string e = with("n_embd", 32);
+    EXPECT_NE(e.find("tensor transformer.wte.weight has shape [300, 64]"), std::string::npos) << e;
+    EXPECT_NE(e.find("config.json"), std::string::npos) << e;
+    e = with("n_head", nullptr);
+    EXPECT_NE(e.find("config.json: n_head is missing"), std::string::npos) << e;
+    e = with("activation_function", "relu");
+    EXPECT_NE(e.find("config.json: activation_function \"relu\""), std::string::npos) << e;
+    e = with("layer_norm_epsilon", 1e-6);
+    EXPECT_NE(e.find("config.json: layer_norm_epsilon"), std::string::npos) << e;
+    e = with("n_layer", 3);
+    EXPECT_NE(e.find("tensor h.2.ln_1.weight is missing"), std::string::npos) << e;
+    e = with("vocab_size", 299);
+    EXPECT_NE(e.find("has shape [300, 64]"), std::string::npos) << e;
+    with("n_embd", 64);
+    fs::remove(hf / "config.json");
+    EXPECT_NE(load_error(hf).find("config.json: missing"), std::string::npos) << load_error(hf);
+}
+
+TEST(HuggingFace, ShardedModelsAreReadThroughTheirIndex) {
+    const ScratchDir dir("gpt2-formats-shards");
+    const Model model = small_model(300, 15);
+    const fs::path hf = dir.path() / "hf";
+    write_hugging_face_model(hf, model, nullptr, ElementType::bf16);
+    const SafetensorsFile whole = SafetensorsFile::read(hf / "model.safetensors");
+    json index = {{"metadata", json::object()}, {"weight_map", json::object()}};
+    std::vector<SafetensorsOutput> shards[2];
+    for (std::size_t i = 0; i < whole.tensors().size(); ++i) {
+        const SafetensorsTensor& t = whole.tensors()[i];
+        const int shard = i % 2 == 0 ? 0 : 1;
+        shards[shard].push_back({t.name, *t.type, t.shape, {t.bytes.begin(), t.bytes.end()}});
+        index["weight_map"][t.name] = "part-" + std::to_string(shard) + ".safetensors";
+    }
+    for (int s = 0; s < 2; ++s)
+        write_safetensors(hf / ("part-" + std::to_string(s) + ".safetensors"), shards[s], {});
+    const auto write_index = [&](const json& value) {
+        const std::string text = value.dump();
+        write_file_atomically(
+            hf / "model.safetensors.index.json",
+            std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
+    };
+    write_index(index);
+    const Model single = load_model_file(hf).model;
+    fs::remove(hf / "model.safetensors");
+    expect_bitwise(load_model_file(hf).model.weights(), single.weights());
+    expect_bitwise(load_model_file(hf / "model.safetensors.index.json").model.weights(),
+                   single.weights());
+    index["weight_map"]["transformer.wte.weight"] = "part-1.safetensors";
+    write_index(index);
+    EXPECT_NE(load_error(hf).find("part-0.safetensors: tensor transformer.wte.weight is not in "
+                                  "model.safetensors.index.json"),
+              std::string::npos)
+        << load_error(hf);
+}
+
+// ---- llm.c -----------------------------------------------------------------------------------
+
+TEST(LlmC, Version3RoundTripsBitwiseAndVersion5HoldsBf16) {
+    const ScratchDir dir("gpt2-formats-llmc");
+    const Model model = small_model(300, 16);
+    save_llmc_model(dir.path() / "v3.bin", model, kLlmcModelVersionFp32);
+    const LoadedModel v3 = load_model_file(dir.path() / "v3.bin");
+    EXPECT_FALSE(v3.extras.has_value());
+    expect_bitwise(v3.model.weights(), model.weights());
+    save_llmc_model(dir.path() / "v5.bin", model, kLlmcModelVersionBf16);
+    EXPECT_EQ(fs::file_size(dir.path() / "v5.bin"), 1024 + 2 * model.params.size());
+    const LoadedModel v5 = load_model_file(dir.path() / "v5.bin");
+    for (std::size_t i = 0; i < model.params.size(); ++i)
+        ASSERT_EQ(v5.model.params[i], to_float(to_bf16(model.params[i]))) << i;
+}
+
+// ---- Tokenizers as spellings -----------------------------------------------------------------
+
+TEST(SpelledTokenizers, GptTwosFilesComeBackAsTheSameTokenizer) {
+    if (!has_gpt2_files()) GTEST_SKIP() << "no GPT-2 tokenizer files in " << kGpt2Dir;
+    const auto gpt2 = load_gpt2_tokenizer(kGpt2Dir);
+    const SpelledBpe spelled = spell_byte_level_bpe(*gpt2);
+    EXPECT_EQ(spelled.tokens.size(), 50257u);
+    EXPECT_EQ(spelled.tokens[50256], "<|endoftext|>");
+    EXPECT_EQ(spelled.tokens[220], "\xC4\xA0");  // " " spelled U+0120
+    EXPECT_EQ(spelled.merges.front(), "\xC4\xA0 t");
+    // OpenAI's files, line for line and token for token.
+    std::vector<std::string> lines;
+    std::istringstream merges(read_text_file(kGpt2Dir / "vocab.bpe"));
+    for (std::string line; std::getline(merges, line);) {
+        if (!line.empty() && !line.starts_with("#version")) lines.push_back(line);
+    }
+    EXPECT_EQ(lines, spelled.merges);
+    const json encoder = json::parse(read_text_file(kGpt2Dir / "encoder.json"));
+    for (const auto& [spelling, id] : encoder.items())
+        ASSERT_EQ(spelled.tokens.at(id.get<std::size_t>()), spelling);
+}
+
+TEST(SpelledTokenizers, ATrainedBpeIsExportedExactlyAndACharTokenizerIsRefused) {
+    std::string corpus;
+    for (int i = 0; i < 200; ++i)
+        corpus +=
+            "the theme of the thesis: then there were " + std::to_string(i * 37) + " cafés.\n";
+    const auto bpe = train_bpe_tokenizer(corpus, 300);
+    const ScratchDir dir("gpt2-formats-bpe");
+    const Model model = small_model(bpe->vocab_size(), 17);
+    write_hugging_face_model(dir.path() / "hf", model, bpe.get(), ElementType::f32);
+    const LoadedModel back = load_model_file(dir.path() / "hf");
+    ASSERT_TRUE(back.extras.has_value());
+    const auto loaded = deserialize_tokenizer(back.extras->tokenizer);
+    const std::string text = corpus.substr(0, 2000) + "unseen wörds <|endoftext|> 12345";
+    EXPECT_EQ(loaded->encode(text), bpe->encode(text));
+    EXPECT_EQ(loaded->vocab_size(), bpe->vocab_size());
+
+    const auto chars = make_char_tokenizer(corpus);
+    try {
+        write_hugging_face_model(dir.path() / "char", small_model(chars->vocab_size(), 18),
+                                 chars.get(), ElementType::f32);
+        ADD_FAILURE() << "a char tokenizer was written as vocab.json";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("char tokenizer has no byte-level BPE form"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_FALSE(fs::exists(dir.path() / "char"));  // refused before anything was written
+}
+
+// ---- GGUF ------------------------------------------------------------------------------------
+
+// A GGUF reader written from the format's description, for the structure tests.
+struct GgufTensor {
+    std::vector<std::uint64_t> ne;
+    std::uint32_t type = 0;
+    std::uint64_t offset = 0;
+};
+struct GgufFile {
+    std::map<std::string, json> kv;  // scalars and string arrays
+    std::map<std::string, GgufTensor> tensors;
+    std::vector<std::uint8_t> bytes;
+    std::size_t data = 0;
+};
+
+GgufFile read_gguf(const fs::path& path) {
+    GgufFile f;
+    f.bytes = read_file_bytes(path);
+    std::size_t at = 0;
+    const auto take = [&](std::size_t n) {
+        if (at + n > f.bytes.size()) throw std::runtime_error("GGUF truncated");
+        const std::uint8_t* p = f.bytes.data() + at;
+        at += n;
+        return p;
+    };
+    const auto u32 = [&] {
+        std::uint32_t v;
+        std::memcpy(&v, take(4), 4);
+        return v;
+    };
+    const auto u64 = [&] {
+        std::uint64_t v;
+        std::memcpy(&v, take(8), 8);
+        return v;
+    };
+    const auto str = [&] {
+        const std::uint64_t n = u64();
+        return std::string(reinterpret_cast<const char*>(take(n)), n);
+    };
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(take(4)), 4), "GGUF");
+    EXPECT_EQ(u32(), 3u);
+    const std::uint64_t tensors = u64(), kvs = u64();
+    std::function<json(std::uint32_t)> value = [&](std::uint32_t type) -> json {
+        switch (type) {
+            case 4:
+                return u32();
+            case 5: {
+                std::int32_t v;
+                std::memcpy(&v, take(4), 4);
+                return v;
+            }
+            case 6: {
+                float v;
+                std::memcpy(&v, take(4), 4);
+                return v;
+            }
+            case 8:
+                return str();
+            case 9: {
+                const std::uint32_t element = u32();
+                const std::uint64_t n = u64();
+                json array = json::array();
+                for (std::uint64_t i = 0; i < n; ++i)
+                    array.push_back(value(element));
+                return array;
+            }
+            default:
+                throw std::runtime_error("GGUF value type " + std::to_string(type));
+        }
+    };
+    for (std::uint64_t i = 0; i < kvs; ++i) {
+        const std::string key = str();
+        f.kv[key] = value(u32());
+    }
+    for (std::uint64_t i = 0; i < tensors; ++i) {
+        const std::string name = str();
+        GgufTensor t;
+        const std::uint32_t dims = u32();
+        for (std::uint32_t d = 0; d < dims; ++d)
+            t.ne.push_back(u64());
+        t.type = u32();
+        t.offset = u64();
+        EXPECT_EQ(t.offset % 32, 0u) << name;
+        f.tensors[name] = t;
+    }
+    f.data = (at + 31) / 32 * 32;
+    return f;
+}
+
+TEST(Gguf, TheFileHoldsLlamaCppsNamesTheTokenizerAndQ8BlocksWithinHalfAStep) {
+    if (!has_gpt2_files()) GTEST_SKIP() << "no GPT-2 tokenizer files in " << kGpt2Dir;
+    const ScratchDir dir("gpt2-formats-gguf");
+    const Model model = small_model(50257, 19);
+    const auto tokenizer = load_gpt2_tokenizer(kGpt2Dir);
+    write_gguf(dir.path() / "f32.gguf", model, *tokenizer, GgufWeights::f32, "test");
+    write_gguf(dir.path() / "q8.gguf", model, *tokenizer, GgufWeights::q8_0, "test");
+    const GgufFile f32 = read_gguf(dir.path() / "f32.gguf");
+    EXPECT_EQ(f32.kv.at("general.architecture"), "gpt2");
+    EXPECT_EQ(f32.kv.at("gpt2.block_count"), 2);
+    EXPECT_EQ(f32.kv.at("gpt2.context_length"), 64);
+    EXPECT_EQ(f32.kv.at("tokenizer.ggml.pre"), "gpt-2");
+    EXPECT_EQ(f32.kv.at("tokenizer.ggml.tokens").size(), 50257u);
+    EXPECT_EQ(f32.kv.at("tokenizer.ggml.token_type")[50256], 3);
+    EXPECT_EQ(f32.kv.at("tokenizer.ggml.merges").size(), 50000u);
+    EXPECT_EQ(f32.kv.at("tokenizer.ggml.eos_token_id"), 50256);
+    EXPECT_EQ(f32.tensors.size(), 4u + 12u * 2u);
+    const GgufTensor& up = f32.tensors.at("blk.1.ffn_up.weight");
+    EXPECT_EQ(up.ne, (std::vector<std::uint64_t>{64, 256}));
+    const float* fcw = model.layout.layer(model.weights(), ParamTensor::fcw, 1).data();
+    std::vector<float> stored(64 * 256);
+    std::memcpy(stored.data(), f32.bytes.data() + f32.data + up.offset, stored.size() * 4);
+    expect_bitwise(stored, std::span(fcw, stored.size()));
+
+    const GgufFile q8 = read_gguf(dir.path() / "q8.gguf");
+    EXPECT_EQ(q8.tensors.at("blk.1.ffn_up.bias").type, 0u);  // 1-D stays F32
+    const GgufTensor& q = q8.tensors.at("blk.1.ffn_up.weight");
+    ASSERT_EQ(q.type, 8u);
+    for (std::size_t block = 0; block < stored.size() / 32; ++block) {
+        const std::uint8_t* b = q8.bytes.data() + q8.data + q.offset + block * 34;
+        std::uint16_t d_bits;
+        std::memcpy(&d_bits, b, 2);
+        const float d = half_to_float(d_bits);
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i)
+            amax = std::max(amax, std::abs(stored[block * 32 + i]));
+        ASSERT_NEAR(d, amax / 127.0f, amax / 127.0f * 1e-3);
+        for (int i = 0; i < 32; ++i) {
+            const float value = d * static_cast<float>(static_cast<std::int8_t>(b[2 + i]));
+            ASSERT_NEAR(value, stored[block * 32 + i], 0.5f * d + amax * 1e-3f)
+                << block << "," << i;
+        }
+    }
+}
+
+// ---- The other side's own code ---------------------------------------------------------------
+
+bool has_numpy() {
+    return run_command("/usr/bin/python3 -c 'import numpy'").exit_code == 0;
+}
+
+TEST(IndependentReader, NumPysGpt2GivesOurLogitsAndWritesWhatWeReadBitwise) {
+    if (!has_numpy())
+        GTEST_SKIP()
+            << "no NumPy for /usr/bin/python3 (GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh installs it)";
+    const ScratchDir dir("gpt2-formats-numpy");
+    const Model model = small_model(1000, 20);
+    write_hugging_face_model(dir.path() / "hf", model, nullptr, ElementType::f32);
+    std::vector<std::int32_t> tokens;
+    for (int i = 0; i < 50; ++i)
+        tokens.push_back((i * 389 + 7) % 1000);
+    write_file_atomically(
+        dir.path() / "tokens",
+        std::span(reinterpret_cast<const std::uint8_t*>(tokens.data()), tokens.size() * 4));
+    const auto r = run_command("/usr/bin/python3 " + kReference + " logits " + (dir / "hf") + " " +
+                               (dir / "tokens") + " " + (dir / "logits"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<std::uint8_t> bytes = read_file_bytes(dir.path() / "logits");
+    std::vector<float> theirs(bytes.size() / 4);
+    std::memcpy(theirs.data(), bytes.data(), bytes.size());
+    EXPECT_TRUE(test::all_close(our_logits(model, tokens), theirs, 1e-4, 1e-5));
+
+    // The Hub's layout written by NumPy (two shards, no prefix, mask buffers, lm_head) is read
+    // back to our weights bit for bit.
+    save_llmc_model(dir.path() / "model.bin", model, kLlmcModelVersionFp32);
+    const auto w = run_command("/usr/bin/python3 " + kReference + " write " + (dir / "model.bin") +
+                               " " + (dir / "hub"));
+    ASSERT_EQ(w.exit_code, 0) << w.output;
+    std::vector<std::string> notes;
+    const LoadedModel hub = load_model_file(dir.path() / "hub", &notes);
+    expect_bitwise(hub.model.weights(), model.weights());
+    ASSERT_EQ(notes.size(), 1u);  // its dropout is reported, not applied
+    EXPECT_NE(notes[0].find(
+                  "embd_pdrop 0.1, attn_pdrop 0.1, resid_pdrop 0.1 (dropout is not applied here)"),
+              std::string::npos)
+        << notes[0];
+}
+
+// A random model whose logits have clear winners (wte scaled up), so that greedy decoding by two
+// implementations can be compared token for token.
+Model confident_model() {
+    Model model = small_model(50257, 21);
+    for (float& w : model.layout.tensor(model.params.span(), ParamTensor::wte))
+        w *= 25.0f;
+    return model;
+}
+
+// Runs the jobs (see tests/llama_cpp_check.mjs) in one llama.cpp process; one id list per job.
+std::vector<std::vector<std::int32_t>> llama(const fs::path& dir, const json& jobs) {
+    const std::string text = jobs.dump();
+    write_file_atomically(
+        dir / "jobs.json",
+        std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
+    const auto r = run_command("node " + kLlamaCheck + " " + kLlamaModules.string() + " " +
+                               (dir / "jobs.json").string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const std::size_t results = r.output.rfind("[[");
+    if (r.exit_code != 0 || results == std::string::npos) return {};
+    return json::parse(r.output.substr(results)).get<std::vector<std::vector<std::int32_t>>>();
+}
+
+TEST(LlamaCpp, RunsOurGgufAsWeDo) {
+    if (!fs::exists(kLlamaModules / "node-llama-cpp")) {
+        GTEST_SKIP() << "node-llama-cpp is not installed in " << kLlamaModules
+                     << " (GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh installs it)";
+    }
+    if (!has_gpt2_files()) GTEST_SKIP() << "no GPT-2 tokenizer files in " << kGpt2Dir;
+    const ScratchDir dir("gpt2-formats-llama");
+    const Model model = confident_model();
+    const auto tokenizer = load_gpt2_tokenizer(kGpt2Dir);
+    const std::string text =
+        "Hello, world! It's 2026: naïve cafés,   three spaces\n\nand 12345 digits.";
+    const std::vector<std::int32_t> prompt = tokenizer->encode("The quick brown fox");
+    const std::vector<std::int32_t> forced = tokenizer->encode(
+        "First Citizen: Before we proceed any further, hear me speak. All: Speak, speak.");
+    constexpr int kNew = 24;
+    const auto greedy = [&](const Model& m) {
+        std::vector<std::int32_t> tokens = prompt;
+        Rng rng(1);
+        generate_recompute(m, tokens, kNew, SamplingParams{0.0f, 0, 1.0f}, rng);
+        return std::vector<std::int32_t>(tokens.begin() + static_cast<long>(prompt.size()),
+                                         tokens.end());
+    };
+    // Our greedy continuation on the weights as each format rounds them (F16 and BF16 through a
+    // Hugging Face export of that type), and how many of its first steps have a clear top-1.
+    struct Rounded {
+        std::vector<std::int32_t> tokens;
+        std::size_t confident = 0;
+    };
+    const auto rounded_greedy = [&](ElementType type) {
+        write_hugging_face_model(dir.path() / "hf", model, nullptr, type);
+        const Model rounded = load_model_file(dir.path() / "hf").model;
+        Rounded r{greedy(rounded), 0};
+        std::vector<std::int32_t> context = prompt;
+        context.insert(context.end(), r.tokens.begin(), r.tokens.end());
+        const std::vector<float> logits = our_logits(rounded, context);
+        for (; r.confident < r.tokens.size(); ++r.confident) {
+            const std::size_t row = prompt.size() - 1 + r.confident;
+            std::vector<float> v(logits.begin() + static_cast<long>(row * 50257),
+                                 logits.begin() + static_cast<long>((row + 1) * 50257));
+            std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
+            if (v[0] - v[1] < 0.05f * std::abs(v[0])) break;
+        }
+        return r;
+    };
+    const std::vector<std::pair<GgufWeights, std::string>> files = {
+        {GgufWeights::f32, "f32.gguf"},
+        {GgufWeights::f16, "f16.gguf"},
+        {GgufWeights::bf16, "bf16.gguf"},
+        {GgufWeights::q8_0, "q8.gguf"}};
+    for (const auto& [weights, name] : files)
+        write_gguf(dir.path() / name, model, *tokenizer, weights, "test");
+    const auto at = [&](const std::string& name) { return (dir.path() / name).string(); };
+    const json jobs = {
+        {{"model", at("f32.gguf")}, {"mode", "tokenize"}, {"text", text}},
+        {{"model", at("f32.gguf")}, {"mode", "greedy"}, {"ids", prompt}, {"count", kNew}},
+        {{"model", at("f16.gguf")}, {"mode", "greedy"}, {"ids", prompt}, {"count", kNew}},
+        {{"model", at("bf16.gguf")}, {"mode", "greedy"}, {"ids", prompt}, {"count", kNew}},
+        {{"model", at("q8.gguf")}, {"mode", "teacher"}, {"ids", forced}},
+    };
+    const std::vector<std::vector<std::int32_t>> theirs = llama(dir.path(), jobs);
+    ASSERT_EQ(theirs.size(), jobs.size());
+
+    // The embedded tokenizer splits text as ours does; F32 decodes token for token as we do.
+    EXPECT_EQ(theirs[0], tokenizer->encode(text));
+    EXPECT_EQ(theirs[1], greedy(model));
+    // F16 and BF16: llama.cpp also rounds activations, so compare while our top-1 margin (on the
+    // rounded weights) is wide enough for that rounding not to matter.
+    for (const auto& [index, type] : {std::pair{2, ElementType::f16}, {3, ElementType::bf16}}) {
+        const Rounded ours = rounded_greedy(type);
+        EXPECT_GE(ours.confident, 8u)
+            << "too few confident steps to judge " << element_type_name(type);
+        const auto n = static_cast<long>(ours.confident);
+        EXPECT_EQ(std::vector<std::int32_t>(theirs[index].begin(), theirs[index].begin() + n),
+                  std::vector<std::int32_t>(ours.tokens.begin(), ours.tokens.begin() + n))
+            << element_type_name(type);
+    }
+    // Q8_0: the top-1 token after each prefix of a text agrees at >= 90% of positions.
+    const std::vector<float> logits = our_logits(model, forced);
+    ASSERT_EQ(theirs[4].size(), forced.size());
+    std::size_t agree = 0;
+    for (std::size_t t = 0; t < forced.size(); ++t) {
+        const auto row = logits.begin() + static_cast<long>(t * 50257);
+        agree += theirs[4][t] == std::max_element(row, row + 50257) - row;
+    }
+    EXPECT_GE(agree * 10, forced.size() * 9) << agree << " of " << forced.size();
+}
+
+// ---- convert_model ---------------------------------------------------------------------------
+
+TEST(ConvertModel, ConvertsEveryWayAndRefusesWhatItCannotDoInOneLine) {
+    const ScratchDir dir("gpt2-formats-convert");
+    const std::string convert = test::build_path("convert_model");
+    const Model model = small_model(300, 22);
+    save_llmc_model(dir.path() / "m.bin", model, kLlmcModelVersionFp32);
+    // llm.c -> Hugging Face -> llm.c and llm.c v5, bitwise where exact.
+    auto r = run_command(convert + " " + (dir / "m.bin") + " " + (dir / "hf"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("no tokenizer files"), std::string::npos) << r.output;
+    r = run_command(convert + " " + (dir / "hf") + " " + (dir / "back.bin"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(read_file_bytes(dir.path() / "back.bin"), read_file_bytes(dir.path() / "m.bin"));
+    r = run_command(convert + " " + (dir / "hf") + " " + (dir / "v5.bin") + " --dtype bf16");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(fs::file_size(dir.path() / "v5.bin"), 1024 + 2 * model.params.size());
+
+    const auto fails = [&](const std::string& args, int code, const std::string& message) {
+        const auto f = run_command(convert + " " + args);
+        EXPECT_EQ(f.exit_code, code) << args << "\n" << f.output;
+        EXPECT_NE(f.output.find(message), std::string::npos) << args << "\n" << f.output;
+        EXPECT_NE(f.output.find("error: "), std::string::npos) << f.output;
+    };
+    fails((dir / "m.bin") + " " + (dir / "x") + " --dtype q8_0", 2,
+          "--dtype q8_0 is not available for hf");
+    fails((dir / "m.bin") + " " + (dir / "x.gguf"), 1,
+          "has no tokenizer, and a GGUF file must embed one");
+    fails((dir / "m.bin") + " " + (dir / "m.bin"), 2, "the output is the input");
+    fails((dir / "missing.bin") + " " + (dir / "x"), 1, "missing.bin");
+    fails((dir / "m.bin") + " " + (dir / "x.bin") + " --weights-only", 2,
+          "--weights-only applies to");
+    EXPECT_FALSE(fs::exists(dir.path() / "x.gguf"));
+    EXPECT_FALSE(fs::exists(dir.path() / "x.bin"));
+}
+
+// train_gpt2 --init-from and inference take a Hugging Face directory as they take the checkpoint
+// it was exported from: the same losses, the same greedy text.
+TEST(ConvertModel, TrainingAndInferenceStartFromAHuggingFaceDirectory) {
+    if (!has_gpt2_files()) GTEST_SKIP() << "no GPT-2 tokenizer files in " << kGpt2Dir;
+    const ScratchDir dir("gpt2-formats-programs");
+    Model model(ModelConfig{16, 50257, pad_vocab(50257), 2, 2, 32});
+    init_parameters(model, 23);
+    const auto tokenizer = load_gpt2_tokenizer(kGpt2Dir);
+    save_checkpoint(dir.path() / "ckpt.bin", model, CheckpointExtras{tokenizer->serialize(), ""});
+    const auto converted = run_command(test::build_path("convert_model") + " " +
+                                       (dir / "ckpt.bin") + " " + (dir / "hf"));
+    ASSERT_EQ(converted.exit_code, 0) << converted.output;
+    // The sample: the lines that are not log lines ("[HH:MM:SS] ...").
+    const auto generate = [&](const std::string& model_path) {
+        const auto r = run_command(test::build_path("inference") + " " + model_path +
+                                   " --temperature 0 --max-new-tokens 12 --prompt 'To be' "
+                                   "--no-stream --threads 1");
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        std::string text;
+        std::istringstream lines(r.output);
+        for (std::string line; std::getline(lines, line);) {
+            if (!line.starts_with("[")) text += line + "\n";
+        }
+        return text;
+    };
+    const std::string from_checkpoint = generate(dir / "ckpt.bin");
+    EXPECT_TRUE(from_checkpoint.starts_with("To be")) << from_checkpoint;
+    EXPECT_EQ(generate(dir / "hf"), from_checkpoint);
+
+    test::write_corpus(dir.path() / "corpus.txt", 20000);
+    const auto train = [&](const std::string& init, const std::string& out) {
+        return run_command(test::build_path("train_gpt2") + " --init-from " + init +
+                           " --seq-len 16 --batch-size 2 --threads 1 --val-every 0 "
+                           "--sample-every 0 --max-steps 2 --seed 5 --data " +
+                           (dir / "corpus.txt") + " --out-dir " + (dir / out));
+    };
+    const auto a = train(dir / "ckpt.bin", "a"), b = train(dir / "hf", "b");
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    EXPECT_NE(b.output.find("tokenizer gpt2"), std::string::npos) << b.output;
+    EXPECT_EQ(read_file_bytes(dir.path() / "a" / "model_000002.bin"),
+              read_file_bytes(dir.path() / "b" / "model_000002.bin"));
+}
+
+}  // namespace
+}  // namespace gpt2
