@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -34,6 +35,17 @@ inline ProcessResult run_command(const std::string& command) {
     result.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return result;
+}
+
+// The exit code a shell loop printed as its last "exit=N" (`wait $job; echo exit=$?`), or -1 when
+// there is none: tests compare the number, never a prefix of the text.
+inline int echoed_exit_code(const std::string& output) {
+    const std::size_t at = output.rfind("exit=");
+    if (at == std::string::npos) return -1;
+    std::size_t end = at + 5;
+    while (end < output.size() && std::isdigit(static_cast<unsigned char>(output[end])))
+        ++end;
+    return end == at + 5 ? -1 : std::stoi(output.substr(at + 5, end - at - 5));
 }
 
 inline std::string build_path(const std::string& program) {

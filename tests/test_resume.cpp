@@ -99,7 +99,7 @@ TEST(Signals, SigtermStopsAtAStepBoundaryWithACheckpointThatResumes) {
         run_command("bash -c '" + command + " > " + log + " 2>&1 & pid=$!; " +
                     "for i in $(seq 2400); do grep -q \"step 5/\" " + log +
                     " && break; sleep 0.05; done; " + "kill -TERM $pid; wait $pid; echo exit=$?'");
-    EXPECT_NE(result.output.find("exit=0"), std::string::npos) << result.output;
+    EXPECT_EQ(test::echoed_exit_code(result.output), 0) << result.output;
     std::ifstream in(log);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_NE(text.find("stopped by signal"), std::string::npos) << text;
