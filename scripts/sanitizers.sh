@@ -13,11 +13,13 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 
 # AddressSanitizer + UBSan over the whole suite, with leak checking. Open MPI keeps allocations
 # in its plugins until exit: keep the plugins loaded and unwind fully so that those leaks are
-# attributed to Open MPI (tests/lsan.supp) while our own code stays checked.
+# attributed to Open MPI (tests/lsan.supp) while our own code stays checked. Full unwinding makes
+# every allocation slow, so the suite runs one test per core: most tests are one process that
+# waits on that unwinding, and the whole-suite wall time is CI's largest part.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPT2_SANITIZE=address
 cmake --build build-asan -j "$jobs"
 OMPI_MCA_mca_base_component_disable_dlclose=1 \
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0" \
 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0" \
 UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-  ctest --test-dir build-asan --output-on-failure
+  ctest --test-dir build-asan --output-on-failure -j "$jobs"
