@@ -8,10 +8,13 @@
 #include <array>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace gpt2::test {
 
@@ -53,8 +56,53 @@ inline std::string build_path(const std::string& program) {
 }
 
 // mpiexec with the flags a test on one small machine needs (more ranks than cores, root).
-inline std::string mpiexec(int ranks) {
-    return "mpiexec --oversubscribe --allow-run-as-root -n " + std::to_string(ranks) + " ";
+// `options` go before the first program's "-n" (e.g. "-x NAME" to export a variable); for an MPMD
+// job, append " : -n M PROGRAM" to the command.
+inline std::string mpiexec(int ranks, const std::string& options = "") {
+    return "mpiexec --oversubscribe --allow-run-as-root " + (options.empty() ? "" : options + " ") +
+           "-n " + std::to_string(ranks) + " ";
+}
+
+// Shell fragments for the scripts (`bash -c '...'`) that start a job in the background, wait for
+// it to get somewhere and then interrupt it.
+// Waits until `log` contains `text` (a grep pattern without double quotes), polling every 50 ms for
+// at most `seconds`; the script goes on either way.
+inline std::string wait_for_log(const std::string& log, const std::string& text,
+                                int seconds = 120) {
+    return "for i in $(seq " + std::to_string(seconds * 20) + "); do grep -q \"" + text + "\" " +
+           log + " && break; sleep 0.05; done; ";
+}
+// Sends `signal` (KILL, TERM, ...) to MPI rank `rank` of the job whose processes carry the
+// environment variable assignment `marker` (exported with mpiexec -x), and echoes `said` for each
+// process signalled. The job's command line is shared by the launching shell, its environment not.
+inline std::string signal_rank(const std::string& marker, int rank, const std::string& signal,
+                               const std::string& said) {
+    return "for p in $(pgrep -x train_gpt2); do tr \"\\0\" \"\\n\" < /proc/$p/environ | grep -qx " +
+           marker + " && tr \"\\0\" \"\\n\" < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=" +
+           std::to_string(rank) + " && kill -" + signal + " $p && echo " + said + "; done; ";
+}
+
+// The records of a metrics file (--metrics-file, JSON Lines) whose "type" is `type` ("train",
+// "val", "run", ...; empty: every record), in file order.
+inline std::vector<nlohmann::json> metrics_records(const std::string& file,
+                                                   const std::string& type) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) {
+        auto record = nlohmann::json::parse(line);
+        if (type.empty() || record["type"] == type) out.push_back(std::move(record));
+    }
+    return out;
+}
+
+// One number of each record of `type` (JSON has no NaN: a non-finite value is written as null,
+// read back as NaN).
+inline std::vector<double> metrics_values(const std::string& file, const std::string& type,
+                                          const std::string& field) {
+    std::vector<double> values;
+    for (const nlohmann::json& record : metrics_records(file, type))
+        values.push_back(record[field].is_null() ? std::nan("") : record[field].get<double>());
+    return values;
 }
 
 // A fresh directory under the system temp dir, removed by the destructor.

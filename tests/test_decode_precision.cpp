@@ -16,8 +16,8 @@
 #include "formats/checkpoint.hpp"
 #include "model/decode_weights.hpp"
 #include "model/kv_cache.hpp"
-#include "parallel/thread_pool.hpp"
 #include "process_support.hpp"
+#include "threads/thread_pool.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {

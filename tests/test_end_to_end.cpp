@@ -18,16 +18,6 @@ const std::string kSmall =
     " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --batch-size 8 --lr 3e-3 --warmup-steps 5"
     " --sample-every 0 --val-batches 4";
 
-std::vector<double> val_losses(const std::string& metrics_file) {
-    std::vector<double> losses;
-    std::ifstream in(metrics_file);
-    for (std::string line; std::getline(in, line);) {
-        const auto record = nlohmann::json::parse(line);
-        if (record["type"] == "val") losses.push_back(record["val_loss"].get<double>());
-    }
-    return losses;
-}
-
 TEST(EndToEnd, TrainingReducesLossAndInferenceGeneratesFromTheCheckpoint) {
     const ScratchDir dir("gpt2-e2e");
     test::write_corpus(dir.path() / "corpus.txt", 50000);
@@ -36,7 +26,7 @@ TEST(EndToEnd, TrainingReducesLossAndInferenceGeneratesFromTheCheckpoint) {
                     " --max-steps 60 --val-every 20 --out-dir " + (dir / "out") +
                     " --metrics-file " + (dir / "m.jsonl"));
     ASSERT_EQ(train.exit_code, 0) << train.output;
-    const std::vector<double> val = val_losses(dir / "m.jsonl");
+    const std::vector<double> val = test::metrics_values(dir / "m.jsonl", "val", "val_loss");
     ASSERT_EQ(val.size(), 4u);  // steps 0, 20, 40, 60
     EXPECT_LT(val.back(), 0.75 * val.front()) << train.output;
 
@@ -63,7 +53,7 @@ TEST(EndToEnd, PreparedShardsTrainUnderMpiexec) {
                     (dir / "shards") + "/*_val_*.bin' --max-steps 30 --val-every 30 --out-dir " +
                     (dir / "out") + " --metrics-file " + (dir / "m.jsonl"));
     ASSERT_EQ(train.exit_code, 0) << train.output;
-    const std::vector<double> val = val_losses(dir / "m.jsonl");
+    const std::vector<double> val = test::metrics_values(dir / "m.jsonl", "val", "val_loss");
     ASSERT_EQ(val.size(), 2u);
     EXPECT_LT(val.back(), val.front()) << train.output;
     // The checkpoint carries the shards' BPE tokenizer: inference needs nothing else.

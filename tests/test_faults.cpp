@@ -49,8 +49,7 @@ TEST(Faults, KilledAtRandomMomentsWhileCheckpointingTheNewestCheckpointAlwaysVer
         // among checkpoint writes however slow the machine (or sanitizer build) is to start.
         const auto result =
             run_command("bash -c '" + command + " > " + log + " 2>&1 & pid=$!; " +
-                        "for i in $(seq 2400); do grep -q \"checkpoint \" " + log +
-                        " && break; sleep 0.05; done; sleep " + std::to_string(delay) +
+                        test::wait_for_log(log, "checkpoint ") + "sleep " + std::to_string(delay) +
                         "; kill -KILL $pid; wait $pid; echo exit=$?'");
         EXPECT_EQ(test::echoed_exit_code(result.output), 137) << result.output;
         expect_newest_checkpoint_verifies(dir.path() / "out", round);
@@ -97,17 +96,12 @@ TEST(Faults, OneRankKilledMidRunEndsTheWholeJob) {
     // The victim is found by its environment (this job's marker and rank 1), not its command
     // line, which the launching shell shares.
     const std::string marker = "GPT2_FAULT_MARKER=" + std::to_string(::getpid());
-    const std::string command = "timeout 120 mpiexec --oversubscribe --allow-run-as-root -x " +
-                                marker + " -n 2 " +
+    const std::string command = "timeout 120 " + test::mpiexec(2, "-x " + marker) +
                                 train(dir, "--threads 1 --max-steps 100000 --checkpoint-every 0");
-    const auto result = run_command(
-        "bash -c '(" + command + ") > " + log + " 2>&1 & job=$!; " +
-        "for i in $(seq 2400); do grep -q \"step 3/\" " + log + " && break; sleep 0.05; done; " +
-        "for p in $(pgrep -x train_gpt2); do tr \"\\0\" \"\\n\" < /proc/$p/environ | grep -qx " +
-        marker +
-        " && tr \"\\0\" \"\\n\" < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -KILL "
-        "$p && echo killed; done; " +
-        "wait $job; echo exit=$?'");
+    const auto result =
+        run_command("bash -c '(" + command + ") > " + log + " 2>&1 & job=$!; " +
+                    test::wait_for_log(log, "step 3/") +
+                    test::signal_rank(marker, 1, "KILL", "killed") + "wait $job; echo exit=$?'");
     EXPECT_NE(result.output.find("killed"), std::string::npos) << result.output;
     // A job that loses a rank must fail, and not by hanging until `timeout` ends it.
     const int code = test::echoed_exit_code(result.output);

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "model/model.hpp"
-#include "parallel/thread_pool.hpp"
+#include "threads/thread_pool.hpp"
 
 namespace gpt2 {
 namespace {

@@ -28,19 +28,8 @@ struct RunOutcome {
     LoadedModel model;
 };
 
-// The per-step training losses a metrics file records (over every run appended to it).
-std::vector<double> train_losses(const std::string& metrics_path) {
-    std::vector<double> losses;
-    std::ifstream metrics(metrics_path);
-    for (std::string line; std::getline(metrics, line);) {
-        const auto record = nlohmann::json::parse(line);
-        if (record["type"] == "train") losses.push_back(record["loss"].get<double>());
-    }
-    return losses;
-}
-
 RunOutcome read_outcome(const ScratchDir& dir, const std::string& name) {
-    return RunOutcome{train_losses(dir / (name + ".jsonl")),
+    return RunOutcome{test::metrics_values(dir / (name + ".jsonl"), "train", "loss"),
                       load_checkpoint(dir / (name + "/model_000010.bin"))};
 }
 
@@ -63,8 +52,8 @@ void expect_logged(const std::string& output, const std::string& text) {
 void expect_same_training(const ScratchDir& dir, const std::string& a_name,
                           const std::string& b_name, double tolerance,
                           double weights_tolerance = 1e-5) {
-    const std::vector<double> a = train_losses(dir / (a_name + ".jsonl"));
-    const std::vector<double> b = train_losses(dir / (b_name + ".jsonl"));
+    const std::vector<double> a = test::metrics_values(dir / (a_name + ".jsonl"), "train", "loss");
+    const std::vector<double> b = test::metrics_values(dir / (b_name + ".jsonl"), "train", "loss");
     ASSERT_EQ(a.size(), 20u) << a_name;
     ASSERT_EQ(b.size(), a.size()) << b_name;
     for (std::size_t s = 0; s < a.size(); ++s)
@@ -218,8 +207,9 @@ TEST(MpiTraining, RanksOnOneMachineShareTheWeightsAndTrainAsOneAllreduce) {
         (void)run(3, 1, 2, 2, p, precision + "_np3_shared_again");
         expect_same(precision + "_np3_one", precision + "_np3_shared", loss_tolerance,
                     weights_tolerance);
-        EXPECT_EQ(train_losses(dir / (precision + "_np3_shared.jsonl")),
-                  train_losses(dir / (precision + "_np3_shared_again.jsonl")));
+        EXPECT_EQ(
+            test::metrics_values(dir / (precision + "_np3_shared.jsonl"), "train", "loss"),
+            test::metrics_values(dir / (precision + "_np3_shared_again.jsonl"), "train", "loss"));
         const LoadedModel first =
             load_checkpoint(dir / (precision + "_np3_shared/model_000020.bin"));
         const LoadedModel again =
@@ -279,8 +269,8 @@ TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
     expect_logged(tiny, "in buckets of 0.004 MiB while backward runs");
     expect_same("one", "machines_tiny", 1e-6);
     (void)run(4, 3, "--max-steps 20 --simulate-machines 2 --bucket-mb 0.004", "machines_again");
-    EXPECT_EQ(train_losses(dir / "machines_tiny.jsonl"),
-              train_losses(dir / "machines_again.jsonl"));
+    EXPECT_EQ(test::metrics_values(dir / "machines_tiny.jsonl", "train", "loss"),
+              test::metrics_values(dir / "machines_again.jsonl", "train", "loss"));
     const LoadedModel first = load_checkpoint(dir / "machines_tiny/model_000020.bin");
     const LoadedModel again = load_checkpoint(dir / "machines_again/model_000020.bin");
     EXPECT_TRUE(std::equal(first.model.params.span().begin(), first.model.params.span().end(),
@@ -299,9 +289,8 @@ TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
         " --batch-size 3 --grad-accum 2 --max-steps 20 "
         "--simulate-machines 2 --check-replicas 1 --grad-clip 0.05 --out-dir " +
         (dir / "mixed");
-    const auto mixed =
-        run_command("mpiexec --oversubscribe --allow-run-as-root -n 2 " + base + mixed_flags +
-                    " --threads 1 : -n 2 " + base + mixed_flags + " --threads 3");
+    const auto mixed = run_command(mpiexec(2) + base + mixed_flags + " --threads 1 : -n 2 " + base +
+                                   mixed_flags + " --threads 3");
     EXPECT_EQ(mixed.exit_code, 0) << mixed.output;
     EXPECT_EQ(mixed.output.find("replicas diverged"), std::string::npos) << mixed.output;
     EXPECT_NE(mixed.output.find("step 20/20 | loss"), std::string::npos) << mixed.output;
@@ -362,8 +351,8 @@ TEST(MpiTraining, ResumingOnOtherRanksKeepsTheGlobalBatchOrSaysWhyNot) {
                                   "checkpoint's 8 sequences per step"),
               std::string::npos)
         << resumed.output;
-    const std::vector<double> expected = train_losses(dir / "whole.jsonl");
-    const std::vector<double> actual = train_losses(dir / "elastic.jsonl");
+    const std::vector<double> expected = test::metrics_values(dir / "whole.jsonl", "train", "loss");
+    const std::vector<double> actual = test::metrics_values(dir / "elastic.jsonl", "train", "loss");
     ASSERT_EQ(expected.size(), 20u);
     ASSERT_EQ(actual.size(), 20u);
     for (std::size_t s = 0; s < 20; ++s)
@@ -404,17 +393,19 @@ TEST(MpiTraining, ZeroOneTrainsAsPlainAndItsCheckpointsMoveBetweenRankCounts) {
         << buckets;
     (void)run(3, 1, 4, "--max-steps 20 --zero 1 --bucket-mb 0.004", "zb3");
     (void)run(3, 1, 4, "--max-steps 20 --zero 1 --bucket-mb 0.004", "zb3_again");
-    EXPECT_EQ(train_losses(dir / "zb3.jsonl"), train_losses(dir / "zb3_again.jsonl"));
+    EXPECT_EQ(test::metrics_values(dir / "zb3.jsonl", "train", "loss"),
+              test::metrics_values(dir / "zb3_again.jsonl", "train", "loss"));
     (void)run(3, 1, 4, "--max-steps 10 --zero 1", "moved");
     const std::string moved = run(2, 1, 3, "--max-steps 20 --zero 1 --resume auto", "moved");
     EXPECT_NE(moved.find("grad accum 2 keeps the checkpoint's 12 sequences"), std::string::npos)
         << moved;
 
-    const std::vector<double> expected = train_losses(dir / "plain.jsonl");
+    const std::vector<double> expected = test::metrics_values(dir / "plain.jsonl", "train", "loss");
     ASSERT_EQ(expected.size(), 20u);
     const LoadedModel reference = load_checkpoint(dir / "plain/model_000020.bin");
     for (const std::string name : {"zero2", "moved", "zb2", "zb3"}) {
-        const std::vector<double> actual = train_losses(dir / (name + ".jsonl"));
+        const std::vector<double> actual =
+            test::metrics_values(dir / (name + ".jsonl"), "train", "loss");
         ASSERT_EQ(actual.size(), expected.size()) << name;
         for (std::size_t s = 0; s < expected.size(); ++s)
             EXPECT_NEAR(actual[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
@@ -443,8 +434,7 @@ TEST(MpiTraining, RanksReceiveTokenizerAndTokensFromRankZero) {
     const std::string common =
         kModelFlags + " --max-steps 1 --batch-size 2 --threads 1 --log-level debug --out-dir " +
         (dir / "out");
-    const std::string command = "mpiexec --oversubscribe --allow-run-as-root -n 1 " +
-                                test::build_path("train_gpt2") + common + " --data " +
+    const std::string command = mpiexec(1) + test::build_path("train_gpt2") + common + " --data " +
                                 (dir / "corpus.txt") + " : -n 1 " + test::build_path("train_gpt2") +
                                 common + " --data " + (dir / "only-rank-0-has-it/corpus.txt");
     const auto result = run_command(command);
@@ -481,9 +471,8 @@ TEST_P(MpiFailure, EndsTheWholeJobQuicklyWithAClearMessage) {
                                " --max-steps 3 --batch-size 2 --threads 1 --out-dir " +
                                (dir / "out") + " --data " + (dir / "corpus.txt");
     const std::string train = test::build_path("train_gpt2");
-    const std::string command = "timeout 120 mpiexec --oversubscribe --allow-run-as-root -n 1 " +
-                                train + common + " " + c.rank0_flags + " : -n 1 " + train + common +
-                                " " + c.rank1_flags;
+    const std::string command = "timeout 120 " + mpiexec(1) + train + common + " " + c.rank0_flags +
+                                " : -n 1 " + train + common + " " + c.rank1_flags;
     const auto result = run_command(command);
     if (c.expected_exit != 0) {
         EXPECT_EQ(result.exit_code, c.expected_exit) << result.output;

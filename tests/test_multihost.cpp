@@ -53,16 +53,6 @@ class Rig {
     if ((rig).status() == 77) GTEST_SKIP() << (rig).output(); \
     ASSERT_EQ((rig).status(), 0) << (rig).output()
 
-std::vector<double> train_losses(const std::string& metrics) {
-    std::vector<double> losses;
-    std::ifstream in(metrics);
-    for (std::string line; std::getline(in, line);) {
-        const auto record = nlohmann::json::parse(line);
-        if (record["type"] == "train") losses.push_back(record["loss"].get<double>());
-    }
-    return losses;
-}
-
 TEST(Multihost, TwoHostsOverTcpTrainAsOneHostWithBucketsAndWithZeroOne) {
     const Rig rig(2, "1gbit");
     REQUIRE_RIG(rig);
@@ -102,8 +92,10 @@ TEST(Multihost, TwoHostsOverTcpTrainAsOneHostWithBucketsAndWithZeroOne) {
                                      ? "ZeRO-1, summed in buckets of 0.004 MiB while backward runs"
                                      : "ZeRO-1, one reduce-scatter";
         EXPECT_NE(two.output.find(mode), std::string::npos) << two.output;
-        const std::vector<double> expected = train_losses(dir / "single.jsonl");
-        const std::vector<double> actual = train_losses(dir / (name + ".jsonl"));
+        const std::vector<double> expected =
+            test::metrics_values(dir / "single.jsonl", "train", "loss");
+        const std::vector<double> actual =
+            test::metrics_values(dir / (name + ".jsonl"), "train", "loss");
         ASSERT_EQ(expected.size(), 10u);
         ASSERT_EQ(actual.size(), expected.size()) << name;
         for (std::size_t s = 0; s < expected.size(); ++s)
@@ -145,8 +137,9 @@ TEST(Multihost, TwoRanksOnEachHostShareTheirMemoryAndAllreduceSlicesBetweenHosts
     // Resumed with many small buckets of the slices in flight over TCP.
     const auto resumed = run_command(four + " --max-steps 10 --resume auto --bucket-mb 0.004");
     ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-    const std::vector<double> expected = train_losses(dir / "single.jsonl");
-    const std::vector<double> actual = train_losses(dir / "hosts.jsonl");
+    const std::vector<double> expected =
+        test::metrics_values(dir / "single.jsonl", "train", "loss");
+    const std::vector<double> actual = test::metrics_values(dir / "hosts.jsonl", "train", "loss");
     ASSERT_EQ(expected.size(), 10u);
     ASSERT_EQ(actual.size(), expected.size());
     for (std::size_t s = 0; s < expected.size(); ++s)
@@ -173,8 +166,8 @@ TEST(Multihost, AKilledHostEndsTheJobAndTheResilientScriptFinishesIt) {
         kScripts + "train_resilient.sh --max-restarts 2 --log " + (dir / "restarts.log") + " -- " +
         rig.mpirun(2) + train + (dir / "out") + " > " + (dir / "job.txt") + " 2>&1 & job=$!; " +
         // wait (at most 120 s) for training to be under way, kill host 2, wait for the job
-        "for i in $(seq 1200); do grep -q 'step 250/3000 | loss' " + (dir / "job.txt") +
-        " && break; sleep 0.1; done; " + kScripts + "multihost_rig.sh kill-host " + rig.name() +
+        test::wait_for_log(dir / "job.txt", "step 250/3000 | loss") + kScripts +
+        "multihost_rig.sh kill-host " + rig.name() +
         " 2; echo killed; timeout 240 tail --pid=$job -f /dev/null; wait $job; echo job exit $?";
     {
         std::ofstream file(dir / "kill.sh");

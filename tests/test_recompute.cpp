@@ -133,9 +133,7 @@ std::string train_command(const ScratchDir& dir, const std::string& out, int ran
 
 std::vector<double> logged_losses(const std::string& metrics_file) {
     std::vector<double> losses;
-    std::ifstream in(metrics_file);
-    for (std::string line; std::getline(in, line);) {
-        const auto record = nlohmann::json::parse(line);
+    for (const nlohmann::json& record : test::metrics_records(metrics_file, "")) {
         if (record["type"] == "train") losses.push_back(record["loss"].get<double>());
         if (record["type"] == "val") losses.push_back(record["val_loss"].get<double>());
     }

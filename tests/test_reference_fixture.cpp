@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "process_support.hpp"
 #include "reference_fixture.hpp"
 
 namespace gpt2::test {
@@ -214,25 +215,6 @@ TEST_F(ReferenceFixtureTest, ResidualStreamAddsUp) {
     }
 }
 
-// A scratch directory removed on scope exit; unique per process so parallel ctest runs are safe.
-class TempDir {
-  public:
-    TempDir()
-        : path_(fs::temp_directory_path() / ("gpt2_fixture_test_" + std::to_string(::getpid()))) {
-        fs::create_directories(path_);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    [[nodiscard]] const fs::path& path() const { return path_; }
-
-  private:
-    fs::path path_;
-};
-
 [[nodiscard]] std::vector<char> read_bytes(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -256,7 +238,7 @@ void expect_rejected(const fs::path& path, const std::string& what) {
 }
 
 TEST(ReferenceFixtureLoader, RejectsCorruptFiles) {
-    const TempDir dir;
+    const test::ScratchDir dir("gpt2-fixture-test");
     const std::vector<char> bytes = read_bytes(kFixturePath);
     ASSERT_GT(bytes.size(), 1000u);
 

@@ -29,18 +29,6 @@ std::string train_command(const ScratchDir& dir, const std::string& out, int ran
            (dir / (out + ".jsonl")) + " " + extra;
 }
 
-std::vector<double> train_losses(const std::string& metrics_file) {
-    std::vector<double> losses;
-    std::ifstream in(metrics_file);
-    for (std::string line; std::getline(in, line);) {
-        const auto record = nlohmann::json::parse(line);
-        if (record["type"] != "train") continue;
-        // JSON has no NaN: a non-finite loss is written as null.
-        losses.push_back(record["loss"].is_null() ? std::nan("") : record["loss"].get<double>());
-    }
-    return losses;
-}
-
 bool same_params(const std::filesystem::path& a, const std::filesystem::path& b) {
     const LoadedModel x = load_checkpoint(a);
     const LoadedModel y = load_checkpoint(b);
@@ -68,8 +56,8 @@ void expect_bitwise_resume(int ranks, int threads, const std::string& precision)
     ASSERT_EQ(second.exit_code, 0) << second.output;
     EXPECT_NE(second.output.find("at step 10"), std::string::npos) << second.output;
 
-    const std::vector<double> a = train_losses(dir / "straight.jsonl");
-    const std::vector<double> b = train_losses(dir / "resumed.jsonl");
+    const std::vector<double> a = test::metrics_values(dir / "straight.jsonl", "train", "loss");
+    const std::vector<double> b = test::metrics_values(dir / "resumed.jsonl", "train", "loss");
     ASSERT_EQ(a.size(), 20u);
     EXPECT_EQ(a, b);  // bitwise: the metrics file prints doubles exactly
     EXPECT_TRUE(same_params(model_path(dir / "straight", 20), model_path(dir / "resumed", 20)));
@@ -95,10 +83,9 @@ TEST(Signals, SigtermStopsAtAStepBoundaryWithACheckpointThatResumes) {
     test::write_corpus(dir.path() / "corpus.txt", 40000);
     const std::string command = train_command(dir, "out", 0, "--max-steps 100000 --threads 2");
     const std::string log = dir / "log.txt";
-    const auto result =
-        run_command("bash -c '" + command + " > " + log + " 2>&1 & pid=$!; " +
-                    "for i in $(seq 2400); do grep -q \"step 5/\" " + log +
-                    " && break; sleep 0.05; done; " + "kill -TERM $pid; wait $pid; echo exit=$?'");
+    const auto result = run_command("bash -c '" + command + " > " + log + " 2>&1 & pid=$!; " +
+                                    test::wait_for_log(log, "step 5/") +
+                                    "kill -TERM $pid; wait $pid; echo exit=$?'");
     EXPECT_EQ(test::echoed_exit_code(result.output), 0) << result.output;
     std::ifstream in(log);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -148,7 +135,7 @@ TEST(NonFinite, AStepWithANanGradientIsSkippedAndTrainingContinues) {
         run_command(train_command(dir, "out", 0, "--max-steps 6 --inject-nan-step 2"));
     EXPECT_EQ(result.exit_code, 0) << result.output;
     EXPECT_NE(result.output.find("step 3: non-finite"), std::string::npos) << result.output;
-    const std::vector<double> losses = train_losses(dir / "out.jsonl");
+    const std::vector<double> losses = test::metrics_values(dir / "out.jsonl", "train", "loss");
     ASSERT_EQ(losses.size(), 6u);
     EXPECT_TRUE(std::isfinite(losses.back()));
     EXPECT_LT(losses.back(), losses.front());

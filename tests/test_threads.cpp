@@ -13,8 +13,8 @@
 #include "core/random.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/data_parallel.hpp"
-#include "parallel/thread_pool.hpp"
 #include "test_support.hpp"
+#include "threads/thread_pool.hpp"
 
 namespace gpt2 {
 namespace {

@@ -20,8 +20,8 @@
 #include "model/model.hpp"
 #include "model/spike_guard.hpp"
 #include "parallel/comm.hpp"
-#include "parallel/thread_pool.hpp"
 #include "process_support.hpp"
+#include "threads/thread_pool.hpp"
 #include "train/resume_state.hpp"
 
 namespace gpt2 {
@@ -55,16 +55,6 @@ class Run : public ::testing::Test {
     }
     std::unique_ptr<ScratchDir> dir_;
 };
-
-std::vector<nlohmann::json> records(const std::string& file, const std::string& type) {
-    std::vector<nlohmann::json> out;
-    std::ifstream in(file);
-    for (std::string line; std::getline(in, line);) {
-        auto record = nlohmann::json::parse(line);
-        if (record["type"] == type) out.push_back(std::move(record));
-    }
-    return out;
-}
 
 std::size_t count(const std::string& text, const std::string& what) {
     std::size_t n = 0;
@@ -332,8 +322,8 @@ TEST_F(Run, ResumeAutoOnAnEmptyDirectoryStartsFromInitFrom) {
     EXPECT_NE(resumed.output.find("no checkpoint in " + path("c") + "; starting from --init-from"),
               std::string::npos)
         << resumed.output;
-    const auto a = records(path("plain.jsonl"), "train");
-    const auto b = records(path("auto.jsonl"), "train");
+    const auto a = test::metrics_records(path("plain.jsonl"), "train");
+    const auto b = test::metrics_records(path("auto.jsonl"), "train");
     ASSERT_EQ(a.size(), 1u);
     ASSERT_EQ(b.size(), 1u);
     EXPECT_EQ(a[0]["loss"], b[0]["loss"]) << "--init-from was not used";
@@ -366,8 +356,8 @@ TEST_F(Run, Sigusr1ToMpiexecStopsTheJobCleanlyWithExitZero) {
     const auto result = run_command(
         "bash -c '" +
         command("--max-steps 1000000 --checkpoint-every 0 --out-dir " + path("out"), 2) + " > " +
-        log + " 2>&1 & job=$!; for i in $(seq 2400); do grep -q \"step 3/\" " + log +
-        " && break; sleep 0.05; done; kill -USR1 $job; wait $job; echo exit=$?'");
+        log + " 2>&1 & job=$!; " + test::wait_for_log(log, "step 3/") +
+        "kill -USR1 $job; wait $job; echo exit=$?'");
     std::ifstream in(log);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_EQ(test::echoed_exit_code(result.output), 0) << result.output << text;
@@ -385,15 +375,12 @@ TEST_F(Run, SigtermToOneRankStopsEveryRankWithExitZero) {
     const std::string log = path("log.txt");
     const std::string marker = "GPT2_TRUST_MARKER=" + std::to_string(::getpid());
     const std::string job =
-        "mpiexec --oversubscribe --allow-run-as-root -x GPT2_TRUST_MARKER -n 2 " +
+        test::mpiexec(2, "-x GPT2_TRUST_MARKER") +
         command("--max-steps 1000000 --checkpoint-every 0 --out-dir " + path("out"));
-    const auto result = run_command(
-        "bash -c '" + marker + " " + job + " > " + log +
-        " 2>&1 & job=$!; for i in $(seq 2400); do grep -q " + "\"step 3/\" " + log +
-        " && break; sleep 0.05; done; " +
-        "for p in $(pgrep -x train_gpt2); do tr \"\\0\" \"\\n\" < /proc/$p/environ | grep -qx " +
-        marker + " && tr \"\\0\" \"\\n\" < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && " +
-        "kill -TERM $p && echo signalled; done; wait $job; echo exit=$?'");
+    const auto result =
+        run_command("bash -c '" + marker + " " + job + " > " + log + " 2>&1 & job=$!; " +
+                    test::wait_for_log(log, "step 3/") +
+                    test::signal_rank(marker, 1, "TERM", "signalled") + "wait $job; echo exit=$?'");
     EXPECT_NE(result.output.find("signalled"), std::string::npos) << result.output;
     EXPECT_EQ(test::echoed_exit_code(result.output), 0) << result.output;
     EXPECT_EQ(list_checkpoints(path("out")).size(), 1u);
@@ -427,8 +414,8 @@ TEST_F(Run, TheChunkedMpiPathGivesTheSameTrainingAsOneCall) {
                                    path("b.jsonl") + " --out-dir " + path("b"),
                                2);
     ASSERT_EQ(chunked.exit_code, 0) << chunked.output;
-    const auto a = records(path("a.jsonl"), "train");
-    const auto b = records(path("b.jsonl"), "train");
+    const auto a = test::metrics_records(path("a.jsonl"), "train");
+    const auto b = test::metrics_records(path("b.jsonl"), "train");
     ASSERT_EQ(a.size(), 3u);
     ASSERT_EQ(b.size(), 3u);
     for (std::size_t i = 0; i < a.size(); ++i)
@@ -586,8 +573,8 @@ TEST_F(Run, ResumingWithALargerMaxStepsKeepsTheLearningRateSchedule) {
     const auto longer = train("--resume auto --max-steps 20 --metrics-file " +
                               path("longer.jsonl") + " --out-dir " + path("out"));
     ASSERT_EQ(longer.exit_code, 0) << longer.output;
-    const auto straight = records(path("straight.jsonl"), "train");
-    const auto resumed = records(path("longer.jsonl"), "train");
+    const auto straight = test::metrics_records(path("straight.jsonl"), "train");
+    const auto resumed = test::metrics_records(path("longer.jsonl"), "train");
     ASSERT_EQ(straight.size(), 10u);
     ASSERT_EQ(resumed.size(), 15u);
     EXPECT_EQ(resumed[0]["step"], 6);
@@ -599,7 +586,7 @@ TEST_F(Run, ResumingWithALargerMaxStepsKeepsTheLearningRateSchedule) {
                     path("explicit.jsonl") + " --out-dir " + path("out2"))
                   .exit_code,
               0);
-    const auto explicit_length = records(path("explicit.jsonl"), "train");
+    const auto explicit_length = test::metrics_records(path("explicit.jsonl"), "train");
     ASSERT_FALSE(explicit_length.empty());
     EXPECT_GT(explicit_length[0]["lr"].get<double>(), straight[5]["lr"].get<double>());
 }
@@ -671,9 +658,9 @@ TEST_F(Run, AnInjectedSpikeIsSkippedAndTrainingContinues) {
                     common + path("applied"))
                   .exit_code,
               0);
-    const auto spike = records(path("spike.jsonl"), "train");
-    const auto nan = records(path("nan.jsonl"), "train");
-    const auto applied = records(path("applied.jsonl"), "train");
+    const auto spike = test::metrics_records(path("spike.jsonl"), "train");
+    const auto nan = test::metrics_records(path("nan.jsonl"), "train");
+    const auto applied = test::metrics_records(path("applied.jsonl"), "train");
     ASSERT_EQ(spike.size(), 160u);
     EXPECT_EQ(spike[150]["skipped"], true);
     EXPECT_EQ(spike[150]["spike"], true);
@@ -696,8 +683,8 @@ TEST_F(Run, ResumeAcrossTheSpikeWindowIsBitwiseExact) {
     const auto resumed =
         train(common + path("out") + " --resume auto --metrics-file " + path("resumed.jsonl"));
     ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-    const auto straight = records(path("straight.jsonl"), "train");
-    const auto after = records(path("resumed.jsonl"), "train");
+    const auto straight = test::metrics_records(path("straight.jsonl"), "train");
+    const auto after = test::metrics_records(path("resumed.jsonl"), "train");
     ASSERT_EQ(straight.size(), 200u);
     ASSERT_EQ(after.size(), 100u);
     int scored = 0;
@@ -720,7 +707,7 @@ TEST_F(Run, TheMetricsFileMarksEachRun) {
                     " --out-dir " + path("out"))
                   .exit_code,
               0);
-    const auto runs = records(path("m.jsonl"), "run");
+    const auto runs = test::metrics_records(path("m.jsonl"), "run");
     ASSERT_EQ(runs.size(), 2u);
     EXPECT_EQ(runs[0]["start_step"], 0);
     EXPECT_EQ(runs[0]["resumed"], false);

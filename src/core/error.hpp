@@ -1,5 +1,6 @@
-// Errors: one exception type for bad input (files, flags, data) whose message is shown to the user
-// as is, so it must name the file or flag at fault.
+// Errors: the exception types for bad input (files, flags, data), whose message is shown to the
+// user as is, so it must name the file or flag at fault. UsageError, the kind only the command line
+// can fix, makes the programs exit with 2 instead of 1.
 #pragma once
 
 #include <stdexcept>

@@ -423,43 +423,11 @@ void append_keys(float* keys_t, int maxT, const float* ln, int M, int C, const W
 
 }  // namespace
 
-// A barrier for the phases of one forward. Waiters spin briefly before sleeping: a phase of one
-// token takes tens to hundreds of microseconds and the workers arrive close together, so a
-// short spin usually avoids the sleep and wake-up (a futex round trip, far longer under load).
-class KvCacheSession::PhaseBarrier {
-  public:
-    explicit PhaseBarrier(int count) : count_(count) {}
-
-    void arrive_and_wait() {
-        if (count_ == 1) return;
-        const std::uint32_t generation = generation_.load(std::memory_order_acquire);
-        if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == count_) {
-            arrived_.store(0, std::memory_order_relaxed);
-            generation_.fetch_add(1, std::memory_order_release);
-            generation_.notify_all();
-            return;
-        }
-        for (int spin = 0; spin < kSpins; ++spin) {
-            if (generation_.load(std::memory_order_acquire) != generation) return;
-            cpu_relax();
-        }
-        while (generation_.load(std::memory_order_acquire) == generation)
-            generation_.wait(generation, std::memory_order_acquire);
-    }
-
-  private:
-    static constexpr int kSpins = 1000;  // some 10-30 microseconds
-    static void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-    }
-    const int count_;
-    std::atomic<int> arrived_{0};
-    std::atomic<std::uint32_t> generation_{0};
-};
-
 namespace {
+
+// Decode phases take tens to hundreds of microseconds and the workers arrive close together: a
+// short spin (some 10-30 microseconds) usually avoids the sleep and wake-up.
+constexpr int kDecodeBarrierSpins = 1000;
 
 [[nodiscard]] int checked_keep(const ModelConfig& c, int slide_keep) {
     const int maxT = c.max_seq_len;
@@ -480,7 +448,7 @@ KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_k
       slide_keep_(checked_keep(model.config, slide_keep)),
       chunk_rows_(std::min(kChunkRows, model.config.max_seq_len)),
       workers_(pool.size()),
-      barrier_(std::make_unique<PhaseBarrier>(pool.size())) {
+      barrier_(std::make_unique<WorkerBarrier>(pool.size(), kDecodeBarrierSpins)) {
     const ModelConfig& c = model.config;
     validate_config(c, "KvCacheSession");
     const auto L = static_cast<std::size_t>(c.num_layers);

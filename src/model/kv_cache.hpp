@@ -1,6 +1,6 @@
 // KV-cache text generation: each new token costs one forward over ONE position, reusing the keys
 // and values cached for the earlier ones, with one token's matrix-vector products split across a
-// ThreadPool. Also the byte gather the inference tool uses to collect samples on rank 0.
+// ThreadPool.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,8 @@
 #include "model/decode_weights.hpp"
 #include "model/model.hpp"
 #include "model/sampling.hpp"
-#include "parallel/thread_pool.hpp"
+#include "threads/barrier.hpp"
+#include "threads/thread_pool.hpp"
 
 namespace gpt2 {
 
@@ -74,15 +75,13 @@ class KvCacheSession {
     void encode_window();
     void check_token(std::int32_t token) const;
 
-    class PhaseBarrier;
-
     const Model& model_;
     const DecodeWeights* compact_;
     ThreadPool& pool_;
     int slide_keep_;
     int chunk_rows_;  // rows of scratch: prompts are encoded in chunks of this many positions
     int workers_;
-    std::unique_ptr<PhaseBarrier> barrier_;
+    std::unique_ptr<WorkerBarrier> barrier_;
     int slides_ = 0;
     std::vector<std::int32_t> context_;  // capacity maxT, reserved once
     std::vector<std::int32_t> window_;   // staging for a slide, capacity maxT

@@ -7,7 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/random.hpp"
-#include "parallel/thread_pool.hpp"
+#include "threads/thread_pool.hpp"
 
 namespace gpt2 {
 

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/range.hpp"
 #include "core/shared_memory.hpp"
-#include "parallel/thread_pool.hpp"
 
 namespace gpt2 {
 

@@ -16,7 +16,7 @@
 #include "model/training_context.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/layerwise_reduction.hpp"
-#include "parallel/thread_pool.hpp"
+#include "threads/thread_pool.hpp"
 
 namespace gpt2 {
 

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "parallel/thread_pool.hpp"
+#include "threads/thread_pool.hpp"
 
 namespace gpt2 {
 

@@ -11,8 +11,8 @@
 #include "core/aligned_buffer.hpp"
 #include "model/model.hpp"
 #include "model/training_context.hpp"
-#include "parallel/thread_pool.hpp"
-#include "parallel/worker_barrier.hpp"
+#include "threads/barrier.hpp"
+#include "threads/thread_pool.hpp"
 
 namespace gpt2 {
 

@@ -1,5 +1,6 @@
-// Internals shared by the tokenizer sources: portable little-endian (de)serialization helpers and
-// the per-kind constructors that deserialize_tokenizer() and the loaders dispatch to.
+// Internals shared by the tokenizer sources: the serial format's version, the end-of-text text, and
+// the per-kind constructors that deserialize_tokenizer() and the loaders dispatch to (bytes are
+// read and written with core/bytes.hpp).
 #pragma once
 
 #include <cstdint>

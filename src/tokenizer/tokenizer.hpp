@@ -46,6 +46,10 @@ class Tokenizer {
 // Byte-level BPE trained on the corpus: 256 byte tokens + merges + <|endoftext|> = vocab_size.
 [[nodiscard]] std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus,
                                                              int vocab_size);
+// The size of GPT-2's vocabulary (50000 merges, 256 bytes, <|endoftext|>): a model file of this
+// vocabulary without a tokenizer is taken to be GPT-2's.
+inline constexpr int kGpt2VocabSize = 50257;
+
 // GPT-2's tokenizer from encoder.json and vocab.bpe in dir, or from Hugging Face's vocab.json and
 // merges.txt (the same data) where dir has no encoder.json.
 [[nodiscard]] std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir);

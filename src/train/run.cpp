@@ -17,6 +17,7 @@
 #include <random>
 #include <tuple>
 
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/utf8.hpp"
 #include "data/shard.hpp"
@@ -27,319 +28,24 @@
 #include "ops/gemm.hpp"
 #include "ops/peak_flops.hpp"
 #include "parallel/data_parallel.hpp"
-#include "parallel/thread_pool.hpp"
+#include "threads/thread_pool.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "train/corpus.hpp"
 #include "train/memory_plan.hpp"
 #include "train/multiple_choice_eval.hpp"
 #include "train/resume_state.hpp"
+#include "train/start_point.hpp"
+#include "train/stop_signal.hpp"
 #include "train/text_format.hpp"
 
 namespace gpt2 {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// GPT-2's vocabulary: a plain llm.c model file of this size is taken to use GPT-2's tokenizer.
-constexpr int kGpt2VocabSize = 50257;
-
-// Set by SIGINT/SIGTERM/SIGUSR1; a signal handler can only reach static storage.
-std::atomic<int>& stop_signal() {
-    static std::atomic<int> signal{0};
-    return signal;
-}
-
-extern "C" void on_stop_signal(int signum) {
-    stop_signal().store(signum);
-}
-
-const char* signal_name(int signum) {
-    switch (signum) {
-        case SIGINT:
-            return "SIGINT";
-        case SIGTERM:
-            return "SIGTERM";
-        case SIGUSR1:
-            return "SIGUSR1";
-        default:
-            return "--stop-at-step";
-    }
-}
-
-void install_signal_handlers() {
-    // SIGINT/SIGTERM: Ctrl-C, kill, Slurm. SIGUSR1: what mpirun forwards to every rank without
-    // ending the job itself (Open MPI kills the ranks one second after forwarding SIGTERM and
-    // then exits 1, whatever they do), so it is the clean way to stop a job under mpirun.
-    for (const int signum : {SIGINT, SIGTERM, SIGUSR1})
-        std::signal(signum, on_stop_signal);
-    // Past a file-size limit, a write should fail with EFBIG (reported, previous checkpoint
-    // kept) rather than kill the process.
-    std::signal(SIGXFSZ, SIG_IGN);
-    // When mpirun goes away its output pipes close: a log line must not kill a rank that is
-    // about to write its checkpoint.
-    std::signal(SIGPIPE, SIG_IGN);
-}
-
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 double peak_rss_bytes() {
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     return static_cast<double>(usage.ru_maxrss) * 1024.0;
-}
-
-// ---- Where the run starts -------------------------------------------------------------------
-
-// Fresh, from weights (--init-from), or from a checkpoint (--resume). Decided on rank 0.
-struct StartPoint {
-    std::optional<LoadedModel> model;
-    std::filesystem::path state_file;  // non-empty when resuming
-    std::string source;                // how messages name where the weights came from
-};
-
-// A fresh run must not share --out-dir with another run's checkpoints: its pruning would mix
-// lineages and a later --resume auto would pick whichever is newest.
-void refuse_foreign_checkpoints(const TrainOptions& o) {
-    const std::vector<std::string> names = checkpoint_file_names(o.out_dir);
-    if (names.empty()) return;
-    std::string listed;
-    for (std::size_t i = 0; i < names.size() && i < 4; ++i)
-        listed += (i > 0 ? ", " : "") + names[i];
-    if (names.size() > 4) listed += ", ... (" + std::to_string(names.size()) + " files)";
-    throw UsageError("--out-dir " + o.out_dir + " already holds checkpoints (" + listed +
-                     "): continue that run with --resume auto, or give another or an empty "
-                     "--out-dir");
-}
-
-StartPoint load_init_from(const TrainOptions& o) {
-    StartPoint start;
-    std::vector<std::string> notes;
-    start.model = load_model_file(o.init_from, &notes);
-    for (const std::string& note : notes)
-        spdlog::info("{}", note);
-    start.source = "--init-from " + o.init_from;
-    return start;
-}
-
-StartPoint find_start(const TrainOptions& o) {
-    if (o.resume == "auto") {
-        for (const std::int64_t step : list_checkpoints(o.out_dir)) {
-            try {
-                StartPoint start;
-                start.model = load_checkpoint(model_path(o.out_dir, step));
-                start.state_file = state_path(o.out_dir, step);
-                start.source = "--resume " + start.state_file.string();
-                if (!o.init_from.empty()) {
-                    spdlog::info("--init-from {} not used: resuming from {}", o.init_from,
-                                 start.state_file.string());
-                }
-                return start;
-            } catch (const InputError& e) {
-                spdlog::warn("skipping checkpoint at step {}: {}", step, e.what());
-            }
-        }
-        if (!o.init_from.empty()) {
-            spdlog::info("--resume auto: no checkpoint in {}; starting from --init-from {}",
-                         o.out_dir, o.init_from);
-            return load_init_from(o);
-        }
-        spdlog::info("--resume auto: no checkpoint in {}, starting fresh", o.out_dir);
-        return {};
-    }
-    if (!o.resume.empty()) {
-        const auto step = checkpoint_step(o.resume);
-        if (!step) {
-            throw InputError("--resume " + o.resume +
-                             ": expected 'auto' or a state_NNNNNN.bin file");
-        }
-        const std::filesystem::path dir = std::filesystem::path(o.resume).parent_path();
-        StartPoint start;
-        start.model = load_checkpoint(model_path(dir, *step));
-        start.state_file = state_path(dir, *step);
-        start.source = "--resume " + o.resume;
-        return start;
-    }
-    if (o.benchmark == 0) refuse_foreign_checkpoints(o);
-    if (!o.init_from.empty()) return load_init_from(o);
-    return {};
-}
-
-// ---- Tokenizer and tokens, identical on every rank ------------------------------------------
-
-struct Corpus {
-    std::unique_ptr<Tokenizer> tokenizer;
-    std::vector<std::int32_t> train;  // text mode: the tokens themselves
-    std::vector<std::int32_t> val;
-    std::vector<MappedShard> train_shards;  // shard mode: memory-mapped by every rank
-    std::vector<MappedShard> val_shards;
-    TokenStore train_store;
-    TokenStore val_store;
-};
-
-// Which tokenizer the run uses, decided on rank 0 before the corpus is read: the checkpoint's
-// own (serialized), or one of --tokenizer's kinds. Flags that contradict the weights are refused.
-struct TokenizerChoice {
-    std::vector<std::uint8_t> from_checkpoint;
-    std::string kind = "char";
-    std::string reason;  // for the log: why this tokenizer
-};
-
-TokenizerChoice choose_tokenizer(const TrainOptions& o, const StartPoint& start) {
-    TokenizerChoice choice;
-    choice.kind = o.tokenizer;
-    choice.reason = o.was_given("tokenizer") ? "--tokenizer" : "default --tokenizer";
-    if (!start.model) return choice;
-    if (start.model->extras) {
-        if (start.model->extras->tokenizer.empty()) {
-            throw InputError(start.source + ": the checkpoint has no tokenizer");
-        }
-        choice.from_checkpoint = start.model->extras->tokenizer;
-        const std::string kind(
-            tokenizer_kind_name(deserialize_tokenizer(choice.from_checkpoint)->kind()));
-        if (o.was_given("tokenizer") && kind != o.tokenizer) {
-            throw UsageError("--tokenizer " + o.tokenizer + " contradicts " + start.source +
-                             ", whose tokenizer is " + kind +
-                             " (the weights only make sense with it): drop --tokenizer");
-        }
-        choice.kind = kind;
-        choice.reason = "the checkpoint's own";
-        return choice;
-    }
-    // A plain llm.c model file carries no tokenizer.
-    const int V = start.model->model.config.vocab_size;
-    if (!o.was_given("tokenizer")) {
-        if (V != kGpt2VocabSize) {
-            throw UsageError(start.source +
-                             " is a plain llm.c model file without a tokenizer "
-                             "and its vocabulary (" +
-                             std::to_string(V) +
-                             ") is not GPT-2's: give the --tokenizer it was trained with");
-        }
-        choice.kind = "gpt2";
-        choice.reason = "GPT-2's, for a plain llm.c model file of vocabulary 50257 (from " +
-                        o.tokenizer_dir + ")";
-    }
-    return choice;
-}
-
-std::unique_ptr<Tokenizer> build_tokenizer(const TrainOptions& o, const TokenizerChoice& choice,
-                                           std::string_view text) {
-    if (!choice.from_checkpoint.empty()) return deserialize_tokenizer(choice.from_checkpoint);
-    if (choice.kind == "gpt2") return load_gpt2_tokenizer(o.tokenizer_dir);
-    if (choice.kind == "bpe") return train_bpe_tokenizer(text, o.vocab_size);
-    return make_char_tokenizer(text);
-}
-
-std::string read_corpus(const std::string& path) {
-    std::string text = read_text_file(path);
-    if (text.empty()) throw InputError("--data " + path + ": the corpus is empty");
-    return text;
-}
-
-// Rank 0 reads and tokenizes; the others receive the tokenizer and the tokens.
-void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
-                         const TokenizerChoice& choice, Corpus& corpus) {
-    std::vector<std::uint8_t> tokenizer_bytes;
-    // 64-bit counts: a corpus may hold more than 2^31 tokens.
-    std::vector<std::int64_t> counts(2, 0);
-    if (comm.is_root()) {
-        const auto start = Clock::now();
-        const std::string text = read_corpus(o.data);
-        corpus.tokenizer = build_tokenizer(o, choice, text);
-        TokenSplit split = split_tokens(
-            corpus.tokenizer->encode(text, parse_eot_in_text(o.eot_in_text)), o.val_fraction);
-        corpus.train = std::move(split.train);
-        corpus.val = std::move(split.val);
-        tokenizer_bytes = corpus.tokenizer->serialize();
-        spdlog::info(
-            "corpus {}: {} bytes -> {} train + {} val tokens ({} tokenizer, vocab {}) in {:.2f} s",
-            o.data, with_commas(static_cast<double>(text.size())),
-            with_commas(static_cast<double>(corpus.train.size())),
-            with_commas(static_cast<double>(corpus.val.size())),
-            tokenizer_kind_name(corpus.tokenizer->kind()), corpus.tokenizer->vocab_size(),
-            seconds_since(start));
-        if (corpus.train.size() <= static_cast<std::size_t>(o.seq_len) ||
-            corpus.val.size() <= static_cast<std::size_t>(o.seq_len)) {
-            throw InputError("--data " + o.data +
-                             ": too short: " + std::to_string(corpus.train.size()) + " train and " +
-                             std::to_string(corpus.val.size()) +
-                             " validation tokens, each split needs more than --seq-len " +
-                             std::to_string(o.seq_len));
-        }
-        counts = {static_cast<std::int64_t>(corpus.train.size()),
-                  static_cast<std::int64_t>(corpus.val.size())};
-    }
-    comm.broadcast_vector(tokenizer_bytes);
-    comm.broadcast(std::span<std::int64_t>(counts));
-    if (!comm.is_root()) {
-        corpus.tokenizer = deserialize_tokenizer(tokenizer_bytes);
-        corpus.train.resize(static_cast<std::size_t>(counts[0]));
-        corpus.val.resize(static_cast<std::size_t>(counts[1]));
-    }
-    comm.broadcast(std::span<std::int32_t>(corpus.train));
-    comm.broadcast(std::span<std::int32_t>(corpus.val));
-    const auto as_bytes = [](std::span<const std::int32_t> v) {
-        return std::span(reinterpret_cast<const std::uint8_t*>(v.data()), v.size_bytes());
-    };
-    spdlog::debug("rank {}: tokenizer {:016x} ({} bytes), train tokens {:016x}, val tokens {:016x}",
-                  comm.rank(), checksum64(corpus.tokenizer->serialize()), tokenizer_bytes.size(),
-                  checksum64(as_bytes(corpus.train)), checksum64(as_bytes(corpus.val)));
-    corpus.train_store.add(std::span<const std::int32_t>(corpus.train));
-    corpus.val_store.add(std::span<const std::int32_t>(corpus.val));
-}
-
-// Every rank maps the shards itself; rank 0 still decides the tokenizer.
-void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
-                          const TokenizerChoice& choice, Corpus& corpus) {
-    std::vector<std::uint8_t> tokenizer_bytes;
-    if (comm.is_root()) {
-        // The shards' own tokenizer (prepare_data writes tokenizer.bin beside them) unless a
-        // checkpoint brings one; GPT-2's tokenizer needs no corpus, so --tokenizer gpt2 also works.
-        const std::filesystem::path beside =
-            expand_shard_pattern(o.train_data).front().parent_path() / "tokenizer.bin";
-        if (!choice.from_checkpoint.empty()) {
-            corpus.tokenizer = deserialize_tokenizer(choice.from_checkpoint);
-            spdlog::info("tokenizer: {} (the checkpoint's own)",
-                         tokenizer_kind_name(corpus.tokenizer->kind()));
-        } else if (std::filesystem::exists(beside)) {
-            corpus.tokenizer = deserialize_tokenizer(read_file_bytes(beside));
-            const std::string kind(tokenizer_kind_name(corpus.tokenizer->kind()));
-            if (o.was_given("tokenizer") && kind != o.tokenizer) {
-                throw UsageError("--tokenizer " + o.tokenizer + " contradicts the shards' " +
-                                 beside.string() + " (" + kind +
-                                 ", the tokenizer the shards were made with): drop --tokenizer");
-            }
-            spdlog::info("tokenizer: {} from {} (the shards' own)", kind, beside.string());
-        } else if (choice.kind == "gpt2") {
-            corpus.tokenizer = load_gpt2_tokenizer(o.tokenizer_dir);
-        } else {
-            throw InputError("--train-data " + o.train_data + ": no " + beside.string() +
-                             " (prepare_data writes it) and --tokenizer is not gpt2");
-        }
-        tokenizer_bytes = corpus.tokenizer->serialize();
-    }
-    comm.broadcast_vector(tokenizer_bytes);
-    if (!comm.is_root()) corpus.tokenizer = deserialize_tokenizer(tokenizer_bytes);
-    for (const auto& path : expand_shard_pattern(o.train_data))
-        corpus.train_shards.emplace_back(path);
-    for (const auto& path : expand_shard_pattern(o.val_data))
-        corpus.val_shards.emplace_back(path);
-    const int vocab = corpus.tokenizer->vocab_size();
-    for (auto* shards : {&corpus.train_shards, &corpus.val_shards}) {
-        for (const MappedShard& shard : *shards) {
-            validate_token_range(shard.tokens(), vocab, shard.path());
-            (shards == &corpus.train_shards ? corpus.train_store : corpus.val_store)
-                .add(shard.tokens());
-        }
-    }
-    const auto T = static_cast<std::uint64_t>(o.seq_len);
-    if (corpus.train_store.num_windows(o.seq_len) == 0 ||
-        corpus.val_store.num_windows(o.seq_len) == 0) {
-        throw InputError("--train-data/--val-data: shards hold fewer than --seq-len+1 = " +
-                         std::to_string(T + 1) + " tokens");
-    }
 }
 
 // ---- The model's shape ----------------------------------------------------------------------
@@ -1327,18 +1033,6 @@ void TrainingLoop::report_benchmark() {
     std::fflush(stdout);
 }
 
-// Rank 0 decides where the run starts and which tokenizer it uses.
-void choose_start(const TrainOptions& o, StartPoint& start, TokenizerChoice& choice) {
-    start = find_start(o);
-    choice = choose_tokenizer(o, start);
-    if (choice.from_checkpoint.empty()) {
-        spdlog::debug("tokenizer: {} ({})", choice.kind, choice.reason);
-    }
-    if (start.model && !start.model->extras && choice.reason.starts_with("GPT-2")) {
-        spdlog::info("{}: no tokenizer in the file; using {}", start.source, choice.reason);
-    }
-}
-
 }  // namespace
 
 int run_training(const TrainOptions& o, const Communicator& comm) {
@@ -1354,11 +1048,7 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     }
     if (comm.is_root()) choose_start(o, start, tokenizer_choice);
     Corpus corpus;
-    if (o.train_data.empty()) {
-        prepare_text_corpus(o, comm, tokenizer_choice, corpus);
-    } else {
-        prepare_shard_corpus(o, comm, tokenizer_choice, corpus);
-    }
+    prepare_corpus(o, comm, tokenizer_choice, corpus);
     const ModelConfig config = agree_on_model(o, comm, start, *corpus.tokenizer);
     if (corpus.train_store.max_token() >= config.vocab_size) {
         throw InputError("token id " + std::to_string(corpus.train_store.max_token()) +

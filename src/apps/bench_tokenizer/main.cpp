@@ -9,6 +9,7 @@
 #include <iterator>
 #include <string>
 
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -16,11 +17,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-[[nodiscard]] double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using gpt2::Clock;
+using gpt2::seconds_since;
 
 // Best of `repeat` runs: the least disturbed by other processes on a shared machine.
 template <typename F>

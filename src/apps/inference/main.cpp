@@ -41,7 +41,6 @@ namespace {
 namespace app = gpt2::app;
 
 // GPT-2's vocabulary: a plain llm.c model file of this size is taken to be a GPT-2.
-constexpr int kGpt2VocabSize = 50257;
 // --prompt-file's name for standard input.
 constexpr std::string_view kStdinName = "-";
 
@@ -242,7 +241,7 @@ Loaded load(const Options& o) {
     } else if (own) {
         tokenizer = std::move(own);
         origin = "from the checkpoint";
-    } else if (V == kGpt2VocabSize) {
+    } else if (V == gpt2::kGpt2VocabSize) {
         spdlog::info(
             "{} has no tokenizer; its vocabulary ({}) is GPT-2's, so it uses the GPT-2 "
             "tokenizer from {} (--tokenizer to choose another)",
@@ -259,7 +258,7 @@ Loaded load(const Options& o) {
         // GPT-2's tokenizer cannot fit this vocabulary, so only the rebuilt ones are offered.
         throw gpt2::InputError(o.checkpoint + ": has no tokenizer, and its vocabulary (" +
                                std::to_string(V) + " tokens) is not GPT-2's (" +
-                               std::to_string(kGpt2VocabSize) +
+                               std::to_string(gpt2::kGpt2VocabSize) +
                                "): pass --tokenizer char|bpe --tokenizer-corpus FILE (the text "
                                "its tokenizer was built from)");
     }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "apps/common/cli.hpp"
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/file_io.hpp"
 #include "data/documents.hpp"
@@ -33,7 +34,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using gpt2::Clock;
+using gpt2::seconds_since;
 
 struct Options {
     std::vector<fs::path> inputs;
@@ -56,10 +58,6 @@ struct Options {
     std::string eot_in_text = "token";
     std::string log_level = "info";
 };
-
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // The corpus as the run sees it: its files, whether it is one plain text (whose validation split
 // is its last bytes) or documents (separated by the end-of-text token, split by document).

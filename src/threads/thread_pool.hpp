@@ -1,6 +1,6 @@
 // ThreadPool: a fixed set of worker threads created once and reused every step. run() hands each
-// worker one coarse task (its worker index); the calling thread is worker 0, so MPI stays on the
-// main thread (MPI_THREAD_FUNNELED).
+// worker one coarse task (its worker index); the calling thread is worker 0 (the one that may call
+// MPI: the communicator lives on the main thread).
 #pragma once
 
 #include <atomic>
@@ -8,6 +8,8 @@
 #include <exception>
 #include <thread>
 #include <vector>
+
+#include "core/range.hpp"
 
 namespace gpt2 {
 
@@ -49,18 +51,5 @@ class ThreadPool {
     std::atomic<int> pending_{0};
     std::atomic<bool> stopping_{false};
 };
-
-// A contiguous, near-equal share [begin, end) of n items for worker w of W.
-struct Range {
-    std::size_t begin;
-    std::size_t end;
-};
-[[nodiscard]] inline Range split_range(std::size_t n, int w, int W) {
-    const std::size_t base = n / static_cast<std::size_t>(W);
-    const std::size_t extra = n % static_cast<std::size_t>(W);
-    const auto uw = static_cast<std::size_t>(w);
-    const std::size_t begin = uw * base + std::min(uw, extra);
-    return Range{begin, begin + base + (uw < extra ? 1 : 0)};
-}
 
 }  // namespace gpt2

@@ -1,4 +1,4 @@
-#include "parallel/thread_pool.hpp"
+#include "threads/thread_pool.hpp"
 
 #include <pthread.h>
 #include <sched.h>

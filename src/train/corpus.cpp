@@ -1,0 +1,145 @@
+#include "train/corpus.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "train/text_format.hpp"
+
+namespace gpt2 {
+
+namespace {
+
+std::unique_ptr<Tokenizer> build_tokenizer(const TrainOptions& o, const TokenizerChoice& choice,
+                                           std::string_view text) {
+    if (!choice.from_checkpoint.empty()) return deserialize_tokenizer(choice.from_checkpoint);
+    if (choice.kind == "gpt2") return load_gpt2_tokenizer(o.tokenizer_dir);
+    if (choice.kind == "bpe") return train_bpe_tokenizer(text, o.vocab_size);
+    return make_char_tokenizer(text);
+}
+
+std::string read_corpus(const std::string& path) {
+    std::string text = read_text_file(path);
+    if (text.empty()) throw InputError("--data " + path + ": the corpus is empty");
+    return text;
+}
+
+// Rank 0 reads and tokenizes; the others receive the tokenizer and the tokens.
+void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
+                         const TokenizerChoice& choice, Corpus& corpus) {
+    std::vector<std::uint8_t> tokenizer_bytes;
+    // 64-bit counts: a corpus may hold more than 2^31 tokens.
+    std::vector<std::int64_t> counts(2, 0);
+    if (comm.is_root()) {
+        const auto start = Clock::now();
+        const std::string text = read_corpus(o.data);
+        corpus.tokenizer = build_tokenizer(o, choice, text);
+        TokenSplit split = split_tokens(
+            corpus.tokenizer->encode(text, parse_eot_in_text(o.eot_in_text)), o.val_fraction);
+        corpus.train = std::move(split.train);
+        corpus.val = std::move(split.val);
+        tokenizer_bytes = corpus.tokenizer->serialize();
+        spdlog::info(
+            "corpus {}: {} bytes -> {} train + {} val tokens ({} tokenizer, vocab {}) in {:.2f} s",
+            o.data, with_commas(static_cast<double>(text.size())),
+            with_commas(static_cast<double>(corpus.train.size())),
+            with_commas(static_cast<double>(corpus.val.size())),
+            tokenizer_kind_name(corpus.tokenizer->kind()), corpus.tokenizer->vocab_size(),
+            seconds_since(start));
+        if (corpus.train.size() <= static_cast<std::size_t>(o.seq_len) ||
+            corpus.val.size() <= static_cast<std::size_t>(o.seq_len)) {
+            throw InputError("--data " + o.data +
+                             ": too short: " + std::to_string(corpus.train.size()) + " train and " +
+                             std::to_string(corpus.val.size()) +
+                             " validation tokens, each split needs more than --seq-len " +
+                             std::to_string(o.seq_len));
+        }
+        counts = {static_cast<std::int64_t>(corpus.train.size()),
+                  static_cast<std::int64_t>(corpus.val.size())};
+    }
+    comm.broadcast_vector(tokenizer_bytes);
+    comm.broadcast(std::span<std::int64_t>(counts));
+    if (!comm.is_root()) {
+        corpus.tokenizer = deserialize_tokenizer(tokenizer_bytes);
+        corpus.train.resize(static_cast<std::size_t>(counts[0]));
+        corpus.val.resize(static_cast<std::size_t>(counts[1]));
+    }
+    comm.broadcast(std::span<std::int32_t>(corpus.train));
+    comm.broadcast(std::span<std::int32_t>(corpus.val));
+    const auto as_bytes = [](std::span<const std::int32_t> v) {
+        return std::span(reinterpret_cast<const std::uint8_t*>(v.data()), v.size_bytes());
+    };
+    spdlog::debug("rank {}: tokenizer {:016x} ({} bytes), train tokens {:016x}, val tokens {:016x}",
+                  comm.rank(), checksum64(corpus.tokenizer->serialize()), tokenizer_bytes.size(),
+                  checksum64(as_bytes(corpus.train)), checksum64(as_bytes(corpus.val)));
+    corpus.train_store.add(std::span<const std::int32_t>(corpus.train));
+    corpus.val_store.add(std::span<const std::int32_t>(corpus.val));
+}
+
+// Every rank maps the shards itself; rank 0 still decides the tokenizer.
+void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
+                          const TokenizerChoice& choice, Corpus& corpus) {
+    std::vector<std::uint8_t> tokenizer_bytes;
+    if (comm.is_root()) {
+        // The shards' own tokenizer (prepare_data writes tokenizer.bin beside them) unless a
+        // checkpoint brings one; GPT-2's tokenizer needs no corpus, so --tokenizer gpt2 also works.
+        const std::filesystem::path beside =
+            expand_shard_pattern(o.train_data).front().parent_path() / "tokenizer.bin";
+        if (!choice.from_checkpoint.empty()) {
+            corpus.tokenizer = deserialize_tokenizer(choice.from_checkpoint);
+            spdlog::info("tokenizer: {} (the checkpoint's own)",
+                         tokenizer_kind_name(corpus.tokenizer->kind()));
+        } else if (std::filesystem::exists(beside)) {
+            corpus.tokenizer = deserialize_tokenizer(read_file_bytes(beside));
+            const std::string kind(tokenizer_kind_name(corpus.tokenizer->kind()));
+            if (o.was_given("tokenizer") && kind != o.tokenizer) {
+                throw UsageError("--tokenizer " + o.tokenizer + " contradicts the shards' " +
+                                 beside.string() + " (" + kind +
+                                 ", the tokenizer the shards were made with): drop --tokenizer");
+            }
+            spdlog::info("tokenizer: {} from {} (the shards' own)", kind, beside.string());
+        } else if (choice.kind == "gpt2") {
+            corpus.tokenizer = load_gpt2_tokenizer(o.tokenizer_dir);
+        } else {
+            throw InputError("--train-data " + o.train_data + ": no " + beside.string() +
+                             " (prepare_data writes it) and --tokenizer is not gpt2");
+        }
+        tokenizer_bytes = corpus.tokenizer->serialize();
+    }
+    comm.broadcast_vector(tokenizer_bytes);
+    if (!comm.is_root()) corpus.tokenizer = deserialize_tokenizer(tokenizer_bytes);
+    for (const auto& path : expand_shard_pattern(o.train_data))
+        corpus.train_shards.emplace_back(path);
+    for (const auto& path : expand_shard_pattern(o.val_data))
+        corpus.val_shards.emplace_back(path);
+    const int vocab = corpus.tokenizer->vocab_size();
+    for (auto* shards : {&corpus.train_shards, &corpus.val_shards}) {
+        for (const MappedShard& shard : *shards) {
+            validate_token_range(shard.tokens(), vocab, shard.path());
+            (shards == &corpus.train_shards ? corpus.train_store : corpus.val_store)
+                .add(shard.tokens());
+        }
+    }
+    const auto T = static_cast<std::uint64_t>(o.seq_len);
+    if (corpus.train_store.num_windows(o.seq_len) == 0 ||
+        corpus.val_store.num_windows(o.seq_len) == 0) {
+        throw InputError("--train-data/--val-data: shards hold fewer than --seq-len+1 = " +
+                         std::to_string(T + 1) + " tokens");
+    }
+}
+
+}  // namespace
+
+void prepare_corpus(const TrainOptions& o, const Communicator& comm, const TokenizerChoice& choice,
+                    Corpus& corpus) {
+    if (o.train_data.empty()) {
+        prepare_text_corpus(o, comm, choice, corpus);
+    } else {
+        prepare_shard_corpus(o, comm, choice, corpus);
+    }
+}
+
+}  // namespace gpt2

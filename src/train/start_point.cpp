@@ -1,0 +1,133 @@
+#include "train/start_point.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.hpp"
+#include "formats/model_file.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "train/resume_state.hpp"
+
+namespace gpt2 {
+
+namespace {
+
+// A fresh run must not share --out-dir with another run's checkpoints: its pruning would mix
+// lineages and a later --resume auto would pick whichever is newest.
+void refuse_foreign_checkpoints(const TrainOptions& o) {
+    const std::vector<std::string> names = checkpoint_file_names(o.out_dir);
+    if (names.empty()) return;
+    std::string listed;
+    for (std::size_t i = 0; i < names.size() && i < 4; ++i)
+        listed += (i > 0 ? ", " : "") + names[i];
+    if (names.size() > 4) listed += ", ... (" + std::to_string(names.size()) + " files)";
+    throw UsageError("--out-dir " + o.out_dir + " already holds checkpoints (" + listed +
+                     "): continue that run with --resume auto, or give another or an empty "
+                     "--out-dir");
+}
+
+StartPoint load_init_from(const TrainOptions& o) {
+    StartPoint start;
+    std::vector<std::string> notes;
+    start.model = load_model_file(o.init_from, &notes);
+    for (const std::string& note : notes)
+        spdlog::info("{}", note);
+    start.source = "--init-from " + o.init_from;
+    return start;
+}
+
+StartPoint find_start(const TrainOptions& o) {
+    if (o.resume == "auto") {
+        for (const std::int64_t step : list_checkpoints(o.out_dir)) {
+            try {
+                StartPoint start;
+                start.model = load_checkpoint(model_path(o.out_dir, step));
+                start.state_file = state_path(o.out_dir, step);
+                start.source = "--resume " + start.state_file.string();
+                if (!o.init_from.empty()) {
+                    spdlog::info("--init-from {} not used: resuming from {}", o.init_from,
+                                 start.state_file.string());
+                }
+                return start;
+            } catch (const InputError& e) {
+                spdlog::warn("skipping checkpoint at step {}: {}", step, e.what());
+            }
+        }
+        if (!o.init_from.empty()) {
+            spdlog::info("--resume auto: no checkpoint in {}; starting from --init-from {}",
+                         o.out_dir, o.init_from);
+            return load_init_from(o);
+        }
+        spdlog::info("--resume auto: no checkpoint in {}, starting fresh", o.out_dir);
+        return {};
+    }
+    if (!o.resume.empty()) {
+        const auto step = checkpoint_step(o.resume);
+        if (!step) {
+            throw InputError("--resume " + o.resume +
+                             ": expected 'auto' or a state_NNNNNN.bin file");
+        }
+        const std::filesystem::path dir = std::filesystem::path(o.resume).parent_path();
+        StartPoint start;
+        start.model = load_checkpoint(model_path(dir, *step));
+        start.state_file = state_path(dir, *step);
+        start.source = "--resume " + o.resume;
+        return start;
+    }
+    if (o.benchmark == 0) refuse_foreign_checkpoints(o);
+    if (!o.init_from.empty()) return load_init_from(o);
+    return {};
+}
+
+TokenizerChoice choose_tokenizer(const TrainOptions& o, const StartPoint& start) {
+    TokenizerChoice choice;
+    choice.kind = o.tokenizer;
+    choice.reason = o.was_given("tokenizer") ? "--tokenizer" : "default --tokenizer";
+    if (!start.model) return choice;
+    if (start.model->extras) {
+        if (start.model->extras->tokenizer.empty()) {
+            throw InputError(start.source + ": the checkpoint has no tokenizer");
+        }
+        choice.from_checkpoint = start.model->extras->tokenizer;
+        const std::string kind(
+            tokenizer_kind_name(deserialize_tokenizer(choice.from_checkpoint)->kind()));
+        if (o.was_given("tokenizer") && kind != o.tokenizer) {
+            throw UsageError("--tokenizer " + o.tokenizer + " contradicts " + start.source +
+                             ", whose tokenizer is " + kind +
+                             " (the weights only make sense with it): drop --tokenizer");
+        }
+        choice.kind = kind;
+        choice.reason = "the checkpoint's own";
+        return choice;
+    }
+    // A plain llm.c model file carries no tokenizer.
+    const int V = start.model->model.config.vocab_size;
+    if (!o.was_given("tokenizer")) {
+        if (V != kGpt2VocabSize) {
+            throw UsageError(start.source +
+                             " is a plain llm.c model file without a tokenizer "
+                             "and its vocabulary (" +
+                             std::to_string(V) +
+                             ") is not GPT-2's: give the --tokenizer it was trained with");
+        }
+        choice.kind = "gpt2";
+        choice.reason = "GPT-2's, for a plain llm.c model file of vocabulary 50257 (from " +
+                        o.tokenizer_dir + ")";
+    }
+    return choice;
+}
+
+}  // namespace
+
+// Rank 0 decides where the run starts and which tokenizer it uses.
+void choose_start(const TrainOptions& o, StartPoint& start, TokenizerChoice& choice) {
+    start = find_start(o);
+    choice = choose_tokenizer(o, start);
+    if (choice.from_checkpoint.empty()) {
+        spdlog::debug("tokenizer: {} ({})", choice.kind, choice.reason);
+    }
+    if (start.model && !start.model->extras && choice.reason.starts_with("GPT-2")) {
+        spdlog::info("{}: no tokenizer in the file; using {}", start.source, choice.reason);
+    }
+}
+
+}  // namespace gpt2

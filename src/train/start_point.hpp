@@ -1,0 +1,35 @@
+// Where a run starts, decided on rank 0 before the corpus is read: fresh, from weights
+// (--init-from: any model file), or from a checkpoint (--resume), and which tokenizer that implies.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "formats/checkpoint.hpp"
+#include "train/options.hpp"
+
+namespace gpt2 {
+
+// Fresh, from weights (--init-from), or from a checkpoint (--resume). Decided on rank 0.
+struct StartPoint {
+    std::optional<LoadedModel> model;
+    std::filesystem::path state_file;  // non-empty when resuming
+    std::string source;                // how messages name where the weights came from
+};
+
+// Which tokenizer the run uses, decided on rank 0 before the corpus is read: the checkpoint's
+// own (serialized), or one of --tokenizer's kinds. Flags that contradict the weights are refused.
+struct TokenizerChoice {
+    std::vector<std::uint8_t> from_checkpoint;
+    std::string kind = "char";
+    std::string reason;  // for the log: why this tokenizer
+};
+
+// Finds the start and chooses the tokenizer (rank 0 only); logs what it chose. Flags that
+// contradict the weights are refused (UsageError), unreadable files reported (InputError).
+void choose_start(const TrainOptions& o, StartPoint& start, TokenizerChoice& choice);
+
+}  // namespace gpt2
