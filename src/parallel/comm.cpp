@@ -56,6 +56,19 @@ MPI_Comm comm_of(const std::shared_ptr<const Handle>& handle) {
 }
 }  // namespace
 
+#if defined(__SANITIZE_ADDRESS__)
+// Under AddressSanitizer (scripts/sanitizers.sh): Open MPI keeps allocations in its plugins until
+// exit, and LeakSanitizer can attribute them to Open MPI (tests/lsan.supp) only when it records
+// every allocation's full stack, which makes allocation several times slower. Only the processes
+// that can start MPI (those that link this file) record full stacks; the environment still wins.
+extern "C" const char* __asan_default_options() {
+    return "fast_unwind_on_malloc=0";
+}
+extern "C" const char* __lsan_default_options() {
+    return "fast_unwind_on_malloc=0";
+}
+#endif
+
 MpiSession::MpiSession(int* argc, char*** argv) {
     // Open MPI's non-blocking allreduce (libnbc) picks a binomial tree (reduce, then broadcast)
     // for few ranks, which halves the bandwidth of the overlapped buckets against the blocking
