@@ -45,7 +45,7 @@ class ModelReference : public ::testing::Test {
     // The fixture's AdamW step: its hyperparameters and the whole batch as one micro-step.
     [[nodiscard]] StepHyper adamw_hyper() const {
         const auto& h = fixture_.at("adamw.hparams").f32;
-        return StepHyper{AdamWHyper{h[0], h[1], h[2], h[3], h[4]}, h[5], 0, {}};
+        return StepHyper{AdamWHyper{h[0], h[1], h[2], h[3], h[4]}, h[5]};
     }
     [[nodiscard]] StepBatch step_batch() const {
         const TokenBatch b = batch();

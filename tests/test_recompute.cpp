@@ -102,7 +102,7 @@ std::pair<std::vector<double>, std::vector<float>> train_five_steps(int workers,
             random_tokens(static_cast<std::size_t>(B) * kT + 1, 100 + static_cast<unsigned>(step));
         const std::span<const std::int32_t> all(tokens);
         const StepBatch batch{all.first(tokens.size() - 1), all.subspan(1), 1, B};
-        const StepHyper hyper{AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f, 0, {}};
+        const StepHyper hyper{AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f};
         losses.push_back(train_step(model, optimizer, group, comm, batch, hyper).loss);
     }
     return {losses,

@@ -14,6 +14,7 @@
 #include "core/shared_memory.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/data_parallel.hpp"
+#include "parallel/shared_replica.hpp"
 
 namespace gpt2 {
 namespace {
@@ -126,8 +127,9 @@ Trained train_ten_steps(bool share, Precision precision, int unshare_at = -1) {
             t = static_cast<std::int32_t>(rng.below(97));
         const std::span<const std::int32_t> all(tokens);
         const StepBatch batch{all.first(tokens.size() - 1), all.subspan(1), 1, B};
-        const StepHyper hyper{AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-5f, 0.1f}, 1.0f, 0,
-                              share ? std::span<const Range>(slices) : std::span<const Range>()};
+        const StepHyper hyper{AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-5f, 0.1f}, 1.0f,
+                              share ? GradientExchange::SharedMemory : GradientExchange::Allreduce,
+                              0, share ? std::span<const Range>(slices) : std::span<const Range>()};
         const StepMetrics m = train_step(model, optimizer, group, comm, batch, hyper);
         EXPECT_FALSE(m.skipped);
         result.losses.push_back(m.loss);

@@ -51,7 +51,7 @@ TrainResult train_ten_steps(int workers, int B, Precision precision = Precision:
         const std::span<const std::int32_t> all(tokens);
         const StepBatch batch{all.first(tokens.size() - 1), all.subspan(1), grad_accum,
                               static_cast<std::int64_t>(B) * grad_accum};
-        const StepHyper hyper{AdamWHyper{kLr, 0.9f, 0.95f, kEps, 0.1f}, 1.0f, 0, {}};
+        const StepHyper hyper{AdamWHyper{kLr, 0.9f, 0.95f, kEps, 0.1f}, 1.0f};
         const StepMetrics m = train_step(model, optimizer, group, comm, batch, hyper);
         EXPECT_FALSE(m.skipped);
         result.losses.push_back(m.loss);

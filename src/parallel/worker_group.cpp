@@ -1,0 +1,92 @@
+#include "parallel/worker_group.hpp"
+
+#include <algorithm>
+
+#include "parallel/gradient_buckets.hpp"  // OverlapState, destroyed with the group
+
+namespace gpt2 {
+
+namespace {
+std::vector<ThreadLocalTrainingContext> make_contexts(const ModelConfig& config, int workers,
+                                                      int batch_size, int seq_len,
+                                                      Precision precision, Recompute recompute) {
+    std::vector<ThreadLocalTrainingContext> contexts;
+    contexts.reserve(static_cast<std::size_t>(workers));
+    const int per_worker = (batch_size + workers - 1) / workers;
+    for (int w = 0; w < workers; ++w)
+        contexts.emplace_back(config, w < batch_size ? per_worker : 0, seq_len, precision,
+                              recompute);
+    return contexts;
+}
+}  // namespace
+
+WorkerGroup::WorkerGroup(const ModelConfig& config, int workers, int batch_size, int seq_len,
+                         bool pin, Precision precision, Recompute recompute)
+    : batch_size_(batch_size),
+      seq_len_(seq_len),
+      pool_(workers, pin),
+      contexts_(make_contexts(config, workers, batch_size, seq_len, precision, recompute)),
+      reduction_(config, contexts_, std::min(workers, batch_size)),
+      partials_(static_cast<std::size_t>(workers)) {}
+
+WorkerGroup::~WorkerGroup() = default;
+
+TokenBatch worker_sequences(std::span<const std::int32_t> inputs,
+                            std::span<const std::int32_t> targets, std::size_t offset, int B, int T,
+                            int w, int W) {
+    const Range seqs = split_range(static_cast<std::size_t>(B), w, W);
+    const std::size_t begin = offset + seqs.begin * static_cast<std::size_t>(T);
+    const std::size_t count = (seqs.end - seqs.begin) * static_cast<std::size_t>(T);
+    return TokenBatch{inputs.subspan(begin, count), targets.subspan(begin, count),
+                      static_cast<int>(seqs.end - seqs.begin), T};
+}
+
+GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, const StepBatch& batch,
+                                  const GradientReady& ready) {
+    const int W = workers.size();
+    const int B = workers.batch_size();
+    const int T = workers.seq_len();
+    const std::size_t micro_tokens = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
+    const float dloss = static_cast<float>(1.0 / (static_cast<double>(batch.global_sequences) * T));
+    const std::span<WorkerPartial> sums = workers.partials();
+    LayerwiseReduction& reduction = workers.reduction();
+    double worker0_summing = 0.0;
+    reduction.begin_run();
+    workers.pool().run([&](int w) {
+        double loss = 0.0;
+        double summing = 0.0;
+        double at_barriers = 0.0;
+        try {
+            for (int a = 0; a < batch.grad_accum; ++a) {
+                LayerwiseReduction::WorkerSink sink(reduction, w,
+                                                    a + 1 == batch.grad_accum ? &ready : nullptr);
+                const TokenBatch mine =
+                    worker_sequences(batch.inputs, batch.targets, a * micro_tokens, B, T, w, W);
+                if (mine.B > 0) {
+                    loss += forward_backward(model, workers.context(w), mine, dloss, sink);
+                } else {
+                    sink.take_part_without_sequences(T);
+                }
+                summing += sink.seconds_waiting_and_summing();
+                at_barriers += sink.seconds_at_barriers();
+            }
+        } catch (const BarrierAborted&) {
+            return;  // another worker failed: the pool rethrows its error
+        } catch (...) {
+            reduction.abort();
+            throw;
+        }
+        sums[static_cast<std::size_t>(w)].value = loss;
+        sums[static_cast<std::size_t>(w)].seconds_at_barriers = at_barriers;
+        if (w == 0) worker0_summing = summing;
+    });
+    GradientPass pass;
+    for (const WorkerPartial& s : sums) {
+        pass.loss_sum += s.value;
+        pass.seconds_at_barriers.push_back(s.seconds_at_barriers);
+    }
+    pass.seconds_summing = worker0_summing;
+    return pass;
+}
+
+}  // namespace gpt2

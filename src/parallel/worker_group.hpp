@@ -1,0 +1,114 @@
+// A rank's compute without MPI: the worker threads, one ThreadLocalTrainingContext each, and the
+// forward/backward pass over a step's micro-batches that sums their gradients into the rank's
+// one buffer layer by layer (LayerwiseReduction).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/range.hpp"
+#include "model/model.hpp"
+#include "model/training_context.hpp"
+#include "parallel/layerwise_reduction.hpp"
+#include "threads/thread_pool.hpp"
+
+namespace gpt2 {
+
+// One worker's scalar result, alone on its cache line so workers never write the same line.
+struct alignas(64) WorkerPartial {
+    double value = 0.0;
+    double seconds_at_barriers = 0.0;  // accumulate_gradients: waiting for the other workers
+};
+
+// What the overlapped exchange keeps across steps (gradient_buckets.hpp).
+struct OverlapState;
+
+// A rank's compute: the thread pool, one ThreadLocalTrainingContext per worker and the rank's one
+// full gradient buffer, which the workers sum into (and after the exchange holds the global
+// gradient).
+class WorkerGroup {
+  public:
+    // Each worker with sequences has a context for ceil(batch_size / workers) sequences of seq_len
+    // tokens, with bf16 scratch when the model trains in bf16; workers beyond batch_size have no
+    // sequences (their contexts hold no activations) and only help sum the gradient. `recompute`
+    // sets what the contexts store (model.hpp).
+    WorkerGroup(const ModelConfig& config, int workers, int batch_size, int seq_len, bool pin,
+                Precision precision = Precision::fp32, Recompute recompute = Recompute::cheap);
+    ~WorkerGroup();
+    WorkerGroup(const WorkerGroup&) = delete;
+    WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+    [[nodiscard]] int size() const { return pool_.size(); }
+    [[nodiscard]] int batch_size() const { return batch_size_; }
+    [[nodiscard]] int seq_len() const { return seq_len_; }
+    [[nodiscard]] ThreadPool& pool() { return pool_; }
+    [[nodiscard]] ThreadLocalTrainingContext& context(int w) {
+        return contexts_[static_cast<std::size_t>(w)];
+    }
+    [[nodiscard]] const ThreadLocalTrainingContext& context(int w) const {
+        return contexts_[static_cast<std::size_t>(w)];
+    }
+    // Workers that get sequences: min(workers, batch_size).
+    [[nodiscard]] int contributing_workers() const { return reduction_.contributors(); }
+    [[nodiscard]] std::span<float> gradient() { return reduction_.gradient(); }
+    [[nodiscard]] LayerwiseReduction& reduction() { return reduction_; }
+    [[nodiscard]] std::size_t gradient_bytes() const {
+        return reduction_.gradient().size() * sizeof(float);
+    }
+    // Per-worker scalars (loss sums, squared norms), allocated once.
+    [[nodiscard]] std::span<WorkerPartial> partials() { return partials_; }
+    // After share_replica_memory: every rank's gradient buffer (this rank's is gradient()), in
+    // rank order, all mapped here; empty otherwise.
+    [[nodiscard]] std::span<float* const> rank_gradients() const { return rank_gradients_; }
+    void set_rank_gradients(std::vector<float*> all) { rank_gradients_ = std::move(all); }
+    // After share_replica_memory: every rank's count of gradient parts it has completed since
+    // sharing began (in rank order, in the shared memory; only its own rank increases it), so
+    // that a rank can sum its slice of a part as soon as every rank has it. Empty otherwise.
+    [[nodiscard]] std::span<std::uint64_t* const> rank_progress() const { return rank_progress_; }
+    void set_rank_progress(std::vector<std::uint64_t*> all) { rank_progress_ = std::move(all); }
+    // The overlapped exchange's state, created by its first step.
+    [[nodiscard]] std::unique_ptr<OverlapState>& overlap_state() { return overlap_state_; }
+
+  private:
+    int batch_size_;
+    int seq_len_;
+    ThreadPool pool_;
+    std::vector<ThreadLocalTrainingContext> contexts_;
+    LayerwiseReduction reduction_;  // after contexts_: it gives them their gradient windows
+    std::vector<WorkerPartial> partials_;
+    std::vector<float*> rank_gradients_;
+    std::vector<std::uint64_t*> rank_progress_;
+    std::unique_ptr<OverlapState> overlap_state_;
+};
+
+// This rank's tokens for one optimizer step: grad_accum micro-batches of B x T, consecutive.
+struct StepBatch {
+    std::span<const std::int32_t> inputs;
+    std::span<const std::int32_t> targets;
+    int grad_accum = 1;
+    // Sequences in the whole step over all ranks (B * grad_accum * world size).
+    std::int64_t global_sequences = 0;
+};
+
+// Worker w's sequences (of W workers) of the micro-batch of B x T tokens starting at `offset`.
+[[nodiscard]] TokenBatch worker_sequences(std::span<const std::int32_t> inputs,
+                                          std::span<const std::int32_t> targets, std::size_t offset,
+                                          int B, int T, int w, int W);
+
+// Forward/backward over the step's micro-batches, the workers' gradients summed into
+// workers.gradient() (zero before the step, as AdamW leaves it) as backward goes. `ready`, if set,
+// is called on the calling thread (worker 0) as each part of the rank's gradient becomes complete
+// during the last micro-batch: the final LayerNorm, layers L-1 down to 0, the embeddings.
+struct GradientPass {
+    double loss_sum = 0.0;                    // sum of the per-token losses on this rank
+    double seconds_summing = 0.0;             // worker 0's share of waiting at barriers and summing
+    double seconds_after_backward = 0.0;      // overlapped exchange: the part left after backward
+    std::vector<double> seconds_at_barriers;  // per worker: waiting for the others
+};
+[[nodiscard]] GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers,
+                                                const StepBatch& batch,
+                                                const GradientReady& ready = {});
+
+}  // namespace gpt2

@@ -1,0 +1,135 @@
+#include "train/run_report.hpp"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "ops/peak_flops.hpp"
+#include "threads/thread_pool.hpp"
+
+namespace gpt2 {
+
+double peak_rss_bytes() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return static_cast<double>(usage.ru_maxrss) * 1024.0;
+}
+
+std::string config_json(const TrainOptions& o, const ModelConfig& c, int world, int workers) {
+    nlohmann::json j;
+    j["model"] = {{"max_seq_len", c.max_seq_len},
+                  {"vocab_size", c.vocab_size},
+                  {"padded_vocab_size", c.padded_vocab_size},
+                  {"num_layers", c.num_layers},
+                  {"num_heads", c.num_heads},
+                  {"channels", c.channels}};
+    j["training"] = {{"data", o.train_data.empty() ? o.data : o.train_data},
+                     {"tokenizer", o.tokenizer},
+                     {"batch_size", o.batch_size},
+                     {"seq_len", o.seq_len},
+                     {"lr", o.lr},
+                     {"min_lr", o.min_lr},
+                     {"warmup_steps", o.warmup_steps},
+                     {"weight_decay", o.weight_decay},
+                     {"grad_clip", o.grad_clip},
+                     {"max_steps", o.max_steps},
+                     {"seed", o.seed},
+                     {"ranks", world},
+                     {"threads", workers}};
+    return j.dump(2);
+}
+
+int cores_in_use(const Communicator& comm, int workers) {
+    std::array<char, 256> host{};
+    ::gethostname(host.data(), host.size() - 1);
+    const std::string_view name(host.data());
+    const std::uint64_t host_id =
+        checksum64(std::span(reinterpret_cast<const std::uint8_t*>(name.data()), name.size()));
+    const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+    const auto hosts = comm.allgather(host_id);
+    const auto host_cpus = comm.allgather(static_cast<std::uint64_t>(online > 0 ? online : 1));
+    const auto rank_workers = comm.allgather(static_cast<std::uint64_t>(workers));
+    const auto rank_cpus = comm.allgather(static_cast<std::uint64_t>(available_cpus()));
+    std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> per_host;  // workers, cpus
+    for (std::size_t r = 0; r < hosts.size(); ++r) {
+        auto& [w, c] = per_host[hosts[r]];
+        w += rank_workers[r];
+        c = host_cpus[r];
+        if (comm.is_root() && rank_workers[r] > rank_cpus[r]) {
+            spdlog::warn(
+                "rank {}: {} worker threads but only {} CPUs in its affinity mask: "
+                "workers share cores (oversubscribed), steps will be slower",
+                r, rank_workers[r], rank_cpus[r]);
+        }
+    }
+    std::uint64_t cores = 0;
+    for (const auto& [id, load] : per_host) {
+        const auto [w, c] = load;
+        if (comm.is_root() && w > c && comm.size() > 1) {
+            spdlog::warn(
+                "{} worker threads over the ranks of one host with {} CPUs: "
+                "oversubscribed, steps will be slower",
+                w, c);
+        }
+        cores += std::min(w, c);
+    }
+    return static_cast<int>(std::max<std::uint64_t>(cores, 1));
+}
+
+std::string iso_time_now() {
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    std::array<char, 32> text{};
+    std::strftime(text.data(), text.size(), "%Y-%m-%dT%H:%M:%SZ", &utc);
+    return text.data();
+}
+
+MetricsFile::MetricsFile(const std::string& path) : path_(path) {
+    if (path.empty()) return;
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw InputError("--metrics-file " + path + ": cannot open for writing");
+}
+
+MetricsFile::~MetricsFile() {
+    if (fd_ >= 0) {
+        ::fdatasync(fd_);
+        ::close(fd_);
+    }
+}
+
+void MetricsFile::write(const nlohmann::json& record) {
+    if (fd_ < 0) return;
+    const std::string line = record.dump() + '\n';
+    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()) && !warned_) {
+        warned_ = true;
+        spdlog::warn("--metrics-file {}: write failed ({}); training goes on", path_,
+                     std::strerror(errno));
+    }
+}
+
+void MetricsFile::sync() {
+    if (fd_ >= 0) ::fdatasync(fd_);
+}
+
+MfuYardstick mfu_yardstick(const TrainOptions& o, int cores) {
+    if (o.peak_gflops > 0.0) return MfuYardstick{o.peak_gflops, cores, "--peak-gflops"};
+    const FmaPeak peak = measure_fma_peak();
+    return MfuYardstick{peak.gflops, cores, fmt::format("{} measured on one core", peak.isa)};
+}
+
+}  // namespace gpt2
