@@ -12,7 +12,7 @@ flags=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBI
 cmake -S . -B build-tsan "${flags[@]}" -DGPT2_SANITIZE=thread
 cmake --build build-tsan -j "$jobs" --target test_threads test_model_reference
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  ctest --test-dir build-tsan --output-on-failure -R "Thread|Workers|SplitRange"
+  ctest --test-dir build-tsan --output-on-failure -R "^threads\.|^model_reference\.Workers"
 
 # AddressSanitizer + UBSan over the whole suite, with leak checking. Open MPI keeps allocations
 # in its plugins until exit: the plugins stay loaded, and the processes that start MPI record full

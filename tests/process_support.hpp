@@ -55,6 +55,12 @@ inline std::string build_path(const std::string& program) {
     return std::string(GPT2_BUILD_DIR) + "/" + program;
 }
 
+// The shape flags of the small model the program tests train: two layers of 32 channels in two
+// heads, a few tens of thousands of parameters (fast under the sanitizers, yet every code path).
+inline std::string small_model(int seq_len) {
+    return " --n-layer 2 --n-head 2 --n-embd 32 --seq-len " + std::to_string(seq_len);
+}
+
 // mpiexec with the flags a test on one small machine needs (more ranks than cores, root).
 // `options` go before the first program's "-n" (e.g. "-x NAME" to export a variable); for an MPMD
 // job, append " : -n M PROGRAM" to the command.

@@ -59,9 +59,9 @@ class BadInputTable : public ::testing::TestWithParam<BadInput> {
     }
     static void TearDownTestSuite() { dir_.reset(); }
 
-    static constexpr const char* kSmall =
-        " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --batch-size 2 --threads 1"
-        " --val-every 0 --sample-every 0 --checkpoint-every 0";
+    static inline const std::string kSmall = test::small_model(32) +
+                                             " --batch-size 2 --threads 1"
+                                             " --val-every 0 --sample-every 0 --checkpoint-every 0";
     static std::unique_ptr<ScratchDir> dir_;
 };
 std::unique_ptr<ScratchDir> BadInputTable::dir_;

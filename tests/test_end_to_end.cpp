@@ -14,9 +14,9 @@ namespace {
 using test::run_command;
 using test::ScratchDir;
 
-const std::string kSmall =
-    " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --batch-size 8 --lr 3e-3 --warmup-steps 5"
-    " --sample-every 0 --val-batches 4";
+const std::string kSmall = test::small_model(32) +
+                           " --batch-size 8 --lr 3e-3 --warmup-steps 5"
+                           " --sample-every 0 --val-batches 4";
 
 TEST(EndToEnd, TrainingReducesLossAndInferenceGeneratesFromTheCheckpoint) {
     const ScratchDir dir("gpt2-e2e");

@@ -8,9 +8,12 @@
 #include "model/optimizer.hpp"
 #include "process_support.hpp"
 #include "train/resume_state.hpp"
+#include "train_run_fixture.hpp"
 
 namespace gpt2 {
 namespace {
+
+using test::TrainRun;
 
 using test::run_command;
 using test::ScratchDir;
@@ -107,6 +110,43 @@ TEST(Faults, OneRankKilledMidRunEndsTheWholeJob) {
     const int code = test::echoed_exit_code(result.output);
     EXPECT_GT(code, 0) << result.output;
     EXPECT_NE(code, 124) << "the job hung:\n" << result.output;
+}
+
+// ---- clean stops under mpiexec ----
+
+TEST_F(TrainRun, Sigusr1ToMpiexecStopsTheJobCleanlyWithExitZero) {
+    const std::string log = path("log.txt");
+    const auto result = run_command(
+        "bash -c '" +
+        command("--max-steps 1000000 --checkpoint-every 0 --out-dir " + path("out"), 2) + " > " +
+        log + " 2>&1 & job=$!; " + test::wait_for_log(log, "step 3/") +
+        "kill -USR1 $job; wait $job; echo exit=$?'");
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(test::echoed_exit_code(result.output), 0) << result.output << text;
+    EXPECT_NE(text.find("stopped by signal at step"), std::string::npos) << text;
+    EXPECT_NE(text.find("(SIGUSR1)"), std::string::npos) << text;
+    const auto steps = list_checkpoints(path("out"));
+    ASSERT_EQ(steps.size(), 1u) << text;
+    const auto resumed = train(
+        "--resume auto --max-steps " + std::to_string(steps[0] + 1) + " --out-dir " + path("out"),
+        2);
+    EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+}
+
+TEST_F(TrainRun, SigtermToOneRankStopsEveryRankWithExitZero) {
+    const std::string log = path("log.txt");
+    const std::string marker = "GPT2_TRUST_MARKER=" + std::to_string(::getpid());
+    const std::string job =
+        test::mpiexec(2, "-x GPT2_TRUST_MARKER") +
+        command("--max-steps 1000000 --checkpoint-every 0 --out-dir " + path("out"));
+    const auto result =
+        run_command("bash -c '" + marker + " " + job + " > " + log + " 2>&1 & job=$!; " +
+                    test::wait_for_log(log, "step 3/") +
+                    test::signal_rank(marker, 1, "TERM", "signalled") + "wait $job; echo exit=$?'");
+    EXPECT_NE(result.output.find("signalled"), std::string::npos) << result.output;
+    EXPECT_EQ(test::echoed_exit_code(result.output), 0) << result.output;
+    EXPECT_EQ(list_checkpoints(path("out")).size(), 1u);
 }
 
 }  // namespace

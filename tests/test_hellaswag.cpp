@@ -144,11 +144,10 @@ TEST(HellaswagTraining, AccNormIsLoggedAndTheSameHoweverTheExamplesAreSplit) {
         examples.push_back(std::move(e));
     }
     write_multiple_choice_file(dir.path() / "eval.bin", examples);
-    const std::string common =
-        test::build_path("train_gpt2") +
-        " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 16 --val-every 2 --sample-every 0"
-        " --val-batches 1 --max-steps 2 --checkpoint-every 0 --data " +
-        (dir / "corpus.txt") + " --hellaswag " + (dir / "eval.bin");
+    const std::string common = test::build_path("train_gpt2") + test::small_model(16) +
+                               " --val-every 2 --sample-every 0"
+                               " --val-batches 1 --max-steps 2 --checkpoint-every 0 --data " +
+                               (dir / "corpus.txt") + " --hellaswag " + (dir / "eval.bin");
     std::vector<double> accuracy;
     for (const std::string split :
          {"--threads 2 --batch-size 6", "np3 --threads 1 --batch-size 2"}) {

@@ -133,7 +133,10 @@ TEST_P(KvCacheThreads, PrefillLogitsMatchTrainingForward) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Workers, KvCacheThreads, ::testing::Values(1, 2, 3));
+INSTANTIATE_TEST_SUITE_P(Workers, KvCacheThreads, ::testing::Values(1, 2, 3),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                             return "workers" + std::to_string(info.param);
+                         });
 
 TEST(KvCache, LongPromptIsEncodedInChunks) {
     // maxT above the session's 128-row chunk, so a prompt takes two forwards.

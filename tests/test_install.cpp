@@ -18,9 +18,9 @@ using test::run_command;
 using test::ScratchDir;
 
 const std::string kSource = GPT2_SOURCE_DIR;
-const std::string kTiny =
-    " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 16 --batch-size 2 --threads 1 --val-every 0"
-    " --sample-every 0 --val-batches 1";
+const std::string kTiny = test::small_model(16) +
+                          " --batch-size 2 --threads 1 --val-every 0"
+                          " --sample-every 0 --val-batches 1";
 
 TEST(Install, TheInstalledProgramsAndScriptsWorkFromAnyDirectory) {
     const ScratchDir dir("gpt2-install");

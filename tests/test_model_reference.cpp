@@ -185,7 +185,10 @@ TEST_P(ModelReferenceTraining, FiveClippedAdamWStepsMatchPyTorch) {
     EXPECT_TRUE(all_close(model.params.span(), expected("adamw.params_after"), 1e-4, 1e-5));
 }
 
-INSTANTIATE_TEST_SUITE_P(Workers, ModelReferenceTraining, ::testing::Values(1, 2, 3));
+INSTANTIATE_TEST_SUITE_P(Workers, ModelReferenceTraining, ::testing::Values(1, 2, 3),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                             return "workers" + std::to_string(info.param);
+                         });
 
 // The same five steps in bf16: every step's loss and gradient norm (which depend on the updates
 // before them) within bf16 tolerance of PyTorch's fp32 run, and the bf16 weight copy exactly the

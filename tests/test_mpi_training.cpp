@@ -9,18 +9,23 @@
 #include <set>
 
 #include "formats/checkpoint.hpp"
+#include "parallel/comm.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
+#include "train_run_fixture.hpp"
 
 namespace gpt2 {
 namespace {
+
+using test::TrainRun;
 
 using test::mpiexec;
 using test::run_command;
 using test::ScratchDir;
 
 const std::string kModelFlags =
-    " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --lr 1e-3 --warmup-steps 2 --eps 1e-5"
+    test::small_model(32) +
+    " --lr 1e-3 --warmup-steps 2 --eps 1e-5"
     " --val-every 0 --sample-every 0 --checkpoint-every 0 --seed 5 --val-batches 2";
 
 struct RunOutcome {
@@ -491,6 +496,42 @@ INSTANTIATE_TEST_SUITE_P(
                                   "rank 0 of 2): /nonexistent/corpus.txt"},
                       FailureCase{"rank1_unparsable_flag", "", "--lr not-a-number", 2, "--lr"}),
     [](const ::testing::TestParamInfo<FailureCase>& info) { return std::string(info.param.name); });
+
+// ---- 64-bit sizes ----
+
+TEST(Chunks, BuffersBeyondTwoToThe31ElementsTravelInIntSizedPieces) {
+    const std::size_t total = (std::size_t{1} << 31) + 5;
+    const std::vector<Chunk> chunks = chunk_ranges(total, std::size_t{1} << 30);
+    ASSERT_EQ(chunks.size(), 3u);
+    std::size_t next = 0;
+    for (const Chunk& c : chunks) {
+        EXPECT_EQ(c.begin, next);
+        EXPECT_LE(c.count, static_cast<std::size_t>(INT32_MAX));
+        next += c.count;
+    }
+    EXPECT_EQ(next, total);
+    // A maximum above INT_MAX is capped: MPI counts are int.
+    for (const Chunk& c : chunk_ranges(std::size_t{5} << 31, std::size_t{1} << 40))
+        EXPECT_LE(c.count, static_cast<std::size_t>(INT32_MAX));
+    EXPECT_TRUE(chunk_ranges(0, 8).empty());
+}
+
+TEST_F(TrainRun, TheChunkedMpiPathGivesTheSameTrainingAsOneCall) {
+    const auto whole =
+        train("--max-steps 3 --metrics-file " + path("a.jsonl") + " --out-dir " + path("a"), 2);
+    ASSERT_EQ(whole.exit_code, 0) << whole.output;
+    // Tokens, parameters and gradients all cross in pieces of 1000 elements.
+    const auto chunked = train("--max-steps 3 --mpi-chunk-elements 1000 --metrics-file " +
+                                   path("b.jsonl") + " --out-dir " + path("b"),
+                               2);
+    ASSERT_EQ(chunked.exit_code, 0) << chunked.output;
+    const auto a = test::metrics_records(path("a.jsonl"), "train");
+    const auto b = test::metrics_records(path("b.jsonl"), "train");
+    ASSERT_EQ(a.size(), 3u);
+    ASSERT_EQ(b.size(), 3u);
+    for (std::size_t i = 0; i < a.size(); ++i)
+        EXPECT_EQ(a[i]["loss"], b[i]["loss"]) << "step " << i + 1;
+}
 
 }  // namespace
 }  // namespace gpt2

@@ -19,9 +19,9 @@ using test::run_command;
 using test::ScratchDir;
 
 const std::string kScripts = std::string(GPT2_SOURCE_DIR) + "/scripts/";
-const std::string kModelFlags =
-    " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --lr 1e-3 --warmup-steps 2 --eps 1e-5"
-    " --val-every 0 --sample-every 0 --seed 5 --val-batches 2";
+const std::string kModelFlags = test::small_model(32) +
+                                " --lr 1e-3 --warmup-steps 2 --eps 1e-5"
+                                " --val-every 0 --sample-every 0 --seed 5 --val-batches 2";
 
 // A rig of `hosts` namespaces for one test, removed by the destructor.
 class Rig {

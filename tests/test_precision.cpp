@@ -80,8 +80,8 @@ TEST(Precision, RanksAndThreadsSplitTheSameBf16Training) {
     const std::vector<Split> splits = {{"np1_w2", 1, 2}, {"np2_w1", 2, 1}};
     for (const Split& s : splits) {
         const std::string command =
-            test::mpiexec(s.ranks) + test::build_path("train_gpt2") +
-            " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --lr 1e-3 --warmup-steps 2"
+            test::mpiexec(s.ranks) + test::build_path("train_gpt2") + test::small_model(32) +
+            " --lr 1e-3 --warmup-steps 2"
             " --eps 1e-5 --val-every 0 --sample-every 0 --checkpoint-every 0 --seed 5"
             " --val-batches 2 --max-steps 10 --precision bf16 --data " +
             (dir / "corpus.txt") + " --threads " + std::to_string(s.threads) + " --batch-size " +

@@ -86,7 +86,10 @@ TEST_P(RecomputeLevels, TheMemoryPlanIsWhatTheContextAllocates) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, RecomputeLevels,
-                         ::testing::Values(Precision::fp32, Precision::bf16));
+                         ::testing::Values(Precision::fp32, Precision::bf16),
+                         [](const ::testing::TestParamInfo<Precision>& info) {
+                             return std::string(precision_name(info.param));
+                         });
 
 // Five optimizer steps with W workers: losses and final weights.
 std::pair<std::vector<double>, std::vector<float>> train_five_steps(int workers,
@@ -123,8 +126,8 @@ TEST(RecomputeTraining, LayersTrainsBitwiseAsCheapWithOneToFourWorkers) {
 std::string train_command(const ScratchDir& dir, const std::string& out, int ranks,
                           const std::string& extra) {
     const std::string launcher = ranks > 0 ? test::mpiexec(ranks) : "";
-    return launcher + test::build_path("train_gpt2") +
-           " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 48 --batch-size 4 --lr 1e-3"
+    return launcher + test::build_path("train_gpt2") + test::small_model(48) +
+           " --batch-size 4 --lr 1e-3"
            " --warmup-steps 3 --val-every 5 --val-batches 2 --sample-every 0 --checkpoint-every 0"
            " --seed 11 --data " +
            (dir / "corpus.txt") + " --out-dir " + (dir / out) + " --metrics-file " +

@@ -8,12 +8,18 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/random.hpp"
 #include "formats/checkpoint.hpp"
+#include "model/spike_guard.hpp"
 #include "process_support.hpp"
 #include "train/resume_state.hpp"
+#include "train_run_fixture.hpp"
 
 namespace gpt2 {
 namespace {
+
+namespace fs = std::filesystem;
+using test::TrainRun;
 
 using test::run_command;
 using test::ScratchDir;
@@ -21,8 +27,8 @@ using test::ScratchDir;
 std::string train_command(const ScratchDir& dir, const std::string& out, int ranks,
                           const std::string& extra) {
     const std::string launcher = ranks > 0 ? test::mpiexec(ranks) : "";
-    return launcher + test::build_path("train_gpt2") +
-           " --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --batch-size 4 --lr 1e-3"
+    return launcher + test::build_path("train_gpt2") + test::small_model(32) +
+           " --batch-size 4 --lr 1e-3"
            " --warmup-steps 3 --val-every 5 --val-batches 2 --sample-every 0 --checkpoint-every 0"
            " --seed 11 --data " +
            (dir / "corpus.txt") + " --out-dir " + (dir / out) + " --metrics-file " +
@@ -70,7 +76,11 @@ TEST_P(Resume, InterruptedAndResumedRunIsBitwiseIdenticalToAStraightRun) {
     expect_bitwise_resume(ranks, threads, "fp32");
 }
 
-INSTANTIATE_TEST_SUITE_P(RanksThreads, Resume, ::testing::Values(std::pair{0, 2}, std::pair{2, 1}));
+INSTANTIATE_TEST_SUITE_P(RanksThreads, Resume, ::testing::Values(std::pair{0, 2}, std::pair{2, 1}),
+                         [](const ::testing::TestParamInfo<std::pair<int, int>>& info) {
+                             return "ranks" + std::to_string(info.param.first) + "_threads" +
+                                    std::to_string(info.param.second);
+                         });
 
 // Checkpoints hold the fp32 master weights; the bf16 copy is rebuilt from them on resume exactly
 // as AdamW writes it, so bf16 training resumes bit for bit too.
@@ -155,6 +165,188 @@ TEST(NonFinite, TooManyBadStepsStopTheRunAndKeepTheLastGoodCheckpoint) {
     ASSERT_FALSE(steps.empty());
     EXPECT_EQ(steps.front(), 4);
     EXPECT_NO_THROW((void)load_checkpoint(model_path(dir.path() / "out", 4)));
+}
+
+// ---- checkpoints of another run ----
+
+TEST_F(TrainRun, AFreshRunRefusesAnOutDirHoldingCheckpoints) {
+    ASSERT_EQ(train("--max-steps 4 --checkpoint-every 2 --out-dir " + path("out")).exit_code, 0);
+    const auto again = train("--max-steps 2 --out-dir " + path("out"));
+    EXPECT_EQ(again.exit_code, 2) << again.output;
+    EXPECT_NE(again.output.find("already holds checkpoints (model_000002.bin, model_000004.bin"),
+              std::string::npos)
+        << again.output;
+    EXPECT_NE(again.output.find("--resume auto"), std::string::npos) << again.output;
+    // Nothing of the earlier run was touched.
+    EXPECT_EQ(list_checkpoints(path("out")), (std::vector<std::int64_t>{4, 2}));
+}
+
+TEST_F(TrainRun, PruningOnlyRemovesCheckpointsOfItsOwnLineage) {
+    ASSERT_EQ(
+        train("--max-steps 6 --checkpoint-every 2 --keep-checkpoints 0 --out-dir " + path("out"))
+            .exit_code,
+        0);
+    ASSERT_EQ(train("--max-steps 2 --out-dir " + path("other")).exit_code, 0);
+    // Another run's (newer-numbered) checkpoint lands in the directory.
+    fs::copy_file(path("other/model_000002.bin"), path("out/model_000100.bin"));
+    fs::copy_file(path("other/state_000002.bin"), path("out/state_000100.bin"));
+    const auto resumed = train("--resume " + path("out/state_000006.bin") +
+                               " --max-steps 8 --checkpoint-every 1 --keep-checkpoints 1 "
+                               "--out-dir " +
+                               path("out"));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    // This lineage keeps its newest (8); the other run's 100 is untouched.
+    EXPECT_EQ(list_checkpoints(path("out")), (std::vector<std::int64_t>{100, 8}));
+}
+
+TEST(ResumeStateFile, HeaderIsWrittenFieldByFieldWithLineageScheduleLengthAndSpikeWindows) {
+    const ScratchDir dir("gpt2-state-format");
+    const ModelConfig config{16, 50, 64, 1, 2, 8};
+    AdamWState optimizer(ParameterLayout(config).total());
+    optimizer.step = 77;
+    ResumeState state;
+    state.step = 12;
+    state.seed = 99;
+    state.sequences_per_step = 8;
+    state.seq_len = 16;
+    state.sample_rng = Rng::State{1, 2, 3, 4};
+    state.run_id = 0x1234567890abcdefULL;
+    state.lr_decay_steps = 600;
+    for (int i = 0; i < 130; ++i)  // one full window that wrapped, one partly filled
+        (void)state.loss_window.push(0.5 * i);
+    (void)state.norm_window.push(3.25);
+    const fs::path path = dir.path() / "state_000012.bin";
+    save_resume_state(path, state, config, optimizer);
+    // 124 header bytes with no padding, the two spike windows (count, next, 128 doubles), two
+    // moment arrays, one checksum.
+    EXPECT_EQ(fs::file_size(path), 124 + 2 * (8 + 8 * 128) + 2 * 4 * optimizer.m.size() + 8);
+    const std::vector<std::uint8_t> bytes = read_file_bytes(path);
+    EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 8), "GPT2STA3");
+    std::int32_t seq_len = 0;
+    std::memcpy(&seq_len, bytes.data() + 32, 4);
+    EXPECT_EQ(seq_len, 16);
+    std::uint64_t num_params = 0;  // right after the six shape ints: no padding before it
+    std::memcpy(&num_params, bytes.data() + 60, 8);
+    EXPECT_EQ(num_params, optimizer.m.size());
+    EXPECT_EQ(read_run_id(path), state.run_id);
+    AdamWState loaded_optimizer(optimizer.m.size());
+    const ResumeState loaded = load_resume_state(path, config, loaded_optimizer);
+    EXPECT_EQ(loaded.run_id, state.run_id);
+    EXPECT_EQ(loaded.lr_decay_steps, 600);
+    EXPECT_EQ(loaded.sample_rng, state.sample_rng);
+    EXPECT_EQ(loaded.loss_window.values, state.loss_window.values);
+    EXPECT_EQ(loaded.loss_window.count, 128u);
+    EXPECT_EQ(loaded.loss_window.next, 2u);
+    EXPECT_EQ(loaded.norm_window.count, 1u);
+    EXPECT_EQ(loaded.norm_window.values[0], 3.25);
+    EXPECT_EQ(loaded_optimizer.step, 77);
+}
+
+TEST(ResumeStateFile, VersionOneFilesStillLoad) {
+    // Version 1 was a raw struct: 4 padding bytes after the shape, no lineage.
+    const ScratchDir dir("gpt2-state-v1");
+    const ModelConfig config{16, 50, 64, 1, 2, 8};
+    const std::size_t P = ParameterLayout(config).total();
+    std::vector<std::uint8_t> bytes;
+    const auto put = [&](const auto& value) {
+        const auto* p = reinterpret_cast<const std::uint8_t*>(&value);
+        bytes.insert(bytes.end(), p, p + sizeof(value));
+    };
+    for (const char c : std::string("GPT2STA1"))
+        put(c);
+    put(std::int64_t{7});
+    put(std::uint64_t{3});
+    put(std::int64_t{8});
+    put(std::int32_t{16});
+    for (const std::int32_t v : {16, 50, 64, 1, 2, 8})
+        put(v);
+    put(std::int32_t{0});  // padding
+    put(static_cast<std::uint64_t>(P));
+    put(std::int64_t{7});
+    for (const std::uint64_t v : {5, 6, 7, 8})
+        put(v);
+    ASSERT_EQ(bytes.size(), 112u);
+    std::vector<float> moments(2 * P, 0.5f);
+    const std::size_t header = bytes.size();
+    bytes.resize(header + moments.size() * 4);
+    std::memcpy(bytes.data() + header, moments.data(), moments.size() * 4);
+    const std::span<const std::uint8_t> all(bytes);
+    const std::uint64_t sum =
+        checksum64(all.subspan(header + P * 4, P * 4),
+                   checksum64(all.subspan(header, P * 4), checksum64(all.first(header))));
+    put(sum);
+    const fs::path path = dir.path() / "state_000007.bin";
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
+    AdamWState optimizer(P);
+    const ResumeState state = load_resume_state(path, config, optimizer);
+    EXPECT_EQ(state.step, 7);
+    EXPECT_EQ(state.run_id, 0u);
+    EXPECT_EQ(state.sample_rng, (Rng::State{5, 6, 7, 8}));
+    EXPECT_EQ(optimizer.v[P - 1], 0.5f);
+    EXPECT_FALSE(read_run_id(path).has_value());
+}
+
+TEST_F(TrainRun, AStrayFileWithAHugeStepNumberIsSkippedWithAWarning) {
+    ASSERT_EQ(train("--max-steps 2 --out-dir " + path("out")).exit_code, 0);
+    std::ofstream(path("out/model_99999999999999999999.bin")) << "x";
+    std::ofstream(path("out/state_99999999999999999999.bin")) << "x";
+    EXPECT_EQ(list_checkpoints(path("out")), (std::vector<std::int64_t>{2}));
+    const auto resumed =
+        train("--resume auto --max-steps 3 --keep-checkpoints 1 --out-dir " + path("out"));
+    EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("model_99999999999999999999.bin: not a checkpoint of ours"),
+              std::string::npos)
+        << resumed.output;
+    EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
+}
+
+// ---- runs with nothing to do, or nothing saved ----
+
+TEST_F(TrainRun, ResumingPastMaxStepsSaysSo) {
+    ASSERT_EQ(train("--max-steps 4 --out-dir " + path("out")).exit_code, 0);
+    const auto result = train("--resume auto --max-steps 3 --out-dir " + path("out"));
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("nothing to do: the checkpoint is at step 4 and --max-steps is 3"),
+              std::string::npos)
+        << result.output;
+}
+
+TEST_F(TrainRun, TheNonFiniteStopDoesNotClaimACheckpointThatDoesNotExist) {
+    const auto result =
+        train("--max-steps 5 --inject-nan-step 0 --max-bad-steps 1 --out-dir " + path("out"));
+    EXPECT_NE(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("this run has written no checkpoint yet"), std::string::npos)
+        << result.output;
+    EXPECT_EQ(result.output.find("is kept"), std::string::npos) << result.output;
+}
+
+TEST_F(TrainRun, ResumingWithALargerMaxStepsKeepsTheLearningRateSchedule) {
+    ASSERT_EQ(train("--max-steps 10 --metrics-file " + path("straight.jsonl") + " --out-dir " +
+                    path("straight"))
+                  .exit_code,
+              0);
+    ASSERT_EQ(train("--max-steps 10 --stop-at-step 5 --out-dir " + path("out")).exit_code, 0);
+    const auto longer = train("--resume auto --max-steps 20 --metrics-file " +
+                              path("longer.jsonl") + " --out-dir " + path("out"));
+    ASSERT_EQ(longer.exit_code, 0) << longer.output;
+    const auto straight = test::metrics_records(path("straight.jsonl"), "train");
+    const auto resumed = test::metrics_records(path("longer.jsonl"), "train");
+    ASSERT_EQ(straight.size(), 10u);
+    ASSERT_EQ(resumed.size(), 15u);
+    EXPECT_EQ(resumed[0]["step"], 6);
+    for (int i = 0; i < 5; ++i)  // steps 6..10 as the 10-step schedule had them
+        EXPECT_EQ(resumed[i]["lr"], straight[5 + i]["lr"]) << "step " << 6 + i;
+    // Asked for explicitly, a new schedule length is honoured.
+    ASSERT_EQ(train("--max-steps 10 --stop-at-step 5 --out-dir " + path("out2")).exit_code, 0);
+    ASSERT_EQ(train("--resume auto --max-steps 20 --lr-decay-steps 20 --metrics-file " +
+                    path("explicit.jsonl") + " --out-dir " + path("out2"))
+                  .exit_code,
+              0);
+    const auto explicit_length = test::metrics_records(path("explicit.jsonl"), "train");
+    ASSERT_FALSE(explicit_length.empty());
+    EXPECT_GT(explicit_length[0]["lr"].get<double>(), straight[5]["lr"].get<double>());
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 // Threaded training: any number of workers gives the same training as one (up to float
 // summation order), repeated runs are bitwise identical, and the pool itself behaves.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -111,7 +114,11 @@ TEST_P(ThreadedTraining, Bf16MatchesOneWorkerAndRepeatsBitwise) {
 // (4, 2) and (3, 1): workers without sequences, which only help sum the gradient.
 INSTANTIATE_TEST_SUITE_P(WorkersAndBatch, ThreadedTraining,
                          ::testing::Values(std::tuple{2, 4}, std::tuple{3, 5}, std::tuple{4, 6},
-                                           std::tuple{2, 5}, std::tuple{4, 2}, std::tuple{3, 1}));
+                                           std::tuple{2, 5}, std::tuple{4, 2}, std::tuple{3, 1}),
+                         [](const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+                             return "workers" + std::to_string(std::get<0>(info.param)) + "_batch" +
+                                    std::to_string(std::get<1>(info.param));
+                         });
 
 // Gradient accumulation accumulates in the rank's buffer: two micro-batches of B per step with W
 // workers train as one worker does with one micro-batch of 2B.
@@ -302,6 +309,49 @@ TEST(SplitRange, CoversEverythingWithNearEqualShares) {
     }
     // B = 5 over W = 2 is 3 + 2.
     EXPECT_EQ(split_range(5, 0, 2).end, 3u);
+}
+
+TEST(ThreadPoolStart, ANegativeWorkerCountIsAClearError) {
+    try {
+        ThreadPool pool(-1);
+        ADD_FAILURE() << "accepted -1 workers";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("at least one worker, got -1"), std::string::npos)
+            << e.what();
+    }
+}
+
+// Virtual memory use of this process, from /proc.
+std::size_t virtual_bytes() {
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);) {
+        if (line.starts_with("VmSize:")) return std::stoull(line.substr(7)) * 1024;
+    }
+    return 0;
+}
+
+// With the address space capped, thread stacks (8 MiB each) run out after a few dozen. Exits 0
+// when the pool reports the failure as an exception naming it (std::terminate would abort).
+[[noreturn]] void start_more_threads_than_memory_allows() {
+    const rlim_t cap = virtual_bytes() + (std::size_t{256} << 20);
+    const rlimit limit{cap, cap};
+    ::setrlimit(RLIMIT_AS, &limit);
+    try {
+        ThreadPool pool(400);
+        std::_Exit(3);
+    } catch (const std::runtime_error& e) {
+        const bool named =
+            std::string(e.what()).find("cannot start worker thread") != std::string::npos;
+        std::_Exit(named ? 0 : 4);
+    }
+}
+
+TEST(ThreadPoolStart, AThreadThatCannotStartIsAnErrorNotATerminate) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    GTEST_SKIP() << "sanitizers need more address space than this test leaves";
+#endif
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(start_more_threads_than_memory_allows(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
