@@ -103,7 +103,7 @@ class ThreadLocalTrainingContext {
     AlignedBuffer<float> arena_;
 };
 
-// One worker's share of a micro-batch: B sequences of T tokens, row-major.
+// One worker's part of a micro-batch: B sequences of T tokens, row-major.
 struct TokenBatch {
     std::span<const std::int32_t> inputs;
     std::span<const std::int32_t> targets;

@@ -32,7 +32,7 @@ LayerwiseReduction::LayerwiseReduction(const ModelConfig& config,
       layer_slot_floats_(layer_gradient_floats(config)),
       gradient_(layout_.total()),
       barrier_(static_cast<int>(contexts.size())),
-      shares_(contexts.size()),
+      worker_rows_(contexts.size()),
       windows_(contexts.size(), nullptr) {
     if (contributors < 1 || contributors > workers_) {
         throw std::invalid_argument("LayerwiseReduction: contributors must be 1..workers");
@@ -90,16 +90,16 @@ void LayerwiseReduction::begin_run() {
     std::fill(gradient_.data(), gradient_.data() + gradient_.size(), 0.0f);
 }
 
-void LayerwiseReduction::sum_share(std::span<const Piece> pieces, std::size_t window_base, int w) {
+void LayerwiseReduction::sum_part(std::span<const Piece> pieces, std::size_t window_base, int w) {
     if (contributors_ == 1) return;  // worker 0 wrote the rank's buffer directly
     std::size_t total = 0;
     for (const Piece& p : pieces)
         total += p.count;
-    const Range share = split_range(total, w, workers_);
+    const Range part = split_range(total, w, workers_);
     std::size_t piece_begin = 0;
     for (const Piece& p : pieces) {
-        const std::size_t lo = std::max(share.begin, piece_begin);
-        const std::size_t hi = std::min(share.end, piece_begin + p.count);
+        const std::size_t lo = std::max(part.begin, piece_begin);
+        const std::size_t hi = std::min(part.end, piece_begin + p.count);
         if (lo < hi) {
             float* out = gradient_.data() + p.rank_offset + (lo - piece_begin);
             const std::size_t in_window = window_base + p.window_offset + (lo - piece_begin);
@@ -121,10 +121,10 @@ void LayerwiseReduction::sum_share(std::span<const Piece> pieces, std::size_t wi
 }
 
 // The encoder's gradient from dresidual rows: worker w owns a range of token rows of dwte and of
-// positions of dwpe and adds the rows that fall in them in sequence order (share by share,
+// positions of dwpe and adds the rows that fall in them in sequence order (worker by worker,
 // sequence, position), the order of encoder_backward over the whole batch.
-void LayerwiseReduction::sum_embeddings_share(std::span<const Share> shares, int seq_len, int w,
-                                              std::span<float> gradient, Range only) {
+void LayerwiseReduction::sum_embedding_rows_part(std::span<const WorkerRows> workers, int seq_len,
+                                                 int w, std::span<float> gradient, Range only) {
     const auto C = static_cast<std::size_t>(config_.channels);
     const Range tokens =
         split_range(static_cast<std::size_t>(config_.padded_vocab_size), w, workers_);
@@ -139,10 +139,10 @@ void LayerwiseReduction::sum_embeddings_share(std::span<const Share> shares, int
         for (std::size_t i = lo; i < hi; ++i)
             out[i] += d[i - at];
     };
-    for (const Share& share : shares) {
-        for (int row = 0; row < share.sequences * seq_len; ++row) {
-            const float* d = share.dresidual + static_cast<std::size_t>(row) * C;
-            const auto token = static_cast<std::size_t>(share.inputs[row]);
+    for (const WorkerRows& rows : workers) {
+        for (int row = 0; row < rows.sequences * seq_len; ++row) {
+            const float* d = rows.dresidual + static_cast<std::size_t>(row) * C;
+            const auto token = static_cast<std::size_t>(rows.inputs[row]);
             const auto t = static_cast<std::size_t>(row % seq_len);
             if (token >= tokens.begin && token < tokens.end) add_row(wte + token * C, d);
             if (t >= positions.begin && t < positions.end) add_row(wpe + t * C, d);
@@ -153,8 +153,8 @@ void LayerwiseReduction::sum_embeddings_share(std::span<const Share> shares, int
 void LayerwiseReduction::add_embedding_rows(std::span<const float> rows,
                                             std::span<const std::int32_t> tokens, int seq_len,
                                             int w, std::span<float> gradient, Range only) {
-    const Share all{rows.data(), tokens.data(), static_cast<int>(tokens.size()) / seq_len};
-    sum_embeddings_share(std::span<const Share>(&all, 1), seq_len, w, gradient, only);
+    const WorkerRows all{rows.data(), tokens.data(), static_cast<int>(tokens.size()) / seq_len};
+    sum_embedding_rows_part(std::span<const WorkerRows>(&all, 1), seq_len, w, gradient, only);
 }
 
 void LayerwiseReduction::pack_embedding_rows(std::span<float> rows, std::span<std::int32_t> tokens,
@@ -162,14 +162,14 @@ void LayerwiseReduction::pack_embedding_rows(std::span<float> rows, std::span<st
     const auto C = static_cast<std::size_t>(config_.channels);
     std::size_t at = 0;
     for (int src = 0; src < contributors_; ++src) {
-        const Share& share = shares_[static_cast<std::size_t>(src)];
+        const WorkerRows& worker = worker_rows_[static_cast<std::size_t>(src)];
         const std::size_t count =
-            static_cast<std::size_t>(share.sequences) * static_cast<std::size_t>(seq_len);
+            static_cast<std::size_t>(worker.sequences) * static_cast<std::size_t>(seq_len);
         if ((at + count) * C > rows.size() || at + count > tokens.size()) {
             throw std::invalid_argument("pack_embedding_rows: buffers too small");
         }
-        std::copy(share.dresidual, share.dresidual + count * C, rows.begin() + at * C);
-        std::copy(share.inputs, share.inputs + count, tokens.begin() + at);
+        std::copy(worker.dresidual, worker.dresidual + count * C, rows.begin() + at * C);
+        std::copy(worker.inputs, worker.inputs + count, tokens.begin() + at);
         at += count;
     }
 }
@@ -229,8 +229,8 @@ void LayerwiseReduction::WorkerSink::head_done() {
     {
         const Stopwatch watch(seconds_);
         wait();
-        r_.sum_share(r_.head_pieces_, 0, w_);
-        wait();  // the windows are free for layer slots only when every share is summed
+        r_.sum_part(r_.head_pieces_, 0, w_);
+        wait();  // the windows are free for layer slots only when every part is summed
     }
     announce(
         deferring() ? CompletedGradient::Part::lm_head : CompletedGradient::Part::final_layernorm,
@@ -250,15 +250,16 @@ void LayerwiseReduction::WorkerSink::layer_done(int l) {
         const Stopwatch watch(seconds_);
         wait();
     }
-    // Every worker summed its share of layer l+1 before computing layer l.
+    // Every worker summed its part of layer l+1 before computing layer l.
     if (l + 1 < r_.config_.num_layers) announce(CompletedGradient::Part::layer, l + 1);
     const Stopwatch watch(seconds_);
-    r_.sum_share(r_.layer_pieces_[static_cast<std::size_t>(l)],
-                 static_cast<std::size_t>(l % 2) * r_.layer_slot_floats_, w_);
+    r_.sum_part(r_.layer_pieces_[static_cast<std::size_t>(l)],
+                static_cast<std::size_t>(l % 2) * r_.layer_slot_floats_, w_);
 }
 
 void LayerwiseReduction::WorkerSink::embeddings(const float* dresidual, const TokenBatch& batch) {
-    r_.shares_[static_cast<std::size_t>(w_)] = Share{dresidual, batch.inputs.data(), batch.B};
+    r_.worker_rows_[static_cast<std::size_t>(w_)] =
+        WorkerRows{dresidual, batch.inputs.data(), batch.B};
     {
         const Stopwatch watch(seconds_);
         wait();
@@ -267,9 +268,9 @@ void LayerwiseReduction::WorkerSink::embeddings(const float* dresidual, const To
     if (deferring()) return;  // the rows stay in the contexts for pack_embedding_rows
     {
         const Stopwatch watch(seconds_);
-        r_.sum_embeddings_share(
-            std::span<const Share>(r_.shares_).first(static_cast<std::size_t>(r_.contributors_)),
-            batch.T, w_, r_.gradient_.span(), Range{0, r_.gradient_.size()});
+        r_.sum_embedding_rows_part(std::span<const WorkerRows>(r_.worker_rows_)
+                                       .first(static_cast<std::size_t>(r_.contributors_)),
+                                   batch.T, w_, r_.gradient_.span(), Range{0, r_.gradient_.size()});
         wait();  // dresidual and the windows are reused by the next micro-batch
     }
     announce(CompletedGradient::Part::embeddings, -1);

@@ -29,9 +29,9 @@ using GradientReady = std::function<void(const CompletedGradient&)>;
 
 // How it works. Worker 0 accumulates straight into the rank's buffer; every other worker that has
 // sequences writes into its context's gradient window. After each section every worker meets at
-// a barrier, then sums a disjoint share of that section over the windows in worker order into the
+// a barrier, then sums a disjoint part of that section over the windows in worker order into the
 // rank's buffer (deterministic, no lock), clearing them, and goes on with the next layer in the
-// window's other slot: when layer l is complete, every share of layer l+1 has been summed. The
+// window's other slot: when layer l is complete, every part of layer l+1 has been summed. The
 // encoder's token rows are summed from every worker's dresidual, each worker owning a range of
 // the vocabulary and of the positions. Gradient accumulation over micro-batches accumulates in the
 // rank's buffer.
@@ -65,7 +65,7 @@ class LayerwiseReduction {
                              int seq_len) const;
     // Adds rows (rows, C) of dresidual with their tokens (consecutive sequences of seq_len) into
     // dwte and dwpe of `gradient` (the rank's buffer, or the machine's sum in shared memory), only
-    // its elements in `only` (all, or a rank's slice): worker w's share of vocabulary rows and
+    // its elements in `only` (all, or a rank's slice): worker w's part of vocabulary rows and
     // positions.
     void add_embedding_rows(std::span<const float> rows, std::span<const std::int32_t> tokens,
                             int seq_len, int w, std::span<float> gradient, Range only);
@@ -83,7 +83,7 @@ class LayerwiseReduction {
         void layer_done(int l) override;
         void embeddings(const float* dresidual, const TokenBatch& batch) override;
         // For a worker without sequences in this micro-batch: meets the others at every section
-        // and sums its shares.
+        // and sums its parts.
         void take_part_without_sequences(int seq_len);
         [[nodiscard]] double seconds_waiting_and_summing() const { return seconds_; }
         // The part of it spent at barriers, waiting for the other workers.
@@ -110,11 +110,11 @@ class LayerwiseReduction {
         std::size_t rank_offset;
         std::size_t count;
     };
-    void sum_share(std::span<const Piece> pieces, std::size_t window_base, int w);
-    struct Share;
+    void sum_part(std::span<const Piece> pieces, std::size_t window_base, int w);
+    struct WorkerRows;
     // Into `gradient`'s elements in `only`.
-    void sum_embeddings_share(std::span<const Share> shares, int seq_len, int w,
-                              std::span<float> gradient, Range only);
+    void sum_embedding_rows_part(std::span<const WorkerRows> workers, int seq_len, int w,
+                                 std::span<float> gradient, Range only);
 
     ModelConfig config_;
     ParameterLayout layout_;
@@ -131,12 +131,12 @@ class LayerwiseReduction {
     std::vector<std::vector<Range>> layer_ranges_;  // [l]
     std::vector<Range> embedding_ranges_;
     // Set by each worker before the embeddings barrier, read by all after it.
-    struct Share {
+    struct WorkerRows {
         const float* dresidual = nullptr;
         const std::int32_t* inputs = nullptr;
         int sequences = 0;
     };
-    std::vector<Share> shares_;
+    std::vector<WorkerRows> worker_rows_;
     std::vector<float*> windows_;  // [w]: null for worker 0 and workers without sequences
 };
 

@@ -103,7 +103,7 @@ struct StepBatch {
 // during the last micro-batch: the final LayerNorm, layers L-1 down to 0, the embeddings.
 struct GradientPass {
     double loss_sum = 0.0;                    // sum of the per-token losses on this rank
-    double seconds_summing = 0.0;             // worker 0's share of waiting at barriers and summing
+    double seconds_summing = 0.0;             // worker 0's part of waiting at barriers and summing
     double seconds_after_backward = 0.0;      // overlapped exchange: the part left after backward
     std::vector<double> seconds_at_barriers;  // per worker: waiting for the others
 };

@@ -32,8 +32,8 @@ struct MemoryNeed {
     }
 };
 
-// `moment_parts`: how many ranks share the AdamW moments (ZeRO-1 or shared-memory slices), 1
-// when every rank holds them all.
+// `moment_parts`: how many ranks hold a part of the AdamW moments (ZeRO-1 or shared-memory
+// slices), 1 when every rank holds them all.
 [[nodiscard]] MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size,
                                      int seq_len, Precision precision, Recompute recompute,
                                      int moment_parts);

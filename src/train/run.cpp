@@ -246,9 +246,9 @@ void TrainingLoop::log_banner() const {
                  with_commas(static_cast<double>(corpus_.val_store.num_windows(T_))), T_);
     log_precision();
     for (int w = 0; w < W; ++w) {
-        const Range share = split_range(static_cast<std::size_t>(B_), w, W);
+        const Range sequences = split_range(static_cast<std::size_t>(B_), w, W);
         spdlog::debug("rank {} worker {}: {} sequences, context {}", comm_.rank(), w,
-                      share.end - share.begin,
+                      sequences.end - sequences.begin,
                       human_bytes(static_cast<double>(workers.context(w).total_bytes())));
     }
 }
