@@ -70,6 +70,9 @@ class TrainingLoop {
         int signal = 0;
     };
     [[nodiscard]] StepOutcome step(std::int64_t step, int& bad_steps, double& ema_seconds);
+    void count_skipped(const StepMetrics& m, std::int64_t completed, int& bad_steps);
+    void log_step(const StepMetrics& m, std::int64_t completed, float lr, double seconds,
+                  double ema_seconds);
     void validate(std::int64_t completed);
     void evaluate_hellaswag(std::int64_t completed);
     void sample(std::int64_t completed);
@@ -307,35 +310,50 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
                    &plan_.spikes);
     const double seconds = seconds_since(t0);
     const std::int64_t completed = step + 1;
-    if (m.skipped) {
-        ++bad_steps;
-        if (m.spike) {
-            const bool loss_spike = o_.skip_loss_z > 0 && m.loss_z && *m.loss_z > o_.skip_loss_z;
-            spdlog::warn("step {}: {} z-score {:+.1f} above {} {}: update skipped ({} in a row)",
-                         completed, loss_spike ? "loss" : "gradient norm",
-                         loss_spike ? *m.loss_z : m.norm_z.value_or(0.0),
-                         loss_spike ? "--skip-loss-z" : "--skip-norm-z",
-                         loss_spike ? o_.skip_loss_z : o_.skip_norm_z, bad_steps);
-        } else {
-            spdlog::warn(
-                "step {}: non-finite loss {} or gradient norm {}: update skipped ({} in a row)",
-                completed, m.loss, m.grad_norm, bad_steps);
-        }
-        if (bad_steps >= o_.max_bad_steps) {
-            throw InputError(
-                "stopping: " + std::to_string(bad_steps) +
-                " skipped steps in a row (non-finite or spikes, --max-bad-steps); " +
-                (last_checkpoint_
-                     ? "the last good checkpoint, " + last_checkpoint_->string() + ", is kept"
-                     : std::string("this run has written no checkpoint yet")));
-        }
-    } else {
-        bad_steps = 0;
-    }
+    count_skipped(m, completed, bad_steps);
     ema_seconds = step == plan_.first_step ? seconds : 0.9 * ema_seconds + 0.1 * seconds;
     if (benchmark_ && step >= plan_.first_step + kBenchmarkWarmup) {
         step_ms_.push_back(seconds * 1e3);
     }
+    log_step(m, completed, hyper.adamw.lr, seconds, ema_seconds);
+    if (o_.check_replicas > 0 && completed % o_.check_replicas == 0) check_replicas(completed);
+    const int signal = static_cast<int>(comm_.allreduce_max(stop_signal().load()));
+    return StepOutcome{signal != 0 || completed == o_.stop_at_step, signal};
+}
+
+// A skipped step is counted and reported; too many in a row end the run (keeping the last good
+// checkpoint). A kept step resets the count.
+void TrainingLoop::count_skipped(const StepMetrics& m, std::int64_t completed, int& bad_steps) {
+    if (!m.skipped) {
+        bad_steps = 0;
+        return;
+    }
+    ++bad_steps;
+    if (m.spike) {
+        const bool loss_spike = o_.skip_loss_z > 0 && m.loss_z && *m.loss_z > o_.skip_loss_z;
+        spdlog::warn("step {}: {} z-score {:+.1f} above {} {}: update skipped ({} in a row)",
+                     completed, loss_spike ? "loss" : "gradient norm",
+                     loss_spike ? *m.loss_z : m.norm_z.value_or(0.0),
+                     loss_spike ? "--skip-loss-z" : "--skip-norm-z",
+                     loss_spike ? o_.skip_loss_z : o_.skip_norm_z, bad_steps);
+    } else {
+        spdlog::warn(
+            "step {}: non-finite loss {} or gradient norm {}: update skipped ({} in a row)",
+            completed, m.loss, m.grad_norm, bad_steps);
+    }
+    if (bad_steps >= o_.max_bad_steps) {
+        throw InputError(
+            "stopping: " + std::to_string(bad_steps) +
+            " skipped steps in a row (non-finite or spikes, --max-bad-steps); " +
+            (last_checkpoint_
+                 ? "the last good checkpoint, " + last_checkpoint_->string() + ", is kept"
+                 : std::string("this run has written no checkpoint yet")));
+    }
+}
+
+// The step line, the debug line with the phases' times, and the metrics record.
+void TrainingLoop::log_step(const StepMetrics& m, std::int64_t completed, float lr, double seconds,
+                            double ema_seconds) {
     const double tok_s = static_cast<double>(tokens_per_step_) / seconds;
     const double mfu = flops_per_step_ / seconds / (peak_gflops_ * 1e9);
     // z-scores as llm.c prints them, once 128 steps make a window.
@@ -345,8 +363,8 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
     spdlog::info(
         "step {}/{} | loss {:.4f}{} | lr {:.1e} | norm {:.2f}{} | {:.0f} ms | {} tok/s | MFU "
         "{:.0f}% | ETA {}",
-        completed, last_step_, m.loss, z(m.loss_z), hyper.adamw.lr, m.grad_norm, z(m.norm_z),
-        seconds * 1e3, with_commas(tok_s), mfu * 100,
+        completed, last_step_, m.loss, z(m.loss_z), lr, m.grad_norm, z(m.norm_z), seconds * 1e3,
+        with_commas(tok_s), mfu * 100,
         format_duration(ema_seconds * static_cast<double>(last_step_ - completed)));
     std::string barrier_wait;
     for (const double seconds : m.timings.barrier_wait)
@@ -359,7 +377,7 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
     metrics_.write({{"type", "train"},
                     {"step", completed},
                     {"loss", m.loss},
-                    {"lr", hyper.adamw.lr},
+                    {"lr", lr},
                     {"grad_norm", m.grad_norm},
                     {"ms", seconds * 1e3},
                     {"tokens_per_s", tok_s},
@@ -368,9 +386,6 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
                     {"spike", m.spike},
                     {"loss_z", m.loss_z ? nlohmann::json(*m.loss_z) : nlohmann::json()},
                     {"norm_z", m.norm_z ? nlohmann::json(*m.norm_z) : nlohmann::json()}});
-    if (o_.check_replicas > 0 && completed % o_.check_replicas == 0) check_replicas(completed);
-    const int signal = static_cast<int>(comm_.allreduce_max(stop_signal().load()));
-    return StepOutcome{signal != 0 || completed == o_.stop_at_step, signal};
 }
 
 void TrainingLoop::validate(std::int64_t completed) {
