@@ -2,7 +2,9 @@
 # Runs a training job again after a failure (a rank or a host dying, a node rebooting), up to N
 # restarts, each resuming from the newest checkpoint: the command must pass --resume auto to
 # train_gpt2. Every restart is logged with the exit code and the job's last error line.
-#   scripts/train_resilient.sh [--max-restarts 3] [--log FILE] -- mpirun ... build/train_gpt2 ... --resume auto
+#   scripts/train_resilient.sh [--max-restarts 3] [--log FILE] -- scripts/mpirun.sh ... build/train_gpt2 ... --resume auto
+# With scripts/mpirun.sh as the launcher, Ctrl-C saves a checkpoint and ends the job and this loop
+# (exit 0); with plain mpirun, Ctrl-C loses the work since the last checkpoint (see README).
 # Exit: 0 when a run finished; otherwise the last run's exit code.
 set -uo pipefail
 max_restarts=3
@@ -29,7 +31,8 @@ trap 'rm -f "$output"' EXIT
 stopping=0
 trap 'stopping=1' INT TERM
 for ((attempt = 0; ; attempt++)); do
-  "$@" 2>&1 | tee "$output"
+  # tee ignores the terminal's signals: it must pass on what the job prints while it stops.
+  "$@" 2>&1 | (trap '' INT TERM HUP; exec tee "$output")
   code=${PIPESTATUS[0]}
   if ((code == 0)); then
     ((attempt == 0)) || say "finished after $attempt restart(s)"

@@ -2,6 +2,8 @@
 // checkpoints, a disk that fills up during a write, and one rank dying mid-run.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <fstream>
 #include <random>
 
 #include "formats/checkpoint.hpp"
@@ -147,6 +149,67 @@ TEST_F(TrainRun, SigtermToOneRankStopsEveryRankWithExitZero) {
     EXPECT_NE(result.output.find("signalled"), std::string::npos) << result.output;
     EXPECT_EQ(test::echoed_exit_code(result.output), 0) << result.output;
     EXPECT_EQ(list_checkpoints(path("out")).size(), 1u);
+}
+
+// Ctrl-C on a job started as README's first mpirun example does (scripts/mpirun.sh): the terminal
+// sends SIGINT to the launcher's process group (a job of its own, `set -m`); every rank stops at
+// a step boundary, the checkpoint is written, the job exits 0, and --resume auto continues it to
+// the same weights and losses as a run never interrupted.
+TEST_F(TrainRun, CtrlCOnTheLauncherSavesAndTheResumedRunIsBitwiseTheStraightOne) {
+    const std::string flags = "--max-steps 200 --checkpoint-every 0 --metrics-file ";
+    ASSERT_EQ(train(flags + path("straight.jsonl") + " --out-dir " + path("straight"), 2).exit_code,
+              0);
+    const std::string launcher =
+        std::string(GPT2_SOURCE_DIR) + "/scripts/mpirun.sh --oversubscribe --allow-run-as-root ";
+    const std::string job = launcher + "-n 2 " + test::build_path("train_gpt2") +
+                            test::train_run_flags() + " --data " + path("corpus.txt") + " " +
+                            flags + path("resumed.jsonl") + " --out-dir " + path("resumed");
+    const std::string log = path("log.txt");
+    const auto result = run_command("bash -c 'set -m; " + job + " > " + log + " 2>&1 & job=$!; " +
+                                    test::wait_for_log(log, "step 3/") +
+                                    "kill -INT -$job; wait $job; echo exit=$?'");
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(test::echoed_exit_code(result.output), 0) << result.output << text;
+    EXPECT_NE(text.find("[mpirun.sh] stopping"), std::string::npos) << text;
+    EXPECT_NE(text.find("stopped by signal at step"), std::string::npos) << text;
+    const auto steps = list_checkpoints(path("resumed"));
+    ASSERT_EQ(steps.size(), 1u) << text;
+    ASSERT_LT(steps[0], 200) << "the job ended before the signal arrived";
+    const auto resumed =
+        train(flags + path("resumed.jsonl") + " --resume auto --out-dir " + path("resumed"), 2);
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    const std::vector<double> a = test::metrics_values(path("straight.jsonl"), "train", "loss");
+    const std::vector<double> b = test::metrics_values(path("resumed.jsonl"), "train", "loss");
+    ASSERT_EQ(a.size(), 200u);
+    EXPECT_EQ(a, b);  // bitwise: the metrics file prints doubles exactly
+    const LoadedModel x = load_checkpoint(model_path(path("straight"), 200));
+    const LoadedModel y = load_checkpoint(model_path(path("resumed"), 200));
+    EXPECT_EQ(std::memcmp(x.model.params.data(), y.model.params.data(),
+                          x.model.params.size() * sizeof(float)),
+              0);
+}
+
+// --checkpoint-minutes beside --checkpoint-every, on a test clock that advances 10 minutes per
+// step: due after 25 minutes at steps 3 and 7 (the step-4 checkpoint restarts the clock), at
+// every 4th step and at the end. Under ZeRO-1 every rank takes part in a checkpoint (it gathers
+// the moments), so ranks that disagreed on the step would hang.
+TEST_F(TrainRun, CheckpointsByTheClockAtTheSameStepOnEveryRank) {
+    const auto result = train(
+        "--max-steps 8 --checkpoint-every 4 --checkpoint-minutes 25 --test-minutes-per-step 10 "
+        "--keep-checkpoints 0 --zero 1 --out-dir " +
+            path("out"),
+        2);
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_EQ(list_checkpoints(path("out")),
+              (std::vector<std::int64_t>{8, 7, 4, 3}))  // newest first
+        << result.output;
+    const auto off = train(
+        "--max-steps 8 --checkpoint-every 0 --checkpoint-minutes 0 --test-minutes-per-step 10 "
+        "--out-dir " +
+        path("off"));
+    ASSERT_EQ(off.exit_code, 0) << off.output;
+    EXPECT_EQ(list_checkpoints(path("off")), (std::vector<std::int64_t>{8}));
 }
 
 }  // namespace

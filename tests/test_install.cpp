@@ -30,8 +30,8 @@ TEST(Install, TheInstalledProgramsAndScriptsWorkFromAnyDirectory) {
     ASSERT_EQ(install.exit_code, 0) << install.output;
     for (const char* file :
          {"bin/train_gpt2", "bin/inference", "bin/prepare_data", "share/doc/gpt2-mpi/README.md",
-          "share/gpt2-mpi/scripts/train_resilient.sh", "share/gpt2-mpi/scripts/plot_metrics.py",
-          "share/gpt2-mpi/scripts/get_gpt2_tokenizer.sh",
+          "share/gpt2-mpi/scripts/mpirun.sh", "share/gpt2-mpi/scripts/train_resilient.sh",
+          "share/gpt2-mpi/scripts/plot_metrics.py", "share/gpt2-mpi/scripts/get_gpt2_tokenizer.sh",
           "share/gpt2-mpi/scripts/slurm/train_gpt2.sbatch"}) {
         EXPECT_TRUE(fs::exists(prefix / file)) << file;
     }

@@ -39,6 +39,7 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     require(o.sample_every >= 0 && o.sample_tokens >= 0,
             "--sample-every/--max-new-tokens must not be negative");
     require(o.checkpoint_every >= 0, "--checkpoint-every must not be negative");
+    require(o.checkpoint_minutes >= 0.0, "--checkpoint-minutes must not be negative");
     require(o.keep_checkpoints >= 0, "--keep-checkpoints must not be negative");
     require(o.max_bad_steps > 0, "--max-bad-steps must be positive");
     require(o.check_replicas >= 0, "--check-replicas must not be negative");

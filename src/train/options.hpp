@@ -62,6 +62,9 @@ struct TrainOptions {
     int sample_every = 200;
     int sample_tokens = 200;
     int checkpoint_every = 200;
+    // Also checkpoint when this many minutes have passed since the start or the last checkpoint
+    // (rank 0's clock, decided for every rank at the same step); 0: off.
+    double checkpoint_minutes = 30.0;
     int keep_checkpoints = 3;
     std::string out_dir = "out";
     std::string resume;  // "", "auto" or a path
@@ -96,6 +99,8 @@ struct TrainOptions {
     int simulate_machines = 0;
     // Test hook: machines other than the first report that they could not share memory.
     bool inject_share_failure = false;
+    // Test hook: the --checkpoint-minutes clock advances this many minutes per step (0: real time).
+    double test_minutes_per_step = 0.0;
     // Skip the update when the loss's (gradient norm's) z-score against the last 128 steps
     // exceeds this (0: never), as llm.c's -sl / -sg.
     double skip_loss_z = 0.0;

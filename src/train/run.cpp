@@ -16,6 +16,7 @@
 #include "ops/gemm.hpp"
 #include "parallel/data_parallel.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "train/checkpoint_clock.hpp"
 #include "train/corpus.hpp"
 #include "train/memory_plan.hpp"
 #include "train/model_shape.hpp"
@@ -68,6 +69,7 @@ class TrainingLoop {
     struct StepOutcome {
         bool stop = false;
         int signal = 0;
+        bool checkpoint_due = false;  // --checkpoint-minutes
     };
     [[nodiscard]] StepOutcome step(std::int64_t step, int& bad_steps, double& ema_seconds);
     void count_skipped(const StepMetrics& m, std::int64_t completed, int& bad_steps);
@@ -102,6 +104,7 @@ class TrainingLoop {
     std::vector<MultipleChoiceExample> hellaswag_;  // --hellaswag, on every rank
     std::optional<std::filesystem::path> last_checkpoint_;
     std::vector<double> step_ms_;
+    CheckpointClock checkpoint_clock_;
 };
 
 constexpr int kBenchmarkWarmup = 2;
@@ -133,7 +136,8 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
       val_targets_(val_inputs_.size()),
       train_sampler_(corpus.train_store, T_, o.seed, !o.no_shuffle),
       metrics_(comm.is_root() ? o.metrics_file : ""),
-      hellaswag_(load_hellaswag(o, comm, replica.model.config.vocab_size)) {
+      hellaswag_(load_hellaswag(o, comm, replica.model.config.vocab_size)),
+      checkpoint_clock_(o.checkpoint_minutes, o.test_minutes_per_step) {
     // The validation set is fixed: the first windows of the validation data, in order.
     WindowSampler val_sampler(corpus.val_store, T_, o.seed, false);
     val_sampler.fill_step(0, comm.rank(), comm.size(), B_, o.val_batches, val_inputs_,
@@ -279,7 +283,7 @@ int TrainingLoop::run() {
         }
         if (o_.sample_every > 0 && (completed % o_.sample_every == 0 || last)) sample(completed);
         if ((o_.checkpoint_every > 0 && completed % o_.checkpoint_every == 0) || last ||
-            outcome.stop) {
+            outcome.stop || outcome.checkpoint_due) {
             save(completed);
         }
         if (outcome.stop) {
@@ -317,8 +321,14 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
     }
     log_step(m, completed, hyper.adamw.lr, seconds, ema_seconds);
     if (o_.check_replicas > 0 && completed % o_.check_replicas == 0) check_replicas(completed);
-    const int signal = static_cast<int>(comm_.allreduce_max(stop_signal().load()));
-    return StepOutcome{signal != 0 || completed == o_.stop_at_step, signal};
+    // One collective per step: any rank's stop signal and rank 0's checkpoint clock, as
+    // signal * 2 + due (a stop saves anyway, so the clock's bit may be outweighed).
+    checkpoint_clock_.step_done();
+    const std::int64_t mine = std::int64_t{stop_signal().load()} * 2 +
+                              (comm_.is_root() && checkpoint_clock_.due() ? 1 : 0);
+    const std::int64_t all = comm_.allreduce_max(mine);
+    const int signal = static_cast<int>(all / 2);
+    return StepOutcome{signal != 0 || completed == o_.stop_at_step, signal, all % 2 == 1};
 }
 
 // A skipped step is counted and reported; too many in a row end the run (keeping the last good
@@ -453,6 +463,7 @@ void TrainingLoop::save(std::int64_t completed) {
     state.norm_window = plan_.spikes.norm;
     save_resume_state(state_path(out_dir, completed), state, replica_.model.config, optimizer);
     last_checkpoint_ = path;
+    checkpoint_clock_.saved();
     prune_checkpoints(out_dir, o_.keep_checkpoints, plan_.run_id);
     metrics_.sync();
     spdlog::info("checkpoint {} ({:.2f} s)", path.string(), seconds_since(t0));

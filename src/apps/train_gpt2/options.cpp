@@ -259,6 +259,10 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
     run->add_option("--checkpoint-every", o.checkpoint_every,
                     "checkpoint every N steps (0: only at the end)")
         ->check(app::at_least(0));
+    run->add_option("--checkpoint-minutes", o.checkpoint_minutes,
+                    "also checkpoint when this many minutes have passed since the last one (0: "
+                    "off)")
+        ->check(app::at_least(0.0));
     run->add_option("--keep-checkpoints", o.keep_checkpoints,
                     "checkpoints of this run kept in --out-dir (0: all)")
         ->check(app::at_least(0));
@@ -351,6 +355,9 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
         ->group("");
     run->add_flag("--inject-share-failure", o.inject_share_failure,
                   "testing: machines other than the first cannot share memory")
+        ->group("");
+    run->add_option("--test-minutes-per-step", o.test_minutes_per_step,
+                    "testing: the --checkpoint-minutes clock advances this much per step")
         ->group("");
     run->add_option("--simulate-machines", o.simulate_machines,
                     "testing: treat the ranks as N machines of consecutive ranks")
