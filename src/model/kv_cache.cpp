@@ -315,15 +315,17 @@ void KvCacheSession::forward_rows(std::span<const std::int32_t> tokens, bool log
 
     const float* lnfw = model_.layout.tensor(w, ParamTensor::lnfw).data();
     const float* lnfb = model_.layout.tensor(w, ParamTensor::lnfb).data();
-    // The rows of a matrix starting at `weight` (a pointer into the fp32 parameters), in the
-    // format this session decodes with.
-    const auto rows_at = [&](const float* weight) {
-        return compact_ != nullptr ? WeightRows{nullptr, compact_->rows(weight)}
-                                   : WeightRows{weight, {}};
+    // The `count` rows of a matrix starting at `weight` (a pointer into the fp32 parameters), in
+    // the format this session decodes with. No rows are looked up for an empty share: with more
+    // workers than cache lines of columns, one may start at the matrix's end, which
+    // DecodeWeights::rows refuses (and nothing reads them).
+    const auto rows_at = [&](const float* weight, long count) {
+        return compact_ != nullptr && count > 0 ? WeightRows{nullptr, compact_->rows(weight)}
+                                                : WeightRows{weight, {}};
     };
     // One pool.run per forward; the phases inside are separated by barriers (4 per layer). Each
     // phase writes only its worker's share, and the next reads what all shares wrote.
-    pool_.run([&](int worker) {
+    const auto forward_worker = [&](int worker) {
         float* scores = scores_ + scores_stride * static_cast<std::size_t>(worker);
         float* fp32_rows =
             weight_rows_fp32_ + weight_rows_fp32_stride_ * static_cast<std::size_t>(worker);
@@ -335,10 +337,10 @@ void KvCacheSession::forward_rows(std::span<const std::int32_t> tokens, bool log
             const Range heads = split_range(static_cast<std::size_t>(NH), worker, W);
             for (auto h = static_cast<int>(heads.begin); h < static_cast<int>(heads.end); ++h) {
                 const long col = static_cast<long>(h) * hs;
-                linear_slice(q_ + col, C, ln, M, C, rows_at(p.qkvw + col * C), p.qkvb + col, hs,
+                linear_slice(q_ + col, C, ln, M, C, rows_at(p.qkvw + col * C, hs), p.qkvb + col, hs,
                              false, fp32_rows);
-                const WeightRows wk = rows_at(p.qkvw + (C + col) * C);
-                const WeightRows wv = rows_at(p.qkvw + (2L * C + col) * C);
+                const WeightRows wk = rows_at(p.qkvw + (C + col) * C, hs);
+                const WeightRows wv = rows_at(p.qkvw + (2L * C + col) * C, hs);
                 if (bf16_cache && M == 1) {
                     // One token: its key and value rounded into the bf16 cache, which the query
                     // then reads directly.
@@ -387,7 +389,7 @@ void KvCacheSession::forward_rows(std::span<const std::int32_t> tokens, bool log
             const Range r = column_share(static_cast<std::size_t>(C), worker, W);
             const auto b = static_cast<long>(r.begin);
             const int n = static_cast<int>(r.end - r.begin);
-            linear_slice(x_ + b, C, atty_, M, C, rows_at(p.attprojw + b * C), p.attprojb + b, n,
+            linear_slice(x_ + b, C, atty_, M, C, rows_at(p.attprojw + b * C, n), p.attprojb + b, n,
                          true, fp32_rows);
             barrier_->arrive_and_wait();
             // MLP up-projection and GELU, by hidden column.
@@ -395,7 +397,7 @@ void KvCacheSession::forward_rows(std::span<const std::int32_t> tokens, bool log
             const Range r4 = column_share(4 * static_cast<std::size_t>(C), worker, W);
             const auto b4 = static_cast<long>(r4.begin);
             const int n4 = static_cast<int>(r4.end - r4.begin);
-            linear_slice(fch_ + b4, 4 * C, ln2, M, C, rows_at(p.fcw + b4 * C), p.fcb + b4, n4,
+            linear_slice(fch_ + b4, 4 * C, ln2, M, C, rows_at(p.fcw + b4 * C, n4), p.fcb + b4, n4,
                          false, fp32_rows);
             for (int i = 0; i < M; ++i) {
                 float* h = fch_ + static_cast<long>(i) * 4 * C + b4;
@@ -403,8 +405,8 @@ void KvCacheSession::forward_rows(std::span<const std::int32_t> tokens, bool log
             }
             barrier_->arrive_and_wait();
             // MLP down-projection onto the residual stream, by output column.
-            linear_slice(x_ + b, C, fch_, M, 4 * C, rows_at(p.fcprojw + b * 4 * C), p.fcprojb + b,
-                         n, true, fp32_rows);
+            linear_slice(x_ + b, C, fch_, M, 4 * C, rows_at(p.fcprojw + b * 4 * C, n),
+                         p.fcprojb + b, n, true, fp32_rows);
             barrier_->arrive_and_wait();
         }
         if (!logits) return;
@@ -412,9 +414,22 @@ void KvCacheSession::forward_rows(std::span<const std::int32_t> tokens, bool log
         // padded rows >= V are never predicted, so they are not computed.
         const float* lnf = worker_ln(worker, x_ + static_cast<long>(M - 1) * C, lnfw, lnfb, 1);
         const Range r = column_share(static_cast<std::size_t>(c.vocab_size), worker, W);
-        rows_at(wte + static_cast<long>(r.begin) * C)
-            .matvec_into(logits_ + r.begin, lnf, static_cast<int>(r.end - r.begin), C, nullptr,
-                         false);
+        const auto rows = static_cast<int>(r.end - r.begin);
+        rows_at(wte + static_cast<long>(r.begin) * C, rows)
+            .matvec_into(logits_ + r.begin, lnf, rows, C, nullptr, false);
+    };
+    // A worker that fails releases the others from the barrier (they leave with BarrierAborted)
+    // instead of leaving them waiting for it forever; the pool rethrows its error.
+    barrier_->reset();
+    pool_.run([&](int worker) {
+        try {
+            forward_worker(worker);
+        } catch (const BarrierAborted&) {
+            return;
+        } catch (...) {
+            barrier_->abort();
+            throw;
+        }
     });
     context_.insert(context_.end(), tokens.begin(), tokens.end());
 }
