@@ -1,8 +1,9 @@
 // Decoding with compact weights (inference --weights bf16|int8) against fp32: the int8 rows are
 // the stated quantisation, logits of a 124M-shaped model stay within the stated tolerances, the
-// prompt path (GEMM on widened rows) agrees with the token path (compact dot products), a trained
-// character model's greedy text is identical in bf16 and int8 picks fp32's next token on held-out
-// text at least 98% of the time; llm.c's bf16 model files load.
+// prompt path (GEMM on widened rows) agrees with the token path (compact dot products), more
+// workers than a matrix has cache lines of columns still decode, a trained character model's
+// greedy text is identical in bf16 and int8 picks fp32's next token on held-out text at least 98%
+// of the time; llm.c's bf16 model files load.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -126,6 +127,32 @@ TEST(DecodeWeights, ThePromptPathAgreesWithTheTokenPath) {
                                            std::span(tokens).subspan(1), 2);
         EXPECT_LT(relative_error(prefilled.back(), stepped.back()), 1e-5)
             << weight_format_name(format);
+    }
+}
+
+TEST(DecodeWeights, MoreWorkersThanCacheLinesOfColumnsStillDecode) {
+    // C = 32 is two cache lines of columns and V = Vp = 128 eight: with 3 and 9 workers some
+    // workers' shares of the projections (and, with 9, of the LM head) are empty and start at
+    // the end of their matrix. int8 weights once looked those rows up, DecodeWeights::rows threw
+    // inside the worker, and the others waited at the barrier forever.
+    Model model(ModelConfig{16, 128, 128, 1, 2, 32});
+    init_parameters(model, 9);
+    std::vector<std::int32_t> tokens;
+    for (int i = 0; i < 12; ++i)
+        tokens.push_back((i * 37 + 5) % 128);
+    const auto prompt = std::span<const std::int32_t>(tokens).first(6);
+    const auto continuation = std::span<const std::int32_t>(tokens).subspan(6);
+    for (const WeightFormat format : {WeightFormat::bf16, WeightFormat::int8}) {
+        const DecodeWeights compact(model, format);
+        const auto one = decode_logits(model, &compact, prompt, continuation, 1);
+        for (const int threads : {3, 9}) {
+            const auto many = decode_logits(model, &compact, prompt, continuation, threads);
+            ASSERT_EQ(many.size(), one.size());
+            for (std::size_t i = 0; i < one.size(); ++i) {
+                EXPECT_LT(relative_error(many[i], one[i]), 1e-5)
+                    << weight_format_name(format) << ", " << threads << " workers, logits " << i;
+            }
+        }
     }
 }
 

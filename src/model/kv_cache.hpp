@@ -98,9 +98,10 @@ class KvCacheSession {
     float* ln_ = nullptr;           // [workers] (rows, C): each worker's LayerNorm output
     float* ln_stats_ = nullptr;     // [workers] (2 * rows): its means and rstds
     float* scores_ = nullptr;       // [workers] (attention row block, maxT)
-    float* widen_ = nullptr;        // [workers] (64, 4C): compact weight rows widened for a GEMM
-    std::size_t widen_stride_ = 0;
-    float* stage_ = nullptr;  // [workers] (2, maxT * hs): a head's bf16 cache widened for prompts
+    // [workers] (64, 4C): compact weight rows copied to fp32 for a prompt's GEMMs
+    float* weight_rows_fp32_ = nullptr;
+    std::size_t weight_rows_fp32_stride_ = 0;
+    float* stage_ = nullptr;  // [workers] (2, maxT * hs): a head's bf16 cache in fp32, for prompts
     std::size_t stage_stride_ = 0;
 };
 

@@ -1,0 +1,82 @@
+#include "ops/decode_attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ops/bf16.hpp"
+#include "ops/gemm.hpp"
+#include "ops/kernels.hpp"
+
+namespace gpt2 {
+
+namespace {
+
+// One cached element as fp32 (bf16 converts exactly).
+inline float cached_as_float(float v) {
+    return v;
+}
+inline float cached_as_float(Bf16 v) {
+    return to_float(v);
+}
+
+}  // namespace
+
+template <typename T>
+void attend_one_query(float* out, const float* q, const T* keys_t, const T* values, float* scores,
+                      int pos, int hs, int maxT) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    const int keys = pos + 1;
+    // A cache line of elements, and so the prefetch distances below are the same in bytes for
+    // either element type.
+    constexpr int kLineElements = 64 / sizeof(T);
+    float* __restrict s = scores;
+    for (int j = 0; j < keys; ++j)
+        s[j] = 0.0f;
+    // The key rows are short strided streams the hardware prefetchers pick up late: ask for the
+    // row two ahead while this one is summed (measured: attention at a 512 context 1.5x faster).
+    for (int d = 0; d < hs; ++d) {
+        const float qd = q[d];
+        const T* __restrict kd = keys_t + static_cast<long>(d) * maxT;
+        if (d + 2 < hs) {
+            for (int j = 0; j < keys; j += kLineElements)
+                __builtin_prefetch(kd + 2L * maxT + j);
+        }
+        for (int j = 0; j < keys; ++j)
+            s[j] += qd * cached_as_float(kd[j]);
+    }
+    for (int j = 0; j < keys; ++j)
+        s[j] *= scale;
+    causal_softmax_row(s, keys, keys);
+    float* __restrict o = out;
+    for (int d = 0; d < hs; ++d)
+        o[d] = 0.0f;
+    for (int j = 0; j < keys; ++j) {
+        const float a = s[j];
+        const T* __restrict vj = values + static_cast<long>(j) * hs;
+        __builtin_prefetch(vj + static_cast<long>(kLineElements) * hs);  // 64 * hs bytes ahead
+        for (int d = 0; d < hs; ++d)
+            o[d] += a * cached_as_float(vj[d]);
+    }
+}
+
+template void attend_one_query(float*, const float*, const float*, const float*, float*, int, int,
+                               int);
+template void attend_one_query(float*, const float*, const Bf16*, const Bf16*, float*, int, int,
+                               int);
+
+void attend_prompt_rows(float* out, const float* q, const float* keys_t, const float* values,
+                        float* scores, int M, int pos0, int C, int hs, int maxT) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    for (int i0 = 0; i0 < M; i0 += kPromptScoreRows) {
+        const int i1 = std::min(M, i0 + kPromptScoreRows);
+        const int keys = pos0 + i1;  // visible to the block's last row
+        gemm_nn(i1 - i0, keys, hs, scale, q + static_cast<long>(i0) * C, C, keys_t, maxT, 0.0f,
+                scores, maxT);
+        for (int i = i0; i < i1; ++i)
+            causal_softmax_row(scores + static_cast<long>(i - i0) * maxT, pos0 + i + 1, keys);
+        gemm_nn(i1 - i0, hs, keys, 1.0f, scores, maxT, values, hs, 0.0f,
+                out + static_cast<long>(i0) * C, C);
+    }
+}
+
+}  // namespace gpt2

@@ -1,0 +1,30 @@
+// Attention while decoding, one head against its KV cache: a new token's query against every
+// cached position (cache in fp32 or bf16, one template), and a prompt's queries in GEMM blocks.
+//
+// A head's cache: keys transposed, keys_t (hs, maxT) with keys_t[d * maxT + position], so that one
+// query's scores are a sum of hs contiguous rows scaled by q[d] (vector work with no horizontal
+// sums, streaming through memory); values (maxT, hs) with values[position * hs + d], so that its
+// output is a sum of contiguous rows.
+#pragma once
+
+namespace gpt2 {
+
+// Query rows of a prompt whose scores attend_prompt_rows materialises at once (their score rows
+// stay in cache).
+inline constexpr int kPromptScoreRows = 32;
+
+// out[0:hs] = softmax(q[0:hs] . keys[0:pos+1] / sqrt(hs)) @ values[0:pos+1]: the query of the token
+// at position `pos` against the cached positions 0..pos (its own key and value included). T is
+// float or Bf16 (the cache's element). scores: pos + 1 floats of scratch (left holding the
+// probabilities).
+template <typename T>
+void attend_one_query(float* out, const float* q, const T* keys_t, const T* values, float* scores,
+                      int pos, int hs, int maxT);
+
+// Causal attention of M query rows at positions pos0.. against an fp32 cache's positions
+// 0..pos0+M-1 (the rows' own keys and values already in it): q and out (M, C) with rows C apart,
+// pointing at the head's hs columns; scores (kPromptScoreRows, maxT) scratch.
+void attend_prompt_rows(float* out, const float* q, const float* keys_t, const float* values,
+                        float* scores, int M, int pos0, int C, int hs, int maxT);
+
+}  // namespace gpt2

@@ -1,0 +1,30 @@
+// One token's matrix-vector products for decoding, over weight rows in fp32, bf16 or int8: they are
+// bound by how fast the weights stream in, so each row is read once and the narrower the cheaper.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/bf16.hpp"
+
+namespace gpt2 {
+
+// y[j] = ((accumulate ? y[j] : 0) + bias[j]) + dot(w[j, 0:K], x[0:K]) for j < n.
+// w (n, K) row-major, x (K), y (n), bias (n) or null.
+void matvec(float* y, const float* x, const float* w, int n, int K, const float* bias,
+            bool accumulate);
+// The same over bf16 rows (converted exactly to fp32 as they are read).
+void matvec(float* y, const float* x, const Bf16* w, int n, int K, const float* bias,
+            bool accumulate);
+// The same over int8 rows, each with its own scale: y[j] = ((accumulate ? y[j] : 0) + bias[j]) +
+// scales[j] * dot(w[j, 0:K], x[0:K]). scales (n).
+void matvec(float* y, const float* x, const std::int8_t* w, const float* scales, int n, int K,
+            const float* bias, bool accumulate);
+
+// The portable loop behind the overloads above: what fp32 always runs, and bf16 and int8 where the
+// build has no AVX-512 (declared here so that tests check it on every machine). W is float, Bf16
+// or std::int8_t; scales (n) or null, applied as above.
+template <typename W>
+void matvec_portable(float* y, const float* x, const W* w, const float* scales, int n, int K,
+                     const float* bias, bool accumulate);
+
+}  // namespace gpt2
