@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Writes GPT-2 token ids of a UTF-8 text file, computed by js-tiktoken (an implementation
-// independent of ours), as little-endian uint16: the expected ids for tests/test_tokenizer.cpp.
+// independent of ours), as little-endian uint16: the expected ids for tests/test_gpt2_tokenizer.cpp.
 //
 //   node scripts/make_tokenizer_reference.mjs INPUT.txt OUTPUT.u16 [--ordinary]
 //
