@@ -1,0 +1,226 @@
+// The KV-cache generator against the training forward pass and the recompute oracle: step and
+// prefill logits at every position with 1-3 workers, long prompts in chunks, the sliding window,
+// reproducible sampling, and bad tokens.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/utf8.hpp"
+#include "formats/checkpoint.hpp"
+#include "model/generate.hpp"
+#include "model/kv_cache.hpp"
+#include "model/optimizer.hpp"
+#include "model/training_context.hpp"
+#include "ops/gemm.hpp"
+#include "process_support.hpp"
+#include "test_support.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "train/resume_state.hpp"
+
+#include "random_model.hpp"
+
+namespace gpt2 {
+namespace {
+
+using test::random_model;
+using test::small_config;
+
+std::vector<std::int32_t> random_tokens(int count, int vocab, std::uint64_t seed) {
+    Rng rng(seed);
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(count));
+    for (auto& t : tokens)
+        t = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(vocab)));
+    return tokens;
+}
+
+// The training forward pass's logits (T x Vp) for one sequence.
+std::vector<float> training_logits(const Model& model, std::span<const std::int32_t> tokens) {
+    const ModelConfig& c = model.config;
+    const int T = static_cast<int>(tokens.size());
+    ThreadLocalTrainingContext ctx(c, 1, T);
+    forward_hidden(model, ctx, TokenBatch{tokens, tokens, 1, T});
+    std::vector<float> logits(static_cast<std::size_t>(T) * c.padded_vocab_size);
+    gemm_nt(T, c.padded_vocab_size, c.channels, 1.0f, ctx.acts.lnf, c.channels,
+            model.layout.tensor(model.weights(), ParamTensor::wte).data(), c.channels, 0.0f,
+            logits.data(), c.padded_vocab_size);
+    return logits;
+}
+
+std::span<const float> row(const std::vector<float>& logits, const ModelConfig& c, int t) {
+    return std::span<const float>(logits).subspan(static_cast<std::size_t>(t) * c.padded_vocab_size,
+                                                  static_cast<std::size_t>(c.vocab_size));
+}
+
+// Logits within 1e-4 of the reference, relative to the row's largest magnitude.
+::testing::AssertionResult logits_close(std::span<const float> actual,
+                                        std::span<const float> expected) {
+    float peak = 0.0f;
+    for (const float e : expected)
+        peak = std::max(peak, std::abs(e));
+    return test::all_close(actual, expected, 1e-4, 1e-4 * peak);
+}
+
+class KvCacheThreads : public ::testing::TestWithParam<int> {};
+
+TEST_P(KvCacheThreads, StepLogitsMatchTrainingForwardAtEveryPosition) {
+    const ModelConfig c = small_config();
+    const auto model = random_model(c, 11);
+    const auto tokens = random_tokens(c.max_seq_len, c.vocab_size, 5);
+    const std::vector<float> expected = training_logits(*model, tokens);
+    ThreadPool pool(GetParam());
+    KvCacheSession session(*model, pool);
+
+    std::span<const float> logits = session.prefill(std::span(tokens).first(1));
+    ASSERT_EQ(logits.size(), static_cast<std::size_t>(c.vocab_size));
+    EXPECT_TRUE(logits_close(logits, row(expected, c, 0))) << "position 0";
+    for (int t = 1; t < c.max_seq_len; ++t) {
+        logits = session.step(tokens[static_cast<std::size_t>(t)]);
+        EXPECT_TRUE(logits_close(logits, row(expected, c, t))) << "position " << t;
+    }
+    EXPECT_EQ(session.length(), c.max_seq_len);
+    EXPECT_EQ(session.slides(), 0);
+}
+
+TEST_P(KvCacheThreads, PrefillLogitsMatchTrainingForward) {
+    const ModelConfig c = small_config();
+    const auto model = random_model(c, 12);
+    const auto tokens = random_tokens(c.max_seq_len, c.vocab_size, 6);
+    const std::vector<float> expected = training_logits(*model, tokens);
+    ThreadPool pool(GetParam());
+    KvCacheSession session(*model, pool);
+    for (const int n : {1, 2, 7, 31, 32}) {
+        const auto logits = session.prefill(std::span(tokens).first(static_cast<std::size_t>(n)));
+        EXPECT_TRUE(logits_close(logits, row(expected, c, n - 1))) << "prefill of " << n;
+        EXPECT_EQ(session.length(), n);
+    }
+    // A prefill followed by steps continues the same sequence.
+    (void)session.prefill(std::span(tokens).first(20));
+    for (int t = 20; t < 25; ++t) {
+        const auto logits = session.step(tokens[static_cast<std::size_t>(t)]);
+        EXPECT_TRUE(logits_close(logits, row(expected, c, t))) << "step at " << t;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, KvCacheThreads, ::testing::Values(1, 2, 3),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                             return "workers" + std::to_string(info.param);
+                         });
+
+TEST(KvCache, LongPromptIsEncodedInChunks) {
+    // maxT above the session's 128-row chunk, so a prompt takes two forwards.
+    ModelConfig c = small_config(160);
+    c.num_layers = 1;
+    c.channels = 32;
+    c.num_heads = 2;
+    const auto model = random_model(c, 13);
+    const auto tokens = random_tokens(160, c.vocab_size, 7);
+    const std::vector<float> expected = training_logits(*model, tokens);
+    ThreadPool pool(2);
+    KvCacheSession session(*model, pool);
+    for (const int n : {128, 129, 160}) {
+        const auto logits = session.prefill(std::span(tokens).first(static_cast<std::size_t>(n)));
+        EXPECT_TRUE(logits_close(logits, row(expected, c, n - 1))) << "prefill of " << n;
+    }
+    (void)session.prefill(std::span(tokens).first(130));
+    const auto logits = session.step(tokens[130]);
+    EXPECT_TRUE(logits_close(logits, row(expected, c, 130)));
+}
+
+// Greedy decoding with the recompute oracle under the session's window policy: the context before
+// each prediction is what the session holds (grows to maxT, then drops to the last `keep`).
+std::vector<std::int32_t> oracle_greedy(const Model& model, std::vector<std::int32_t> tokens,
+                                        int count, int keep) {
+    const auto maxT = static_cast<std::size_t>(model.config.max_seq_len);
+    std::size_t start = tokens.size() > maxT ? tokens.size() - maxT : 0;
+    Rng rng(0);
+    const SamplingParams greedy{0.0f, 0, 1.0f};
+    for (int n = 0; n < count; ++n) {
+        if (tokens.size() - start > maxT) start = tokens.size() - static_cast<std::size_t>(keep);
+        std::vector<std::int32_t> window(tokens.begin() + static_cast<std::ptrdiff_t>(start),
+                                         tokens.end());
+        generate_recompute(model, window, 1, greedy, rng);
+        tokens.push_back(window.back());
+    }
+    return tokens;
+}
+
+TEST_P(KvCacheThreads, GreedyEqualsRecomputeThroughTheSlidingWindow) {
+    const ModelConfig c = small_config();
+    const auto model = random_model(c, 21);
+    ThreadPool pool(GetParam());
+    const SamplingParams greedy{0.0f, 0, 1.0f};
+    for (const int prompt_length : {3, 40}) {
+        const auto prompt = random_tokens(prompt_length, c.vocab_size, 8);
+        // Default policy (keep maxT/2): the oracle applies the same window.
+        KvCacheSession session(*model, pool);
+        std::vector<std::int32_t> ours = prompt;
+        Rng rng(1);
+        const GenerationStats stats = generate_kv(session, ours, 60, greedy, rng);
+        EXPECT_EQ(stats.generated_tokens, 60);
+        EXPECT_GE(stats.slides, 2) << "the test must exercise the sliding window";
+        EXPECT_EQ(ours, oracle_greedy(*model, prompt, 60, session.slide_keep()))
+            << "prompt of " << prompt_length;
+
+        // keep = maxT: every prediction sees the last maxT tokens, exactly generate_recompute.
+        KvCacheSession full(*model, pool, c.max_seq_len);
+        std::vector<std::int32_t> ours_full = prompt;
+        (void)generate_kv(full, ours_full, 60, greedy, rng);
+        std::vector<std::int32_t> reference = prompt;
+        generate_recompute(*model, reference, 60, greedy, rng);
+        EXPECT_EQ(ours_full, reference) << "prompt of " << prompt_length;
+        // Not a degenerate sequence that any implementation would reproduce.
+        std::vector<std::int32_t> distinct(reference.begin() + prompt_length, reference.end());
+        std::sort(distinct.begin(), distinct.end());
+        EXPECT_GT(std::unique(distinct.begin(), distinct.end()) - distinct.begin(), 5);
+    }
+}
+
+TEST(KvCache, SamplingIsReproducibleAndSeedDependent) {
+    const ModelConfig c = small_config();
+    const auto model = random_model(c, 31, 2.0f);
+    ThreadPool pool(2);
+    KvCacheSession session(*model, pool);
+    const auto sample = [&](std::uint64_t seed, SamplingParams params) {
+        std::vector<std::int32_t> tokens = {1, 2, 3};
+        Rng rng = Rng::derived(seed, 0);
+        std::vector<std::int32_t> seen;
+        (void)generate_kv(session, tokens, 50, params, rng,
+                          [&](std::int32_t t) { seen.push_back(t); });
+        EXPECT_EQ(seen, std::vector<std::int32_t>(tokens.begin() + 3, tokens.end()));
+        return tokens;
+    };
+    const SamplingParams plain{1.0f, 0, 1.0f};
+    EXPECT_EQ(sample(7, plain), sample(7, plain));
+    EXPECT_NE(sample(7, plain), sample(8, plain));
+    const SamplingParams nucleus{0.8f, 20, 0.9f};
+    EXPECT_EQ(sample(3, nucleus), sample(3, nucleus));
+    EXPECT_NE(sample(3, nucleus), sample(4, nucleus));
+    // top-k = 1 is greedy whatever the temperature and seed.
+    EXPECT_EQ(sample(5, SamplingParams{1.0f, 1, 1.0f}), sample(9, SamplingParams{0.0f, 0, 1.0f}));
+}
+
+TEST(KvCache, VocabLimitAndBadTokens) {
+    const ModelConfig c = small_config();
+    const auto model = random_model(c, 41);
+    ThreadPool pool(1);
+    KvCacheSession session(*model, pool);
+    std::vector<std::int32_t> tokens = {4};
+    Rng rng(2);
+    (void)generate_kv(session, tokens, 40, SamplingParams{}, rng, {}, 10);
+    for (const auto t : tokens)
+        EXPECT_LT(t, 10);
+    const std::vector<std::int32_t> bad = {1, c.vocab_size};
+    EXPECT_THROW((void)session.prefill(bad), InputError);
+    EXPECT_THROW((void)session.step(-1), InputError);
+    EXPECT_THROW(KvCacheSession(*model, pool, c.max_seq_len + 1), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace gpt2
