@@ -73,8 +73,12 @@ void append_q8_0(std::vector<std::uint8_t>& out, std::span<const float> values) 
     }
 }
 
-void write_gguf(const std::filesystem::path& path, const Model& model, const Tokenizer& tokenizer,
-                GgufWeights weights, const std::string& name) {
+namespace {
+
+// GPT-2's tokenizer spelled as llama.cpp's gpt2 tokenizer wants it, with one token per row of
+// the model's vocabulary; Q8_0 needs rows of whole blocks.
+SpelledBpe checked_tokenizer(const std::filesystem::path& path, const Model& model,
+                             const Tokenizer& tokenizer, GgufWeights weights) {
     SpelledBpe spelled;
     try {
         spelled = spell_byte_level_bpe(tokenizer);
@@ -96,6 +100,12 @@ void write_gguf(const std::filesystem::path& path, const Model& model, const Tok
                          std::to_string(c.channels) + " channels (use f16, bf16 or f32)");
     }
 
+    return spelled;
+}
+
+// The model's tensors in llama.cpp's names; 2-D weights in `weights`' type, 1-D ones in F32.
+std::vector<Tensor> gguf_tensors(const Model& model, GgufWeights weights) {
+    const ModelConfig& c = model.config;
     // Tensors, in llama.cpp's names; 2-D weights in (out, in) order, as ours already are.
     std::vector<Tensor> tensors;
     const std::span<const float> params = model.weights();
@@ -148,8 +158,20 @@ void write_gguf(const std::filesystem::path& path, const Model& model, const Tok
         add(blk + "ffn_down.bias", {C}, at(ParamTensor::fcprojb));
     }
 
+    return tensors;
+}
+
+// The metadata llama.cpp's gpt2 architecture reads, with the tokenizer embedded.
+struct KeyValues {
     Writer kv;
-    std::uint64_t kv_count = 0;
+    std::uint64_t count = 0;
+};
+KeyValues gguf_metadata(const ModelConfig& c, const SpelledBpe& spelled, GgufWeights weights,
+                        const std::string& name) {
+    const auto C = static_cast<std::uint64_t>(c.channels);
+    KeyValues out;
+    Writer& kv = out.kv;
+    std::uint64_t& kv_count = out.count;
     const auto key = [&](std::string_view k, Value type) {
         kv.string(k);
         kv.put(static_cast<std::uint32_t>(type));
@@ -196,12 +218,22 @@ void write_gguf(const std::filesystem::path& path, const Model& model, const Tok
     put_u32("tokenizer.ggml.bos_token_id", static_cast<std::uint32_t>(spelled.eot_id));
     put_u32("tokenizer.ggml.eos_token_id", static_cast<std::uint32_t>(spelled.eot_id));
 
+    return out;
+}
+
+}  // namespace
+
+void write_gguf(const std::filesystem::path& path, const Model& model, const Tokenizer& tokenizer,
+                GgufWeights weights, const std::string& name) {
+    const SpelledBpe spelled = checked_tokenizer(path, model, tokenizer, weights);
+    const std::vector<Tensor> tensors = gguf_tensors(model, weights);
+    const KeyValues metadata = gguf_metadata(model.config, spelled, weights, name);
     Writer head;
     head.bytes = {'G', 'G', 'U', 'F'};
     head.put<std::uint32_t>(3);
     head.put<std::uint64_t>(tensors.size());
-    head.put<std::uint64_t>(kv_count);
-    head.bytes.insert(head.bytes.end(), kv.bytes.begin(), kv.bytes.end());
+    head.put<std::uint64_t>(metadata.count);
+    head.bytes.insert(head.bytes.end(), metadata.kv.bytes.begin(), metadata.kv.bytes.end());
     const auto padding = [](std::uint64_t n) { return (kAlignment - n % kAlignment) % kAlignment; };
     std::uint64_t offset = 0;
     for (const Tensor& t : tensors) {

@@ -51,15 +51,24 @@ SafetensorsFile SafetensorsFile::read(const std::filesystem::path& path) {
     return parse(read_file_bytes(path), path.string());
 }
 
-SafetensorsFile SafetensorsFile::parse(std::vector<std::uint8_t> bytes, std::string name) {
-    const auto fail = [&](const std::string& what) -> InputError {
-        return InputError(name + ": " + what);
-    };
+namespace {
+
+// An error naming the file.
+struct Failure {
+    std::string file;
+    [[nodiscard]] InputError operator()(const std::string& what) const {
+        return InputError(file + ": " + what);
+    }
+};
+
+// The JSON header after the 8-byte length, checked against the file's size.
+nlohmann::json parse_header(const std::vector<std::uint8_t>& bytes, const Failure& fail,
+                            std::uint64_t& header_size) {
     if (bytes.size() < 8) {
         throw fail("too short for a safetensors file (" + std::to_string(bytes.size()) +
                    " bytes; the header length alone takes 8)");
     }
-    std::uint64_t header_size;
+    header_size = 0;
     std::memcpy(&header_size, bytes.data(), 8);
     if (header_size > kMaxSafetensorsHeader) {
         throw fail("header length " + std::to_string(header_size) + " exceeds the limit of " +
@@ -78,79 +87,69 @@ SafetensorsFile SafetensorsFile::parse(std::vector<std::uint8_t> bytes, std::str
     }
     if (!header.is_object()) throw fail("header is not a JSON object");
 
-    SafetensorsFile file;
-    file.name_ = name;
-    const std::size_t data_start = 8 + static_cast<std::size_t>(header_size);
-    const std::size_t data_size = bytes.size() - data_start;
-    struct Range {
-        std::uint64_t begin, end;
-        std::size_t tensor;
-    };
-    std::vector<Range> ranges;
-    for (const auto& [key, value] : header.items()) {
-        if (key == "__metadata__") {
-            if (!value.is_object()) throw fail("__metadata__ is not a JSON object");
-            for (const auto& [mkey, mvalue] : value.items()) {
-                if (!mvalue.is_string()) {
-                    throw fail("__metadata__." + mkey + " is not a string");
-                }
-                file.metadata_.emplace(mkey, mvalue.get<std::string>());
-            }
-            continue;
-        }
-        const std::string where = "tensor " + key;
-        if (!value.is_object()) throw fail(where + ": not a JSON object");
-        SafetensorsTensor tensor;
-        tensor.name = key;
-        if (!value.contains("dtype") || !value["dtype"].is_string()) {
-            throw fail(where + ": missing dtype");
-        }
-        tensor.dtype = value["dtype"].get<std::string>();
-        const std::optional<std::size_t> size = dtype_bytes(tensor.dtype);
-        if (!size) throw fail(where + ": unknown dtype \"" + tensor.dtype + "\"");
-        tensor.type = element_type_of(tensor.dtype);
-        if (!value.contains("shape") || !value["shape"].is_array()) {
-            throw fail(where + ": missing shape");
-        }
-        // Products are checked against the file size as they grow, so none can overflow.
-        std::uint64_t elements = 1;
-        for (const auto& dim : value["shape"]) {
-            if (!dim.is_number_unsigned())
-                throw fail(where + ": shape " + value["shape"].dump() +
-                           " is not a list of non-negative integers");
-            const auto d = dim.get<std::uint64_t>();
-            if (d != 0 && elements > data_size / d) {
-                throw fail(where + ": shape " + value["shape"].dump() + " is larger than the file");
-            }
-            elements *= d;
-            tensor.shape.push_back(static_cast<std::int64_t>(d));
-        }
-        const auto& offsets = value.contains("data_offsets") ? value["data_offsets"] : nullptr;
-        if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-            !offsets[1].is_number_unsigned()) {
-            throw fail(where + ": data_offsets must be [begin, end]");
-        }
-        const auto begin = offsets[0].get<std::uint64_t>(), end = offsets[1].get<std::uint64_t>();
-        if (begin > end || end > data_size) {
-            throw fail(where + ": data_offsets [" + std::to_string(begin) + ", " +
-                       std::to_string(end) + "] lie outside the " + std::to_string(data_size) +
-                       " bytes of data");
-        }
-        if (end - begin != elements * *size) {
-            throw fail(where + ": data_offsets give " + std::to_string(end - begin) +
-                       " bytes, but shape " + value["shape"].dump() + " of " + tensor.dtype +
-                       " needs " + std::to_string(elements * *size));
-        }
-        ranges.push_back({begin, end, file.tensors_.size()});
-        file.tensors_.push_back(std::move(tensor));
+    return header;
+}
+
+// One tensor's entry: dtype, shape and data_offsets, whose byte count must be shape x dtype.
+struct TensorBytes {
+    std::uint64_t begin, end;
+    std::size_t tensor;
+};
+SafetensorsTensor parse_tensor_entry(const std::string& key, const nlohmann::json& value,
+                                     std::size_t data_size, const Failure& fail,
+                                     std::uint64_t& begin, std::uint64_t& end) {
+    const std::string where = "tensor " + key;
+    if (!value.is_object()) throw fail(where + ": not a JSON object");
+    SafetensorsTensor tensor;
+    tensor.name = key;
+    if (!value.contains("dtype") || !value["dtype"].is_string()) {
+        throw fail(where + ": missing dtype");
     }
-    // The ranges must tile the data exactly: no hole, no overlap, nothing after the last.
-    std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
-        return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
-    });
+    tensor.dtype = value["dtype"].get<std::string>();
+    const std::optional<std::size_t> size = dtype_bytes(tensor.dtype);
+    if (!size) throw fail(where + ": unknown dtype \"" + tensor.dtype + "\"");
+    tensor.type = element_type_of(tensor.dtype);
+    if (!value.contains("shape") || !value["shape"].is_array()) {
+        throw fail(where + ": missing shape");
+    }
+    // Products are checked against the file size as they grow, so none can overflow.
+    std::uint64_t elements = 1;
+    for (const auto& dim : value["shape"]) {
+        if (!dim.is_number_unsigned())
+            throw fail(where + ": shape " + value["shape"].dump() +
+                       " is not a list of non-negative integers");
+        const auto d = dim.get<std::uint64_t>();
+        if (d != 0 && elements > data_size / d) {
+            throw fail(where + ": shape " + value["shape"].dump() + " is larger than the file");
+        }
+        elements *= d;
+        tensor.shape.push_back(static_cast<std::int64_t>(d));
+    }
+    const auto& offsets = value.contains("data_offsets") ? value["data_offsets"] : nullptr;
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned()) {
+        throw fail(where + ": data_offsets must be [begin, end]");
+    }
+    begin = offsets[0].get<std::uint64_t>();
+    end = offsets[1].get<std::uint64_t>();
+    if (begin > end || end > data_size) {
+        throw fail(where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                   "] lie outside the " + std::to_string(data_size) + " bytes of data");
+    }
+    if (end - begin != elements * *size) {
+        throw fail(where + ": data_offsets give " + std::to_string(end - begin) +
+                   " bytes, but shape " + value["shape"].dump() + " of " + tensor.dtype +
+                   " needs " + std::to_string(elements * *size));
+    }
+    return tensor;
+}
+
+// The ranges (sorted) must tile the data exactly: no hole, no overlap, nothing after the last.
+void check_tiling(std::span<const TensorBytes> ranges, std::span<const SafetensorsTensor> tensors,
+                  std::size_t data_size, const Failure& fail) {
     std::uint64_t covered = 0;
-    for (const Range& r : ranges) {
-        const std::string& tensor = file.tensors_[r.tensor].name;
+    for (const TensorBytes& r : ranges) {
+        const std::string& tensor = tensors[r.tensor].name;
         if (r.begin < covered) {
             throw fail("tensor " + tensor + ": data_offsets [" + std::to_string(r.begin) + ", " +
                        std::to_string(r.end) + "] overlap the previous tensor's");
@@ -165,10 +164,43 @@ SafetensorsFile SafetensorsFile::parse(std::vector<std::uint8_t> bytes, std::str
         throw fail(std::to_string(data_size - covered) +
                    " trailing bytes after the last tensor (truncated or corrupt header)");
     }
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::parse(std::vector<std::uint8_t> bytes, std::string name) {
+    const Failure fail{name};
+    std::uint64_t header_size = 0;
+    const nlohmann::json header = parse_header(bytes, fail, header_size);
+    SafetensorsFile file;
+    file.name_ = name;
+    const std::size_t data_start = 8 + static_cast<std::size_t>(header_size);
+    const std::size_t data_size = bytes.size() - data_start;
+    std::vector<TensorBytes> ranges;
+    for (const auto& [key, value] : header.items()) {
+        if (key == "__metadata__") {
+            if (!value.is_object()) throw fail("__metadata__ is not a JSON object");
+            for (const auto& [mkey, mvalue] : value.items()) {
+                if (!mvalue.is_string()) {
+                    throw fail("__metadata__." + mkey + " is not a string");
+                }
+                file.metadata_.emplace(mkey, mvalue.get<std::string>());
+            }
+            continue;
+        }
+        std::uint64_t begin = 0, end = 0;
+        SafetensorsTensor tensor = parse_tensor_entry(key, value, data_size, fail, begin, end);
+        ranges.push_back({begin, end, file.tensors_.size()});
+        file.tensors_.push_back(std::move(tensor));
+    }
+    std::sort(ranges.begin(), ranges.end(), [](const TensorBytes& a, const TensorBytes& b) {
+        return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
+    });
+    check_tiling(ranges, file.tensors_, data_size, fail);
     file.bytes_ = std::move(bytes);
     std::vector<SafetensorsTensor> ordered;
     ordered.reserve(ranges.size());
-    for (const Range& r : ranges) {
+    for (const TensorBytes& r : ranges) {
         SafetensorsTensor t = std::move(file.tensors_[r.tensor]);
         t.bytes = std::span<const std::uint8_t>(file.bytes_)
                       .subspan(data_start + static_cast<std::size_t>(r.begin),
