@@ -213,21 +213,14 @@ bool is_hugging_face_model(const fs::path& path) {
     return name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json");
 }
 
-LoadedModel load_hugging_face_model(const fs::path& path, HuggingFaceNotes* notes) {
-    const Sources sources = find_sources(path);
-    const fs::path config_path = sources.dir / "config.json";
-    std::error_code ec;
-    if (!fs::exists(config_path, ec)) {
-        throw InputError(config_path.string() +
-                         ": missing; a Hugging Face GPT-2 model needs its "
-                         "config.json (the number of heads is only there)");
-    }
-    const ModelConfig c = read_config(config_path, notes);
+namespace {
 
-    // Every tensor by its name without "transformer.", with the file it came from.
-    std::vector<SafetensorsFile> files;
+// Every tensor of a Hugging Face directory by its name without "transformer.", with the file it
+// came from; each file's tensors checked against the index's weight_map.
+using TensorsByName = std::map<std::string, std::pair<const SafetensorsTensor*, std::string>>;
+TensorsByName index_tensors(const Sources& sources, std::vector<SafetensorsFile>& files) {
     files.reserve(sources.files.size());
-    std::map<std::string, std::pair<const SafetensorsTensor*, std::string>> by_name;
+    TensorsByName by_name;
     std::map<std::string, std::string> wanted_file;
     if (sources.index) {
         const json index = read_json(*sources.index);  // checked by find_sources
@@ -260,32 +253,38 @@ LoadedModel load_hugging_face_model(const fs::path& path, HuggingFaceNotes* note
                          ", which does not hold it");
     }
 
-    LoadedModel loaded{Model(c), std::nullopt};
-    std::span<float> params = loaded.model.params.span();
-    std::fill(params.begin(), params.end(), 0.0f);
-    std::set<std::string> used;
-    // Reads tensor `name` of `shape` (Hugging Face's) into dst; Conv1D weights are transposed.
-    const auto take = [&](const std::string& name, const std::vector<std::int64_t>& shape,
-                          std::span<float> dst, bool conv1d) {
-        const auto it = by_name.find(name);
-        if (it == by_name.end()) {
-            throw InputError(sources.dir.string() + ": tensor " + name + " is missing (" +
-                             (sources.index ? sources.index->filename().string()
-                                            : sources.files.front().filename().string()) +
+    return by_name;
+}
+
+// Reads the tensors into our layout, remembering which were used.
+class TensorReader {
+  public:
+    TensorReader(const TensorsByName& by_name, const Sources& sources, const fs::path& config_path,
+                 const ModelConfig& config)
+        : by_name_(by_name), sources_(sources), config_path_(config_path), config_(config) {}
+
+    // Tensor `name` of `shape` (Hugging Face's) into dst; Conv1D weights are transposed.
+    void take(const std::string& name, const std::vector<std::int64_t>& shape, std::span<float> dst,
+              bool conv1d) {
+        const auto it = by_name_.find(name);
+        if (it == by_name_.end()) {
+            throw InputError(sources_.dir.string() + ": tensor " + name + " is missing (" +
+                             (sources_.index ? sources_.index->filename().string()
+                                             : sources_.files.front().filename().string()) +
                              ")");
         }
         const auto& [tensor, file] = it->second;
         const std::string where = file + ": tensor " + tensor->name;
         if (tensor->shape != shape) {
             throw InputError(where + " has shape " + shape_text(tensor->shape) + ", but " +
-                             config_path.filename().string() + " (" + describe(c) + ") gives " +
-                             shape_text(shape));
+                             config_path_.filename().string() + " (" + describe(config_) +
+                             ") gives " + shape_text(shape));
         }
         if (!tensor->type) {
             throw InputError(where + " has dtype " + tensor->dtype +
                              "; weights are read as F32, F16 or BF16");
         }
-        used.insert(name);
+        used_.insert(name);
         if (!conv1d) {
             read_elements(dst, tensor->bytes, *tensor->type);
             return;
@@ -297,28 +296,45 @@ LoadedModel load_hugging_face_model(const fs::path& path, HuggingFaceNotes* note
         for (std::size_t i = 0; i < in; ++i)
             for (std::size_t o = 0; o < out; ++o)
                 dst[o * in + i] = stored[i * out + o];
-    };
-    const ParameterLayout& layout = loaded.model.layout;
+    }
+    void ignore(const std::string& name) { used_.insert(name); }
+    [[nodiscard]] bool used(const std::string& name) const { return used_.contains(name); }
+
+  private:
+    const TensorsByName& by_name_;
+    const Sources& sources_;
+    const fs::path& config_path_;
+    const ModelConfig& config_;
+    std::set<std::string> used_;
+};
+
+// The weights of GPT2LMHeadModel into `model`; an lm_head may only repeat wte, and nothing else
+// may be in the files.
+void read_weights(Model& model, const TensorsByName& by_name, TensorReader& reader) {
+    const ModelConfig& c = model.config;
+    std::span<float> params = model.params.span();
+    const ParameterLayout& layout = model.layout;
     const std::int64_t C = c.channels, V = c.vocab_size;
-    take("wte.weight", {V, C}, layout.tensor(params, ParamTensor::wte).first(V * C), false);
-    take("wpe.weight", {c.max_seq_len, C}, layout.tensor(params, ParamTensor::wpe), false);
-    take("ln_f.weight", {C}, layout.tensor(params, ParamTensor::lnfw), false);
-    take("ln_f.bias", {C}, layout.tensor(params, ParamTensor::lnfb), false);
+    reader.take("wte.weight", {V, C}, layout.tensor(params, ParamTensor::wte).first(V * C), false);
+    reader.take("wpe.weight", {c.max_seq_len, C}, layout.tensor(params, ParamTensor::wpe), false);
+    reader.take("ln_f.weight", {C}, layout.tensor(params, ParamTensor::lnfw), false);
+    reader.take("ln_f.bias", {C}, layout.tensor(params, ParamTensor::lnfb), false);
     for (int l = 0; l < c.num_layers; ++l) {
         const std::string prefix = "h." + std::to_string(l) + ".";
         for (const NamedTensor& t : kLayerTensors) {
             std::vector<std::int64_t> shape = our_layer_shape(t.ours, c);
             if (t.conv1d) std::swap(shape[0], shape[1]);
-            take(prefix + std::string(t.name), shape, layout.layer(params, t.ours, l), t.conv1d);
+            reader.take(prefix + std::string(t.name), shape, layout.layer(params, t.ours, l),
+                        t.conv1d);
         }
         // The causal-mask buffers older exports carry: not weights.
-        used.insert(prefix + "attn.bias");
-        used.insert(prefix + "attn.masked_bias");
+        reader.ignore(prefix + "attn.bias");
+        reader.ignore(prefix + "attn.masked_bias");
     }
     // Our model ties the output layer to wte: an lm_head may only repeat it.
     if (const auto it = by_name.find("lm_head.weight"); it != by_name.end()) {
         std::vector<float> head(static_cast<std::size_t>(V * C));
-        take("lm_head.weight", {V, C}, head, false);
+        reader.take("lm_head.weight", {V, C}, head, false);
         const std::span<const float> wte = layout.tensor(params, ParamTensor::wte).first(V * C);
         if (!std::equal(head.begin(), head.end(), wte.begin())) {
             throw InputError(it->second.second +
@@ -327,11 +343,33 @@ LoadedModel load_hugging_face_model(const fs::path& path, HuggingFaceNotes* note
         }
     }
     for (const auto& [name, entry] : by_name) {
-        if (!used.contains(name)) {
+        if (!reader.used(name)) {
             throw InputError(entry.second + ": unexpected tensor " + entry.first->name +
                              " (not part of GPT2LMHeadModel with " + describe(c) + ")");
         }
     }
+}
+
+}  // namespace
+
+LoadedModel load_hugging_face_model(const fs::path& path, HuggingFaceNotes* notes) {
+    const Sources sources = find_sources(path);
+    const fs::path config_path = sources.dir / "config.json";
+    std::error_code ec;
+    if (!fs::exists(config_path, ec)) {
+        throw InputError(config_path.string() +
+                         ": missing; a Hugging Face GPT-2 model needs its "
+                         "config.json (the number of heads is only there)");
+    }
+    const ModelConfig c = read_config(config_path, notes);
+
+    std::vector<SafetensorsFile> files;
+    const TensorsByName by_name = index_tensors(sources, files);
+    LoadedModel loaded{Model(c), std::nullopt};
+    std::span<float> params = loaded.model.params.span();
+    std::fill(params.begin(), params.end(), 0.0f);
+    TensorReader reader(by_name, sources, config_path, c);
+    read_weights(loaded.model, by_name, reader);
     if (fs::exists(sources.dir / "vocab.json", ec) && fs::exists(sources.dir / "merges.txt", ec)) {
         const std::unique_ptr<Tokenizer> tokenizer = load_gpt2_tokenizer(sources.dir);
         if (tokenizer->vocab_size() > c.vocab_size) {
