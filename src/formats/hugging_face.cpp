@@ -384,31 +384,14 @@ LoadedModel load_hugging_face_model(const fs::path& path, HuggingFaceNotes* note
     return loaded;
 }
 
-void write_hugging_face_model(const fs::path& dir, const Model& model, const Tokenizer* tokenizer,
-                              ElementType type) {
-    const ModelConfig& c = model.config;
-    // Everything that can be refused is decided before the first file is written.
-    std::optional<SpelledBpe> spelled;
-    if (tokenizer != nullptr) {
-        try {
-            spelled = spell_byte_level_bpe(*tokenizer);
-        } catch (const InputError& e) {
-            throw InputError(dir.string() +
-                             ": the tokenizer cannot be written as vocab.json and "
-                             "merges.txt: " +
-                             e.what());
-        }
-    }
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (!fs::is_directory(dir, ec)) {
-        throw InputError(dir.string() + ": cannot create the output directory");
-    }
-    const int eot = spelled ? spelled->eot_id : c.vocab_size - 1;
+namespace {
+
+// config.json of GPT2LMHeadModel for `c`, with no dropout (none was trained with).
+nlohmann::ordered_json hugging_face_config(const ModelConfig& c, int eot, ElementType type) {
     const char* torch_dtype = type == ElementType::f32   ? "float32"
                               : type == ElementType::f16 ? "float16"
                                                          : "bfloat16";
-    nlohmann::ordered_json config = {
+    return {
         {"activation_function", "gelu_new"},
         {"architectures", {"GPT2LMHeadModel"}},
         {"attn_pdrop", 0.0},
@@ -433,11 +416,20 @@ void write_hugging_face_model(const fs::path& dir, const Model& model, const Tok
         {"use_cache", true},
         {"vocab_size", c.vocab_size},
     };
-    const auto write_json = [&](const std::string& name, const nlohmann::ordered_json& value) {
-        const std::string text = value.dump(2) + "\n";
-        write_file_atomically(
-            dir / name, std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
-    };
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+    write_file_atomically(
+        path, std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
+}
+
+void write_json(const fs::path& path, const nlohmann::ordered_json& value) {
+    write_text(path, value.dump(2) + "\n");
+}
+
+// The weights as Hugging Face names and lays them out (Conv1D weights transposed), in `type`.
+std::vector<SafetensorsOutput> hugging_face_tensors(const Model& model, ElementType type) {
+    const ModelConfig& c = model.config;
     const std::span<const float> params = model.weights();
     const ParameterLayout& layout = model.layout;
     const std::int64_t C = c.channels, V = c.vocab_size;
@@ -470,33 +462,59 @@ void write_hugging_face_model(const fs::path& dir, const Model& model, const Tok
     }
     add("ln_f.weight", {C}, layout.tensor(params, ParamTensor::lnfw), false);
     add("ln_f.bias", {C}, layout.tensor(params, ParamTensor::lnfb), false);
-    write_safetensors(dir / kModelFile, tensors, {{"format", "pt"}});
-    write_json("config.json", config);
-    write_json("generation_config.json", {{"bos_token_id", eot}, {"eos_token_id", eot}});
-    if (!spelled) return;
-    // In id order, as the Hub's files are (written by hand: an ordered_json object looks each key
-    // up linearly, quadratic in 50k tokens).
+    return tensors;
+}
+
+// vocab.json and merges.txt; vocab.json in id order, as the Hub's files are (written by hand: an
+// ordered_json object looks each key up linearly, quadratic in 50k tokens).
+void write_gpt2_tokenizer_files(const fs::path& dir, const SpelledBpe& spelled) {
     std::string vocab_text = "{";
-    for (std::size_t id = 0; id < spelled->tokens.size(); ++id)
+    for (std::size_t id = 0; id < spelled.tokens.size(); ++id)
         vocab_text +=
-            (id ? ", " : "") + json(spelled->tokens[id]).dump() + ": " + std::to_string(id);
+            (id ? ", " : "") + json(spelled.tokens[id]).dump() + ": " + std::to_string(id);
     vocab_text += "}";
-    write_file_atomically(
-        dir / "vocab.json",
-        std::span(reinterpret_cast<const std::uint8_t*>(vocab_text.data()), vocab_text.size()));
+    write_text(dir / "vocab.json", vocab_text);
     std::string merges = "#version: 0.2\n";
-    for (const std::string& merge : spelled->merges)
+    for (const std::string& merge : spelled.merges)
         merges += merge + "\n";
-    write_file_atomically(
-        dir / "merges.txt",
-        std::span(reinterpret_cast<const std::uint8_t*>(merges.data()), merges.size()));
+    write_text(dir / "merges.txt", merges);
+}
+
+}  // namespace
+
+void write_hugging_face_model(const fs::path& dir, const Model& model, const Tokenizer* tokenizer,
+                              ElementType type) {
+    const ModelConfig& c = model.config;
+    // Everything that can be refused is decided before the first file is written.
+    std::optional<SpelledBpe> spelled;
+    if (tokenizer != nullptr) {
+        try {
+            spelled = spell_byte_level_bpe(*tokenizer);
+        } catch (const InputError& e) {
+            throw InputError(dir.string() +
+                             ": the tokenizer cannot be written as vocab.json and "
+                             "merges.txt: " +
+                             e.what());
+        }
+    }
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (!fs::is_directory(dir, ec)) {
+        throw InputError(dir.string() + ": cannot create the output directory");
+    }
+    const int eot = spelled ? spelled->eot_id : c.vocab_size - 1;
+    write_safetensors(dir / kModelFile, hugging_face_tensors(model, type), {{"format", "pt"}});
+    write_json(dir / "config.json", hugging_face_config(c, eot, type));
+    write_json(dir / "generation_config.json", {{"bos_token_id", eot}, {"eos_token_id", eot}});
+    if (!spelled) return;
+    write_gpt2_tokenizer_files(dir, *spelled);
     const std::string eot_text = spelled->tokens[static_cast<std::size_t>(eot)];
-    write_json("tokenizer_config.json", {{"add_prefix_space", false},
-                                         {"bos_token", eot_text},
-                                         {"eos_token", eot_text},
-                                         {"unk_token", eot_text},
-                                         {"model_max_length", c.max_seq_len},
-                                         {"tokenizer_class", "GPT2Tokenizer"}});
+    write_json(dir / "tokenizer_config.json", {{"add_prefix_space", false},
+                                               {"bos_token", eot_text},
+                                               {"eos_token", eot_text},
+                                               {"unk_token", eot_text},
+                                               {"model_max_length", c.max_seq_len},
+                                               {"tokenizer_class", "GPT2Tokenizer"}});
 }
 
 }  // namespace gpt2
