@@ -44,8 +44,9 @@ std::string output_format(const Options& o) {
     return "hf";
 }
 
-int run(const Options& o) {
-    const std::string format = output_format(o);
+// What the flags ask for is possible: a dtype of the format, --weights-only only for Hugging Face,
+// and an output that is not the input.
+void check_request(const Options& o, const std::string& format) {
     const std::map<std::string, std::vector<std::string>> dtypes = {
         {"hf", {"f32", "f16", "bf16"}},
         {"gguf", {"f32", "f16", "bf16", "q8_0"}},
@@ -66,11 +67,14 @@ int run(const Options& o) {
     if (fs::exists(o.output, ec) && fs::equivalent(o.input, o.output, ec)) {
         throw gpt2::UsageError(o.output.string() + ": the output is the input");
     }
+}
 
-    std::vector<std::string> notes;
-    gpt2::LoadedModel loaded = gpt2::load_model_file(o.input, &notes);
-    for (const std::string& note : notes)
-        spdlog::info("{}", note);
+// The input's own tokenizer, or GPT-2's from --tokenizer-dir (never both); null if neither.
+struct InputTokenizer {
+    std::unique_ptr<gpt2::Tokenizer> tokenizer;
+    std::string origin;
+};
+InputTokenizer input_tokenizer(const Options& o, const gpt2::LoadedModel& loaded) {
     const gpt2::Model& model = loaded.model;
     std::unique_ptr<gpt2::Tokenizer> tokenizer;
     std::string tokenizer_origin;
@@ -92,41 +96,40 @@ int run(const Options& o) {
                                    std::to_string(model.config.vocab_size));
         }
     }
-    spdlog::info("read {}: {}, tokenizer {}", o.input.string(), gpt2::describe(model.config),
-                 tokenizer ? std::string(gpt2::tokenizer_kind_name(tokenizer->kind())) + " (" +
-                                 tokenizer_origin + ")"
-                           : std::string("none"));
+    return {std::move(tokenizer), tokenizer_origin};
+}
 
-    if (format == "llmc") {
-        gpt2::save_llmc_model(
-            o.output, model,
-            o.dtype == "bf16" ? gpt2::kLlmcModelVersionBf16 : gpt2::kLlmcModelVersionFp32);
-        spdlog::info("wrote {}: llm.c model file, version {} ({})", o.output.string(),
-                     o.dtype == "bf16" ? 5 : 3, o.dtype);
-        if (tokenizer) {
-            spdlog::info(
-                "llm.c's model file holds no tokenizer: give llm.c its own "
-                "gpt2_tokenizer.bin (prepare_data writes one)");
-        }
-        return app::kExitOk;
+void write_llmc(const Options& o, const gpt2::Model& model, const gpt2::Tokenizer* tokenizer) {
+    gpt2::save_llmc_model(
+        o.output, model,
+        o.dtype == "bf16" ? gpt2::kLlmcModelVersionBf16 : gpt2::kLlmcModelVersionFp32);
+    spdlog::info("wrote {}: llm.c model file, version {} ({})", o.output.string(),
+                 o.dtype == "bf16" ? 5 : 3, o.dtype);
+    if (tokenizer) {
+        spdlog::info(
+            "llm.c's model file holds no tokenizer: give llm.c its own "
+            "gpt2_tokenizer.bin (prepare_data writes one)");
     }
-    if (format == "gguf") {
-        if (!tokenizer) {
-            throw gpt2::InputError(o.input.string() +
-                                   " has no tokenizer, and a GGUF file must embed one: pass "
-                                   "--tokenizer-dir DIR (GPT-2's encoder.json and vocab.bpe)");
-        }
-        const std::map<std::string, gpt2::GgufWeights> weights = {
-            {"f32", gpt2::GgufWeights::f32},
-            {"f16", gpt2::GgufWeights::f16},
-            {"bf16", gpt2::GgufWeights::bf16},
-            {"q8_0", gpt2::GgufWeights::q8_0}};
-        const std::string name = o.name.empty() ? o.output.stem().string() : o.name;
-        gpt2::write_gguf(o.output, model, *tokenizer, weights.at(o.dtype), name);
-        spdlog::info("wrote {}: GGUF v3, llama.cpp architecture gpt2, {} matrices",
-                     o.output.string(), o.dtype);
-        return app::kExitOk;
+}
+
+void write_gguf_file(const Options& o, const gpt2::Model& model, const gpt2::Tokenizer* tokenizer) {
+    if (!tokenizer) {
+        throw gpt2::InputError(o.input.string() +
+                               " has no tokenizer, and a GGUF file must embed one: pass "
+                               "--tokenizer-dir DIR (GPT-2's encoder.json and vocab.bpe)");
     }
+    const std::map<std::string, gpt2::GgufWeights> weights = {{"f32", gpt2::GgufWeights::f32},
+                                                              {"f16", gpt2::GgufWeights::f16},
+                                                              {"bf16", gpt2::GgufWeights::bf16},
+                                                              {"q8_0", gpt2::GgufWeights::q8_0}};
+    const std::string name = o.name.empty() ? o.output.stem().string() : o.name;
+    gpt2::write_gguf(o.output, model, *tokenizer, weights.at(o.dtype), name);
+    spdlog::info("wrote {}: GGUF v3, llama.cpp architecture gpt2, {} matrices", o.output.string(),
+                 o.dtype);
+}
+
+void write_hugging_face(const Options& o, const gpt2::Model& model,
+                        const gpt2::Tokenizer* tokenizer) {
     if (tokenizer && tokenizer->kind() == gpt2::TokenizerKind::Char && !o.weights_only) {
         throw gpt2::InputError(
             o.input.string() +
@@ -136,12 +139,34 @@ int run(const Options& o) {
     const gpt2::ElementType type = o.dtype == "f32"   ? gpt2::ElementType::f32
                                    : o.dtype == "f16" ? gpt2::ElementType::f16
                                                       : gpt2::ElementType::bf16;
-    gpt2::write_hugging_face_model(o.output, model, o.weights_only ? nullptr : tokenizer.get(),
-                                   type);
+    gpt2::write_hugging_face_model(o.output, model, o.weights_only ? nullptr : tokenizer, type);
     spdlog::info(
         "wrote {}: Hugging Face GPT2LMHeadModel, model.safetensors {}{}", o.output.string(),
         o.dtype,
         tokenizer && !o.weights_only ? ", vocab.json, merges.txt" : ", no tokenizer files");
+}
+
+int run(const Options& o) {
+    const std::string format = output_format(o);
+    check_request(o, format);
+    std::vector<std::string> notes;
+    gpt2::LoadedModel loaded = gpt2::load_model_file(o.input, &notes);
+    for (const std::string& note : notes)
+        spdlog::info("{}", note);
+    const gpt2::Model& model = loaded.model;
+    const auto [tokenizer, tokenizer_origin] = input_tokenizer(o, loaded);
+    spdlog::info("read {}: {}, tokenizer {}", o.input.string(), gpt2::describe(model.config),
+                 tokenizer ? std::string(gpt2::tokenizer_kind_name(tokenizer->kind())) + " (" +
+                                 tokenizer_origin + ")"
+                           : std::string("none"));
+
+    if (format == "llmc") {
+        write_llmc(o, model, tokenizer.get());
+    } else if (format == "gguf") {
+        write_gguf_file(o, model, tokenizer.get());
+    } else {
+        write_hugging_face(o, model, tokenizer.get());
+    }
     return app::kExitOk;
 }
 
