@@ -244,9 +244,8 @@ void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule) 
     opt->add_option("--max-steps", o.max_steps, "optimizer steps to train")->check(app::positive());
 }
 
-void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::string& bucket_mb,
-                   std::string& share_memory, std::string& recompute) {
-    auto* run = app.add_option_group("Run");
+// Evaluation, samples, checkpoints and resume, the skip policy.
+void add_progress_flags(CLI::Option_group* run, TrainOptions& o) {
     run->add_option("--val-every", o.val_every, "validate every N steps (0: only at the end)")
         ->check(app::at_least(0));
     run->add_option("--val-batches", o.val_batches, "validation micro-batches per evaluation")
@@ -289,6 +288,11 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
     run->add_option("--check-replicas", o.check_replicas,
                     "compare parameter checksums across ranks every K steps")
         ->check(app::at_least(0));
+}
+
+// The machine: seed, workers, how ranks exchange the gradient, precision, recomputation.
+void add_machine_flags(CLI::Option_group* run, TrainOptions& o, std::string& precision,
+                       std::string& bucket_mb, std::string& share_memory, std::string& recompute) {
     run->add_option("--seed", o.seed, "seed for initialisation, data order and samples");
     run->add_option("--threads", o.threads,
                     "worker threads per rank (0: CPUs in the affinity mask)")
@@ -334,6 +338,10 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
                     "layer inputs are stored), auto (the least that fits in the memory available)")
         ->check(CLI::IsMember({"auto", "cheap", "layers"}).description(""))
         ->type_name("auto|cheap|layers");
+}
+
+// Metrics, the MFU yardstick, benchmarks, and the hidden test hooks.
+void add_reporting_flags(CLI::Option_group* run, TrainOptions& o) {
     run->add_option("--metrics-file", o.metrics_file,
                     "append one JSON object per step/eval (a 'run' record starts each run)");
     run->add_option("--peak-gflops", o.peak_gflops,
@@ -363,6 +371,14 @@ void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::
                     "testing: treat the ranks as N machines of consecutive ranks")
         ->check(app::at_least(0))
         ->group("");
+}
+
+void add_run_flags(CLI::App& app, TrainOptions& o, std::string& precision, std::string& bucket_mb,
+                   std::string& share_memory, std::string& recompute) {
+    auto* run = app.add_option_group("Run");
+    add_progress_flags(run, o);
+    add_machine_flags(run, o, precision, bucket_mb, share_memory, recompute);
+    add_reporting_flags(run, o);
 }
 
 }  // namespace
