@@ -91,53 +91,30 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& path, const M
     return path;
 }
 
-LoadedModel load_checkpoint(const std::filesystem::path& path) {
-    const std::vector<std::uint8_t> bytes = read_file_bytes(path);
-    const std::string name = path.string();
-    if (bytes.size() < kHeaderBytes) {
-        throw InputError(name + ": too short for an llm.c model header (" +
-                         std::to_string(bytes.size()) + " bytes), truncated or not a model file");
-    }
-    const auto header = ByteReader(std::span<const std::uint8_t>(bytes).first(kHeaderBytes), name)
-                            .get_array<std::int32_t, kHeaderInts>("header");
-    const auto h = [&](std::size_t i) { return header[i]; };
-    if (h(0) != kLlmcModelMagic) {
-        throw InputError(name + ": bad magic " + std::to_string(h(0)) + " (expected " +
-                         std::to_string(kLlmcModelMagic) + "), not an llm.c model file");
-    }
-    if (h(1) != kLlmcModelVersionFp32 && h(1) != kLlmcModelVersionBf16) {
-        throw InputError(name + ": unsupported version " + std::to_string(h(1)) +
-                         " (3, float32, and 5, llm.c's bf16, are supported)");
-    }
-    const ModelConfig config{h(2), h(3), h(7), h(4), h(5), h(6)};
-    validate_config(config, name);
-    const ParameterLayout layout(config);
-    if (h(1) == kLlmcModelVersionBf16) {
-        // llm.c's bf16 model file: the same layout in bf16, nothing after it. Widened exactly.
-        const std::size_t bf16_bytes = kHeaderBytes + layout.total() * sizeof(Bf16);
-        if (bytes.size() != bf16_bytes) {
-            throw InputError(name + ": " + std::to_string(bytes.size()) +
-                             " bytes, but an llm.c bf16 " + describe(config) + " model file has " +
-                             std::to_string(bf16_bytes) + " (truncated or not a model file)");
-        }
-        LoadedModel loaded{Model(config), std::nullopt};
-        for (std::size_t i = 0; i < layout.total(); ++i) {
-            std::uint16_t bits;
-            std::memcpy(&bits, bytes.data() + kHeaderBytes + i * sizeof(bits), sizeof(bits));
-            loaded.model.params[i] = to_float(static_cast<Bf16>(bits));
-        }
-        return loaded;
-    }
-    const std::size_t model_bytes = kHeaderBytes + layout.total() * sizeof(float);
-    if (bytes.size() < model_bytes) {
-        throw InputError(name + ": truncated: " + std::to_string(bytes.size()) + " bytes, the " +
-                         describe(config) + " model needs " + std::to_string(model_bytes));
+namespace {
+
+// llm.c's bf16 model file: the same layout in bf16, nothing after it. Widened exactly.
+LoadedModel load_llmc_bf16(const std::vector<std::uint8_t>& bytes, const std::string& name,
+                           const ModelConfig& config, const ParameterLayout& layout) {
+    const std::size_t bf16_bytes = kHeaderBytes + layout.total() * sizeof(Bf16);
+    if (bytes.size() != bf16_bytes) {
+        throw InputError(name + ": " + std::to_string(bytes.size()) + " bytes, but an llm.c bf16 " +
+                         describe(config) + " model file has " + std::to_string(bf16_bytes) +
+                         " (truncated or not a model file)");
     }
     LoadedModel loaded{Model(config), std::nullopt};
-    std::memcpy(loaded.model.params.data(), bytes.data() + kHeaderBytes,
-                layout.total() * sizeof(float));
-    if (bytes.size() == model_bytes) return loaded;  // plain llm.c model file
+    for (std::size_t i = 0; i < layout.total(); ++i) {
+        std::uint16_t bits;
+        std::memcpy(&bits, bytes.data() + kHeaderBytes + i * sizeof(bits), sizeof(bits));
+        loaded.model.params[i] = to_float(static_cast<Bf16>(bits));
+    }
+    return loaded;
+}
 
+// Our trailer after the model's `model_bytes`: tagged sections (tokenizer, configuration) and a
+// footer whose checksum covers the whole file.
+CheckpointExtras read_trailer(const std::vector<std::uint8_t>& bytes, const std::string& name,
+                              std::size_t model_bytes) {
     // A trailer must end in our footer and match its checksum.
     if (bytes.size() < model_bytes + kFooterBytes ||
         std::memcmp(bytes.data() + bytes.size() - kFooterBytes, kFooterMagic.data(), 8) != 0) {
@@ -171,7 +148,44 @@ LoadedModel load_checkpoint(const std::filesystem::path& path) {
         if (tag == TrailerTag::ConfigJson)
             extras.config_json.assign(section.begin(), section.end());
     }
-    loaded.extras = std::move(extras);
+    return extras;
+}
+
+}  // namespace
+
+LoadedModel load_checkpoint(const std::filesystem::path& path) {
+    const std::vector<std::uint8_t> bytes = read_file_bytes(path);
+    const std::string name = path.string();
+    if (bytes.size() < kHeaderBytes) {
+        throw InputError(name + ": too short for an llm.c model header (" +
+                         std::to_string(bytes.size()) + " bytes), truncated or not a model file");
+    }
+    const auto header = ByteReader(std::span<const std::uint8_t>(bytes).first(kHeaderBytes), name)
+                            .get_array<std::int32_t, kHeaderInts>("header");
+    const auto h = [&](std::size_t i) { return header[i]; };
+    if (h(0) != kLlmcModelMagic) {
+        throw InputError(name + ": bad magic " + std::to_string(h(0)) + " (expected " +
+                         std::to_string(kLlmcModelMagic) + "), not an llm.c model file");
+    }
+    if (h(1) != kLlmcModelVersionFp32 && h(1) != kLlmcModelVersionBf16) {
+        throw InputError(name + ": unsupported version " + std::to_string(h(1)) +
+                         " (3, float32, and 5, llm.c's bf16, are supported)");
+    }
+    const ModelConfig config{h(2), h(3), h(7), h(4), h(5), h(6)};
+    validate_config(config, name);
+    const ParameterLayout layout(config);
+    if (h(1) == kLlmcModelVersionBf16) return load_llmc_bf16(bytes, name, config, layout);
+    const std::size_t model_bytes = kHeaderBytes + layout.total() * sizeof(float);
+    if (bytes.size() < model_bytes) {
+        throw InputError(name + ": truncated: " + std::to_string(bytes.size()) + " bytes, the " +
+                         describe(config) + " model needs " + std::to_string(model_bytes));
+    }
+    LoadedModel loaded{Model(config), std::nullopt};
+    std::memcpy(loaded.model.params.data(), bytes.data() + kHeaderBytes,
+                layout.total() * sizeof(float));
+    if (bytes.size() == model_bytes) return loaded;  // plain llm.c model file
+
+    loaded.extras = read_trailer(bytes, name, model_bytes);
     return loaded;
 }
 
