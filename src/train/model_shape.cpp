@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "parallel/model_broadcast.hpp"
 
 namespace gpt2 {
 
@@ -61,7 +62,7 @@ void check_shape_flags(const TrainOptions& o, const ModelConfig& loaded,
 ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, const StartPoint& start,
                            const Tokenizer& tokenizer) {
     const int vocab = tokenizer.vocab_size();
-    ShapeInts shape{};
+    ModelConfig decided{};
     if (comm.is_root()) {
         if (start.model) {
             const ModelConfig& loaded = start.model->model.config;
@@ -80,7 +81,7 @@ ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, cons
             }
             spdlog::info("{}: model {}, tokenizer {} (vocab {})", start.source, describe(loaded),
                          tokenizer_kind_name(tokenizer.kind()), vocab);
-            shape = to_shape_ints(loaded);
+            decided = loaded;
         } else {
             const ModelConfig requested = requested_model(o, vocab);
             if (!o.model.empty()) {
@@ -92,11 +93,10 @@ ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, cons
                     spdlog::info("model: preset {} with{} given explicitly", o.model, overrides);
                 }
             }
-            shape = to_shape_ints(requested);
+            decided = requested;
         }
     }
-    comm.broadcast(std::span<std::int32_t>(shape));
-    const ModelConfig config = from_shape_ints(shape);
+    const ModelConfig config = broadcast_config(comm, decided);
     validate_config(config, "model");
     if (config.max_seq_len < o.seq_len) {
         throw InputError("--seq-len " + std::to_string(o.seq_len) + " exceeds --block-size " +

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "parallel/model_broadcast.hpp"
 #include "threads/thread_pool.hpp"
 
 namespace gpt2 {
@@ -87,7 +88,7 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
             std::copy(loaded.begin(), loaded.end(), replica->model.params.data());
             start.model.reset();
         }
-        comm.broadcast(replica->model.params.span());
+        broadcast_weights(comm, replica->model);
     } else {
         init_parameters(replica->model, o.seed, &replica->workers.pool());
     }
