@@ -120,7 +120,7 @@ TEST(Bf16Gemm, NamesWhatItRunsOn) {
     EXPECT_FALSE(name.empty());
     const char* forced = std::getenv("GPT2_BF16_GEMM");
     if (forced != nullptr && std::string(forced) == "emulate") {
-        EXPECT_EQ(bf16_backend(), Bf16Backend::fp32_emulated);
+        EXPECT_EQ(bf16_backend(), Bf16Backend::Fp32Emulated);
         EXPECT_NE(name.find("emulation"), std::string::npos);
     }
 }

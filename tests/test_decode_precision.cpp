@@ -39,7 +39,7 @@ double relative_error(std::span<const float> actual, std::span<const float> expe
 TEST(DecodeWeights, Int8RowsAreSymmetricPerRowQuantisation) {
     Model model(ModelConfig{16, 50, 128, 2, 2, 32});
     init_parameters(model, 3);
-    const DecodeWeights int8(model, WeightFormat::int8);
+    const DecodeWeights int8(model, WeightFormat::Int8);
     for (const ParamTensor t : {ParamTensor::wte, ParamTensor::qkvw, ParamTensor::fcprojw}) {
         const int K = matrix_row_length(model.config, t);
         const float* first = model.layout.tensor(model.weights(), t).data();
@@ -58,7 +58,7 @@ TEST(DecodeWeights, Int8RowsAreSymmetricPerRowQuantisation) {
             }
         }
     }
-    const DecodeWeights bf16(model, WeightFormat::bf16);
+    const DecodeWeights bf16(model, WeightFormat::Bf16);
     const float* fcw = model.layout.tensor(model.weights(), ParamTensor::fcw).data();
     EXPECT_EQ(static_cast<std::uint16_t>(bf16.rows(fcw + 32).bf16[5]),
               static_cast<std::uint16_t>(to_bf16(fcw[37])));
@@ -97,7 +97,7 @@ TEST(DecodeWeights, LogitsOfA124MShapedModelStayCloseToFp32) {
     const auto fp32 = decode_logits(model, nullptr, prompt, continuation, 2);
     // GPT-2's init makes every logit small; the error is relative to the logits' norm.
     const double tolerance[2] = {1e-2, 4e-2};
-    const WeightFormat formats[2] = {WeightFormat::bf16, WeightFormat::int8};
+    const WeightFormat formats[2] = {WeightFormat::Bf16, WeightFormat::Int8};
     for (int f = 0; f < 2; ++f) {
         const DecodeWeights compact(model, formats[f]);
         const auto logits = decode_logits(model, &compact, prompt, continuation, 2);
@@ -119,7 +119,7 @@ TEST(DecodeWeights, ThePromptPathAgreesWithTheTokenPath) {
     std::vector<std::int32_t> tokens;
     for (int i = 0; i < 20; ++i)
         tokens.push_back((i * 31 + 3) % 97);
-    for (const WeightFormat format : {WeightFormat::bf16, WeightFormat::int8}) {
+    for (const WeightFormat format : {WeightFormat::Bf16, WeightFormat::Int8}) {
         const DecodeWeights compact(model, format);
         const auto prefilled =
             decode_logits(model, &compact, tokens, std::span<const std::int32_t>(), 2);
@@ -142,7 +142,7 @@ TEST(DecodeWeights, MoreWorkersThanCacheLinesOfColumnsStillDecode) {
         tokens.push_back((i * 37 + 5) % 128);
     const auto prompt = std::span<const std::int32_t>(tokens).first(6);
     const auto continuation = std::span<const std::int32_t>(tokens).subspan(6);
-    for (const WeightFormat format : {WeightFormat::bf16, WeightFormat::int8}) {
+    for (const WeightFormat format : {WeightFormat::Bf16, WeightFormat::Int8}) {
         const DecodeWeights compact(model, format);
         const auto one = decode_logits(model, &compact, prompt, continuation, 1);
         for (const int threads : {3, 9}) {
@@ -207,12 +207,12 @@ TEST(DecodeWeights, TrainedCharModelBf16GreedyTextIsIdenticalAndInt8AgreesOnHeld
         (void)generate_kv(session, tokens, 200, SamplingParams{0.0f, 0, 1.0f}, rng);
         return trained.tokenizer->decode(tokens);
     };
-    const DecodeWeights bf16(model, WeightFormat::bf16);
+    const DecodeWeights bf16(model, WeightFormat::Bf16);
     const std::string fp32_text = greedy(nullptr);
     EXPECT_EQ(greedy(&bf16), fp32_text);
 
     // Teacher-forced over held-out text: int8's most likely next token against fp32's.
-    const DecodeWeights int8(model, WeightFormat::int8);
+    const DecodeWeights int8(model, WeightFormat::Int8);
     const int window = model.config.max_seq_len;
     int agree = 0, total = 0;
     for (std::size_t start = 0; start + window <= trained.held_out.size(); start += window) {

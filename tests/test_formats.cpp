@@ -61,7 +61,7 @@ void expect_bitwise(std::span<const float> a, std::span<const float> b) {
 std::vector<float> our_logits(const Model& model, const std::vector<std::int32_t>& tokens) {
     const ModelConfig& c = model.config;
     const int T = static_cast<int>(tokens.size());
-    ThreadLocalTrainingContext ctx(c, 1, T, Precision::fp32, Recompute::layers);
+    ThreadLocalTrainingContext ctx(c, 1, T, Precision::Fp32, Recompute::Layers);
     forward_hidden(model, ctx, TokenBatch{tokens, tokens, 1, T});
     std::vector<float> padded(static_cast<std::size_t>(T) * c.padded_vocab_size);
     gemm_nt(T, c.padded_vocab_size, c.channels, 1.0f, ctx.acts.lnf, c.channels,
@@ -136,7 +136,7 @@ TEST(Safetensors, AWellFormedFileIsRead) {
     ASSERT_EQ(file.tensors().size(), 2u);
     EXPECT_EQ(file.tensors()[0].name, "a");  // in data order
     EXPECT_EQ(file.tensors()[1].shape, std::vector<std::int64_t>{2});
-    EXPECT_EQ(file.tensors()[1].type, ElementType::f16);
+    EXPECT_EQ(file.tensors()[1].type, ElementType::F16);
     EXPECT_EQ(file.tensors()[1].bytes[0], 8);
     EXPECT_EQ(file.metadata().at("format"), "pt");
 }
@@ -204,7 +204,7 @@ TEST(HuggingFace, ExportThenImportIsBitwiseWithTheTokenizer) {
     const ScratchDir dir("gpt2-formats-hf");
     const Model model = small_model(50257, 11);
     const auto tokenizer = load_gpt2_tokenizer(kGpt2Dir);
-    write_hugging_face_model(dir.path() / "hf", model, tokenizer.get(), ElementType::f32);
+    write_hugging_face_model(dir.path() / "hf", model, tokenizer.get(), ElementType::F32);
     const LoadedModel back = load_model_file(dir.path() / "hf");
     EXPECT_EQ(back.model.config, model.config);
     expect_bitwise(back.model.weights(), model.weights());
@@ -234,12 +234,12 @@ TEST(HuggingFace, ExportThenImportIsBitwiseWithTheTokenizer) {
 TEST(HuggingFace, HalfAndBf16ExportsHoldTheRoundedWeights) {
     const ScratchDir dir("gpt2-formats-half");
     const Model model = small_model(300, 12);
-    for (const ElementType type : {ElementType::f16, ElementType::bf16}) {
+    for (const ElementType type : {ElementType::F16, ElementType::Bf16}) {
         write_hugging_face_model(dir.path() / "hf", model, nullptr, type);
         const LoadedModel back = load_model_file(dir.path() / "hf" / "model.safetensors");
         const std::span<const float> a = back.model.weights(), w = model.weights();
         for (std::size_t i = 0; i < w.size(); ++i) {
-            const float rounded = type == ElementType::f16 ? half_to_float(float_to_half(w[i]))
+            const float rounded = type == ElementType::F16 ? half_to_float(float_to_half(w[i]))
                                                            : to_float(to_bf16(w[i]));
             ASSERT_EQ(a[i], rounded) << element_type_name(type) << " element " << i;
         }
@@ -272,7 +272,7 @@ TEST(HuggingFace, TheHubsLayoutIsReadAndUntiedOrForeignTensorsAreRefused) {
     const ScratchDir dir("gpt2-formats-hub");
     const Model model = small_model(300, 13);
     const fs::path hf = dir.path() / "hf", file = hf / "model.safetensors";
-    write_hugging_face_model(hf, model, nullptr, ElementType::f32);
+    write_hugging_face_model(hf, model, nullptr, ElementType::F32);
     // As openai-community/gpt2 stores it: no prefix, mask buffers, and lm_head (tied).
     rewrite(file, [](std::vector<SafetensorsOutput>& tensors) {
         std::vector<std::uint8_t> wte;
@@ -283,13 +283,13 @@ TEST(HuggingFace, TheHubsLayoutIsReadAndUntiedOrForeignTensorsAreRefused) {
         for (int l = 0; l < 2; ++l) {
             std::vector<std::uint8_t> mask(64 * 64 * 4, 0);
             tensors.push_back(
-                {"h." + std::to_string(l) + ".attn.bias", ElementType::f32, {1, 1, 64, 64}, mask});
+                {"h." + std::to_string(l) + ".attn.bias", ElementType::F32, {1, 1, 64, 64}, mask});
             tensors.push_back({"h." + std::to_string(l) + ".attn.masked_bias",
-                               ElementType::f32,
+                               ElementType::F32,
                                {},
                                std::vector<std::uint8_t>(4, 0)});
         }
-        tensors.push_back({"lm_head.weight", ElementType::f32, {300, 64}, wte});
+        tensors.push_back({"lm_head.weight", ElementType::F32, {300, 64}, wte});
     });
     expect_bitwise(load_model_file(hf).model.weights(), model.weights());
 
@@ -300,7 +300,7 @@ TEST(HuggingFace, TheHubsLayoutIsReadAndUntiedOrForeignTensorsAreRefused) {
         << load_error(hf);
     rewrite(file, [](std::vector<SafetensorsOutput>& tensors) {
         tensors.back() = {
-            "score.weight", ElementType::f32, {2, 64}, std::vector<std::uint8_t>(512)};
+            "score.weight", ElementType::F32, {2, 64}, std::vector<std::uint8_t>(512)};
     });
     EXPECT_NE(load_error(hf).find("unexpected tensor score.weight"), std::string::npos)
         << load_error(hf);
@@ -317,7 +317,7 @@ TEST(HuggingFace, AConfigThatDisagreesWithTheTensorsIsRefusedByName) {
     const ScratchDir dir("gpt2-formats-config");
     const Model model = small_model(300, 14);
     const fs::path hf = dir.path() / "hf";
-    write_hugging_face_model(hf, model, nullptr, ElementType::f32);
+    write_hugging_face_model(hf, model, nullptr, ElementType::F32);
     const json original = json::parse(read_text_file(hf / "config.json"));
     const auto with = [&](const std::string& key, const json& value) {
         json config = original;
@@ -354,7 +354,7 @@ TEST(HuggingFace, ShardedModelsAreReadThroughTheirIndex) {
     const ScratchDir dir("gpt2-formats-shards");
     const Model model = small_model(300, 15);
     const fs::path hf = dir.path() / "hf";
-    write_hugging_face_model(hf, model, nullptr, ElementType::bf16);
+    write_hugging_face_model(hf, model, nullptr, ElementType::Bf16);
     const SafetensorsFile whole = SafetensorsFile::read(hf / "model.safetensors");
     json index = {{"metadata", json::object()}, {"weight_map", json::object()}};
     std::vector<SafetensorsOutput> shards[2];
@@ -432,7 +432,7 @@ TEST(SpelledTokenizers, ATrainedBpeIsExportedExactlyAndACharTokenizerIsRefused) 
     const auto bpe = train_bpe_tokenizer(corpus, 300);
     const ScratchDir dir("gpt2-formats-bpe");
     const Model model = small_model(bpe->vocab_size(), 17);
-    write_hugging_face_model(dir.path() / "hf", model, bpe.get(), ElementType::f32);
+    write_hugging_face_model(dir.path() / "hf", model, bpe.get(), ElementType::F32);
     const LoadedModel back = load_model_file(dir.path() / "hf");
     ASSERT_TRUE(back.extras.has_value());
     const auto loaded = deserialize_tokenizer(back.extras->tokenizer);
@@ -443,7 +443,7 @@ TEST(SpelledTokenizers, ATrainedBpeIsExportedExactlyAndACharTokenizerIsRefused) 
     const auto chars = make_char_tokenizer(corpus);
     try {
         write_hugging_face_model(dir.path() / "char", small_model(chars->vocab_size(), 18),
-                                 chars.get(), ElementType::f32);
+                                 chars.get(), ElementType::F32);
         ADD_FAILURE() << "a char tokenizer was written as vocab.json";
     } catch (const InputError& e) {
         EXPECT_NE(std::string(e.what()).find("char tokenizer has no byte-level BPE form"),
@@ -547,8 +547,8 @@ TEST(Gguf, TheFileHoldsLlamaCppsNamesTheTokenizerAndQ8BlocksWithinHalfAStep) {
     const ScratchDir dir("gpt2-formats-gguf");
     const Model model = small_model(50257, 19);
     const auto tokenizer = load_gpt2_tokenizer(kGpt2Dir);
-    write_gguf(dir.path() / "f32.gguf", model, *tokenizer, GgufWeights::f32, "test");
-    write_gguf(dir.path() / "q8.gguf", model, *tokenizer, GgufWeights::q8_0, "test");
+    write_gguf(dir.path() / "f32.gguf", model, *tokenizer, GgufWeights::F32, "test");
+    write_gguf(dir.path() / "q8.gguf", model, *tokenizer, GgufWeights::Q8_0, "test");
     const GgufFile f32 = read_gguf(dir.path() / "f32.gguf");
     EXPECT_EQ(f32.kv.at("general.architecture"), "gpt2");
     EXPECT_EQ(f32.kv.at("gpt2.block_count"), 2);
@@ -599,7 +599,7 @@ TEST(IndependentReader, NumPysGpt2GivesOurLogitsAndWritesWhatWeReadBitwise) {
             << "no NumPy for /usr/bin/python3 (GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh installs it)";
     const ScratchDir dir("gpt2-formats-numpy");
     const Model model = small_model(1000, 20);
-    write_hugging_face_model(dir.path() / "hf", model, nullptr, ElementType::f32);
+    write_hugging_face_model(dir.path() / "hf", model, nullptr, ElementType::F32);
     std::vector<std::int32_t> tokens;
     for (int i = 0; i < 50; ++i)
         tokens.push_back((i * 389 + 7) % 1000);
@@ -698,10 +698,10 @@ TEST(LlamaCpp, RunsOurGgufAsWeDo) {
         return r;
     };
     const std::vector<std::pair<GgufWeights, std::string>> files = {
-        {GgufWeights::f32, "f32.gguf"},
-        {GgufWeights::f16, "f16.gguf"},
-        {GgufWeights::bf16, "bf16.gguf"},
-        {GgufWeights::q8_0, "q8.gguf"}};
+        {GgufWeights::F32, "f32.gguf"},
+        {GgufWeights::F16, "f16.gguf"},
+        {GgufWeights::Bf16, "bf16.gguf"},
+        {GgufWeights::Q8_0, "q8.gguf"}};
     for (const auto& [weights, name] : files)
         write_gguf(dir.path() / name, model, *tokenizer, weights, "test");
     const auto at = [&](const std::string& name) { return (dir.path() / name).string(); };
@@ -730,7 +730,7 @@ TEST(LlamaCpp, RunsOurGgufAsWeDo) {
     EXPECT_EQ(inference.output, tokenizer->decode(continued) + "\n");
     // F16 and BF16: llama.cpp also rounds activations, so compare while our top-1 margin (on the
     // rounded weights) is wide enough for that rounding not to matter.
-    for (const auto& [index, type] : {std::pair{2, ElementType::f16}, {3, ElementType::bf16}}) {
+    for (const auto& [index, type] : {std::pair{2, ElementType::F16}, {3, ElementType::Bf16}}) {
         const Rounded ours = rounded_greedy(type);
         EXPECT_GE(ours.confident, 8u)
             << "too few confident steps to judge " << element_type_name(type);

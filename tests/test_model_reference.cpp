@@ -134,8 +134,8 @@ TEST_F(ModelReference, ActivationsLogitsLossAndGradientsMatchPyTorch) {
 // gradients (2e-2 relative in norm, per tensor), and measurably not the fp32 computation.
 TEST_F(ModelReference, Bf16GradientsMatchPyTorchWithinBf16Tolerance) {
     Model model = make_model();
-    set_precision(model, Precision::bf16);
-    ThreadLocalTrainingContext ctx(config_, B_, T_, Precision::bf16);
+    set_precision(model, Precision::Bf16);
+    ThreadLocalTrainingContext ctx(config_, B_, T_, Precision::Bf16);
     const int N = B_ * T_;
     std::vector<float> gradient(model.layout.total());
     const double loss =
@@ -197,9 +197,9 @@ INSTANTIATE_TEST_SUITE_P(Workers, ModelReferenceTraining, ::testing::Values(1, 2
 // updates of a different sign.
 TEST_P(ModelReferenceTraining, FiveBf16StepsFollowPyTorchAndKeepTheBf16CopyFresh) {
     Model model = make_model();
-    set_precision(model, Precision::bf16);
+    set_precision(model, Precision::Bf16);
     AdamWState optimizer(model.layout.total());
-    WorkerGroup workers(config_, GetParam(), B_, T_, false, Precision::bf16);
+    WorkerGroup workers(config_, GetParam(), B_, T_, false, Precision::Bf16);
     const Communicator comm = Communicator::single_process();
     const StepHyper hyper = adamw_hyper();
     const StepBatch step = step_batch();

@@ -57,7 +57,7 @@ TEST_P(RecomputeLevels, LayersGivesBitwiseTheLossAndGradientOfCheap) {
     const TokenBatch batch{all.first(tokens.size() - 1), all.subspan(1), B, kT};
     std::vector<double> losses, validation;
     std::vector<std::vector<float>> gradients;
-    for (const Recompute level : {Recompute::cheap, Recompute::layers}) {
+    for (const Recompute level : {Recompute::Cheap, Recompute::Layers}) {
         ThreadLocalTrainingContext ctx(kConfig, B, kT, GetParam(), level);
         std::vector<float> gradient(model.layout.total(), 0.0f);
         losses.push_back(forward_backward(model, ctx, batch, 1.0f / (B * kT), gradient));
@@ -76,17 +76,17 @@ TEST_P(RecomputeLevels, LayersGivesBitwiseTheLossAndGradientOfCheap) {
 
 // The plan the start-up check uses is what a context allocates, and layers keeps one layer.
 TEST_P(RecomputeLevels, TheMemoryPlanIsWhatTheContextAllocates) {
-    for (const Recompute level : {Recompute::cheap, Recompute::layers}) {
+    for (const Recompute level : {Recompute::Cheap, Recompute::Layers}) {
         const ThreadLocalTrainingContext ctx(kConfig, 3, kT, GetParam(), level);
         EXPECT_EQ(ctx.activation_bytes(), context_bytes(kConfig, 3, kT, GetParam(), level));
-        EXPECT_EQ(ctx.stored_layers(), level == Recompute::layers ? 1 : kConfig.num_layers);
+        EXPECT_EQ(ctx.stored_layers(), level == Recompute::Layers ? 1 : kConfig.num_layers);
     }
-    EXPECT_LT(context_bytes(kConfig, 3, kT, GetParam(), Recompute::layers),
-              context_bytes(kConfig, 3, kT, GetParam(), Recompute::cheap));
+    EXPECT_LT(context_bytes(kConfig, 3, kT, GetParam(), Recompute::Layers),
+              context_bytes(kConfig, 3, kT, GetParam(), Recompute::Cheap));
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, RecomputeLevels,
-                         ::testing::Values(Precision::fp32, Precision::bf16),
+                         ::testing::Values(Precision::Fp32, Precision::Bf16),
                          [](const ::testing::TestParamInfo<Precision>& info) {
                              return std::string(precision_name(info.param));
                          });
@@ -95,9 +95,9 @@ INSTANTIATE_TEST_SUITE_P(Precisions, RecomputeLevels,
 std::pair<std::vector<double>, std::vector<float>> train_five_steps(int workers,
                                                                     Recompute recompute) {
     const int B = 4;
-    Model model = make_model(Precision::fp32);
+    Model model = make_model(Precision::Fp32);
     AdamWState optimizer(model.layout.total());
-    WorkerGroup group(kConfig, workers, B, kT, false, Precision::fp32, recompute);
+    WorkerGroup group(kConfig, workers, B, kT, false, Precision::Fp32, recompute);
     const Communicator comm = Communicator::single_process();
     std::vector<double> losses;
     for (int step = 0; step < 5; ++step) {
@@ -114,8 +114,8 @@ std::pair<std::vector<double>, std::vector<float>> train_five_steps(int workers,
 
 TEST(RecomputeTraining, LayersTrainsBitwiseAsCheapWithOneToFourWorkers) {
     for (int workers = 1; workers <= 4; ++workers) {
-        const auto cheap = train_five_steps(workers, Recompute::cheap);
-        const auto layers = train_five_steps(workers, Recompute::layers);
+        const auto cheap = train_five_steps(workers, Recompute::Cheap);
+        const auto layers = train_five_steps(workers, Recompute::Layers);
         EXPECT_EQ(cheap.first, layers.first) << workers << " workers";
         EXPECT_TRUE(bitwise_equal(cheap.second, layers.second)) << workers << " workers";
     }
@@ -182,7 +182,7 @@ TEST(RecomputeProgram, TwoRanksTrainAndResumeBitwiseAcrossLevels) {
 // What the program's first run below needs, at each level (one rank, 2 workers, batch 4).
 std::size_t rank_need(Recompute level) {
     const ModelConfig config{48, 65, 128, 2, 2, 32};  // char tokenizer over the test corpus
-    return memory_need(config, 2, 4, 48, Precision::fp32, level, 1).total();
+    return memory_need(config, 2, 4, 48, Precision::Fp32, level, 1).total();
 }
 
 // Too little memory: one clear line naming the flags that fit, exit 1, and the checkpoint that
@@ -196,8 +196,8 @@ TEST(RecomputeProgram, TooLittleMemoryIsRefusedBeforeAnythingRunsAndAutoRecomput
     const std::vector<std::uint8_t> before = file_bytes(checkpoint);
     ASSERT_FALSE(before.empty());
 
-    const std::size_t cheap = rank_need(Recompute::cheap);
-    const std::size_t layers = rank_need(Recompute::layers);
+    const std::size_t cheap = rank_need(Recompute::Cheap);
+    const std::size_t layers = rank_need(Recompute::Layers);
     ASSERT_LT(layers, cheap);
     const std::string between = std::to_string((cheap + layers) / 2);
     const auto refused = run_command(

@@ -139,7 +139,7 @@ Trained train_ten_steps(bool share, Precision precision, int unshare_at = -1) {
 }
 
 TEST(SharedReplica, TrainsBitwiseAsTheRanksOwnMemory) {
-    for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    for (const Precision precision : {Precision::Fp32, Precision::Bf16}) {
         const Trained own = train_ten_steps(false, precision);
         const Trained shared = train_ten_steps(true, precision);
         EXPECT_EQ(shared.losses, own.losses);

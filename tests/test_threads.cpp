@@ -35,7 +35,7 @@ constexpr float kEps = 1e-5f;
 
 // Ten steps of a small model on random tokens with W workers, micro-batches of B sequences and
 // `grad_accum` micro-batches per step.
-TrainResult train_ten_steps(int workers, int B, Precision precision = Precision::fp32,
+TrainResult train_ten_steps(int workers, int B, Precision precision = Precision::Fp32,
                             int grad_accum = 1) {
     const ModelConfig config = kConfig;
     const int T = 32;
@@ -93,10 +93,10 @@ TEST_P(ThreadedTraining, RepeatedRunsAreBitwiseEqual) {
 // the fp32 one.
 TEST_P(ThreadedTraining, Bf16MatchesOneWorkerAndRepeatsBitwise) {
     const auto [workers, B] = GetParam();
-    const TrainResult reference = train_ten_steps(1, B, Precision::bf16);
-    const TrainResult threaded = train_ten_steps(workers, B, Precision::bf16);
-    const TrainResult again = train_ten_steps(workers, B, Precision::bf16);
-    const TrainResult fp32 = train_ten_steps(1, B, Precision::fp32);
+    const TrainResult reference = train_ten_steps(1, B, Precision::Bf16);
+    const TrainResult threaded = train_ten_steps(workers, B, Precision::Bf16);
+    const TrainResult again = train_ten_steps(workers, B, Precision::Bf16);
+    const TrainResult fp32 = train_ten_steps(1, B, Precision::Fp32);
     ASSERT_EQ(threaded.losses.size(), reference.losses.size());
     for (std::size_t i = 0; i < reference.losses.size(); ++i) {
         EXPECT_NEAR(threaded.losses[i], reference.losses[i], 1e-4 * reference.losses[i])
@@ -125,7 +125,7 @@ INSTANTIATE_TEST_SUITE_P(WorkersAndBatch, ThreadedTraining,
 TEST(ThreadedTrainingAccumulation, MicroBatchesWithWorkersMatchOneBigBatch) {
     for (const int workers : {1, 2, 3}) {
         const TrainResult reference = train_ten_steps(1, 6);
-        const TrainResult accumulated = train_ten_steps(workers, 3, Precision::fp32, 2);
+        const TrainResult accumulated = train_ten_steps(workers, 3, Precision::Fp32, 2);
         for (std::size_t i = 0; i < reference.losses.size(); ++i) {
             EXPECT_NEAR(accumulated.losses[i], reference.losses[i], 1e-5 * reference.losses[i])
                 << "W=" << workers << " step " << i;
@@ -133,7 +133,7 @@ TEST(ThreadedTrainingAccumulation, MicroBatchesWithWorkersMatchOneBigBatch) {
         EXPECT_TRUE(
             test::same_training(kConfig, accumulated.params, reference.params, 1e-5, 10 * kLr))
             << "W=" << workers;
-        const TrainResult again = train_ten_steps(workers, 3, Precision::fp32, 2);
+        const TrainResult again = train_ten_steps(workers, 3, Precision::Fp32, 2);
         EXPECT_EQ(accumulated.params, again.params) << "W=" << workers;
     }
 }
@@ -204,10 +204,10 @@ TEST(LayerwiseWorkers, EachPartIsAnnouncedOnceWhenCompleteInBackwardOrder) {
         std::vector<std::pair<Range, std::vector<float>>> snapshots;
         const std::span<float> gradient = group.gradient();
         const GradientReady ready = [&](const CompletedGradient& done) {
-            order.push_back(done.part == CompletedGradient::Part::layer
+            order.push_back(done.part == CompletedGradient::Part::Layer
                                 ? "layer " + std::to_string(done.layer)
-                            : done.part == CompletedGradient::Part::final_layernorm ? "lnf"
-                                                                                    : "embeddings");
+                            : done.part == CompletedGradient::Part::FinalLayerNorm ? "lnf"
+                                                                                   : "embeddings");
             for (const Range& r : done.ranges) {
                 snapshots.emplace_back(
                     r, std::vector<float>(gradient.begin() + r.begin, gradient.begin() + r.end));

@@ -18,17 +18,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-enum class Compression { none, gzip, zstd };
+enum class Compression { None, Gzip, Zstd };
 
 Compression compression_of(const fs::path& path) {
     const std::string ext = path.extension().string();
-    if (ext == ".gz") return Compression::gzip;
-    if (ext == ".zst") return Compression::zstd;
-    return Compression::none;
+    if (ext == ".gz") return Compression::Gzip;
+    if (ext == ".zst") return Compression::Zstd;
+    return Compression::None;
 }
 
 bool is_jsonl(const fs::path& path) {
-    const fs::path inner = compression_of(path) == Compression::none ? path : path.stem();
+    const fs::path inner = compression_of(path) == Compression::None ? path : path.stem();
     return inner.extension() == ".jsonl";
 }
 
@@ -45,10 +45,10 @@ class ByteSource {
     explicit ByteSource(const fs::path& path) : path_(path), compression_(compression_of(path)) {
         file_.reset(std::fopen(path.c_str(), "rb"));
         if (!file_) fail(std::strerror(errno));
-        if (compression_ == Compression::gzip) {
+        if (compression_ == Compression::Gzip) {
             gz_ = inflateInit2(&z_, 15 + 32) == Z_OK;  // 32: gzip or zlib header
             if (!gz_) fail("cannot start zlib");
-        } else if (compression_ == Compression::zstd) {
+        } else if (compression_ == Compression::Zstd) {
             zstd_ = ZSTD_createDStream();
             if (zstd_ == nullptr) fail("cannot start zstd");
         }
@@ -62,14 +62,14 @@ class ByteSource {
 
     // Up to `capacity` bytes into `out`; 0 at the end.
     std::size_t read(char* out, std::size_t capacity) {
-        if (compression_ == Compression::none) return read_stored(out, capacity);
+        if (compression_ == Compression::None) return read_stored(out, capacity);
         for (;;) {
             if (in_begin_ == in_end_ && !eof_) {
                 in_begin_ = 0;
                 in_end_ = read_stored(in_.data(), in_.size());
                 eof_ = in_end_ == 0;
             }
-            const std::size_t made = compression_ == Compression::gzip ? inflate_some(out, capacity)
+            const std::size_t made = compression_ == Compression::Gzip ? inflate_some(out, capacity)
                                                                        : zstd_some(out, capacity);
             if (made > 0) return made;
             if (eof_ && in_begin_ == in_end_) {
@@ -174,7 +174,7 @@ std::vector<CorpusFile> list_corpus_files(std::span<const fs::path> inputs,
 }
 
 std::uint64_t uncompressed_bytes(const CorpusFile& file) {
-    if (compression_of(file.path) == Compression::none) return file.bytes;
+    if (compression_of(file.path) == Compression::None) return file.bytes;
     ByteSource source(file.path);
     std::vector<char> buffer(kReadChunk);
     std::uint64_t total = 0;

@@ -8,16 +8,16 @@
 namespace gpt2 {
 
 std::size_t element_bytes(ElementType type) {
-    return type == ElementType::f32 ? 4 : 2;
+    return type == ElementType::F32 ? 4 : 2;
 }
 
 std::string_view element_type_name(ElementType type) {
     switch (type) {
-        case ElementType::f32:
+        case ElementType::F32:
             return "F32";
-        case ElementType::f16:
+        case ElementType::F16:
             return "F16";
-        case ElementType::bf16:
+        case ElementType::Bf16:
             return "BF16";
     }
     return "?";
@@ -62,11 +62,11 @@ void append_elements(std::vector<std::uint8_t>& out, std::span<const float> valu
     out.resize(at + values.size() * element_bytes(type));
     std::uint8_t* dst = out.data() + at;
     for (std::size_t i = 0; i < values.size(); ++i) {
-        if (type == ElementType::f32) {
+        if (type == ElementType::F32) {
             std::memcpy(dst + 4 * i, &values[i], 4);
             continue;
         }
-        const std::uint16_t bits = type == ElementType::f16
+        const std::uint16_t bits = type == ElementType::F16
                                        ? float_to_half(values[i])
                                        : static_cast<std::uint16_t>(to_bf16(values[i]));
         std::memcpy(dst + 2 * i, &bits, 2);
@@ -75,13 +75,13 @@ void append_elements(std::vector<std::uint8_t>& out, std::span<const float> valu
 
 void read_elements(std::span<float> out, std::span<const std::uint8_t> bytes, ElementType type) {
     for (std::size_t i = 0; i < out.size(); ++i) {
-        if (type == ElementType::f32) {
+        if (type == ElementType::F32) {
             std::memcpy(&out[i], bytes.data() + 4 * i, 4);
             continue;
         }
         std::uint16_t bits;
         std::memcpy(&bits, bytes.data() + 2 * i, 2);
-        out[i] = type == ElementType::f16 ? half_to_float(bits) : to_float(static_cast<Bf16>(bits));
+        out[i] = type == ElementType::F16 ? half_to_float(bits) : to_float(static_cast<Bf16>(bits));
     }
 }
 

@@ -11,7 +11,7 @@
 
 namespace gpt2 {
 
-enum class ElementType { f32, f16, bf16 };
+enum class ElementType { F32, F16, Bf16 };
 
 [[nodiscard]] std::size_t element_bytes(ElementType type);
 // "F32", "F16", "BF16": safetensors' spelling.

@@ -13,18 +13,18 @@ namespace gpt2 {
 namespace {
 
 // GGUF's value types and ggml's tensor types (gguf.h, ggml.h).
-enum class Value : std::uint32_t { u32 = 4, i32 = 5, f32 = 6, string = 8, array = 9 };
-enum class TensorType : std::uint32_t { f32 = 0, f16 = 1, q8_0 = 8, bf16 = 30 };
+enum class Value : std::uint32_t { U32 = 4, I32 = 5, F32 = 6, String = 8, Array = 9 };
+enum class TensorType : std::uint32_t { F32 = 0, F16 = 1, Q8_0 = 8, Bf16 = 30 };
 // general.file_type: what most tensors are (llama_ftype).
 std::uint32_t file_type(GgufWeights w) {
     switch (w) {
-        case GgufWeights::f32:
+        case GgufWeights::F32:
             return 0;
-        case GgufWeights::f16:
+        case GgufWeights::F16:
             return 1;
-        case GgufWeights::q8_0:
+        case GgufWeights::Q8_0:
             return 7;
-        case GgufWeights::bf16:
+        case GgufWeights::Bf16:
             return 32;
     }
     return 0;
@@ -93,7 +93,7 @@ SpelledBpe checked_tokenizer(const std::filesystem::path& path, const Model& mod
                          std::to_string(spelled.tokens.size()) + " tokens but the model " +
                          std::to_string(c.vocab_size) + ": llama.cpp needs them equal");
     }
-    if (weights == GgufWeights::q8_0 && c.channels % kQ8Block != 0) {
+    if (weights == GgufWeights::Q8_0 && c.channels % kQ8Block != 0) {
         throw InputError(path.string() +
                          ": Q8_0 needs rows of a multiple of 32 values; this "
                          "model has " +
@@ -112,23 +112,23 @@ std::vector<Tensor> gguf_tensors(const Model& model, GgufWeights weights) {
     const ParameterLayout& layout = model.layout;
     const auto add = [&](std::string tensor_name, std::vector<std::uint64_t> ne,
                          std::span<const float> values) {
-        Tensor t{std::move(tensor_name), std::move(ne), TensorType::f32, {}};
+        Tensor t{std::move(tensor_name), std::move(ne), TensorType::F32, {}};
         const bool matrix = t.ne.size() == 2;
-        const GgufWeights w = matrix ? weights : GgufWeights::f32;
+        const GgufWeights w = matrix ? weights : GgufWeights::F32;
         switch (w) {
-            case GgufWeights::f32:
-                append_elements(t.data, values, ElementType::f32);
+            case GgufWeights::F32:
+                append_elements(t.data, values, ElementType::F32);
                 break;
-            case GgufWeights::f16:
-                t.type = TensorType::f16;
-                append_elements(t.data, values, ElementType::f16);
+            case GgufWeights::F16:
+                t.type = TensorType::F16;
+                append_elements(t.data, values, ElementType::F16);
                 break;
-            case GgufWeights::bf16:
-                t.type = TensorType::bf16;
-                append_elements(t.data, values, ElementType::bf16);
+            case GgufWeights::Bf16:
+                t.type = TensorType::Bf16;
+                append_elements(t.data, values, ElementType::Bf16);
                 break;
-            case GgufWeights::q8_0:
-                t.type = TensorType::q8_0;
+            case GgufWeights::Q8_0:
+                t.type = TensorType::Q8_0;
                 append_q8_0(t.data, values);
                 break;
         }
@@ -178,11 +178,11 @@ KeyValues gguf_metadata(const ModelConfig& c, const SpelledBpe& spelled, GgufWei
         ++kv_count;
     };
     const auto put_string = [&](std::string_view k, std::string_view v) {
-        key(k, Value::string);
+        key(k, Value::String);
         kv.string(v);
     };
     const auto put_u32 = [&](std::string_view k, std::uint32_t v) {
-        key(k, Value::u32);
+        key(k, Value::U32);
         kv.put(v);
     };
     put_string("general.architecture", "gpt2");
@@ -195,23 +195,23 @@ KeyValues gguf_metadata(const ModelConfig& c, const SpelledBpe& spelled, GgufWei
     put_u32("gpt2.feed_forward_length", static_cast<std::uint32_t>(4 * C));
     put_u32("gpt2.block_count", static_cast<std::uint32_t>(c.num_layers));
     put_u32("gpt2.attention.head_count", static_cast<std::uint32_t>(c.num_heads));
-    key("gpt2.attention.layer_norm_epsilon", Value::f32);
+    key("gpt2.attention.layer_norm_epsilon", Value::F32);
     kv.put(1e-5f);
     put_string("tokenizer.ggml.model", "gpt2");
     put_string("tokenizer.ggml.pre", "gpt-2");
-    key("tokenizer.ggml.tokens", Value::array);
-    kv.put(static_cast<std::uint32_t>(Value::string));
+    key("tokenizer.ggml.tokens", Value::Array);
+    kv.put(static_cast<std::uint32_t>(Value::String));
     kv.put<std::uint64_t>(spelled.tokens.size());
     for (const std::string& token : spelled.tokens)
         kv.string(token);
     // 1 normal, 3 control (the end-of-text token).
-    key("tokenizer.ggml.token_type", Value::array);
-    kv.put(static_cast<std::uint32_t>(Value::i32));
+    key("tokenizer.ggml.token_type", Value::Array);
+    kv.put(static_cast<std::uint32_t>(Value::I32));
     kv.put<std::uint64_t>(spelled.tokens.size());
     for (std::size_t id = 0; id < spelled.tokens.size(); ++id)
         kv.put<std::int32_t>(static_cast<int>(id) == spelled.eot_id ? 3 : 1);
-    key("tokenizer.ggml.merges", Value::array);
-    kv.put(static_cast<std::uint32_t>(Value::string));
+    key("tokenizer.ggml.merges", Value::Array);
+    kv.put(static_cast<std::uint32_t>(Value::String));
     kv.put<std::uint64_t>(spelled.merges.size());
     for (const std::string& merge : spelled.merges)
         kv.string(merge);

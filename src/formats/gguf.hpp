@@ -14,7 +14,7 @@
 
 namespace gpt2 {
 
-enum class GgufWeights { f32, f16, bf16, q8_0 };
+enum class GgufWeights { F32, F16, Bf16, Q8_0 };
 
 // One Q8_0 block as ggml stores it: an f16 scale d = max|x| / 127, then round(x / d) as int8.
 inline constexpr int kQ8Block = 32;

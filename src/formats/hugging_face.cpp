@@ -380,7 +380,7 @@ LoadedModel load_hugging_face_model(const fs::path& path, HuggingFaceNotes* note
         }
         loaded.extras = CheckpointExtras{tokenizer->serialize(), ""};
     }
-    set_precision(loaded.model, Precision::fp32);
+    set_precision(loaded.model, Precision::Fp32);
     return loaded;
 }
 
@@ -388,8 +388,8 @@ namespace {
 
 // config.json of GPT2LMHeadModel for `c`, with no dropout (none was trained with).
 nlohmann::ordered_json hugging_face_config(const ModelConfig& c, int eot, ElementType type) {
-    const char* torch_dtype = type == ElementType::f32   ? "float32"
-                              : type == ElementType::f16 ? "float16"
+    const char* torch_dtype = type == ElementType::F32   ? "float32"
+                              : type == ElementType::F16 ? "float16"
                                                          : "bfloat16";
     return {
         {"activation_function", "gelu_new"},

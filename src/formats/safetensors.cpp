@@ -25,9 +25,9 @@ std::optional<std::size_t> dtype_bytes(std::string_view dtype) {
 }
 
 std::optional<ElementType> element_type_of(std::string_view dtype) {
-    if (dtype == "F32") return ElementType::f32;
-    if (dtype == "F16") return ElementType::f16;
-    if (dtype == "BF16") return ElementType::bf16;
+    if (dtype == "F32") return ElementType::F32;
+    if (dtype == "F16") return ElementType::F16;
+    if (dtype == "BF16") return ElementType::Bf16;
     return std::nullopt;
 }
 

@@ -57,7 +57,7 @@ class SafetensorsFile {
 // A tensor to write: its bytes already in `type`.
 struct SafetensorsOutput {
     std::string name;
-    ElementType type = ElementType::f32;
+    ElementType type = ElementType::F32;
     std::vector<std::int64_t> shape;
     std::vector<std::uint8_t> bytes;
 };

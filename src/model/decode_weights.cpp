@@ -8,11 +8,11 @@ namespace gpt2 {
 
 std::string_view weight_format_name(WeightFormat format) {
     switch (format) {
-        case WeightFormat::bf16:
+        case WeightFormat::Bf16:
             return "bf16";
-        case WeightFormat::int8:
+        case WeightFormat::Int8:
             return "int8";
-        case WeightFormat::fp32:
+        case WeightFormat::Fp32:
             break;
     }
     return "fp32";
@@ -38,11 +38,11 @@ int matrix_row_length(const ModelConfig& config, ParamTensor t) {
 
 DecodeWeights::DecodeWeights(const Model& model, WeightFormat format)
     : model_(model), format_(format) {
-    if (format == WeightFormat::fp32) {
+    if (format == WeightFormat::Fp32) {
         throw std::invalid_argument("DecodeWeights: fp32 needs no conversion");
     }
     const std::size_t total = model.params.size();
-    if (format == WeightFormat::bf16) {
+    if (format == WeightFormat::Bf16) {
         bf16_ = AlignedBuffer<Bf16>(total);
     } else {
         int8_ = AlignedBuffer<std::int8_t>(total);
@@ -52,7 +52,7 @@ DecodeWeights::DecodeWeights(const Model& model, WeightFormat format)
         if (!is_decode_matrix(t)) continue;
         const std::size_t offset = model.layout.offset(t), size = model.layout.size(t);
         const float* src = model.params.data() + offset;
-        if (format == WeightFormat::bf16) {
+        if (format == WeightFormat::Bf16) {
             convert_to_bf16(bf16_.data() + offset, src, size);
             continue;
         }
@@ -79,7 +79,7 @@ DecodeWeights::DecodeWeights(const Model& model, WeightFormat format)
 
 QuantizedRows DecodeWeights::rows(const float* weight) const {
     const auto offset = static_cast<std::size_t>(weight - model_.params.data());
-    if (format_ == WeightFormat::bf16)
+    if (format_ == WeightFormat::Bf16)
         return QuantizedRows{bf16_.data() + offset, nullptr, nullptr};
     for (int i = 0; i < kNumParamTensors; ++i) {
         const auto t = static_cast<ParamTensor>(i);
@@ -97,7 +97,7 @@ std::size_t DecodeWeights::bytes() const {
     std::size_t scales = 0;
     for (const AlignedBuffer<float>& s : scales_)
         scales += s.size();
-    const std::size_t per_weight = format_ == WeightFormat::bf16 ? sizeof(Bf16) : 1;
+    const std::size_t per_weight = format_ == WeightFormat::Bf16 ? sizeof(Bf16) : 1;
     return decode_matrix_count(model_) * per_weight + scales * sizeof(float);
 }
 

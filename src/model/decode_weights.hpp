@@ -13,7 +13,7 @@
 
 namespace gpt2 {
 
-enum class WeightFormat { fp32, bf16, int8 };
+enum class WeightFormat { Fp32, Bf16, Int8 };
 [[nodiscard]] std::string_view weight_format_name(WeightFormat format);
 
 // Rows of one matrix (each `K` weights long) in the decode format. For int8 a row's weights are

@@ -13,7 +13,7 @@ void generate_recompute(const Model& model, std::vector<std::int32_t>& tokens, i
     const ModelConfig& c = model.config;
     const int maxT = c.max_seq_len;
     // The run's precision; forward only, so one layer's activations suffice.
-    ThreadLocalTrainingContext ctx(c, 1, maxT, model.precision, Recompute::layers);
+    ThreadLocalTrainingContext ctx(c, 1, maxT, model.precision, Recompute::Layers);
     std::vector<float> logits(static_cast<std::size_t>(c.padded_vocab_size));
     std::vector<std::pair<float, int>> scratch;
     const float* wte = model.layout.tensor(model.weights(), ParamTensor::wte).data();

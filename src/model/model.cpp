@@ -187,16 +187,16 @@ double training_flops_per_token(const ModelConfig& c, int seq_len) {
 namespace gpt2 {
 
 std::string_view precision_name(Precision p) {
-    return p == Precision::bf16 ? "bf16" : "fp32";
+    return p == Precision::Bf16 ? "bf16" : "fp32";
 }
 
 std::string_view recompute_name(Recompute r) {
-    return r == Recompute::layers ? "layers" : "cheap";
+    return r == Recompute::Layers ? "layers" : "cheap";
 }
 
 void set_precision(Model& model, Precision precision) {
     model.precision = precision;
-    if (precision == Precision::fp32) {
+    if (precision == Precision::Fp32) {
         model.params_bf16 = AlignedBuffer<Bf16>();
         return;
     }

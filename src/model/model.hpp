@@ -37,6 +37,8 @@ using ShapeInts = std::array<std::int32_t, 6>;
 void validate_config(const ModelConfig& config, std::string_view source);
 [[nodiscard]] std::string describe(const ModelConfig& config);
 
+// The parameter tensors in llm.c's order, named as llm.c and GPT-2's checkpoints name them (the one
+// enum whose values are not PascalCase: these names are what users look up).
 enum class ParamTensor : int {
     wte,
     wpe,
@@ -91,7 +93,7 @@ class ParameterLayout {
 
 // How the matrix products of training and validation run: fp32 throughout, or bf16 operands with
 // fp32 accumulation (everything else, and the master weights, gradients and moments, stay fp32).
-enum class Precision { fp32, bf16 };
+enum class Precision { Fp32, Bf16 };
 [[nodiscard]] std::string_view precision_name(Precision p);
 
 // How much backward recomputes instead of reading stored activations (--recompute). Every level
@@ -100,7 +102,7 @@ enum class Precision { fp32, bf16 };
 //           layer); attention keeps one log-sum-exp per row instead of its probabilities.
 //   layers  only each layer's input is stored: backward runs the layer's forward again into one
 //           layer's worth of buffers before its backward.
-enum class Recompute { cheap, layers };
+enum class Recompute { Cheap, Layers };
 [[nodiscard]] std::string_view recompute_name(Recompute r);
 
 // A model replica: shape plus parameters. Workers only ever see `weights()` (const). In bf16
@@ -111,7 +113,7 @@ struct Model {
     ModelConfig config;
     ParameterLayout layout;
     AlignedBuffer<float> params;
-    Precision precision = Precision::fp32;
+    Precision precision = Precision::Fp32;
     AlignedBuffer<Bf16> params_bf16;  // empty in fp32
 
     explicit Model(const ModelConfig& c) : config(c), layout(c), params(layout.total()) {}

@@ -59,7 +59,7 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
     const auto L = static_cast<std::size_t>(c.num_layers);
     const auto C = static_cast<std::size_t>(c.channels);
     const auto N = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(seq_len);
-    out.stored_layers = recompute == Recompute::layers ? std::min(c.num_layers, 1) : c.num_layers;
+    out.stored_layers = recompute == Recompute::Layers ? std::min(c.num_layers, 1) : c.num_layers;
     const auto S = static_cast<std::size_t>(out.stored_layers);
     out.logits_rows = static_cast<int>(std::min<std::size_t>(N, kLogitsChunkRows));
     ArenaPlan& plan = out.plan;
@@ -92,7 +92,7 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
     x.dfch = at("backward scratch", N * 4 * C);
     x.attention = at("attention panels", attention_scratch_floats(seq_len));
     x.logits = at("LM head chunk", static_cast<std::size_t>(out.logits_rows) * c.padded_vocab_size);
-    if (precision == Precision::bf16) {
+    if (precision == Precision::Bf16) {
         out.bf16_inputs = N * 4 * C;
         out.bf16_gradients =
             std::max(N * 4 * C, static_cast<std::size_t>(out.logits_rows) * c.padded_vocab_size);
@@ -128,7 +128,7 @@ ThreadLocalTrainingContext::ThreadLocalTrainingContext(const ModelConfig& c, int
     logits_rows = layout.logits_rows;
     acts = layout.acts;
     scratch = layout.scratch;
-    if (precision == Precision::bf16) {
+    if (precision == Precision::Bf16) {
         bf16_inputs = AlignedBuffer<Bf16>(layout.bf16_inputs);
         bf16_gradients = AlignedBuffer<Bf16>(layout.bf16_gradients);
     }
@@ -165,7 +165,7 @@ LayerActs layer_acts(const ThreadLocalTrainingContext& ctx, const ModelConfig& c
 class Products {
   public:
     Products(const Model& model, ThreadLocalTrainingContext& ctx)
-        : model_(model), ctx_(ctx), bf16_(model.precision == Precision::bf16) {
+        : model_(model), ctx_(ctx), bf16_(model.precision == Precision::Bf16) {
         if (bf16_ && (ctx.bf16_inputs.size() == 0 || model.params_bf16.size() == 0)) {
             throw std::invalid_argument("bf16 model: the context or the weights have no bf16 copy");
         }

@@ -34,8 +34,8 @@ class ThreadLocalTrainingContext {
     // Sized for up to `max_batch` sequences of up to `seq_len` tokens; in bf16 precision it also
     // holds the bf16 operands of the products.
     ThreadLocalTrainingContext(const ModelConfig& config, int max_batch, int seq_len,
-                               Precision precision = Precision::fp32,
-                               Recompute recompute = Recompute::cheap);
+                               Precision precision = Precision::Fp32,
+                               Recompute recompute = Recompute::Cheap);
 
     ThreadLocalTrainingContext(const ThreadLocalTrainingContext&) = delete;
     ThreadLocalTrainingContext& operator=(const ThreadLocalTrainingContext&) = delete;
@@ -98,7 +98,7 @@ class ThreadLocalTrainingContext {
   private:
     int max_batch_ = 0;
     int seq_len_ = 0;
-    Recompute recompute_ = Recompute::cheap;
+    Recompute recompute_ = Recompute::Cheap;
     int stored_layers_ = 0;
     AlignedBuffer<float> arena_;
 };

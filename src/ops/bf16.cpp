@@ -27,18 +27,18 @@ Bf16Backend bf16_backend() {
     static const Bf16Backend backend = [] {
         const char* forced = std::getenv("GPT2_BF16_GEMM");
         if (forced != nullptr && std::strcmp(forced, "emulate") == 0) {
-            return Bf16Backend::fp32_emulated;
+            return Bf16Backend::Fp32Emulated;
         }
         switch (dnnl::get_effective_cpu_isa()) {
             case dnnl::cpu_isa::avx512_core_amx:
-                return Bf16Backend::amx;
+                return Bf16Backend::Amx;
             case dnnl::cpu_isa::avx512_core_bf16:
-                return Bf16Backend::avx512_bf16;
+                return Bf16Backend::Avx512Bf16;
             case dnnl::cpu_isa::avx512_core:
             case dnnl::cpu_isa::avx512_core_vnni:
-                return Bf16Backend::avx512_emulated;
+                return Bf16Backend::Avx512Emulated;
             default:
-                return Bf16Backend::fp32_emulated;
+                return Bf16Backend::Fp32Emulated;
         }
     }();
     return backend;
@@ -46,20 +46,20 @@ Bf16Backend bf16_backend() {
 
 const char* bf16_backend_name(Bf16Backend backend) {
     switch (backend) {
-        case Bf16Backend::amx:
+        case Bf16Backend::Amx:
             return "AMX-BF16 (oneDNN)";
-        case Bf16Backend::avx512_bf16:
+        case Bf16Backend::Avx512Bf16:
             return "AVX512_BF16 (oneDNN)";
-        case Bf16Backend::avx512_emulated:
+        case Bf16Backend::Avx512Emulated:
             return "AVX-512 without bf16 instructions (oneDNN's emulation, slower than fp32)";
-        case Bf16Backend::fp32_emulated:
+        case Bf16Backend::Fp32Emulated:
             break;
     }
     return "emulation: fp32 GEMM on bf16-rounded operands (no bf16 instructions; slower than fp32)";
 }
 
 namespace {
-enum class Layout { nt, nn, tn };
+enum class Layout { Nt, Nn, Tn };
 
 // Everything that makes two products need different primitives.
 struct ProductShape {
@@ -126,8 +126,8 @@ class ThreadProducts {
     std::unique_ptr<Product> create(const ProductShape& s) {
         using dims = dnnl::memory::dims;
         using dt = dnnl::memory::data_type;
-        const dims a_strides = s.layout == Layout::tn ? dims{1, s.lda} : dims{s.lda, 1};
-        const dims b_strides = s.layout == Layout::nt ? dims{1, s.ldb} : dims{s.ldb, 1};
+        const dims a_strides = s.layout == Layout::Tn ? dims{1, s.lda} : dims{s.lda, 1};
+        const dims b_strides = s.layout == Layout::Nt ? dims{1, s.ldb} : dims{s.ldb, 1};
         const dnnl::memory::desc a_md({s.M, s.K}, dt::bf16, a_strides);
         const dnnl::memory::desc b_md({s.K, s.N}, dt::bf16, b_strides);
         const dnnl::memory::desc c_md({s.M, s.N}, dt::f32, dims{s.ldc, 1});
@@ -175,7 +175,7 @@ void product(Layout layout, int M, int N, int K, const Bf16* A, int lda, const B
     if (M <= 0 || N <= 0) return;
     ThreadProducts& products = thread_products();
     const bool accumulate = beta != 0.0f;
-    if (K > 0 && bf16_backend() != Bf16Backend::fp32_emulated) {
+    if (K > 0 && bf16_backend() != Bf16Backend::Fp32Emulated) {
         const ProductShape shape{layout, M, N, K, lda, ldb, ldc, accumulate};
         if (const Product* p = products.find_or_create(shape)) {
             products.run(*p, A, B, C);
@@ -183,18 +183,18 @@ void product(Layout layout, int M, int N, int K, const Bf16* A, int lda, const B
         }
     }
     // Emulation: the operands' stored rows widened to fp32, then the fp32 GEMM.
-    const int a_rows = layout == Layout::tn ? K : M, a_cols = layout == Layout::tn ? M : K;
-    const int b_rows = layout == Layout::nt ? N : K, b_cols = layout == Layout::nt ? K : N;
+    const int a_rows = layout == Layout::Tn ? K : M, a_cols = layout == Layout::Tn ? M : K;
+    const int b_rows = layout == Layout::Nt ? N : K, b_cols = layout == Layout::Nt ? K : N;
     const float* a = widen(products.scratch_a(), A, a_rows, a_cols, lda);
     const float* b = widen(products.scratch_b(), B, b_rows, b_cols, ldb);
     switch (layout) {
-        case Layout::nt:
+        case Layout::Nt:
             gemm_nt(M, N, K, 1.0f, a, lda, b, ldb, beta, C, ldc);
             break;
-        case Layout::nn:
+        case Layout::Nn:
             gemm_nn(M, N, K, 1.0f, a, lda, b, ldb, beta, C, ldc);
             break;
-        case Layout::tn:
+        case Layout::Tn:
             gemm_tn(M, N, K, 1.0f, a, lda, b, ldb, beta, C, ldc);
             break;
     }
@@ -203,17 +203,17 @@ void product(Layout layout, int M, int N, int K, const Bf16* A, int lda, const B
 
 void gemm_bf16_nt(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
                   float* C, int ldc) {
-    product(Layout::nt, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    product(Layout::Nt, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm_bf16_nn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
                   float* C, int ldc) {
-    product(Layout::nn, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    product(Layout::Nn, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm_bf16_tn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
                   float* C, int ldc) {
-    product(Layout::tn, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    product(Layout::Tn, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace gpt2

@@ -34,7 +34,7 @@ void convert_to_float(float* out, const Bf16* in, std::size_t count);
 // AVX512_BF16, oneDNN's AVX-512 emulation of bf16, or our emulation (fp32 GEMM on bf16-rounded
 // operands; the same numbers, slower). GPT2_BF16_GEMM=emulate forces the last (tests use it to
 // check that path on any CPU).
-enum class Bf16Backend { amx, avx512_bf16, avx512_emulated, fp32_emulated };
+enum class Bf16Backend { Amx, Avx512Bf16, Avx512Emulated, Fp32Emulated };
 [[nodiscard]] Bf16Backend bf16_backend();
 // For the start-up log: e.g. "AMX-BF16 (oneDNN 2.6.3)".
 [[nodiscard]] const char* bf16_backend_name(Bf16Backend backend);

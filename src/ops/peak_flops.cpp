@@ -70,7 +70,7 @@ float chains_portable(long iterations) {
     return sum;
 }
 
-enum class Isa { avx512, avx2, portable };
+enum class Isa { Avx512, Avx2, Portable };
 
 // The instructions OpenBLAS's kernels multiply with: AVX-512 for its SkylakeX family (which the
 // programs re-execute into on AVX-512 CPUs), AVX2 + FMA for Haswell and Zen.
@@ -80,10 +80,10 @@ Isa gemm_isa() {
     const bool avx512_kernels = std::strcmp(name, "SkylakeX") == 0 ||
                                 std::strcmp(name, "Cooperlake") == 0 ||
                                 std::strcmp(name, "SapphireRapids") == 0;
-    if (avx512_kernels && __builtin_cpu_supports("avx512f")) return Isa::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
+    if (avx512_kernels && __builtin_cpu_supports("avx512f")) return Isa::Avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
 #endif
-    return Isa::portable;
+    return Isa::Portable;
 }
 }  // namespace
 
@@ -91,14 +91,14 @@ FmaPeak measure_fma_peak() {
     const Isa isa = gemm_isa();
     const auto run = [isa](long iterations) {
 #if defined(__x86_64__)
-        if (isa == Isa::avx512) return chains_avx512(iterations);
-        if (isa == Isa::avx2) return chains_avx2(iterations);
+        if (isa == Isa::Avx512) return chains_avx512(iterations);
+        if (isa == Isa::Avx2) return chains_avx2(iterations);
 #endif
         return chains_portable(iterations);
     };
     const double flops_per_iteration = 2.0 * kChains *
-                                       (isa == Isa::avx512 ? 16
-                                        : isa == Isa::avx2 ? 8
+                                       (isa == Isa::Avx512 ? 16
+                                        : isa == Isa::Avx2 ? 8
                                                            : 4);
     // Grow the loop until one run takes about 2 ms, then keep the fastest of five.
     using Clock = std::chrono::steady_clock;
@@ -116,7 +116,7 @@ FmaPeak measure_fma_peak() {
         best = std::max(best, flops_per_iteration * static_cast<double>(iterations) / seconds);
         ++runs;
     }
-    const char* name = isa == Isa::avx512 ? "AVX-512 FMA" : isa == Isa::avx2 ? "AVX2 FMA" : "SSE";
+    const char* name = isa == Isa::Avx512 ? "AVX-512 FMA" : isa == Isa::Avx2 ? "AVX2 FMA" : "SSE";
     return FmaPeak{best / 1e9, name};
 }
 

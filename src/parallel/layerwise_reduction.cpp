@@ -204,9 +204,9 @@ void LayerwiseReduction::WorkerSink::wait() {
 void LayerwiseReduction::WorkerSink::announce(CompletedGradient::Part part, int layer) const {
     if (w_ != 0 || ready_ == nullptr) return;
     const std::vector<Range>& ranges =
-        part == CompletedGradient::Part::final_layernorm ? r_.final_layernorm_ranges_
-        : part == CompletedGradient::Part::lm_head       ? r_.lm_head_ranges_
-        : part == CompletedGradient::Part::layer ? r_.layer_ranges_[static_cast<std::size_t>(layer)]
+        part == CompletedGradient::Part::FinalLayerNorm ? r_.final_layernorm_ranges_
+        : part == CompletedGradient::Part::LmHead       ? r_.lm_head_ranges_
+        : part == CompletedGradient::Part::Layer ? r_.layer_ranges_[static_cast<std::size_t>(layer)]
                                                  : r_.embedding_ranges_;
     (*ready_)(CompletedGradient{part, layer, ranges});
 }
@@ -233,7 +233,7 @@ void LayerwiseReduction::WorkerSink::head_done() {
         wait();  // the windows are free for layer slots only when every part is summed
     }
     announce(
-        deferring() ? CompletedGradient::Part::lm_head : CompletedGradient::Part::final_layernorm,
+        deferring() ? CompletedGradient::Part::LmHead : CompletedGradient::Part::FinalLayerNorm,
         -1);
 }
 
@@ -251,7 +251,7 @@ void LayerwiseReduction::WorkerSink::layer_done(int l) {
         wait();
     }
     // Every worker summed its part of layer l+1 before computing layer l.
-    if (l + 1 < r_.config_.num_layers) announce(CompletedGradient::Part::layer, l + 1);
+    if (l + 1 < r_.config_.num_layers) announce(CompletedGradient::Part::Layer, l + 1);
     const Stopwatch watch(seconds_);
     r_.sum_part(r_.layer_pieces_[static_cast<std::size_t>(l)],
                 static_cast<std::size_t>(l % 2) * r_.layer_slot_floats_, w_);
@@ -264,7 +264,7 @@ void LayerwiseReduction::WorkerSink::embeddings(const float* dresidual, const To
         const Stopwatch watch(seconds_);
         wait();
     }
-    if (r_.config_.num_layers > 0) announce(CompletedGradient::Part::layer, 0);
+    if (r_.config_.num_layers > 0) announce(CompletedGradient::Part::Layer, 0);
     if (deferring()) return;  // the rows stay in the contexts for pack_embedding_rows
     {
         const Stopwatch watch(seconds_);
@@ -273,7 +273,7 @@ void LayerwiseReduction::WorkerSink::embeddings(const float* dresidual, const To
                                    batch.T, w_, r_.gradient_.span(), Range{0, r_.gradient_.size()});
         wait();  // dresidual and the windows are reused by the next micro-batch
     }
-    announce(CompletedGradient::Part::embeddings, -1);
+    announce(CompletedGradient::Part::Embeddings, -1);
 }
 
 void LayerwiseReduction::WorkerSink::take_part_without_sequences(int seq_len) {

@@ -20,9 +20,9 @@ namespace gpt2 {
 // Without deferred embeddings: final_layernorm, layers L-1..0, embeddings (wte, wpe). With them:
 // lm_head (lnf, and wte, wpe without the last micro-batch's embedding rows), layers L-1..0.
 struct CompletedGradient {
-    enum class Part { final_layernorm, lm_head, layer, embeddings };
+    enum class Part { FinalLayerNorm, LmHead, Layer, Embeddings };
     Part part;
-    int layer;                      // for Part::layer
+    int layer;                      // for Part::Layer
     std::span<const Range> ranges;  // [begin, end) of the rank's gradient
 };
 using GradientReady = std::function<void(const CompletedGradient&)>;

@@ -35,7 +35,7 @@ class WorkerGroup {
     // sequences (their contexts hold no activations) and only help sum the gradient. `recompute`
     // sets what the contexts store (model.hpp).
     WorkerGroup(const ModelConfig& config, int workers, int batch_size, int seq_len, bool pin,
-                Precision precision = Precision::fp32, Recompute recompute = Recompute::cheap);
+                Precision precision = Precision::Fp32, Recompute recompute = Recompute::Cheap);
     ~WorkerGroup();
     WorkerGroup(const WorkerGroup&) = delete;
     WorkerGroup& operator=(const WorkerGroup&) = delete;

@@ -29,7 +29,7 @@ MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size, i
     need.windows_bytes = static_cast<std::size_t>(std::max(need.with_sequences - 1, 0)) *
                          gradient_window_floats(config) * sizeof(float);
     const std::size_t P = ParameterLayout(config).total();
-    const std::size_t weights = P * sizeof(float) + (precision == Precision::bf16 ? P * 2 : 0);
+    const std::size_t weights = P * sizeof(float) + (precision == Precision::Bf16 ? P * 2 : 0);
     const std::size_t gradient = P * sizeof(float);
     const std::size_t moments = 2 * P * sizeof(float) / static_cast<std::size_t>(moment_parts);
     need.rank_bytes = weights + gradient + moments;
@@ -52,8 +52,8 @@ std::string what_would_fit(const TrainOptions& o, const ModelConfig& config, con
         return memory_need(config, workers, batch, o.seq_len, o.precision, level, moment_parts);
     };
     std::vector<std::string> options;
-    if (need.recompute == Recompute::cheap &&
-        fits(need_for(need.workers, o.batch_size, Recompute::layers), ranks, available)) {
+    if (need.recompute == Recompute::Cheap &&
+        fits(need_for(need.workers, o.batch_size, Recompute::Layers), ranks, available)) {
         options.push_back("--recompute layers");
     }
     for (int batch = o.batch_size - 1; batch >= 1; --batch) {
@@ -74,7 +74,7 @@ std::string what_would_fit(const TrainOptions& o, const ModelConfig& config, con
     if (options.empty()) {
         return fmt::format(
             "nothing fits, not even --recompute layers --batch-size 1 ({} a rank)",
-            human_bytes(static_cast<double>(need_for(1, 1, Recompute::layers).total())));
+            human_bytes(static_cast<double>(need_for(1, 1, Recompute::Layers).total())));
     }
     std::string joined;
     for (std::size_t i = 0; i < options.size(); ++i)
@@ -92,13 +92,13 @@ MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm, const Co
         return memory_need(config, workers, o.batch_size, o.seq_len, o.precision, level,
                            moment_parts);
     };
-    Recompute level = o.recompute.value_or(Recompute::cheap);
+    Recompute level = o.recompute.value_or(Recompute::Cheap);
     if (!o.recompute) {
         // The least recomputation that fits on every machine.
         plan.chosen_automatically = true;
         const bool cheap_fits =
-            fits(need_for(Recompute::cheap), plan.ranks_on_machine, plan.available);
-        if (comm.allreduce_min(cheap_fits ? 1 : 0) == 0) level = Recompute::layers;
+            fits(need_for(Recompute::Cheap), plan.ranks_on_machine, plan.available);
+        if (comm.allreduce_min(cheap_fits ? 1 : 0) == 0) level = Recompute::Layers;
     }
     plan.need = need_for(level);
     const bool ok = fits(plan.need, plan.ranks_on_machine, plan.available);

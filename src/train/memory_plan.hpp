@@ -18,7 +18,7 @@ struct TrainOptions;
 
 // One rank's need for a given shape, batch, thread count and recompute level.
 struct MemoryNeed {
-    Recompute recompute = Recompute::cheap;
+    Recompute recompute = Recompute::Cheap;
     int workers = 0;         // worker threads of the rank
     int with_sequences = 0;  // workers that hold sequences: min(workers, batch)
     int sequences_per_worker = 0;

@@ -85,7 +85,7 @@ struct TrainOptions {
     bool share_memory = true;
     // ZeRO stage: 0, or 1 (each rank keeps and updates only its shard of the AdamW moments).
     int zero = 0;
-    Precision precision = Precision::fp32;  // of the matrix products
+    Precision precision = Precision::Fp32;  // of the matrix products
     // What backward recomputes instead of storing (model.hpp); empty: auto, the least that fits
     // in the memory available.
     std::optional<Recompute> recompute;

@@ -197,12 +197,12 @@ void TrainingLoop::log_memory() const {
 
 // The precision line with the GEMM backend and the MFU yardstick.
 void TrainingLoop::log_precision() const {
-    if (replica_.model.precision == Precision::bf16) {
+    if (replica_.model.precision == Precision::Bf16) {
         spdlog::info(
             "precision bf16: products on {}, fp32 weights, gradients and AdamW | MFU against "
             "the fp32 peak {:.0f} GFLOP/s ({})",
             bf16_backend_name(bf16_backend()), peak_gflops_, yardstick_.describe());
-        if (bf16_backend() == Bf16Backend::avx512_bf16) {
+        if (bf16_backend() == Bf16Backend::Avx512Bf16) {
             // Measured on Sapphire Rapids limited to AVX512_BF16 (ONEDNN_MAX_CPU_ISA): oneDNN
             // 2.6's bf16 kernels ran at 0.65x OpenBLAS's fp32 there; other CPUs may differ.
             spdlog::warn(

@@ -16,7 +16,7 @@ const std::filesystem::path& model_dir() {
         const std::filesystem::path d = gpt2::fuzz::scratch_dir() / "hf";
         gpt2::Model model(kShape);
         gpt2::init_parameters(model, 1);
-        gpt2::write_hugging_face_model(d, model, nullptr, gpt2::ElementType::f32);
+        gpt2::write_hugging_face_model(d, model, nullptr, gpt2::ElementType::F32);
         return d;
     }();
     return dir;

@@ -170,9 +170,9 @@ int main(int argc, char** argv) {
         const fs::path config = target_dir(root, "hf_config");
         const gpt2::Model model = make_model(gpt2::ModelConfig{8, 16, 128, 1, 2, 8}, 6);
         const fs::path scratch = gpt2::fuzz::scratch_dir() / "hf_seed";
-        for (const auto& [type, name] : {std::pair{gpt2::ElementType::f32, "f32"},
-                                         {gpt2::ElementType::f16, "f16"},
-                                         {gpt2::ElementType::bf16, "bf16"}}) {
+        for (const auto& [type, name] : {std::pair{gpt2::ElementType::F32, "f32"},
+                                         {gpt2::ElementType::F16, "f16"},
+                                         {gpt2::ElementType::Bf16, "bf16"}}) {
             gpt2::write_hugging_face_model(scratch, model, nullptr, type);
             fs::copy_file(scratch / "model.safetensors", st / (std::string(name) + ".safetensors"),
                           fs::copy_options::overwrite_existing);

@@ -118,10 +118,10 @@ void write_gguf_file(const Options& o, const gpt2::Model& model, const gpt2::Tok
                                " has no tokenizer, and a GGUF file must embed one: pass "
                                "--tokenizer-dir DIR (GPT-2's encoder.json and vocab.bpe)");
     }
-    const std::map<std::string, gpt2::GgufWeights> weights = {{"f32", gpt2::GgufWeights::f32},
-                                                              {"f16", gpt2::GgufWeights::f16},
-                                                              {"bf16", gpt2::GgufWeights::bf16},
-                                                              {"q8_0", gpt2::GgufWeights::q8_0}};
+    const std::map<std::string, gpt2::GgufWeights> weights = {{"f32", gpt2::GgufWeights::F32},
+                                                              {"f16", gpt2::GgufWeights::F16},
+                                                              {"bf16", gpt2::GgufWeights::Bf16},
+                                                              {"q8_0", gpt2::GgufWeights::Q8_0}};
     const std::string name = o.name.empty() ? o.output.stem().string() : o.name;
     gpt2::write_gguf(o.output, model, *tokenizer, weights.at(o.dtype), name);
     spdlog::info("wrote {}: GGUF v3, llama.cpp architecture gpt2, {} matrices", o.output.string(),
@@ -136,9 +136,9 @@ void write_hugging_face(const Options& o, const gpt2::Model& model,
             ": its char tokenizer has no Hugging Face form (GPT-2's tokenizer classes are "
             "byte-level BPE): pass --weights-only to write the weights without tokenizer files");
     }
-    const gpt2::ElementType type = o.dtype == "f32"   ? gpt2::ElementType::f32
-                                   : o.dtype == "f16" ? gpt2::ElementType::f16
-                                                      : gpt2::ElementType::bf16;
+    const gpt2::ElementType type = o.dtype == "f32"   ? gpt2::ElementType::F32
+                                   : o.dtype == "f16" ? gpt2::ElementType::F16
+                                                      : gpt2::ElementType::Bf16;
     gpt2::write_hugging_face_model(o.output, model, o.weights_only ? nullptr : tokenizer, type);
     spdlog::info(
         "wrote {}: Hugging Face GPT2LMHeadModel, model.safetensors {}{}", o.output.string(),

@@ -65,9 +65,9 @@ struct Options {
     std::string weights = "fp32";
 
     [[nodiscard]] gpt2::WeightFormat weight_format() const {
-        return weights == "bf16"   ? gpt2::WeightFormat::bf16
-               : weights == "int8" ? gpt2::WeightFormat::int8
-                                   : gpt2::WeightFormat::fp32;
+        return weights == "bf16"   ? gpt2::WeightFormat::Bf16
+               : weights == "int8" ? gpt2::WeightFormat::Int8
+                                   : gpt2::WeightFormat::Fp32;
     }
 
     [[nodiscard]] bool prompt_from_stdin() const { return prompt_file == kStdinName; }
@@ -610,7 +610,7 @@ int run(const Options& o, const gpt2::Communicator& world) {
     }
     gpt2::ThreadPool pool(o.threads > 0 ? o.threads : default_threads(model));
     std::unique_ptr<gpt2::DecodeWeights> compact;
-    if (o.weight_format() != gpt2::WeightFormat::fp32) {
+    if (o.weight_format() != gpt2::WeightFormat::Fp32) {
         compact = std::make_unique<gpt2::DecodeWeights>(model, o.weight_format());
         spdlog::info(
             "weights {} for decoding: matrices {:.1f} MiB (fp32: {:.1f} MiB)",

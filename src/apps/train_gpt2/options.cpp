@@ -434,11 +434,11 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     o.schedule = schedule == "linear"     ? LrSchedule::Linear
                  : schedule == "constant" ? LrSchedule::Constant
                                           : LrSchedule::Cosine;
-    o.precision = precision == "bf16" ? Precision::bf16 : Precision::fp32;
+    o.precision = precision == "bf16" ? Precision::Bf16 : Precision::Fp32;
     o.bucket_mb = bucket_mb == "auto" ? -1.0 : std::strtod(bucket_mb.c_str(), nullptr);
     o.share_memory = share_memory == "auto";
     if (recompute != "auto") {
-        o.recompute = recompute == "layers" ? Recompute::layers : Recompute::cheap;
+        o.recompute = recompute == "layers" ? Recompute::Layers : Recompute::Cheap;
     }
     std::set<std::string> known, switches;
     collect_flags(app, known, switches);
