@@ -31,7 +31,7 @@ const std::map<std::string, std::set<std::string>> kMayUse = {
     {"threads", {"core"}},
     {"model", {"core", "ops", "threads"}},
     {"tokenizer", {"core"}},
-    {"data", {"core"}},
+    {"data", {"core", "tokenizer"}},
     {"formats", {"core", "ops", "threads", "model", "tokenizer"}},
     {"parallel", {"core", "ops", "threads", "model"}},
     {"train", {"core", "ops", "threads", "model", "tokenizer", "formats", "data", "parallel"}},

@@ -19,6 +19,7 @@
 #include "formats/gguf.hpp"
 #include "formats/hugging_face.hpp"
 #include "formats/model_file.hpp"
+#include "formats/model_tokenizer.hpp"
 #include "formats/safetensors.hpp"
 #include "model/generate.hpp"
 #include "model/training_context.hpp"
@@ -400,6 +401,31 @@ TEST(LlmC, Version3RoundTripsBitwiseAndVersion5HoldsBf16) {
     const LoadedModel v5 = load_model_file(dir.path() / "v5.bin");
     for (std::size_t i = 0; i < model.params.size(); ++i)
         ASSERT_EQ(v5.model.params[i], to_float(to_bf16(model.params[i]))) << i;
+}
+
+// ---- Which tokenizer goes with a model file ---------------------------------------------------
+
+TEST(ModelTokenizer, TheFilesOwnComesFirstThenTheRequestedThenGpt2sByVocabulary) {
+    const auto tokenizer = make_char_tokenizer("abc");
+    const auto loaded = [](int vocab, std::optional<CheckpointExtras> extras) {
+        return LoadedModel{Model(ModelConfig{8, vocab, pad_vocab(vocab), 1, 2, 8}),
+                           std::move(extras)};
+    };
+    const LoadedModel own = loaded(3, CheckpointExtras{tokenizer->serialize(), "{}"});
+    EXPECT_EQ(model_tokenizer_source(own, false), ModelTokenizerSource::Embedded);
+    EXPECT_EQ(model_tokenizer_source(own, true), ModelTokenizerSource::Embedded);
+    ASSERT_TRUE(carries_tokenizer(own));
+    EXPECT_EQ(embedded_tokenizer(own)->serialize(), tokenizer->serialize());
+    // A checkpoint's empty tokenizer counts as none.
+    for (const LoadedModel& none : {loaded(3, CheckpointExtras{}), loaded(3, std::nullopt)}) {
+        EXPECT_FALSE(carries_tokenizer(none));
+        EXPECT_EQ(embedded_tokenizer(none), nullptr);
+        EXPECT_EQ(model_tokenizer_source(none, true), ModelTokenizerSource::Requested);
+        EXPECT_EQ(model_tokenizer_source(none, false), ModelTokenizerSource::Unknown);
+    }
+    const LoadedModel gpt2_shaped = loaded(kGpt2VocabSize, std::nullopt);
+    EXPECT_EQ(model_tokenizer_source(gpt2_shaped, false), ModelTokenizerSource::Gpt2);
+    EXPECT_EQ(model_tokenizer_source(gpt2_shaped, true), ModelTokenizerSource::Requested);
 }
 
 // ---- Tokenizers as spellings -----------------------------------------------------------------

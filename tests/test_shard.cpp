@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "data/shard.hpp"
+#include "data/shard_writer.hpp"
 
 namespace fs = std::filesystem;
 using gpt2::InputError;
@@ -233,4 +235,86 @@ TEST_F(Shard, ExpandPatternWithoutMatchesIsAnError) {
     } catch (const InputError& e) {
         EXPECT_NE(std::string(e.what()).find(pattern), std::string::npos) << e.what();
     }
+}
+
+// The writer's bookkeeping: the shards are the concatenated tokens cut every shard_tokens, and a
+// writer resumed from any shard's recorded position (skipping what it says is written) ends with
+// exactly the shards of an uninterrupted run.
+TEST_F(Shard, AResumedWriterWritesTheShardsOfAnUninterruptedOne) {
+    // Pieces of 0..8 tokens (an empty one too), ids unique across the corpus; several span shards.
+    std::vector<std::vector<std::int32_t>> pieces;
+    std::vector<std::int32_t> all;
+    for (int p = 0, id = 0; p < 12; ++p) {
+        pieces.emplace_back();
+        for (int i = 0; i < (p * 5) % 9; ++i, ++id) {
+            pieces.back().push_back(id);
+            all.push_back(id);
+        }
+    }
+    constexpr std::int64_t kShardTokens = 3;
+    const auto write_all = [&](const fs::path& dir, std::int64_t shards, std::int64_t tokens,
+                               gpt2::ShardPosition from, std::int64_t stop_after) {
+        fs::create_directories(dir);
+        gpt2::ShardWriter writer(dir, "c", "train", kShardTokens, shards, tokens, from);
+        for (std::size_t p = 0; p < pieces.size(); ++p) {
+            if (writer.done_before(p)) continue;
+            if (writer.add(p, pieces[p]) && stop_after > 0 && writer.shards() >= stop_after) {
+                return writer;
+            }
+        }
+        writer.flush();
+        return writer;
+    };
+    const gpt2::ShardWriter full = write_all(dir_ / "full", 0, 0, {}, -1);
+    const std::int64_t expected_shards =
+        (static_cast<std::int64_t>(all.size()) + kShardTokens - 1) / kShardTokens;
+    ASSERT_EQ(full.shards(), expected_shards);
+    EXPECT_EQ(full.tokens(), static_cast<std::int64_t>(all.size()));
+    for (std::int64_t s = 0; s < expected_shards; ++s) {
+        const std::string number = std::to_string(s);
+        const fs::path path =
+            dir_ / "full" / ("c_train_" + std::string(6 - number.size(), '0') + number + ".bin");
+        ASSERT_EQ(full.path(s), path);
+        const MappedShard shard(path);
+        const auto begin = all.begin() + s * kShardTokens;
+        const std::vector<std::int32_t> want(begin, std::min(begin + kShardTokens, all.end()));
+        EXPECT_TRUE(
+            std::equal(want.begin(), want.end(), shard.tokens().begin(), shard.tokens().end()))
+            << "shard " << s;
+    }
+    for (std::int64_t stop = 1; stop < expected_shards; ++stop) {
+        const fs::path dir = dir_ / ("stopped" + std::to_string(stop));
+        const gpt2::ShardWriter stopped = write_all(dir, 0, 0, {}, stop);
+        ASSERT_GE(stopped.shards(), stop);
+        const gpt2::ShardWriter resumed =
+            write_all(dir, stopped.shards(), stopped.tokens(), stopped.next(), -1);
+        EXPECT_EQ(resumed.shards(), full.shards()) << "stopped after " << stop;
+        EXPECT_EQ(resumed.tokens(), full.tokens()) << "stopped after " << stop;
+        for (std::int64_t s = 0; s < expected_shards; ++s)
+            EXPECT_EQ(read_file(dir / full.path(s).filename()), read_file(full.path(s))) << s;
+    }
+    // Interrupted after every shard: each run resumes from the position the one before recorded,
+    // often in the middle of a piece that an earlier run had also entered in its middle.
+    const fs::path dir = dir_ / "every";
+    gpt2::ShardWriter last = write_all(dir, 0, 0, {}, 1);
+    while (last.tokens() < full.tokens())
+        last = write_all(dir, last.shards(), last.tokens(), last.next(), last.shards() + 1);
+    EXPECT_EQ(last.shards(), full.shards());
+    for (std::int64_t s = 0; s < expected_shards; ++s)
+        EXPECT_EQ(read_file(dir / full.path(s).filename()), read_file(full.path(s))) << s;
+}
+
+TEST_F(Shard, ShardNamesAreNumberedWithSixDigitsAndRemovedFromTheFirst) {
+    EXPECT_EQ(gpt2::shard_path("d", "tiny", "val", 42), fs::path("d") / "tiny_val_000042.bin");
+    EXPECT_EQ(gpt2::shard_path("d", "x", "train", 1234567), fs::path("d") / "x_train_1234567.bin");
+    const std::vector<std::int32_t> tokens{1, 2};
+    for (const auto* name :
+         {"tiny_train_000000.bin", "tiny_train_000001.bin", "tiny_train_000003.bin",
+          "tiny_val_000000.bin", "other_val_000000.bin"})
+        gpt2::write_shard(dir_ / name, tokens);
+    // Numbered from 0 until one is missing: _000003 is not an earlier run's.
+    EXPECT_EQ(gpt2::remove_shards(dir_, "tiny"), 3);
+    EXPECT_TRUE(fs::exists(dir_ / "tiny_train_000003.bin"));
+    EXPECT_TRUE(fs::exists(dir_ / "other_val_000000.bin"));
+    EXPECT_FALSE(fs::exists(dir_ / "tiny_val_000000.bin"));
 }

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "formats/model_file.hpp"
+#include "formats/model_tokenizer.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "train/resume_state.hpp"
 
@@ -78,40 +79,43 @@ StartPoint find_start(const TrainOptions& o) {
     return {};
 }
 
+// The shared rule (model_tokenizer_source) with train_gpt2's refusals: a checkpoint of ours with an
+// empty tokenizer, a --tokenizer of another kind than the checkpoint's (the corpus is tokenized
+// with the checkpoint's own), a tokenizer-less file of a vocabulary that is not GPT-2's.
 TokenizerChoice choose_tokenizer(const TrainOptions& o, const StartPoint& start) {
     TokenizerChoice choice;
     choice.kind = o.tokenizer;
     choice.reason = o.was_given("tokenizer") ? "--tokenizer" : "default --tokenizer";
     if (!start.model) return choice;
-    if (start.model->extras) {
-        if (start.model->extras->tokenizer.empty()) {
-            throw InputError(start.source + ": the checkpoint has no tokenizer");
-        }
-        choice.from_checkpoint = start.model->extras->tokenizer;
-        const std::string kind(
-            tokenizer_kind_name(deserialize_tokenizer(choice.from_checkpoint)->kind()));
-        if (o.was_given("tokenizer") && kind != o.tokenizer) {
-            throw UsageError("--tokenizer " + o.tokenizer + " contradicts " + start.source +
-                             ", whose tokenizer is " + kind +
-                             " (the weights only make sense with it): drop --tokenizer");
-        }
-        choice.kind = kind;
-        choice.reason = "the checkpoint's own";
-        return choice;
+    if (start.model->extras && start.model->extras->tokenizer.empty()) {
+        throw InputError(start.source + ": the checkpoint has no tokenizer");
     }
-    // A plain llm.c model file carries no tokenizer.
-    const int V = start.model->model.config.vocab_size;
-    if (!o.was_given("tokenizer")) {
-        if (V != kGpt2VocabSize) {
+    switch (model_tokenizer_source(*start.model, o.was_given("tokenizer"))) {
+        case ModelTokenizerSource::Embedded: {
+            choice.from_checkpoint = start.model->extras->tokenizer;
+            const std::string kind(tokenizer_kind_name(embedded_tokenizer(*start.model)->kind()));
+            if (o.was_given("tokenizer") && kind != o.tokenizer) {
+                throw UsageError("--tokenizer " + o.tokenizer + " contradicts " + start.source +
+                                 ", whose tokenizer is " + kind +
+                                 " (the weights only make sense with it): drop --tokenizer");
+            }
+            choice.kind = kind;
+            choice.reason = "the checkpoint's own";
+            break;
+        }
+        case ModelTokenizerSource::Requested:
+            break;  // --tokenizer, built from the corpus
+        case ModelTokenizerSource::Gpt2:
+            choice.kind = "gpt2";
+            choice.reason = "GPT-2's, for a plain llm.c model file of vocabulary 50257 (from " +
+                            o.tokenizer_dir + ")";
+            break;
+        case ModelTokenizerSource::Unknown:
             throw UsageError(start.source +
                              " is a plain llm.c model file without a tokenizer "
                              "and its vocabulary (" +
-                             std::to_string(V) +
+                             std::to_string(start.model->model.config.vocab_size) +
                              ") is not GPT-2's: give the --tokenizer it was trained with");
-        }
-        choice.kind = "gpt2";
-        choice.reason = "GPT-2's, for a plain llm.c model file of vocabulary 50257 (from " +
-                        o.tokenizer_dir + ")";
     }
     return choice;
 }

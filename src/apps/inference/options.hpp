@@ -1,0 +1,50 @@
+// inference's command line: the flags (CLI11) that fill Options, and the checks between them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "model/decode_weights.hpp"
+
+namespace gpt2::inference {
+
+// --prompt-file's name for standard input.
+inline constexpr std::string_view kStdinName = "-";
+
+struct Options {
+    std::string checkpoint;
+    std::string prompt;
+    std::string prompt_file;
+    int max_new_tokens = 256;
+    float temperature = 1.0f;
+    int top_k = 0;
+    float top_p = 1.0f;
+    std::uint64_t seed = 1337;
+    int num_samples = 1;
+    bool stream = true;
+    bool interactive = false;
+    int threads = 0;
+    std::string tokenizer;
+    std::string tokenizer_dir = "data/gpt2";
+    std::string tokenizer_corpus;
+    std::string log_level = "info";
+    std::string eot_in_text = "token";
+    std::string weights = "fp32";
+
+    [[nodiscard]] WeightFormat weight_format() const {
+        return weights == "bf16"   ? WeightFormat::Bf16
+               : weights == "int8" ? WeightFormat::Int8
+                                   : WeightFormat::Fp32;
+    }
+
+    [[nodiscard]] bool prompt_from_stdin() const { return prompt_file == kStdinName; }
+};
+
+// Options, or the exit code when parsing ends the program (--help, --version, bad flags). Only the
+// speaker prints, so that N ranks parsing the same command line report a bad flag once (every
+// rank reaches the same verdict, so none waits for another).
+[[nodiscard]] std::variant<Options, int> parse_options(int argc, char** argv, bool speaker);
+
+}  // namespace gpt2::inference

@@ -1,0 +1,23 @@
+// inference's samples of one prompt: each rank generates its share, and rank 0 prints every sample
+// in order (sample 0 as it is made, the others when their rank has sent them).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "apps/inference/options.hpp"
+#include "model/kv_cache.hpp"
+#include "parallel/comm.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace gpt2::inference {
+
+// Generates this rank's samples for one prompt; rank 0 prints all of them in order. Sample m
+// (of this prompt, numbered `prompt_index`) is made by rank m % size with the random stream
+// derived from (seed, m, prompt_index). Only rank 0 needs `prompt_text`.
+void run_prompt(const Options& o, const Communicator& comm, KvCacheSession& session,
+                const Tokenizer& tokenizer, std::span<const std::int32_t> prompt,
+                std::string_view prompt_text, std::uint64_t prompt_index);
+
+}  // namespace gpt2::inference

@@ -1,0 +1,110 @@
+#include "apps/prepare_data/options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+
+#include "apps/common/cli.hpp"
+
+namespace gpt2::prepare_data {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+void add_corpus_flags(CLI::App& cli, Options& o) {
+    cli.add_option("--data,--input", o.inputs,
+                   "text or .jsonl files (.gz/.zst too) and directories (recursive, sorted); "
+                   "repeat or list several (--input is the older name)")
+        ->default_str("");
+    cli.add_option("--glob", o.glob, "in directories: only file names matching this");
+    cli.add_option("--jsonl-field", o.jsonl_field, "the text field of each .jsonl line");
+    cli.add_flag("--skip-bad-lines", o.skip_bad_lines,
+                 "skip (and count) .jsonl lines that are not JSON objects with the text field, "
+                 "instead of stopping");
+}
+
+void add_tokenizer_flags(CLI::App& cli, Options& o) {
+    cli.add_option("--tokenizer", o.tokenizer, "char | bpe | gpt2")
+        ->required()
+        ->check(CLI::IsMember({"char", "bpe", "gpt2"}).description(""))
+        ->type_name("NAME");
+    cli.add_option("--vocab-size", o.vocab_size,
+                   "BPE vocabulary: 256 bytes + merges + <|endoftext|> (257..65536)")
+        ->check(app::at_least(257))
+        ->check(CLI::Validator(
+            [](std::string& value) {
+                return std::stod(value) <= 65536 ? std::string()
+                                                 : "must be <= 65536 (llm.c's uint16 shards)";
+            },
+            "", ""));
+    cli.add_option("--bpe-sample-mb", o.bpe_sample_mb,
+                   "BPE is trained on the corpus's first this many MB")
+        ->check(app::positive());
+    cli.add_option("--tokenizer-dir", o.tokenizer_dir,
+                   "directory with GPT-2's encoder.json and vocab.bpe");
+    cli.add_option("--eot-in-text", o.eot_in_text,
+                   "a literal <|endoftext|> in the text: token (the end-of-text token) | text "
+                   "(ordinary characters, as llm.c's encode_ordinary)")
+        ->check(CLI::IsMember({"token", "text"}).description(""))
+        ->type_name("MODE");
+}
+
+void add_output_flags(CLI::App& cli, Options& o) {
+    cli.add_option("--out-dir", o.out_dir, "output directory")->required();
+    cli.add_option("--name", o.name,
+                   "shard name prefix (default: the first input's name without extensions)");
+    cli.add_option("--val-fraction", o.val_fraction,
+                   "validation share (0..0.99): of one text file, its last bytes; of documents, "
+                   "every round(1/F)-th document starting with the first")
+        ->check(app::at_least(0))
+        ->check(CLI::Validator(
+            [](std::string& value) {
+                return std::stod(value) <= 0.99 ? std::string() : "must be <= 0.99";
+            },
+            "", ""));
+    cli.add_option("--val-documents", o.val_documents,
+                   "validation: the first N documents instead (0: use --val-fraction)")
+        ->check(app::at_least(0));
+    cli.add_option("--shard-tokens", o.shard_tokens, "maximum tokens per shard")
+        ->check(app::positive());
+    cli.add_flag("--resume", o.resume,
+                 "continue an interrupted preparation (same inputs and flags) after its last "
+                 "complete shard");
+    cli.add_option("--threads", o.threads, "encoding threads")->check(app::positive());
+    cli.add_option("--hellaswag", o.hellaswag,
+                   "instead of shards: HellaSwag's JSONL (hellaswag_val.jsonl) to llm.c's "
+                   "evaluation file in --out-dir, for train_gpt2 --hellaswag");
+    cli.add_option("--stop-after-shards", o.stop_after_shards,
+                   "testing: stop as if interrupted after writing N shards")
+        ->group("");
+}
+
+}  // namespace
+
+std::variant<Options, int> parse_options(int argc, char** argv) {
+    CLI::App cli{
+        "Tokenizes a corpus (text files, JSON Lines, directories of them; gzip or zstd) "
+        "into llm.c token shards plus the tokenizer files, streaming.",
+        "prepare_data"};
+    cli.option_defaults()->always_capture_default();
+    Options o;
+    app::add_common_flags(cli, o.log_level);
+    add_corpus_flags(cli, o);
+    add_tokenizer_flags(cli, o);
+    add_output_flags(cli, o);
+    if (const std::optional<int> code = app::parse_command_line(cli, argc, argv)) return *code;
+    o.vocab_size_given = cli.count("--vocab-size") > 0;
+    o.bpe_sample_mb_given = cli.count("--bpe-sample-mb") > 0;
+    if (o.name.empty() && !o.inputs.empty()) {
+        fs::path stem = o.inputs[0];
+        while (stem.has_extension() && (stem.extension() == ".gz" || stem.extension() == ".zst" ||
+                                        stem.extension() == ".jsonl" || stem.extension() == ".txt"))
+            stem = stem.stem();
+        o.name = stem.filename().string();
+        if (o.name.empty()) o.name = "corpus";
+    }
+    return o;
+}
+
+}  // namespace gpt2::prepare_data

@@ -1,0 +1,42 @@
+// prepare_data's command line: the flags (CLI11) that fill Options.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+namespace gpt2::prepare_data {
+
+struct Options {
+    std::vector<std::filesystem::path> inputs;
+    std::string glob = "*";
+    std::string jsonl_field = "text";
+    bool skip_bad_lines = false;
+    std::string tokenizer;
+    int vocab_size = 4096;
+    std::filesystem::path tokenizer_dir = "data/gpt2";
+    double bpe_sample_mb = 256;
+    std::filesystem::path out_dir;
+    std::string name;
+    double val_fraction = 0.1;
+    std::int64_t val_documents = 0;
+    std::int64_t shard_tokens = 100'000'000;
+    bool resume = false;
+    std::int64_t stop_after_shards = 0;  // testing: act as if interrupted after N shards
+    std::filesystem::path hellaswag;     // HellaSwag's JSONL to turn into llm.c's eval file
+    int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    std::string eot_in_text = "token";
+    std::string log_level = "info";
+    bool vocab_size_given = false;  // on the command line (warned about unless --tokenizer bpe)
+    bool bpe_sample_mb_given = false;
+};
+
+// Options, or the exit code when parsing ends the program (--help, --version, bad flags). An
+// empty --name becomes the first input's name without its extensions (.txt, .jsonl, .gz, .zst).
+[[nodiscard]] std::variant<Options, int> parse_options(int argc, char** argv);
+
+}  // namespace gpt2::prepare_data

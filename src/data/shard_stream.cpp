@@ -1,0 +1,71 @@
+#include "data/shard_stream.hpp"
+
+#include <memory>
+#include <vector>
+
+#include "data/parallel_encoder.hpp"
+
+namespace gpt2 {
+
+namespace {
+
+// A batch: enough text to keep the encoding threads busy, little enough to bound memory.
+constexpr std::size_t kBatchBytes = std::size_t{32} << 20;
+constexpr std::size_t kBatchPieces = 16384;
+
+// Fills `batch` with the next pieces; false when the reader is at its end.
+bool read_batch(DocumentReader& reader, std::vector<DocumentPiece>& batch) {
+    batch.clear();
+    std::size_t bytes = 0;
+    while (bytes < kBatchBytes && batch.size() < kBatchPieces) {
+        batch.emplace_back();
+        if (!reader.next(batch.back())) {
+            batch.pop_back();
+            return false;
+        }
+        bytes += batch.back().text.size();
+    }
+    return true;
+}
+
+}  // namespace
+
+ShardStreamTotals stream_into_shards(DocumentReader& reader, const Tokenizer& tokenizer,
+                                     ShardWriter& train, ShardWriter& val,
+                                     const ShardStreamOptions& options) {
+    ShardStreamTotals totals;
+    std::vector<DocumentPiece> batch;
+    std::vector<std::vector<std::int32_t>> encoded;
+    std::vector<std::int32_t> tokens;
+    for (bool more = true; more;) {
+        more = read_batch(reader, batch);
+        std::unique_ptr<bool[]> wanted = std::make_unique<bool[]>(batch.size());
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            const ShardWriter& w = options.is_val(batch[i]) ? val : train;
+            wanted[i] = !w.done_before(batch[i].index);
+        }
+        encode_pieces(tokenizer, batch, std::span<const bool>(wanted.get(), batch.size()), encoded,
+                      options.threads, options.eot_in_text);
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            const DocumentPiece& p = batch[i];
+            if (p.first) ++totals.documents;
+            totals.text_bytes += p.text.size();
+            if (!wanted[i]) continue;
+            tokens.clear();
+            if (options.document_start && p.first) tokens.push_back(*options.document_start);
+            tokens.insert(tokens.end(), encoded[i].begin(), encoded[i].end());
+            ShardWriter& w = options.is_val(p) ? val : train;
+            if (w.add(p.index, tokens) && options.on_shard && !options.on_shard()) {
+                totals.stopped = true;
+                return totals;
+            }
+        }
+        if (options.on_batch) {
+            options.on_batch(reader.stored_bytes_read(), totals.documents,
+                             static_cast<std::uint64_t>(train.tokens() + val.tokens()));
+        }
+    }
+    return totals;
+}
+
+}  // namespace gpt2
