@@ -1,12 +1,16 @@
 // One entry point for every model file the programs read: a Hugging Face GPT-2 (directory,
-// model.safetensors or shard index), llm.c's model file, or our checkpoint.
+// model.safetensors or shard index), llm.c's model file, or our checkpoint; and for the formats a
+// model is converted to (convert_model): Hugging Face, GGUF or llm.c's model file.
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "formats/checkpoint.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
 
@@ -15,5 +19,43 @@ namespace gpt2 {
 // file otherwise.
 [[nodiscard]] LoadedModel load_model_file(const std::filesystem::path& path,
                                           std::vector<std::string>* notes = nullptr);
+
+enum class OutputFormat { HuggingFace, Gguf, Llmc };
+
+// The format `path` asks for: `to` ("hf", "gguf" or "llmc") when not empty, else a .gguf or .bin
+// name, else a Hugging Face directory.
+[[nodiscard]] OutputFormat output_format(const std::filesystem::path& path, std::string_view to);
+
+// A conversion's output, as convert_model's flags give it.
+struct ModelOutput {
+    std::filesystem::path path;
+    OutputFormat format = OutputFormat::HuggingFace;
+    std::string dtype = "f32";  // f32 | f16 | bf16 | q8_0, as far as the format has it
+    bool weights_only = false;  // Hugging Face output without tokenizer files
+    std::string name;           // GGUF's general.name (empty: the path's stem)
+};
+
+// UsageError, before anything is read, for an output no format can give: a dtype the format does
+// not have, --weights-only for other than Hugging Face, the output being `input`.
+void check_model_output(const ModelOutput& output, const std::filesystem::path& input);
+
+// The tokenizer a conversion writes: the input's own, else GPT-2's from `tokenizer_dir` (empty:
+// none). UsageError for a directory given for an input that has its own, InputError for one whose
+// vocabulary is not the model's.
+struct OutputTokenizer {
+    std::unique_ptr<Tokenizer> tokenizer;  // null: none
+    std::string origin;                    // for the log: "the input's own", "GPT-2's from DIR"
+};
+[[nodiscard]] OutputTokenizer output_tokenizer(const LoadedModel& loaded,
+                                               const std::filesystem::path& input,
+                                               const std::filesystem::path& tokenizer_dir);
+
+// Writes `model` (read from `input`, which errors name) as `output` asks, with `tokenizer` (null:
+// none) where the format holds one; InputError, before anything is written, for a GGUF file
+// without a tokenizer or a char tokenizer in Hugging Face files. Returns what was written, for the
+// log ("GGUF v3, ..."); `notes` receives what the output leaves out that a user may want.
+std::string write_model_file(const ModelOutput& output, const Model& model,
+                             const Tokenizer* tokenizer, const std::filesystem::path& input,
+                             std::vector<std::string>& notes);
 
 }  // namespace gpt2

@@ -4,18 +4,13 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <filesystem>
 #include <iostream>
-#include <map>
-#include <memory>
-#include <optional>
 #include <string>
+#include <vector>
 
 #include "apps/common/cli.hpp"
 #include "core/error.hpp"
-#include "formats/gguf.hpp"
-#include "formats/hugging_face.hpp"
 #include "formats/model_file.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -36,137 +31,27 @@ struct Options {
     std::string log_level = "info";
 };
 
-// The format OUT asks for: --to, else a .gguf or .bin name, else a Hugging Face directory.
-std::string output_format(const Options& o) {
-    if (!o.to.empty()) return o.to;
-    if (o.output.extension() == ".gguf") return "gguf";
-    if (o.output.extension() == ".bin") return "llmc";
-    return "hf";
-}
-
-// What the flags ask for is possible: a dtype of the format, --weights-only only for Hugging Face,
-// and an output that is not the input.
-void check_request(const Options& o, const std::string& format) {
-    const std::map<std::string, std::vector<std::string>> dtypes = {
-        {"hf", {"f32", "f16", "bf16"}},
-        {"gguf", {"f32", "f16", "bf16", "q8_0"}},
-        {"llmc", {"f32", "bf16"}}};
-    const auto& allowed = dtypes.at(format);
-    if (std::find(allowed.begin(), allowed.end(), o.dtype) == allowed.end()) {
-        std::string list;
-        for (const std::string& d : allowed)
-            list += (list.empty() ? "" : ", ") + d;
-        throw gpt2::UsageError("--dtype " + o.dtype + " is not available for " + format +
-                               " output (" + list + ")");
-    }
-    if (o.weights_only && format != "hf") {
-        throw gpt2::UsageError("--weights-only applies to Hugging Face output only (" + format +
-                               " is written as it is)");
-    }
-    std::error_code ec;
-    if (fs::exists(o.output, ec) && fs::equivalent(o.input, o.output, ec)) {
-        throw gpt2::UsageError(o.output.string() + ": the output is the input");
-    }
-}
-
-// The input's own tokenizer, or GPT-2's from --tokenizer-dir (never both); null if neither.
-struct InputTokenizer {
-    std::unique_ptr<gpt2::Tokenizer> tokenizer;
-    std::string origin;
-};
-InputTokenizer input_tokenizer(const Options& o, const gpt2::LoadedModel& loaded) {
-    const gpt2::Model& model = loaded.model;
-    std::unique_ptr<gpt2::Tokenizer> tokenizer;
-    std::string tokenizer_origin;
-    if (loaded.extras && !loaded.extras->tokenizer.empty()) {
-        tokenizer = gpt2::deserialize_tokenizer(loaded.extras->tokenizer);
-        tokenizer_origin = "the input's own";
-        if (!o.tokenizer_dir.empty()) {
-            throw gpt2::UsageError("--tokenizer-dir " + o.tokenizer_dir.string() + ": " +
-                                   o.input.string() +
-                                   " carries its own tokenizer; leave out --tokenizer-dir");
-        }
-    } else if (!o.tokenizer_dir.empty()) {
-        tokenizer = gpt2::load_gpt2_tokenizer(o.tokenizer_dir);
-        tokenizer_origin = "GPT-2's from " + o.tokenizer_dir.string();
-        if (tokenizer->vocab_size() != model.config.vocab_size) {
-            throw gpt2::InputError("--tokenizer-dir " + o.tokenizer_dir.string() + ": " +
-                                   std::to_string(tokenizer->vocab_size()) +
-                                   " tokens, but the model has a vocabulary of " +
-                                   std::to_string(model.config.vocab_size));
-        }
-    }
-    return {std::move(tokenizer), tokenizer_origin};
-}
-
-void write_llmc(const Options& o, const gpt2::Model& model, const gpt2::Tokenizer* tokenizer) {
-    gpt2::save_llmc_model(
-        o.output, model,
-        o.dtype == "bf16" ? gpt2::kLlmcModelVersionBf16 : gpt2::kLlmcModelVersionFp32);
-    spdlog::info("wrote {}: llm.c model file, version {} ({})", o.output.string(),
-                 o.dtype == "bf16" ? 5 : 3, o.dtype);
-    if (tokenizer) {
-        spdlog::info(
-            "llm.c's model file holds no tokenizer: give llm.c its own "
-            "gpt2_tokenizer.bin (prepare_data writes one)");
-    }
-}
-
-void write_gguf_file(const Options& o, const gpt2::Model& model, const gpt2::Tokenizer* tokenizer) {
-    if (!tokenizer) {
-        throw gpt2::InputError(o.input.string() +
-                               " has no tokenizer, and a GGUF file must embed one: pass "
-                               "--tokenizer-dir DIR (GPT-2's encoder.json and vocab.bpe)");
-    }
-    const std::map<std::string, gpt2::GgufWeights> weights = {{"f32", gpt2::GgufWeights::F32},
-                                                              {"f16", gpt2::GgufWeights::F16},
-                                                              {"bf16", gpt2::GgufWeights::Bf16},
-                                                              {"q8_0", gpt2::GgufWeights::Q8_0}};
-    const std::string name = o.name.empty() ? o.output.stem().string() : o.name;
-    gpt2::write_gguf(o.output, model, *tokenizer, weights.at(o.dtype), name);
-    spdlog::info("wrote {}: GGUF v3, llama.cpp architecture gpt2, {} matrices", o.output.string(),
-                 o.dtype);
-}
-
-void write_hugging_face(const Options& o, const gpt2::Model& model,
-                        const gpt2::Tokenizer* tokenizer) {
-    if (tokenizer && tokenizer->kind() == gpt2::TokenizerKind::Char && !o.weights_only) {
-        throw gpt2::InputError(
-            o.input.string() +
-            ": its char tokenizer has no Hugging Face form (GPT-2's tokenizer classes are "
-            "byte-level BPE): pass --weights-only to write the weights without tokenizer files");
-    }
-    const gpt2::ElementType type = o.dtype == "f32"   ? gpt2::ElementType::F32
-                                   : o.dtype == "f16" ? gpt2::ElementType::F16
-                                                      : gpt2::ElementType::Bf16;
-    gpt2::write_hugging_face_model(o.output, model, o.weights_only ? nullptr : tokenizer, type);
-    spdlog::info(
-        "wrote {}: Hugging Face GPT2LMHeadModel, model.safetensors {}{}", o.output.string(),
-        o.dtype,
-        tokenizer && !o.weights_only ? ", vocab.json, merges.txt" : ", no tokenizer files");
-}
-
 int run(const Options& o) {
-    const std::string format = output_format(o);
-    check_request(o, format);
+    const gpt2::ModelOutput output{o.output, gpt2::output_format(o.output, o.to), o.dtype,
+                                   o.weights_only, o.name};
+    gpt2::check_model_output(output, o.input);
     std::vector<std::string> notes;
-    gpt2::LoadedModel loaded = gpt2::load_model_file(o.input, &notes);
+    const gpt2::LoadedModel loaded = gpt2::load_model_file(o.input, &notes);
     for (const std::string& note : notes)
         spdlog::info("{}", note);
-    const gpt2::Model& model = loaded.model;
-    const auto [tokenizer, tokenizer_origin] = input_tokenizer(o, loaded);
-    spdlog::info("read {}: {}, tokenizer {}", o.input.string(), gpt2::describe(model.config),
-                 tokenizer ? std::string(gpt2::tokenizer_kind_name(tokenizer->kind())) + " (" +
-                                 tokenizer_origin + ")"
-                           : std::string("none"));
-
-    if (format == "llmc") {
-        write_llmc(o, model, tokenizer.get());
-    } else if (format == "gguf") {
-        write_gguf_file(o, model, tokenizer.get());
-    } else {
-        write_hugging_face(o, model, tokenizer.get());
-    }
+    const gpt2::OutputTokenizer tokenizer =
+        gpt2::output_tokenizer(loaded, o.input, o.tokenizer_dir);
+    spdlog::info("read {}: {}, tokenizer {}", o.input.string(), gpt2::describe(loaded.model.config),
+                 tokenizer.tokenizer
+                     ? std::string(gpt2::tokenizer_kind_name(tokenizer.tokenizer->kind())) + " (" +
+                           tokenizer.origin + ")"
+                     : std::string("none"));
+    std::vector<std::string> written_notes;
+    const std::string written = gpt2::write_model_file(
+        output, loaded.model, tokenizer.tokenizer.get(), o.input, written_notes);
+    spdlog::info("wrote {}: {}", o.output.string(), written);
+    for (const std::string& note : written_notes)
+        spdlog::info("{}", note);
     return app::kExitOk;
 }
 
