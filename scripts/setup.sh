@@ -49,7 +49,7 @@ else
   echo "setup: all packages present"
 fi
 
-# llama.cpp for the GGUF checks (tests/test_formats.cpp): the package and its prebuilt linux-x64
+# llama.cpp for the GGUF checks (tests/test_gguf.cpp): the package and its prebuilt linux-x64
 # CPU binary only (the CUDA/Vulkan variants are 600 MB more), nothing built or downloaded later.
 if [[ "${GPT2_WITH_LLAMA_CPP:-0}" == "1" && ! -d .deps/llama-cpp/node_modules/@node-llama-cpp/linux-x64 ]]; then
   echo "setup: installing node-llama-cpp 3.21.1 into .deps/llama-cpp"

@@ -1,0 +1,294 @@
+// GGUF for llama.cpp (src/formats/gguf): the file's structure read back by a reader written here
+// from the format's description, and llama.cpp itself (node-llama-cpp, pinned 3.21.1, installed by
+// `GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh`; skips, saying why, where absent) running our files.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "core/random.hpp"
+#include "formats/checkpoint.hpp"
+#include "formats/gguf.hpp"
+#include "formats/hugging_face.hpp"
+#include "formats/model_file.hpp"
+#include "formats/model_tokenizer.hpp"
+#include "formats/safetensors.hpp"
+#include "formats_support.hpp"
+#include "model/generate.hpp"
+#include "model/training_context.hpp"
+#include "ops/gemm.hpp"
+#include "process_support.hpp"
+#include "test_support.hpp"
+
+namespace gpt2 {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::run_command;
+using test::ScratchDir;
+using namespace formats_test;
+const std::string kLlamaCheck = std::string(GPT2_SOURCE_DIR) + "/tests/llama_cpp_check.mjs";
+
+// ---- GGUF ------------------------------------------------------------------------------------
+
+// A GGUF reader written from the format's description, for the structure tests.
+struct GgufTensor {
+    std::vector<std::uint64_t> ne;
+    std::uint32_t type = 0;
+    std::uint64_t offset = 0;
+};
+struct GgufFile {
+    std::map<std::string, json> kv;  // scalars and string arrays
+    std::map<std::string, GgufTensor> tensors;
+    std::vector<std::uint8_t> bytes;
+    std::size_t data = 0;
+};
+
+GgufFile read_gguf(const fs::path& path) {
+    GgufFile f;
+    f.bytes = read_file_bytes(path);
+    std::size_t at = 0;
+    const auto take = [&](std::size_t n) {
+        if (at + n > f.bytes.size()) throw std::runtime_error("GGUF truncated");
+        const std::uint8_t* p = f.bytes.data() + at;
+        at += n;
+        return p;
+    };
+    const auto u32 = [&] {
+        std::uint32_t v;
+        std::memcpy(&v, take(4), 4);
+        return v;
+    };
+    const auto u64 = [&] {
+        std::uint64_t v;
+        std::memcpy(&v, take(8), 8);
+        return v;
+    };
+    const auto str = [&] {
+        const std::uint64_t n = u64();
+        return std::string(reinterpret_cast<const char*>(take(n)), n);
+    };
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(take(4)), 4), "GGUF");
+    EXPECT_EQ(u32(), 3u);
+    const std::uint64_t tensors = u64(), kvs = u64();
+    std::function<json(std::uint32_t)> value = [&](std::uint32_t type) -> json {
+        switch (type) {
+            case 4:
+                return u32();
+            case 5: {
+                std::int32_t v;
+                std::memcpy(&v, take(4), 4);
+                return v;
+            }
+            case 6: {
+                float v;
+                std::memcpy(&v, take(4), 4);
+                return v;
+            }
+            case 8:
+                return str();
+            case 9: {
+                const std::uint32_t element = u32();
+                const std::uint64_t n = u64();
+                json array = json::array();
+                for (std::uint64_t i = 0; i < n; ++i)
+                    array.push_back(value(element));
+                return array;
+            }
+            default:
+                throw std::runtime_error("GGUF value type " + std::to_string(type));
+        }
+    };
+    for (std::uint64_t i = 0; i < kvs; ++i) {
+        const std::string key = str();
+        f.kv[key] = value(u32());
+    }
+    for (std::uint64_t i = 0; i < tensors; ++i) {
+        const std::string name = str();
+        GgufTensor t;
+        const std::uint32_t dims = u32();
+        for (std::uint32_t d = 0; d < dims; ++d)
+            t.ne.push_back(u64());
+        t.type = u32();
+        t.offset = u64();
+        EXPECT_EQ(t.offset % 32, 0u) << name;
+        f.tensors[name] = t;
+    }
+    f.data = (at + 31) / 32 * 32;
+    return f;
+}
+
+TEST(Gguf, TheFileHoldsLlamaCppsNamesTheTokenizerAndQ8BlocksWithinHalfAStep) {
+    if (!has_gpt2_files()) GTEST_SKIP() << "no GPT-2 tokenizer files in " << kGpt2Dir;
+    const ScratchDir dir("gpt2-formats-gguf");
+    const Model model = small_model(50257, 19);
+    const auto tokenizer = load_gpt2_tokenizer(kGpt2Dir);
+    write_gguf(dir.path() / "f32.gguf", model, *tokenizer, GgufWeights::F32, "test");
+    write_gguf(dir.path() / "q8.gguf", model, *tokenizer, GgufWeights::Q8_0, "test");
+    const GgufFile f32 = read_gguf(dir.path() / "f32.gguf");
+    EXPECT_EQ(f32.kv.at("general.architecture"), "gpt2");
+    EXPECT_EQ(f32.kv.at("gpt2.block_count"), 2);
+    EXPECT_EQ(f32.kv.at("gpt2.context_length"), 64);
+    EXPECT_EQ(f32.kv.at("tokenizer.ggml.pre"), "gpt-2");
+    EXPECT_EQ(f32.kv.at("tokenizer.ggml.tokens").size(), 50257u);
+    EXPECT_EQ(f32.kv.at("tokenizer.ggml.token_type")[50256], 3);
+    EXPECT_EQ(f32.kv.at("tokenizer.ggml.merges").size(), 50000u);
+    EXPECT_EQ(f32.kv.at("tokenizer.ggml.eos_token_id"), 50256);
+    EXPECT_EQ(f32.tensors.size(), 4u + 12u * 2u);
+    const GgufTensor& up = f32.tensors.at("blk.1.ffn_up.weight");
+    EXPECT_EQ(up.ne, (std::vector<std::uint64_t>{64, 256}));
+    const float* fcw = model.layout.layer(model.weights(), ParamTensor::fcw, 1).data();
+    std::vector<float> stored(64 * 256);
+    std::memcpy(stored.data(), f32.bytes.data() + f32.data + up.offset, stored.size() * 4);
+    expect_bitwise(stored, std::span(fcw, stored.size()));
+
+    const GgufFile q8 = read_gguf(dir.path() / "q8.gguf");
+    EXPECT_EQ(q8.tensors.at("blk.1.ffn_up.bias").type, 0u);  // 1-D stays F32
+    const GgufTensor& q = q8.tensors.at("blk.1.ffn_up.weight");
+    ASSERT_EQ(q.type, 8u);
+    for (std::size_t block = 0; block < stored.size() / 32; ++block) {
+        const std::uint8_t* b = q8.bytes.data() + q8.data + q.offset + block * 34;
+        std::uint16_t d_bits;
+        std::memcpy(&d_bits, b, 2);
+        const float d = half_to_float(d_bits);
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i)
+            amax = std::max(amax, std::abs(stored[block * 32 + i]));
+        ASSERT_NEAR(d, amax / 127.0f, amax / 127.0f * 1e-3);
+        for (int i = 0; i < 32; ++i) {
+            const float value = d * static_cast<float>(static_cast<std::int8_t>(b[2 + i]));
+            ASSERT_NEAR(value, stored[block * 32 + i], 0.5f * d + amax * 1e-3f)
+                << block << "," << i;
+        }
+    }
+}
+
+// A random model whose logits have clear winners (wte scaled up), so that greedy decoding by two
+// implementations can be compared token for token.
+Model confident_model() {
+    Model model = small_model(50257, 21);
+    for (float& w : model.layout.tensor(model.params.span(), ParamTensor::wte))
+        w *= 25.0f;
+    return model;
+}
+
+// Runs the jobs (see tests/llama_cpp_check.mjs) in one llama.cpp process; one id list per job.
+std::vector<std::vector<std::int32_t>> llama(const fs::path& dir, const json& jobs) {
+    const std::string text = jobs.dump();
+    write_file_atomically(
+        dir / "jobs.json",
+        std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
+    const auto r = run_command("node " + kLlamaCheck + " " + kLlamaModules.string() + " " +
+                               (dir / "jobs.json").string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const std::size_t results = r.output.rfind("[[");
+    if (r.exit_code != 0 || results == std::string::npos) return {};
+    return json::parse(r.output.substr(results)).get<std::vector<std::vector<std::int32_t>>>();
+}
+
+TEST(LlamaCpp, RunsOurGgufAsWeDo) {
+    if (!fs::exists(kLlamaModules / "node-llama-cpp")) {
+        GTEST_SKIP() << "node-llama-cpp is not installed in " << kLlamaModules
+                     << " (GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh installs it)";
+    }
+    if (!has_gpt2_files()) GTEST_SKIP() << "no GPT-2 tokenizer files in " << kGpt2Dir;
+    const ScratchDir dir("gpt2-formats-llama");
+    const Model model = confident_model();
+    const auto tokenizer = load_gpt2_tokenizer(kGpt2Dir);
+    const std::string text =
+        "Hello, world! It's 2026: naïve cafés,   three spaces\n\nand 12345 digits.";
+    const std::vector<std::int32_t> prompt = tokenizer->encode("The quick brown fox");
+    const std::vector<std::int32_t> forced = tokenizer->encode(
+        "First Citizen: Before we proceed any further, hear me speak. All: Speak, speak.");
+    constexpr int kNew = 24;
+    const auto greedy = [&](const Model& m) {
+        std::vector<std::int32_t> tokens = prompt;
+        Rng rng(1);
+        generate_recompute(m, tokens, kNew, SamplingParams{0.0f, 0, 1.0f}, rng);
+        return std::vector<std::int32_t>(tokens.begin() + static_cast<long>(prompt.size()),
+                                         tokens.end());
+    };
+    // Our greedy continuation on the weights as each format rounds them (F16 and BF16 through a
+    // Hugging Face export of that type), and how many of its first steps have a clear top-1.
+    struct Rounded {
+        std::vector<std::int32_t> tokens;
+        std::size_t confident = 0;
+    };
+    const auto rounded_greedy = [&](ElementType type) {
+        write_hugging_face_model(dir.path() / "hf", model, nullptr, type);
+        const Model rounded = load_model_file(dir.path() / "hf").model;
+        Rounded r{greedy(rounded), 0};
+        std::vector<std::int32_t> context = prompt;
+        context.insert(context.end(), r.tokens.begin(), r.tokens.end());
+        const std::vector<float> logits = our_logits(rounded, context);
+        for (; r.confident < r.tokens.size(); ++r.confident) {
+            const std::size_t row = prompt.size() - 1 + r.confident;
+            std::vector<float> v(logits.begin() + static_cast<long>(row * 50257),
+                                 logits.begin() + static_cast<long>((row + 1) * 50257));
+            std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
+            if (v[0] - v[1] < 0.05f * std::abs(v[0])) break;
+        }
+        return r;
+    };
+    const std::vector<std::pair<GgufWeights, std::string>> files = {
+        {GgufWeights::F32, "f32.gguf"},
+        {GgufWeights::F16, "f16.gguf"},
+        {GgufWeights::Bf16, "bf16.gguf"},
+        {GgufWeights::Q8_0, "q8.gguf"}};
+    for (const auto& [weights, name] : files)
+        write_gguf(dir.path() / name, model, *tokenizer, weights, "test");
+    const auto at = [&](const std::string& name) { return (dir.path() / name).string(); };
+    const json jobs = {
+        {{"model", at("f32.gguf")}, {"mode", "tokenize"}, {"text", text}},
+        {{"model", at("f32.gguf")}, {"mode", "greedy"}, {"ids", prompt}, {"count", kNew}},
+        {{"model", at("f16.gguf")}, {"mode", "greedy"}, {"ids", prompt}, {"count", kNew}},
+        {{"model", at("bf16.gguf")}, {"mode", "greedy"}, {"ids", prompt}, {"count", kNew}},
+        {{"model", at("q8.gguf")}, {"mode", "teacher"}, {"ids", forced}},
+    };
+    const std::vector<std::vector<std::int32_t>> theirs = llama(dir.path(), jobs);
+    ASSERT_EQ(theirs.size(), jobs.size());
+
+    // The embedded tokenizer splits text as ours does; F32 decodes token for token as we do, and
+    // as build/inference --temperature 0 does from the checkpoint the GGUF was made from.
+    EXPECT_EQ(theirs[0], tokenizer->encode(text));
+    EXPECT_EQ(theirs[1], greedy(model));
+    save_checkpoint(dir.path() / "ckpt.bin", model, CheckpointExtras{tokenizer->serialize(), ""});
+    const auto inference = run_command(test::build_path("inference") + " " + (dir / "ckpt.bin") +
+                                       " --temperature 0 --max-new-tokens " + std::to_string(kNew) +
+                                       " --prompt 'The quick brown fox' --no-stream --threads 1 "
+                                       "--log-level warn");
+    ASSERT_EQ(inference.exit_code, 0) << inference.output;
+    std::vector<std::int32_t> continued = prompt;
+    continued.insert(continued.end(), theirs[1].begin(), theirs[1].end());
+    EXPECT_EQ(inference.output, tokenizer->decode(continued) + "\n");
+    // F16 and BF16: llama.cpp also rounds activations, so compare while our top-1 margin (on the
+    // rounded weights) is wide enough for that rounding not to matter.
+    for (const auto& [index, type] : {std::pair{2, ElementType::F16}, {3, ElementType::Bf16}}) {
+        const Rounded ours = rounded_greedy(type);
+        EXPECT_GE(ours.confident, 8u)
+            << "too few confident steps to judge " << element_type_name(type);
+        const auto n = static_cast<long>(ours.confident);
+        EXPECT_EQ(std::vector<std::int32_t>(theirs[index].begin(), theirs[index].begin() + n),
+                  std::vector<std::int32_t>(ours.tokens.begin(), ours.tokens.begin() + n))
+            << element_type_name(type);
+    }
+    // Q8_0: the top-1 token after each prefix of a text agrees at >= 90% of positions.
+    const std::vector<float> logits = our_logits(model, forced);
+    ASSERT_EQ(theirs[4].size(), forced.size());
+    std::size_t agree = 0;
+    for (std::size_t t = 0; t < forced.size(); ++t) {
+        const auto row = logits.begin() + static_cast<long>(t * 50257);
+        agree += theirs[4][t] == std::max_element(row, row + 50257) - row;
+    }
+    EXPECT_GE(agree * 10, forced.size() * 9) << agree << " of " << forced.size();
+}
+
+}  // namespace
+}  // namespace gpt2
