@@ -5,7 +5,8 @@
 # A new crash input is copied into tests/fuzz/regressions/NAME/ (commit it once understood) unless
 # it is the same crash as a saved input that still fails. Exits non-zero if any saved input or
 # fuzzing run crashed, leaked, timed out or ran out of memory.
-# FUZZ_TARGETS="shard tokenizer" limits the run to those targets; FUZZ_SEED=N fixes the seed.
+# FUZZ_TARGETS="shard tokenizer" limits the run to those targets; FUZZ_SEED=N fixes the seed;
+# FUZZ_JOBS=N fuzzes N targets at a time (default: the cores available).
 # Usage: scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,15 +72,28 @@ for name in $targets; do
   done
 done
 
-echo "== fuzzing each target for ${seconds}s"
-for name in $targets; do
-  run=$work/$name
+# The targets fuzz side by side, one per core (FUZZ_JOBS, default the cores available): each
+# still gets its SECONDS of its own core, and the run takes 1/cores of the time.
+parallel=${FUZZ_JOBS:-$(nproc)}
+fuzz_target() {
+  local name=$1 run=$work/$1 status=0
   mkdir -p "$run/artifacts" "$run/tmp"
   cp -r "$fuzz_dir/corpus/$name" "$run/corpus"
-  status=0
   TMPDIR=$run/tmp "$bin_dir/fuzz_$name" "${fuzz_flags[@]}" -max_total_time="$seconds" \
     -print_final_stats=1 -artifact_prefix="$run/artifacts/" "$run/corpus" >"$run/log" 2>&1 ||
     status=$?
+  echo "$status" >"$run/status"
+}
+
+echo "== fuzzing each target for ${seconds}s, $parallel at a time"
+for name in $targets; do
+  while [[ $(jobs -rp | wc -l) -ge $parallel ]]; do wait -n || true; done
+  fuzz_target "$name" &
+done
+wait
+for name in $targets; do
+  run=$work/$name
+  status=$(cat "$run/status")
   runs=$(grep -m1 -oP 'stat::number_of_executed_units:\s*\K[0-9]+' "$run/log" ||
     grep -oP '^#\K[0-9]+' "$run/log" | tail -n1 || echo "?")
   secs=$(grep -m1 -oP 'stat::average_exec_per_sec:\s*\K[0-9]+' "$run/log" || echo "?")

@@ -18,7 +18,7 @@ cmake -S . -B build-tsan "${flags[@]}" -DGPT2_SANITIZE=thread
 cmake --build build-tsan -j "$jobs" --target test_threads test_model_reference test_shared_memory \
   test_threaded_step train_gpt2
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
-  ctest --test-dir build-tsan --output-on-failure \
+  ctest --test-dir build-tsan --output-on-failure -j "$jobs" \
   -R "^threads\.|^model_reference\.Workers|^shared_memory\.SharedReplica|^threaded_step\."
 
 # AddressSanitizer + UBSan over the whole suite, with leak checking. Open MPI keeps allocations

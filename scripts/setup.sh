@@ -76,4 +76,4 @@ fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT2_NATIVE="${GPT2_NATIVE:-ON}"
 cmake --build build -j "$(nproc)"
-echo "setup: done. Train: build/train_gpt2   Test: ctest --test-dir build --output-on-failure"
+echo "setup: done. Train: build/train_gpt2   Test: ctest --test-dir build -j\$(nproc) --output-on-failure"
