@@ -8,10 +8,15 @@ B=3, T=16) and the file records: the config, the flat parameter vector in llm.c 
 inputs/targets, the logits, the loss, the flat gradient, per-layer activations, and 5 steps of
 AdamW with gradient clipping on the same batch.
 
+It also writes tests/data/gpt2_dropout_reference.bin: the same model and batch trained with
+dropout (rate 0.25 at GPT-2's four sites), its masks drawn by a NumPy transcription of the
+counter in src/ops/dropout.hpp (so the C++ side can check its masks and then its gradients), the
+loss and the gradient.
+
 Regenerate (deterministic: two runs give identical bytes):
 
-    /usr/bin/python3 scripts/make_reference.py            # writes tests/data/gpt2_reference.bin
-    /usr/bin/python3 scripts/make_reference.py -o out.bin # somewhere else
+    /usr/bin/python3 scripts/make_reference.py            # writes both files in tests/data
+    /usr/bin/python3 scripts/make_reference.py -o out.bin # the first somewhere else
 
 File format (little-endian): 8-byte magic "GPT2REF1", uint32 record count, then per record:
 uint32 name length, name bytes (ASCII, no NUL), uint32 dtype (0 = float32, 1 = int32),
@@ -86,16 +91,73 @@ def flatten(tensors):
     return torch.cat([tensors[name].detach().reshape(-1) for name, _, _ in PARAM_SPECS])
 
 
-def forward(p, idx, targets, acts=None):
-    """GPT-2 forward pass. Returns (logits[B,T,V], loss). Fills `acts` (dict of lists) if given."""
+# ---- dropout: the counter of src/ops/dropout.hpp, transcribed -----------------------------------
+DROPOUT_RATE = 0.25  # exact in float32
+DROPOUT_SEED, DROPOUT_STEP, DROPOUT_FIRST_SEQUENCE = 1337, 7, 5
+SITES = {"embeddings": 0, "attention": 1, "attention_output": 2, "mlp_output": 3}
+MASK64 = (1 << 64) - 1
+
+
+def mix64(x):
+    """MurmurHash3's 64-bit finalizer, on a Python int or a NumPy uint64 array."""
+    if isinstance(x, int):
+        x ^= x >> 33
+        x = (x * 0xFF51AFD7ED558CCD) & MASK64
+        x ^= x >> 33
+        x = (x * 0xC4CEB9FE1A85EC53) & MASK64
+        return x ^ (x >> 33)
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint64(33))
+        x = x * np.uint64(0xFF51AFD7ED558CCD)
+        x = x ^ (x >> np.uint64(33))
+        x = x * np.uint64(0xC4CEB9FE1A85EC53)
+        return x ^ (x >> np.uint64(33))
+
+
+def keep_mask(layer, site, count):
+    """(B, count) 0/1 float32: element e of the batch's sequence b kept or not."""
+    site_key = mix64((mix64((mix64(DROPOUT_SEED) + DROPOUT_STEP) & MASK64) + layer * 4 + SITES[site])
+                     & MASK64)
+    threshold = math.floor(DROPOUT_RATE * 2**32)
+    rows = []
+    for b in range(B):
+        seq = DROPOUT_FIRST_SEQUENCE + b
+        seq_key = mix64((site_key + seq * 0xD1B54A32D192ED03) & MASK64)
+        with np.errstate(over="ignore"):
+            e = np.arange(count, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+            bits = mix64(np.uint64(seq_key) + e) >> np.uint64(32)
+        rows.append((bits >= np.uint64(threshold)).astype(np.float32))
+    return np.stack(rows)
+
+
+def dropout_masks():
+    """Every site's masks, shaped as the tensors they multiply."""
+    masks = {"embeddings": torch.from_numpy(keep_mask(0, "embeddings", T * C).reshape(B, T, C))}
+    for site, shape in [("attention", (B, NH, T, T)), ("attention_output", (B, T, C)),
+                        ("mlp_output", (B, T, C))]:
+        count = int(np.prod(shape[1:]))
+        masks[site] = torch.stack([torch.from_numpy(keep_mask(l, site, count).reshape(shape))
+                                   for l in range(L)])
+    return masks
+
+
+def forward(p, idx, targets, acts=None, masks=None):
+    """GPT-2 forward pass. Returns (logits[B,T,V], loss). Fills `acts` (dict of lists) if given.
+    With `masks` (dropout_masks()), drops where GPT-2 does, kept values scaled by 1/(1-rate)."""
     b, t = idx.shape
     hs = C // NH
+    scale = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(1.0 - DROPOUT_RATE,
+                                                                   dtype=torch.float32)
+
+    def drop(value, mask):
+        return value if masks is None else value * (mask * scale)
 
     def rec(name, value):
         if acts is not None:
             acts.setdefault(name, []).append(value.detach().clone())
 
     x = p["wte"][idx] + p["wpe"][torch.arange(t)]  # (B,T,C)
+    x = drop(x, None if masks is None else masks["embeddings"])
     if acts is not None:
         acts["encoded"] = x.detach().clone()
     causal = torch.tril(torch.ones(t, t, dtype=torch.bool))
@@ -110,11 +172,12 @@ def forward(p, idx, targets, acts=None):
         q, k, v = (z.view(b, t, NH, hs).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
         att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        att = drop(att, None if masks is None else masks["attention"][l])
         y = (att @ v).transpose(1, 2).contiguous().view(b, t, C)  # heads re-concatenated
         rec("atty", y)
         y = F.linear(y, p["attprojw"][l], p["attprojb"][l])
         rec("attproj", y)
-        x = x + y
+        x = x + drop(y, None if masks is None else masks["attention_output"][l])
         rec("residual2", x)
         # --- MLP sub-block ---
         h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], LN_EPS)
@@ -125,7 +188,7 @@ def forward(p, idx, targets, acts=None):
         rec("fch_gelu", h)
         h = F.linear(h, p["fcprojw"][l], p["fcprojb"][l])
         rec("fcproj", h)
-        x = x + h
+        x = x + drop(h, None if masks is None else masks["mlp_output"][l])
         rec("residual3", x)
     x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], LN_EPS)
     if acts is not None:
@@ -152,6 +215,37 @@ def write_fixture(path, records):
             f.write(struct.pack("<II", dtypes[arr.dtype], arr.ndim))
             f.write(struct.pack(f"<{arr.ndim}q", *arr.shape))
             f.write(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes(order="C"))
+
+
+def write_dropout_fixture(path):
+    """The same model and batch with dropout: masks, loss and gradient."""
+    torch.manual_seed(SEED)
+    params = init_params()
+    idx = torch.randint(0, V, (B, T))
+    targets = torch.randint(0, V, (B, T))
+    params0 = flatten(params)
+    masks = dropout_masks()
+    _, loss = forward(params, idx, targets, masks=masks)
+    loss.backward()
+    grads = flatten({n: t.grad for n, t in params.items()})
+
+    def f32(t):
+        return np.asarray(t.detach().numpy(), dtype=np.float32)
+
+    records = [
+        ("config", np.array([MAX_T, V, VP, L, NH, C, B, T], dtype=np.int32)),
+        ("dropout.rate", np.array(DROPOUT_RATE, dtype=np.float32)),
+        ("dropout.key", np.array([DROPOUT_SEED, DROPOUT_STEP, DROPOUT_FIRST_SEQUENCE],
+                                 dtype=np.int32)),
+        ("params", f32(params0)),
+        ("inputs", idx.numpy().astype(np.int32)),
+        ("targets", targets.numpy().astype(np.int32)),
+    ]
+    records += [("mask." + site, f32(masks[site])) for site in SITES]
+    records += [("loss", np.array(loss.item(), dtype=np.float32)), ("grads", f32(grads))]
+    write_fixture(path, records)
+    kept = {site: float(masks[site].mean()) for site in SITES}
+    print(f"wrote {path} ({path.stat().st_size} bytes): loss {loss.item():.7f}, kept {kept}")
 
 
 def main():
@@ -236,6 +330,7 @@ def main():
 
     args.output.parent.mkdir(parents=True, exist_ok=True)
     write_fixture(args.output, records)
+    write_dropout_fixture(args.output.parent / "gpt2_dropout_reference.bin")
     print(f"wrote {args.output} ({args.output.stat().st_size} bytes, {len(records)} records)")
     for name, arr in records:
         print(f"  {name:20s} {'int32' if arr.dtype == np.int32 else 'float32'} {list(arr.shape)}")

@@ -108,6 +108,56 @@ TEST(MpiTraining, SameGlobalBatchGivesTheSameTrainingHoweverItIsSplit) {
     }
 }
 
+// Dropout draws its masks by each sequence's place in the step, not by thread or rank: 1 to 4
+// workers, 2 ranks and gradient accumulation train alike with --dropout 0.2, unlike a run without
+// it; stopped at step 5 and resumed, a run ends bitwise where the straight one did.
+TEST(MpiTraining, DropoutTrainsAlikeHoweverTheStepIsSplitAndResumesBitwise) {
+    const ScratchDir dir("gpt2-mpi-dropout");
+    test::write_corpus(dir.path() / "corpus.txt", 60000);
+    const auto train = [&](const std::string& name, int ranks, int threads, int batch, int accum,
+                           const std::string& extra) {
+        const std::string command =
+            mpiexec(ranks) + test::build_path("train_gpt2") + kModelFlags + " --data " +
+            (dir / "corpus.txt") + " --threads " + std::to_string(threads) + " --batch-size " +
+            std::to_string(batch) + " --grad-accum " + std::to_string(accum) + " --out-dir " +
+            (dir / name) + " --metrics-file " + (dir / (name + ".jsonl")) + " " + extra;
+        const auto result = run_command(command);
+        EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.output;
+    };
+    // The schedule spans 10 steps however many the first start runs.
+    const std::string ten = "--max-steps 10 --dropout 0.2 --lr-decay-steps 10";
+    train("np1_w1", 1, 1, 8, 1, ten);
+    train("np1_w3", 1, 3, 8, 1, ten);
+    train("np1_w4", 1, 4, 8, 1, ten);
+    train("np2_w2", 2, 2, 4, 1, ten);
+    train("np1_w1_accum4", 1, 1, 2, 4, ten);
+    train("no_dropout", 1, 1, 8, 1, "--max-steps 10");
+    const RunOutcome reference = read_outcome(dir, "np1_w1");
+    ASSERT_EQ(reference.losses.size(), 10u);
+    for (const std::string name : {"np1_w3", "np1_w4", "np2_w2", "np1_w1_accum4"}) {
+        const RunOutcome other = read_outcome(dir, name);
+        ASSERT_EQ(other.losses.size(), reference.losses.size()) << name;
+        for (std::size_t s = 0; s < reference.losses.size(); ++s) {
+            EXPECT_NEAR(other.losses[s], reference.losses[s], 1e-5 * reference.losses[s])
+                << name << " step " << s + 1;
+        }
+        EXPECT_TRUE(test::same_training(reference.model.model.config,
+                                        other.model.model.params.span(),
+                                        reference.model.model.params.span(), 1e-5, 1e-2))
+            << name;
+    }
+    const RunOutcome plain = read_outcome(dir, "no_dropout");
+    EXPECT_GT(std::abs(plain.losses[0] - reference.losses[0]), 1e-4) << "dropout changed nothing";
+    // Stopped at step 5 (a checkpoint) and resumed with 2 ranks: bitwise the straight run.
+    train("resumed", 2, 2, 4, 1, "--max-steps 5 --dropout 0.2 --lr-decay-steps 10");
+    train("resumed", 2, 2, 4, 1, ten + " --resume auto");
+    const RunOutcome resumed = read_outcome(dir, "resumed");
+    const RunOutcome straight = read_outcome(dir, "np2_w2");
+    EXPECT_TRUE(std::equal(resumed.model.model.params.span().begin(),
+                           resumed.model.model.params.span().end(),
+                           straight.model.model.params.span().begin()));
+}
+
 // The overlapped, bucketed allreduce gives the training of one allreduce after backward: with
 // the char vocabulary (embedding rows summed in the rank's buffer) and with a BPE vocabulary large
 // enough that the last micro-batch's embedding rows travel separately; with many tiny buckets, the

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "ops/attention.hpp"
+#include "ops/dropout.hpp"
 #include "ops/kernels.hpp"
 
 namespace gpt2 {
@@ -211,24 +212,73 @@ void check_batch(const ThreadLocalTrainingContext& ctx, const Model& model,
 }  // namespace
 
 namespace {
+// The batch's mask at one site of layer l (inactive without dropout).
+DropoutMask dropout_mask(const TokenBatch& batch, int l, DropoutSite site) {
+    if (batch.dropout.rate <= 0.0f) return {};
+    return DropoutMask{batch.dropout.rate,
+                       dropout_site_key(batch.dropout.seed, batch.dropout.step, l, site),
+                       batch.first_sequence};
+}
+
+// A layer's three dropout sites.
+struct LayerDropout {
+    DropoutMask probabilities, attention_output, mlp_output;
+};
+
+LayerDropout layer_dropout(const TokenBatch& batch, int l) {
+    return LayerDropout{dropout_mask(batch, l, DropoutSite::AttentionProbabilities),
+                        dropout_mask(batch, l, DropoutSite::AttentionOutput),
+                        dropout_mask(batch, l, DropoutSite::MlpOutput)};
+}
+
+// out (B*T, OC) = residual + dropout(inp @ weight^T + bias): the product and the residual add
+// stay one fused call without dropout.
+void residual_product(const Products& products, float* out, const float* residual, const float* inp,
+                      const float* weight, const float* bias, int B, int T, int C, int OC,
+                      const DropoutMask& dropout) {
+    const int N = B * T;
+    if (!dropout.active()) {
+        products.forward(out, residual, inp, weight, bias, N, C, OC);
+        return;
+    }
+    products.forward(out, nullptr, inp, weight, bias, N, C, OC);
+    apply_dropout(out, B, static_cast<long>(T) * OC, dropout);
+    const long n = static_cast<long>(N) * OC;
+    for (long i = 0; i < n; ++i)
+        out[i] += residual[i];
+}
+
+// The gradient reaching a dropped product's output: `dres` itself without dropout, else dres
+// masked into `scratch` (N * C floats).
+const float* dropped_gradient(const float* dres, float* scratch, int B, int T, int C,
+                              const DropoutMask& dropout) {
+    if (!dropout.active()) return dres;
+    std::memcpy(scratch, dres, sizeof(float) * static_cast<std::size_t>(B) * T * C);
+    apply_dropout(scratch, B, static_cast<long>(T) * C, dropout);
+    return scratch;
+}
+
 // One layer's forward from its input `residual` (N, C). Writes the layer's stored activations and
 // the scratch LayerNorm and GELU outputs; with `output` false it stops before GELU and the last
 // product, whose results backward recomputes or never reads.
 void layer_forward(const Products& products, ThreadLocalTrainingContext& ctx, const LayerActs& a,
                    const LayerView<const float>& p, const float* residual, int B, int T, int C,
-                   int NH, bool output) {
+                   int NH, const LayerDropout& dropout, bool output) {
     const int N = B * T;
     float* ln = ctx.scratch.normalized;
     float* gelu = ctx.scratch.gelu;
     layernorm_forward(ln, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
     products.forward(a.qkv, nullptr, ln, p.qkvw, p.qkvb, N, C, 3 * C);
-    attention_forward(a.atty, a.att_lse, ctx.scratch.attention, a.qkv, B, T, C, NH);
-    products.forward(a.residual2, residual, a.atty, p.attprojw, p.attprojb, N, C, C);
+    attention_forward(a.atty, a.att_lse, ctx.scratch.attention, a.qkv, B, T, C, NH,
+                      dropout.probabilities);
+    residual_product(products, a.residual2, residual, a.atty, p.attprojw, p.attprojb, B, T, C, C,
+                     dropout.attention_output);
     layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
     products.forward(a.fch, nullptr, ln, p.fcw, p.fcb, N, C, 4 * C);
     if (output) {  // GELU feeds only the last product; backward recomputes it itself
         gelu_forward(gelu, a.fch, N * 4 * C);
-        products.forward(a.residual3, a.residual2, gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
+        residual_product(products, a.residual3, a.residual2, gelu, p.fcprojw, p.fcprojb, B, T,
+                         4 * C, C, dropout.mlp_output);
     }
 }
 
@@ -237,25 +287,28 @@ void layer_forward(const Products& products, ThreadLocalTrainingContext& ctx, co
 // recomputed from what forward stored, bitwise as forward computed them.
 void layer_backward(const Products& products, ThreadLocalTrainingContext& ctx, const LayerActs& a,
                     const LayerView<const float>& p, const LayerView<float>& d,
-                    const float* residual, int B, int T, int C, int NH) {
+                    const float* residual, int B, int T, int C, int NH,
+                    const LayerDropout& dropout) {
     const int N = B * T;
     float* dres = ctx.scratch.dresidual;
     float* dch = ctx.scratch.dchannels;
     float* dfch = ctx.scratch.dfch;
     float* ln = ctx.scratch.normalized;
     float* gelu = ctx.scratch.gelu;
-    // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
+    // MLP: residual3 = residual2 + dropout(fcproj(gelu(fc(ln2(residual2))))).
     gelu_forward(gelu, a.fch, N * 4 * C);
-    products.backward(dfch, d.fcprojw, d.fcprojb, dres, gelu, p.fcprojw, N, 4 * C, C);
+    const float* dmlp = dropped_gradient(dres, dch, B, T, C, dropout.mlp_output);
+    products.backward(dfch, d.fcprojw, d.fcprojb, dmlp, gelu, p.fcprojw, N, 4 * C, C);
     gelu_backward(dfch, a.fch, dfch, N * 4 * C);
     layernorm_recompute(ln, a.residual2, a.ln2_mean, a.ln2_rstd, p.ln2w, p.ln2b, N, C);
     products.backward(dch, d.fcw, d.fcb, dfch, ln, p.fcw, N, C, 4 * C);
     layernorm_backward(dres, d.ln2w, d.ln2b, dch, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, N,
                        C);
-    // Attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
-    products.backward(dch, d.attprojw, d.attprojb, dres, a.atty, p.attprojw, N, C, C);
+    // Attention: residual2 = residual + dropout(attproj(attention(qkv(ln1(residual))))).
+    const float* dattn = dropped_gradient(dres, dfch, B, T, C, dropout.attention_output);
+    products.backward(dch, d.attprojw, d.attprojb, dattn, a.atty, p.attprojw, N, C, C);
     attention_backward(ctx.scratch.dqkv, ctx.scratch.attention, dch, a.atty, a.att_lse, a.qkv, B, T,
-                       C, NH);
+                       C, NH, dropout.probabilities);
     layernorm_recompute(ln, residual, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b, N, C);
     products.backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, ln, p.qkvw, N, C, 3 * C);
     layernorm_backward(dres, d.ln1w, d.ln1b, dch, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
@@ -278,9 +331,12 @@ void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const T
     encoder_forward(ctx.acts.encoded, batch.inputs.data(),
                     layout.tensor(w, ParamTensor::wte).data(),
                     layout.tensor(w, ParamTensor::wpe).data(), B, T, C);
+    const DropoutMask embeddings = dropout_mask(batch, 0, DropoutSite::Embeddings);
+    if (embeddings.active())
+        apply_dropout(ctx.acts.encoded, B, static_cast<long>(T) * C, embeddings);
     for (int l = 0; l < c.num_layers; ++l) {
         layer_forward(products, ctx, layer_acts(ctx, c, l), layer_view(layout, w, l),
-                      layer_input(ctx, c, l), B, T, C, NH, true);
+                      layer_input(ctx, c, l), B, T, C, NH, layer_dropout(batch, l), true);
     }
     layernorm_forward(ctx.acts.lnf, ctx.acts.lnf_mean, ctx.acts.lnf_rstd,
                       layer_input(ctx, c, c.num_layers), layout.tensor(w, ParamTensor::lnfw).data(),
@@ -288,7 +344,10 @@ void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const T
 }
 
 double forward_loss(const Model& model, ThreadLocalTrainingContext& ctx, const TokenBatch& batch) {
-    forward_hidden(model, ctx, batch);
+    // Evaluation (validation, HellaSwag) never drops anything.
+    TokenBatch undropped = batch;
+    undropped.dropout = Dropout{};
+    forward_hidden(model, ctx, undropped);
     const ModelConfig& c = model.config;
     const float* wte = model.layout.tensor(model.weights(), ParamTensor::wte).data();
     const int N = batch.B * batch.T, C = c.channels, Vp = c.padded_vocab_size;
@@ -347,10 +406,13 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
         const LayerView<const float> p = layer_view(layout, w, l);
         const float* residual = layer_input(ctx, c, l);
         // --recompute layers: the layer's activations again, from its stored input.
-        if (rerun_layers) layer_forward(products, ctx, a, p, residual, B, T, C, NH, false);
-        layer_backward(products, ctx, a, p, sink.layer(l), residual, B, T, C, NH);
+        const LayerDropout dropout = layer_dropout(batch, l);
+        if (rerun_layers) layer_forward(products, ctx, a, p, residual, B, T, C, NH, dropout, false);
+        layer_backward(products, ctx, a, p, sink.layer(l), residual, B, T, C, NH, dropout);
         sink.layer_done(l);
     }
+    const DropoutMask embeddings = dropout_mask(batch, 0, DropoutSite::Embeddings);
+    if (embeddings.active()) apply_dropout(dres, B, static_cast<long>(T) * C, embeddings);
     sink.embeddings(dres, batch);
     return loss_sum;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -103,12 +104,25 @@ class ThreadLocalTrainingContext {
     AlignedBuffer<float> arena_;
 };
 
-// One worker's part of a micro-batch: B sequences of T tokens, row-major.
+// Dropout in a training step (rate 0: none), where GPT-2 applies it: the embeddings' sum, the
+// attention probabilities, the attention and MLP projections' outputs. Masks are keyed by the
+// run's seed, the step and each sequence's index in the step (ops/dropout.hpp), so every split of
+// a step over workers, ranks and micro-steps draws the same masks.
+struct Dropout {
+    float rate = 0.0f;
+    std::uint64_t seed = 0;
+    std::uint64_t step = 0;
+};
+
+// One worker's part of a micro-batch: B sequences of T tokens, row-major; `first_sequence` is the
+// index of its first sequence in the step (the sequences are consecutive), which keys dropout.
 struct TokenBatch {
     std::span<const std::int32_t> inputs;
     std::span<const std::int32_t> targets;
     int B = 0;
     int T = 0;
+    Dropout dropout{};
+    std::uint64_t first_sequence = 0;
 };
 
 // Where forward_backward writes the gradient. Backward produces it in three kinds of section, in
@@ -167,11 +181,13 @@ class FullGradient final : public GradientSink {
 [[nodiscard]] double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
                                       const TokenBatch& batch, float dloss, std::span<float> grads);
 
-// Forward only: the sum of the per-token losses (for validation). Gradients are untouched.
+// Forward only: the sum of the per-token losses (for validation), without dropout whatever the
+// batch asks. Gradients are untouched.
 [[nodiscard]] double forward_loss(const Model& model, ThreadLocalTrainingContext& ctx,
                                   const TokenBatch& batch);
 
-// Forward up to the final LayerNorm (ctx.acts filled for the batch); exposed for tests.
+// Forward up to the final LayerNorm (ctx.acts filled for the batch, dropped as it asks); exposed
+// for tests.
 void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const TokenBatch& batch);
 
 }  // namespace gpt2

@@ -73,6 +73,34 @@ void probabilities_row(float* row, int visible, int end, float lse) {
     std::fill(row + visible, row + end, 0.0f);
 }
 
+// Forward's dropout of a row of probabilities over [0, visible): element `first + j` of sequence b.
+void drop_row(float* row, int visible, const DropoutMask& dropout, int b, long first) {
+    const std::uint64_t key = dropout.sequence_key(b);
+    const std::uint32_t threshold = dropout.threshold();
+    const float scale = dropout.scale();
+    for (int j = 0; j < visible; ++j) {
+        const auto e = static_cast<std::uint64_t>(first + j);
+        row[j] = dropout_keeps(key, e, threshold) ? row[j] * scale : 0.0f;
+    }
+}
+
+// Backward's row with dropout: srow holds dD (the gradient of the dropped probabilities) and
+// becomes dS; prow holds P and becomes D.
+void drop_gradient_row(float* prow, float* srow, int visible, int end, float dot,
+                       const DropoutMask& dropout, int b, long first) {
+    const std::uint64_t key = dropout.sequence_key(b);
+    const std::uint32_t threshold = dropout.threshold();
+    const float scale = dropout.scale();
+    for (int j = 0; j < end; ++j) {
+        const float m =
+            j < visible && dropout_keeps(key, static_cast<std::uint64_t>(first + j), threshold)
+                ? scale
+                : 0.0f;
+        srow[j] = prow[j] * (m * srow[j] - dot);
+        prow[j] *= m;
+    }
+}
+
 }  // namespace
 
 std::size_t attention_scratch_floats(int T) {
@@ -82,7 +110,7 @@ std::size_t attention_scratch_floats(int T) {
 }
 
 void attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
-                       int C, int NH) {
+                       int C, int NH, const DropoutMask& dropout) {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     float* panel = scratch;
@@ -97,6 +125,9 @@ void attention_forward(float* out, float* lse, float* scratch, const float* qkv,
                 for (int r = 0; r < rows; ++r) {
                     float* row = panel + static_cast<long>(r) * i1;
                     lse[hd.lse + i0 + r] = softmax_row(row, i0 + r + 1, i1);
+                    if (dropout.active())
+                        drop_row(row, i0 + r + 1, dropout, b,
+                                 (static_cast<long>(h) * T + i0 + r) * T);
                 }
                 // out[i0:i1] = P @ v[0:i1]
                 gemm_nn(rows, hs, i1, 1.0f, panel, i1, hd.v, C3, 0.0f,
@@ -107,7 +138,8 @@ void attention_forward(float* out, float* lse, float* scratch, const float* qkv,
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out,
-                        const float* lse, const float* qkv, int B, int T, int C, int NH) {
+                        const float* lse, const float* qkv, int B, int T, int C, int NH,
+                        const DropoutMask& dropout) {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     const int num_panels = (T + kAttentionQueryRows - 1) / kAttentionQueryRows;
@@ -141,16 +173,30 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                 for (int r = 0; r < rows; ++r)
                     probabilities_row(p + static_cast<long>(r) * i1, i0 + r + 1, i1,
                                       lse[hd.lse + i0 + r]);
-                // dv[0:i1] += P^T @ dO
-                gemm_tn(i1, hs, rows, 1.0f, p, i1, d, C, beta, dv, C3);
-                // dP = dO @ v^T, then dS = P * (dP - dO.O) (zero where P is).
-                gemm_nt(rows, i1, hs, 1.0f, d, C, hd.v, C3, 0.0f, ds, i1);
-                for (int r = 0; r < rows; ++r) {
-                    const float* prow = p + static_cast<long>(r) * i1;
-                    float* srow = ds + static_cast<long>(r) * i1;
-                    const float dot = row_dot[r];
-                    for (int j = 0; j < i1; ++j)
-                        srow[j] = prow[j] * (srow[j] - dot);
+                if (!dropout.active()) {
+                    // dv[0:i1] += P^T @ dO
+                    gemm_tn(i1, hs, rows, 1.0f, p, i1, d, C, beta, dv, C3);
+                    // dP = dO @ v^T, then dS = P * (dP - dO.O) (zero where P is).
+                    gemm_nt(rows, i1, hs, 1.0f, d, C, hd.v, C3, 0.0f, ds, i1);
+                    for (int r = 0; r < rows; ++r) {
+                        const float* prow = p + static_cast<long>(r) * i1;
+                        float* srow = ds + static_cast<long>(r) * i1;
+                        const float dot = row_dot[r];
+                        for (int j = 0; j < i1; ++j)
+                            srow[j] = prow[j] * (srow[j] - dot);
+                    }
+                } else {
+                    // With the dropped probabilities D = M * P / (1 - rate): dD = dO @ v^T,
+                    // dP = M * dD / (1 - rate), dS = P * (dP - dO.O) (dO.O is still sum_j P dP),
+                    // and dv[0:i1] += D^T @ dO, D made in place of P once dS is done.
+                    gemm_nt(rows, i1, hs, 1.0f, d, C, hd.v, C3, 0.0f, ds, i1);
+                    for (int r = 0; r < rows; ++r) {
+                        drop_gradient_row(p + static_cast<long>(r) * i1,
+                                          ds + static_cast<long>(r) * i1, i0 + r + 1, i1,
+                                          row_dot[r], dropout, b,
+                                          (static_cast<long>(h) * T + i0 + r) * T);
+                    }
+                    gemm_tn(i1, hs, rows, 1.0f, p, i1, d, C, beta, dv, C3);
                 }
                 // dq[i0:i1] = scale * dS @ k[0:i1];  dk[0:i1] += scale * dS^T @ q[i0:i1]
                 gemm_nn(rows, hs, i1, scale, ds, i1, hd.k, C3, 0.0f,

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 
+#include "ops/dropout.hpp"
+
 namespace gpt2 {
 
 // Query rows per panel: a panel of scores is (kAttentionQueryRows x keys it can see), at most
@@ -15,14 +17,18 @@ inline constexpr int kAttentionQueryRows = 64;
 [[nodiscard]] std::size_t attention_scratch_floats(int T);
 
 // qkv (B, T, 3C): q, k, v each NH heads of C/NH. Writes out (B, T, C), the heads' outputs, and
-// lse (B, NH, T): log sum_j exp(score_ij) over the keys j <= i row i can see.
+// lse (B, NH, T): log sum_j exp(score_ij) over the keys j <= i row i can see. With `dropout`
+// active, the probabilities are dropped (element (h * T + i) * T + j of each sequence) after the
+// softmax, which lse describes undropped.
 void attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
-                       int C, int NH);
+                       int C, int NH, const DropoutMask& dropout = {});
 
 // Gradient of attention_forward: dqkv (B, T, 3C) is overwritten. Reads the forward's out and lse
 // and recomputes the probabilities as exp(score - lse). Panels run from the last query rows to the
-// first, so the result is the same on every call whatever the thread count.
+// first, so the result is the same on every call whatever the thread count. `dropout` must be
+// forward's: its masks are drawn again, not stored.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out,
-                        const float* lse, const float* qkv, int B, int T, int C, int NH);
+                        const float* lse, const float* qkv, int B, int T, int C, int NH,
+                        const DropoutMask& dropout = {});
 
 }  // namespace gpt2

@@ -60,8 +60,12 @@ GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, cons
             for (int a = 0; a < batch.grad_accum; ++a) {
                 LayerwiseReduction::WorkerSink sink(reduction, w,
                                                     a + 1 == batch.grad_accum ? &ready : nullptr);
-                const TokenBatch mine =
+                TokenBatch mine =
                     worker_sequences(batch.inputs, batch.targets, a * micro_tokens, B, T, w, W);
+                mine.dropout = batch.dropout;
+                mine.first_sequence = static_cast<std::uint64_t>(a * batch.ranks + batch.rank) *
+                                          static_cast<std::uint64_t>(B) +
+                                      split_range(static_cast<std::size_t>(B), w, W).begin;
                 if (mine.B > 0) {
                     loss += forward_backward(model, workers.context(w), mine, dloss, sink);
                 } else {

@@ -90,6 +90,11 @@ struct StepBatch {
     int grad_accum = 1;
     // Sequences in the whole step over all ranks (B * grad_accum * world size).
     std::int64_t global_sequences = 0;
+    // This rank among `ranks`: micro-step a's sequences are the step's (a * ranks + rank) * B ...,
+    // as the window sampler lays the step out; they key dropout.
+    int rank = 0;
+    int ranks = 1;
+    Dropout dropout{};
 };
 
 // Worker w's sequences (of W workers) of the micro-batch of B x T tokens starting at `offset`.

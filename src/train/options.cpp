@@ -27,6 +27,7 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     require(o.warmup_steps >= 0, "--warmup-steps must not be negative");
     require(o.lr_decay_steps >= 0, "--lr-decay-steps must not be negative");
     require(o.beta1 >= 0.0f && o.beta1 < 1.0f, "--beta1 must be in [0, 1)");
+    require(o.dropout >= 0.0f && o.dropout < 1.0f, "--dropout must be in [0, 1)");
     require(o.beta2 >= 0.0f && o.beta2 < 1.0f, "--beta2 must be in [0, 1)");
     require(o.eps > 0.0f, "--eps must be positive");
     require(o.weight_decay >= 0.0f, "--weight-decay must not be negative");

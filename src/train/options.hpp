@@ -51,6 +51,8 @@ struct TrainOptions {
     float beta2 = 0.95f;
     float eps = 1e-8f;
     float grad_clip = 1.0f;
+    // Dropout rate where GPT-2 applies it (model/training_context.hpp's Dropout); 0: none.
+    float dropout = 0.0f;
     int max_steps = 600;
     // Steps the schedule decays over; 0: --max-steps of the run's first start. Stored in the
     // checkpoint, so resuming with a larger --max-steps keeps the learning rate where it was.

@@ -305,13 +305,15 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
         exchange_, replica_,
         AdamWHyper{learning_rate(schedule_, step), o_.beta1, o_.beta2, o_.eps, o_.weight_decay},
         o_.grad_clip);
-    const StepMetrics m =
-        train_step(replica_.model, replica_.optimizer, replica_.workers, comm_,
-                   StepBatch{inputs_, targets_, plan_.grad_accum, plan_.global_sequences}, hyper,
-                   step == o_.inject_nan_step     ? InjectedFault::NanGradient
-                   : step == o_.inject_spike_step ? InjectedFault::GradientSpike
-                                                  : InjectedFault::None,
-                   &plan_.spikes);
+    const StepMetrics m = train_step(
+        replica_.model, replica_.optimizer, replica_.workers, comm_,
+        StepBatch{inputs_, targets_, plan_.grad_accum, plan_.global_sequences, comm_.rank(),
+                  comm_.size(), Dropout{o_.dropout, o_.seed, static_cast<std::uint64_t>(step)}},
+        hyper,
+        step == o_.inject_nan_step     ? InjectedFault::NanGradient
+        : step == o_.inject_spike_step ? InjectedFault::GradientSpike
+                                       : InjectedFault::None,
+        &plan_.spikes);
     const double seconds = seconds_since(t0);
     const std::int64_t completed = step + 1;
     count_skipped(m, completed, bad_steps);

@@ -241,6 +241,9 @@ void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule) 
     opt->add_option("--eps", o.eps, "AdamW epsilon")->check(app::positive());
     opt->add_option("--grad-clip", o.grad_clip, "max global gradient norm (0: off)")
         ->check(app::at_least(0));
+    opt->add_option("--dropout", o.dropout,
+                    "dropout rate, in [0, 1), on the embeddings, the attention probabilities and "
+                    "the attention and MLP outputs (training steps only; 0: none)");
     opt->add_option("--max-steps", o.max_steps, "optimizer steps to train")->check(app::positive());
 }
 
