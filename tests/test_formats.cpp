@@ -477,9 +477,10 @@ TEST(IndependentReader, NumPysGpt2GivesOurLogitsAndWritesWhatWeReadBitwise) {
     const LoadedModel hub = load_model_file(dir.path() / "hub", &notes);
     expect_bitwise(hub.model.weights(), model.weights());
     ASSERT_EQ(notes.size(), 1u);  // its dropout is reported, not applied
-    EXPECT_NE(notes[0].find(
-                  "embd_pdrop 0.1, attn_pdrop 0.1, resid_pdrop 0.1 (dropout is not applied here)"),
-              std::string::npos)
+    EXPECT_NE(
+        notes[0].find("embd_pdrop 0.1, attn_pdrop 0.1, resid_pdrop 0.1 (not applied from the file: "
+                      "train_gpt2 --dropout P sets it)"),
+        std::string::npos)
         << notes[0];
 }
 

@@ -146,7 +146,8 @@ ModelConfig read_config(const fs::path& path, HuggingFaceNotes* notes) {
             }
         }
         if (!dropout.empty()) {
-            notes->lines.push_back(file + ": " + dropout + " (dropout is not applied here)");
+            notes->lines.push_back(file + ": " + dropout +
+                                   " (not applied from the file: train_gpt2 --dropout P sets it)");
         }
     }
     return c;
