@@ -9,13 +9,19 @@
 #include <span>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "model/generate.hpp"
 #include "model/training_context.hpp"
 #include "ops/gemm.hpp"
+#include "process_support.hpp"
 
 namespace gpt2::formats_test {
 
 namespace fs = std::filesystem;
+using nlohmann::json;
+using test::run_command;
+using test::ScratchDir;
 
 inline const fs::path kGpt2Dir = fs::path(GPT2_SHARED_DATA_DIR) / "gpt2";
 inline const fs::path kLlamaModules =

@@ -3,6 +3,7 @@
 // uint32 dtype (0 = float32, 1 = int32), uint32 ndim, int64 dims[ndim], raw C-order data.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <filesystem>
@@ -14,6 +15,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "model/model.hpp"
 
 namespace gpt2::test {
 
@@ -104,5 +107,22 @@ class ReferenceFixture {
     std::filesystem::path path_;
     std::map<std::string, FixtureTensor, std::less<>> records_;
 };
+
+// The fixture's model shape (its "config" record: maxT V Vp L NH C, then B T).
+[[nodiscard]] inline ModelConfig fixture_config(const ReferenceFixture& fixture) {
+    const auto& cfg = fixture.at("config").i32;
+    return ModelConfig{cfg[0], cfg[1], cfg[2], cfg[3], cfg[4], cfg[5]};
+}
+
+// A model holding the fixture's "params".
+[[nodiscard]] inline Model fixture_model(const ReferenceFixture& fixture) {
+    Model model(fixture_config(fixture));
+    const auto& params = fixture.at("params").f32;
+    if (params.size() != model.params.size()) {
+        throw std::runtime_error("reference fixture: params do not fit its config");
+    }
+    std::copy(params.begin(), params.end(), model.params.data());
+    return model;
+}
 
 }  // namespace gpt2::test

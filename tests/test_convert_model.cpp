@@ -28,11 +28,7 @@
 namespace gpt2 {
 namespace {
 
-namespace fs = std::filesystem;
-using nlohmann::json;
-using test::run_command;
-using test::ScratchDir;
-using namespace formats_test;
+using namespace formats_test;  // fs, json, run_command, ScratchDir and the helpers
 
 // ---- convert_model ---------------------------------------------------------------------------
 

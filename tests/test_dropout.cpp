@@ -110,7 +110,7 @@ class DropoutReference : public ::testing::TestWithParam<Recompute> {
         fixture_ =
             ReferenceFixture::load(std::string(GPT2_TEST_DATA_DIR) + "/gpt2_dropout_reference.bin");
         const auto& cfg = fixture_.at("config").i32;
-        config_ = ModelConfig{cfg[0], cfg[1], cfg[2], cfg[3], cfg[4], cfg[5]};
+        config_ = test::fixture_config(fixture_);
         B_ = cfg[6];
         T_ = cfg[7];
         const auto& key = fixture_.at("dropout.key").i32;
@@ -118,13 +118,7 @@ class DropoutReference : public ::testing::TestWithParam<Recompute> {
                            static_cast<std::uint64_t>(key[1])};
         first_sequence_ = static_cast<std::uint64_t>(key[2]);
     }
-    [[nodiscard]] Model make_model() const {
-        Model model(config_);
-        const auto& params = fixture_.at("params").f32;
-        EXPECT_EQ(params.size(), model.params.size());
-        std::copy(params.begin(), params.end(), model.params.data());
-        return model;
-    }
+    [[nodiscard]] Model make_model() const { return test::fixture_model(fixture_); }
     // Sequences [b0, b0 + count) of the fixture's batch, with their place in the step.
     [[nodiscard]] TokenBatch batch(int b0, int count) const {
         const auto at = static_cast<std::size_t>(b0) * T_;

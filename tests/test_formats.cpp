@@ -30,11 +30,7 @@
 namespace gpt2 {
 namespace {
 
-namespace fs = std::filesystem;
-using nlohmann::json;
-using test::run_command;
-using test::ScratchDir;
-using namespace formats_test;
+using namespace formats_test;  // fs, json, run_command, ScratchDir and the helpers
 const std::string kReference = std::string(GPT2_SOURCE_DIR) + "/tests/hf_gpt2_reference.py";
 
 // ---- Element types ---------------------------------------------------------------------------

@@ -29,11 +29,7 @@
 namespace gpt2 {
 namespace {
 
-namespace fs = std::filesystem;
-using nlohmann::json;
-using test::run_command;
-using test::ScratchDir;
-using namespace formats_test;
+using namespace formats_test;  // fs, json, run_command, ScratchDir and the helpers
 const std::string kLlamaCheck = std::string(GPT2_SOURCE_DIR) + "/tests/llama_cpp_check.mjs";
 
 // ---- GGUF ------------------------------------------------------------------------------------

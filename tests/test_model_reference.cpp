@@ -27,18 +27,12 @@ class ModelReference : public ::testing::Test {
     void SetUp() override {
         fixture_ = ReferenceFixture::load(std::string(GPT2_TEST_DATA_DIR) + "/gpt2_reference.bin");
         const auto& cfg = fixture_.at("config").i32;
-        config_ = ModelConfig{cfg[0], cfg[1], cfg[2], cfg[3], cfg[4], cfg[5]};
+        config_ = test::fixture_config(fixture_);
         B_ = cfg[6];
         T_ = cfg[7];
     }
 
-    [[nodiscard]] Model make_model() const {
-        Model model(config_);
-        const auto& params = fixture_.at("params").f32;
-        EXPECT_EQ(params.size(), model.params.size());
-        std::copy(params.begin(), params.end(), model.params.data());
-        return model;
-    }
+    [[nodiscard]] Model make_model() const { return test::fixture_model(fixture_); }
     [[nodiscard]] TokenBatch batch() const {
         return TokenBatch{fixture_.at("inputs").i32, fixture_.at("targets").i32, B_, T_};
     }
