@@ -1,8 +1,5 @@
-// Byte-level BPE shared by the bpe and gpt2 kinds: GPT-2's pre-tokenizer (PCRE2), merge-rank
-// encoding, validation of merge tables, and incremental training.
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
+// Byte-level BPE shared by the bpe and gpt2 kinds: merge-rank encoding over GPT-2's pre-tokens and
+// validation of merge tables (the pre-tokenizer is in bpe_shared.hpp, training in bpe_training.cpp).
 #include <algorithm>
 #include <array>
 #include <functional>
@@ -16,105 +13,14 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "tokenizer/bpe_shared.hpp"
 #include "tokenizer/internal.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
 namespace {
 
-using Merge = std::pair<std::int32_t, std::int32_t>;
-
-// GPT-2's pre-tokenization pattern, as in its encoder.py.
-constexpr std::string_view kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-constexpr int kNumBytes = 256;
-constexpr int kMaxTrainedVocab = 1 << 20;
-
-[[nodiscard]] constexpr std::uint64_t pair_key(std::int32_t left, std::int32_t right) {
-    return (std::uint64_t{static_cast<std::uint32_t>(left)} << 32) |
-           static_cast<std::uint32_t>(right);
-}
-
-struct TransparentHash {
-    using is_transparent = void;
-    [[nodiscard]] std::size_t operator()(std::string_view s) const {
-        return std::hash<std::string_view>{}(s);
-    }
-};
-
-// Splits text into GPT-2 pre-tokens. PCRE2_MATCH_INVALID_UTF makes invalid UTF-8 legal input that
-// no pattern item matches; the bytes between two matches (always invalid UTF-8) become a pre-token
-// of their own, so every input byte lands in exactly one piece and encoding round-trips.
-class Pretokenizer {
-  public:
-    Pretokenizer() {
-        int error = 0;
-        PCRE2_SIZE offset = 0;
-        code_.reset(pcre2_compile(
-            reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern.data()), kGpt2Pattern.size(),
-            PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr));
-        if (!code_) {
-            std::array<PCRE2_UCHAR, 256> message{};
-            pcre2_get_error_message(error, message.data(), message.size());
-            throw std::runtime_error("PCRE2 cannot compile GPT-2's pattern: " +
-                                     std::string(reinterpret_cast<const char*>(message.data())));
-        }
-        // Without JIT (unsupported platform) pcre2_match falls back to the interpreter.
-        (void)pcre2_jit_compile(code_.get(), PCRE2_JIT_COMPLETE);
-    }
-
-    template <typename OnPiece>
-    void split(std::string_view text, OnPiece&& on_piece) const {
-        const std::unique_ptr<pcre2_match_data, MatchDataDeleter> match(
-            pcre2_match_data_create_from_pattern(code_.get(), nullptr));
-        if (!match) throw std::bad_alloc();
-        const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-        std::size_t pos = 0;
-        while (pos < text.size()) {
-            int rc = pcre2_match(code_.get(), subject, text.size(), pos, 0, match.get(), nullptr);
-            if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
-                rc = pcre2_match(code_.get(), subject, text.size(), pos, PCRE2_NO_JIT, match.get(),
-                                 nullptr);
-            }
-            if (rc == PCRE2_ERROR_NOMATCH) {
-                on_piece(text.substr(pos));
-                return;
-            }
-            if (rc < 0) {
-                throw std::runtime_error("PCRE2 match failed with error " + std::to_string(rc));
-            }
-            const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
-            const std::size_t start = ovector[0];
-            const std::size_t end = ovector[1];
-            if (end <= start) throw std::logic_error("GPT-2's pattern matched an empty string");
-            if (start > pos) on_piece(text.substr(pos, start - pos));
-            on_piece(text.substr(start, end - start));
-            pos = end;
-        }
-    }
-
-  private:
-    struct CodeDeleter {
-        void operator()(pcre2_code* code) const { pcre2_code_free(code); }
-    };
-    struct MatchDataDeleter {
-        void operator()(pcre2_match_data* data) const { pcre2_match_data_free(data); }
-    };
-    std::unique_ptr<pcre2_code, CodeDeleter> code_;
-};
-
-// Calls on_text for the ordinary text between occurrences of <|endoftext|> and on_eot for each.
-template <typename OnText, typename OnEot>
-void split_end_of_text(std::string_view text, OnText&& on_text, OnEot&& on_eot) {
-    std::size_t pos = 0;
-    for (std::size_t found; (found = text.find(detail::kEndOfText, pos)) != std::string_view::npos;
-         pos = found + detail::kEndOfText.size()) {
-        if (found > pos) on_text(text.substr(pos, found - pos));
-        on_eot();
-    }
-    if (pos < text.size()) on_text(text.substr(pos));
-}
+using namespace detail;  // the shared pieces of bpe_shared.hpp
 
 // Scratch space for merging one piece, reused across pieces to avoid allocations.
 struct MergeScratch {
@@ -456,149 +362,5 @@ std::unique_ptr<Tokenizer> deserialize_bpe(ByteReader& reader, TokenizerKind kin
 }
 
 }  // namespace detail
-
-namespace {
-
-// Incremental BPE training state. Words are distinct pre-tokens with their counts; a merge only
-// revisits the words that contain its pair (found through where_), and pair counts change by
-// deltas, so no step recounts the corpus.
-class BpeTrainer {
-  public:
-    explicit BpeTrainer(std::string_view corpus) {
-        const Pretokenizer pretokenizer;
-        std::unordered_map<std::string_view, std::int64_t> counts;
-        split_end_of_text(
-            corpus,
-            [&](std::string_view text) {
-                pretokenizer.split(text, [&](std::string_view piece) { ++counts[piece]; });
-            },
-            [] {});
-        words_.reserve(counts.size());
-        for (const auto& [piece, count] : counts) {
-            Word word{{}, count};
-            word.symbols.reserve(piece.size());
-            for (const char c : piece)
-                word.symbols.push_back(static_cast<unsigned char>(c));
-            words_.push_back(std::move(word));
-        }
-        for (std::size_t w = 0; w < words_.size(); ++w) {
-            const auto& symbols = words_[w].symbols;
-            for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
-                const std::uint64_t key = pair_key(symbols[i], symbols[i + 1]);
-                pair_counts_[key] += words_[w].count;
-                note_word(key, static_cast<std::int32_t>(w));
-            }
-        }
-        for (const auto& [key, count] : pair_counts_)
-            heap_.push({count, key});
-    }
-
-    // Highest count first; among equal counts the smallest (left, right) ids, so that training
-    // never depends on hash-map iteration order.
-    [[nodiscard]] std::optional<Merge> next_merge() {
-        while (!heap_.empty()) {
-            const Candidate top = heap_.top();
-            heap_.pop();
-            const auto it = pair_counts_.find(top.key);
-            if (it == pair_counts_.end() || it->second != top.count) continue;
-            return Merge{static_cast<std::int32_t>(top.key >> 32),
-                         static_cast<std::int32_t>(top.key & 0xFFFFFFFF)};
-        }
-        return std::nullopt;
-    }
-
-    void apply(Merge merge, std::int32_t new_id) {
-        const std::uint64_t merged_key = pair_key(merge.first, merge.second);
-        const auto where_it = where_.find(merged_key);
-        const std::vector<std::int32_t> affected = std::move(where_it->second);
-        where_.erase(where_it);
-        std::unordered_map<std::uint64_t, std::int64_t> delta;
-        for (const std::int32_t w : affected) {
-            auto& symbols = words_[w].symbols;
-            const std::int64_t count = words_[w].count;
-            bool found = false;
-            for (std::size_t i = 0; i + 1 < symbols.size() && !found; ++i) {
-                found = symbols[i] == merge.first && symbols[i + 1] == merge.second;
-            }
-            if (!found) continue;
-            for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
-                delta[pair_key(symbols[i], symbols[i + 1])] -= count;
-            }
-            std::size_t out = 0;
-            for (std::size_t i = 0; i < symbols.size();) {
-                if (i + 1 < symbols.size() && symbols[i] == merge.first &&
-                    symbols[i + 1] == merge.second) {
-                    symbols[out++] = new_id;
-                    i += 2;
-                } else {
-                    symbols[out++] = symbols[i++];
-                }
-            }
-            symbols.resize(out);
-            for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
-                const std::uint64_t key = pair_key(symbols[i], symbols[i + 1]);
-                delta[key] += count;
-                if (symbols[i] == new_id || symbols[i + 1] == new_id) note_word(key, w);
-            }
-        }
-        for (const auto& [key, change] : delta) {
-            if (change == 0) continue;
-            const auto it = pair_counts_.find(key);
-            const std::int64_t count = (it == pair_counts_.end() ? 0 : it->second) + change;
-            if (count <= 0) {
-                if (it != pair_counts_.end()) pair_counts_.erase(it);
-                where_.erase(key);
-            } else {
-                pair_counts_[key] = count;
-                heap_.push({count, key});
-            }
-        }
-    }
-
-  private:
-    struct Word {
-        std::vector<std::int32_t> symbols;
-        std::int64_t count;
-    };
-    struct Candidate {
-        std::int64_t count;
-        std::uint64_t key;
-        [[nodiscard]] bool operator<(const Candidate& other) const {
-            return count != other.count ? count < other.count : key > other.key;
-        }
-    };
-
-    void note_word(std::uint64_t key, std::int32_t w) {
-        auto& list = where_[key];
-        if (list.empty() || list.back() != w) list.push_back(w);
-    }
-
-    std::vector<Word> words_;
-    std::unordered_map<std::uint64_t, std::int64_t> pair_counts_;
-    std::unordered_map<std::uint64_t, std::vector<std::int32_t>> where_;
-    std::priority_queue<Candidate> heap_;
-};
-
-}  // namespace
-
-std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus, int vocab_size) {
-    if (vocab_size < kNumBytes + 1 || vocab_size > kMaxTrainedVocab) {
-        throw InputError("bpe tokenizer: vocab size " + std::to_string(vocab_size) +
-                         " must be in " + std::to_string(kNumBytes + 1) + ".." +
-                         std::to_string(kMaxTrainedVocab) +
-                         " (256 bytes + merges + <|endoftext|>)");
-    }
-    BpeTrainer trainer(corpus);
-    std::vector<Merge> merges;
-    const auto wanted = static_cast<std::size_t>(vocab_size - kNumBytes - 1);
-    merges.reserve(wanted);
-    while (merges.size() < wanted) {
-        const std::optional<Merge> merge = trainer.next_merge();
-        if (!merge) break;  // every pre-token is a single token already
-        trainer.apply(*merge, static_cast<std::int32_t>(kNumBytes + merges.size()));
-        merges.push_back(*merge);
-    }
-    return detail::make_trained_bpe(std::move(merges));
-}
 
 }  // namespace gpt2
