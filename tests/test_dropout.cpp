@@ -187,6 +187,27 @@ INSTANTIATE_TEST_SUITE_P(Recompute, DropoutReference,
                              return info.param == Recompute::Cheap ? "cheap" : "layers";
                          });
 
+// bf16 products with dropout: PyTorch's fp32 gradient with the same masks, within the bf16
+// tolerance of test_model_reference (2e-2 relative in norm, per tensor).
+TEST_F(DropoutReference, Bf16GradientFollowsPyTorchWithTheSameMasks) {
+    Model model = make_model();
+    set_precision(model, Precision::Bf16);
+    ThreadLocalTrainingContext ctx(config_, B_, T_, Precision::Bf16);
+    const int N = B_ * T_;
+    std::vector<float> gradient(model.layout.total());
+    const double loss =
+        forward_backward(model, ctx, batch(0, B_), 1.0f / static_cast<float>(N), gradient) / N;
+    const double expected_loss = fixture_.at("loss").f32[0];
+    EXPECT_NEAR(loss, expected_loss, 1e-2 * expected_loss);
+    const std::span<const float> grads = fixture_.at("grads").f32;
+    for (int i = 0; i < kNumParamTensors; ++i) {
+        const auto t = static_cast<ParamTensor>(i);
+        EXPECT_TRUE(test::norm_close(model.layout.tensor(std::span<const float>(gradient), t),
+                                     model.layout.tensor(grads, t), 2e-2))
+            << "gradient of " << param_tensor_name(t);
+    }
+}
+
 // A batch split into single sequences (as workers and ranks split a step) draws the same masks:
 // the summed gradient is the whole batch's up to the summation order.
 TEST_F(DropoutReference, SequenceBySequenceGivesTheWholeBatchsGradient) {
