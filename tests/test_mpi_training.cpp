@@ -123,10 +123,13 @@ TEST(MpiTraining, DropoutTrainsAlikeHoweverTheStepIsSplitAndResumesBitwise) {
             (dir / name) + " --metrics-file " + (dir / (name + ".jsonl")) + " " + extra;
         const auto result = run_command(command);
         EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.output;
+        return result.output;
     };
     // The schedule spans 10 steps however many the first start runs.
     const std::string ten = "--max-steps 10 --dropout 0.2 --lr-decay-steps 10";
-    train("np1_w1", 1, 1, 8, 1, ten);
+    expect_logged(train("np1_w1", 1, 1, 8, 1, ten),
+                  "dropout 0.2 on the embeddings, the attention probabilities and the attention "
+                  "and MLP outputs (training steps only)");
     train("np1_w3", 1, 3, 8, 1, ten);
     train("np1_w4", 1, 4, 8, 1, ten);
     train("np2_w2", 2, 2, 4, 1, ten);

@@ -225,6 +225,12 @@ void TrainingLoop::log_banner() const {
     spdlog::info("ranks x workers {} x {} | batch {} x {} per rank, grad accum {} | {} tokens/step",
                  comm_.size(), W, B_, T_, plan_.grad_accum,
                  with_commas(static_cast<double>(tokens_per_step_)));
+    if (o_.dropout > 0.0f) {
+        spdlog::info(
+            "dropout {} on the embeddings, the attention probabilities and the attention "
+            "and MLP outputs (training steps only)",
+            o_.dropout);
+    }
     log_memory();
     for (const std::string& line : describe_memory(replica_.memory))
         spdlog::info("{}", line);
