@@ -15,6 +15,11 @@ if ! [[ $seconds =~ ^[0-9]+$ ]] || [[ $seconds -eq 0 ]]; then
   echo "usage: $0 [seconds per target, default 30]" >&2
   exit 2
 fi
+parallel=${FUZZ_JOBS:-$(nproc)}
+if ! [[ $parallel =~ ^[1-9][0-9]*$ ]]; then
+  echo "FUZZ_JOBS must be a positive number (got '$parallel')" >&2
+  exit 2
+fi
 root=$PWD
 fuzz_dir=$root/tests/fuzz
 bin_dir=$root/build-fuzz/fuzz
@@ -74,7 +79,6 @@ done
 
 # The targets fuzz side by side, one per core (FUZZ_JOBS, default the cores available): each
 # still gets its SECONDS of its own core, and the run takes 1/cores of the time.
-parallel=${FUZZ_JOBS:-$(nproc)}
 fuzz_target() {
   local name=$1 run=$work/$1 status=0
   mkdir -p "$run/artifacts" "$run/tmp"
@@ -93,7 +97,8 @@ done
 wait
 for name in $targets; do
   run=$work/$name
-  status=$(cat "$run/status")
+  # No status file: the job failed before its fuzzer ran (a missing corpus, say).
+  status=$(cat "$run/status" 2>/dev/null || echo 1)
   runs=$(grep -m1 -oP 'stat::number_of_executed_units:\s*\K[0-9]+' "$run/log" ||
     grep -oP '^#\K[0-9]+' "$run/log" | tail -n1 || echo "?")
   secs=$(grep -m1 -oP 'stat::average_exec_per_sec:\s*\K[0-9]+' "$run/log" || echo "?")

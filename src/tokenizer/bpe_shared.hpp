@@ -2,7 +2,10 @@
 // (PCRE2), the end-of-text split, and the keys of a merge's pair.
 #pragma once
 
+// 8-bit code units: every file of the tokenizer that names PCRE2 includes it through here.
+#ifndef PCRE2_CODE_UNIT_WIDTH
 #define PCRE2_CODE_UNIT_WIDTH 8
+#endif
 #include <pcre2.h>
 
 #include <array>
