@@ -60,6 +60,19 @@ inline ::testing::AssertionResult norm_close(std::span<const float> actual,
     return ::testing::AssertionSuccess();
 }
 
+// Every parameter tensor of `actual` within `rtol` of `expected` in norm (norm_close per tensor),
+// naming the first that is not.
+inline ::testing::AssertionResult tensors_close(const ParameterLayout& layout,
+                                                std::span<const float> actual,
+                                                std::span<const float> expected, double rtol) {
+    for (int i = 0; i < kNumParamTensors; ++i) {
+        const auto t = static_cast<ParamTensor>(i);
+        auto r = norm_close(layout.tensor(actual, t), layout.tensor(expected, t), rtol);
+        if (!r) return r << " in " << param_tensor_name(t);
+    }
+    return ::testing::AssertionSuccess();
+}
+
 // Two trainings of the same model agree: every tensor to `rtol` in norm, except the key bias.
 // Its true gradient is exactly zero (softmax ignores a per-row constant), so Adam turns float
 // rounding noise into steps of about lr there: those entries need only stay within
@@ -85,13 +98,7 @@ inline ::testing::AssertionResult same_training(const ModelConfig& config,
             a[k] = e[k] = 0.0f;
         }
     }
-    for (int i = 0; i < kNumParamTensors; ++i) {
-        const auto t = static_cast<ParamTensor>(i);
-        auto r = norm_close(layout.tensor(std::span<const float>(a), t),
-                            layout.tensor(std::span<const float>(e), t), rtol);
-        if (!r) return r << " in " << param_tensor_name(t);
-    }
-    return ::testing::AssertionSuccess();
+    return tensors_close(layout, a, e, rtol);
 }
 
 }  // namespace gpt2::test

@@ -37,8 +37,12 @@ TokenBatch worker_sequences(std::span<const std::int32_t> inputs,
     const Range seqs = split_range(static_cast<std::size_t>(B), w, W);
     const std::size_t begin = offset + seqs.begin * static_cast<std::size_t>(T);
     const std::size_t count = (seqs.end - seqs.begin) * static_cast<std::size_t>(T);
-    return TokenBatch{inputs.subspan(begin, count), targets.subspan(begin, count),
-                      static_cast<int>(seqs.end - seqs.begin), T};
+    return TokenBatch{inputs.subspan(begin, count),
+                      targets.subspan(begin, count),
+                      static_cast<int>(seqs.end - seqs.begin),
+                      T,
+                      Dropout{},
+                      seqs.begin};
 }
 
 GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, const StepBatch& batch,
@@ -62,10 +66,11 @@ GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, cons
                                                     a + 1 == batch.grad_accum ? &ready : nullptr);
                 TokenBatch mine =
                     worker_sequences(batch.inputs, batch.targets, a * micro_tokens, B, T, w, W);
+                // The step's index of the micro-batch's first sequence, on top of the worker's
+                // place in the micro-batch.
                 mine.dropout = batch.dropout;
-                mine.first_sequence = static_cast<std::uint64_t>(a * batch.ranks + batch.rank) *
-                                          static_cast<std::uint64_t>(B) +
-                                      split_range(static_cast<std::size_t>(B), w, W).begin;
+                mine.first_sequence += static_cast<std::uint64_t>(a * batch.ranks + batch.rank) *
+                                       static_cast<std::uint64_t>(B);
                 if (mine.B > 0) {
                     loss += forward_backward(model, workers.context(w), mine, dloss, sink);
                 } else {

@@ -97,7 +97,8 @@ struct StepBatch {
     Dropout dropout{};
 };
 
-// Worker w's sequences (of W workers) of the micro-batch of B x T tokens starting at `offset`.
+// Worker w's sequences (of W workers) of the micro-batch of B x T tokens starting at `offset`;
+// its first_sequence is the first one's index in the micro-batch.
 [[nodiscard]] TokenBatch worker_sequences(std::span<const std::int32_t> inputs,
                                           std::span<const std::int32_t> targets, std::size_t offset,
                                           int B, int T, int w, int W);

@@ -1,5 +1,6 @@
 // Byte-level BPE shared by the bpe and gpt2 kinds: merge-rank encoding over GPT-2's pre-tokens and
-// validation of merge tables (the pre-tokenizer is in bpe_shared.hpp, training in bpe_training.cpp).
+// validation of merge tables (the pre-tokenizer is in bpe_shared.hpp, training in
+// bpe_training.cpp).
 #include <algorithm>
 #include <array>
 #include <functional>
