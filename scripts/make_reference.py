@@ -99,19 +99,22 @@ MASK64 = (1 << 64) - 1
 
 
 def mix64(x):
-    """MurmurHash3's 64-bit finalizer, on a Python int or a NumPy uint64 array."""
-    if isinstance(x, int):
-        x ^= x >> 33
-        x = (x * 0xFF51AFD7ED558CCD) & MASK64
-        x ^= x >> 33
-        x = (x * 0xC4CEB9FE1A85EC53) & MASK64
-        return x ^ (x >> 33)
+    """MurmurHash3's 64-bit finalizer (the keys), on a Python int."""
+    x ^= x >> 33
+    x = (x * 0xFF51AFD7ED558CCD) & MASK64
+    x ^= x >> 33
+    x = (x * 0xC4CEB9FE1A85EC53) & MASK64
+    return x ^ (x >> 33)
+
+
+def mix32(x):
+    """MurmurHash3's 32-bit finalizer (each element's draw), on a NumPy uint32 array."""
     with np.errstate(over="ignore"):
-        x = x ^ (x >> np.uint64(33))
-        x = x * np.uint64(0xFF51AFD7ED558CCD)
-        x = x ^ (x >> np.uint64(33))
-        x = x * np.uint64(0xC4CEB9FE1A85EC53)
-        return x ^ (x >> np.uint64(33))
+        x = x ^ (x >> np.uint32(16))
+        x = x * np.uint32(0x85EBCA6B)
+        x = x ^ (x >> np.uint32(13))
+        x = x * np.uint32(0xC2B2AE35)
+        return x ^ (x >> np.uint32(16))
 
 
 def keep_mask(layer, site, count):
@@ -123,10 +126,10 @@ def keep_mask(layer, site, count):
     for b in range(B):
         seq = DROPOUT_FIRST_SEQUENCE + b
         seq_key = mix64((site_key + seq * 0xD1B54A32D192ED03) & MASK64)
+        low, high = np.uint32(seq_key & 0xFFFFFFFF), np.uint32(seq_key >> 32)
         with np.errstate(over="ignore"):
-            e = np.arange(count, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-            bits = mix64(np.uint64(seq_key) + e) >> np.uint64(32)
-        rows.append((bits >= np.uint64(threshold)).astype(np.float32))
+            bits = mix32(mix32(np.arange(count, dtype=np.uint32) + low) ^ high)
+        rows.append((bits >= np.uint32(threshold)).astype(np.float32))
     return np.stack(rows)
 
 

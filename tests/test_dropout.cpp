@@ -27,7 +27,7 @@ std::vector<bool> draw(const DropoutMask& mask, int b, std::uint64_t count) {
     const std::uint64_t key = mask.sequence_key(b);
     std::vector<bool> kept(count);
     for (std::uint64_t e = 0; e < count; ++e)
-        kept[e] = dropout_keeps(key, e, mask.threshold());
+        kept[e] = dropout_keeps(key, static_cast<std::uint32_t>(e), mask.threshold());
     return kept;
 }
 
@@ -137,7 +137,7 @@ NaiveAttention naive_attention(const std::vector<float>& qkv, const std::vector<
                 for (int j = 0; j <= i; ++j) {
                     p[j] /= sum;
                     const auto e =
-                        static_cast<std::uint64_t>((static_cast<long>(h) * T + i) * T + j);
+                        static_cast<std::uint32_t>((static_cast<long>(h) * T + i) * T + j);
                     m[j] = dropout_keeps(key, e, mask.threshold()) ? mask.scale() : 0.0;
                 }
                 const std::size_t o = (static_cast<std::size_t>(b) * T + i) * C + h * hs;

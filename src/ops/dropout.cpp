@@ -27,9 +27,12 @@ void apply_dropout(float* x, int B, long n, const DropoutMask& mask) {
     for (int b = 0; b < B; ++b) {
         const std::uint64_t key = mask.sequence_key(b);
         float* row = x + static_cast<long>(b) * n;
-        for (long e = 0; e < n; ++e)
-            row[e] = dropout_keeps(key, static_cast<std::uint64_t>(e), threshold) ? row[e] * scale
-                                                                                  : 0.0f;
+        // A multiply by the kept value's factor, not a branch, so that the loop vectorises.
+        for (long e = 0; e < n; ++e) {
+            const float factor =
+                dropout_keeps(key, static_cast<std::uint32_t>(e), threshold) ? scale : 0.0f;
+            row[e] *= factor;
+        }
     }
 }
 

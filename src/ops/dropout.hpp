@@ -31,7 +31,7 @@ struct DropoutMask {
     [[nodiscard]] std::uint64_t sequence_key(int b) const;
 };
 
-// The counter's mixing function: MurmurHash3's 64-bit finalizer (a bijection with full avalanche).
+// The keys' mixing function: MurmurHash3's 64-bit finalizer (a bijection with full avalanche).
 [[nodiscard]] constexpr std::uint64_t mix64(std::uint64_t x) {
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdULL;
@@ -44,12 +44,25 @@ struct DropoutMask {
 [[nodiscard]] std::uint64_t dropout_site_key(std::uint64_t seed, std::uint64_t step, int layer,
                                              DropoutSite site);
 
-// Whether element `element` of the sequence with key `sequence_key` is kept.
-[[nodiscard]] inline bool dropout_keeps(std::uint64_t sequence_key, std::uint64_t element,
+// MurmurHash3's 32-bit finalizer: the per-element draw uses 32-bit multiplies only, which AVX2
+// vectorises (64-bit ones it has not: 2.4 ns an element against 0.2 measured on one Zen 5 core).
+[[nodiscard]] constexpr std::uint32_t mix32(std::uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x85ebca6bU;
+    x ^= x >> 13;
+    x *= 0xc2b2ae35U;
+    x ^= x >> 16;
+    return x;
+}
+
+// Whether element `element` (< 2^32 per sequence and site) of the sequence with key
+// `sequence_key` is kept. The high half of the key goes in after the first round, so sequences
+// whose low halves differ by d do not draw one stream shifted by d.
+[[nodiscard]] inline bool dropout_keeps(std::uint64_t sequence_key, std::uint32_t element,
                                         std::uint32_t threshold) {
-    constexpr std::uint64_t kElementStride = 0x9e3779b97f4a7c15ULL;  // 2^64 / golden ratio
-    return static_cast<std::uint32_t>(mix64(sequence_key + element * kElementStride) >> 32) >=
-           threshold;
+    const auto low = static_cast<std::uint32_t>(sequence_key);
+    const auto high = static_cast<std::uint32_t>(sequence_key >> 32);
+    return mix32(mix32(element + low) ^ high) >= threshold;
 }
 
 // x (B, n): element e of sequence b kept and scaled, or zeroed, by the mask. The same call on the
