@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <span>
@@ -17,6 +19,7 @@
 #include "attention_reference.hpp"
 #include "core/random.hpp"
 #include "ops/attention.hpp"
+#include "ops/gemm.hpp"
 #include "ops/kernels.hpp"
 #include "ops/peak_flops.hpp"
 #include "test_support.hpp"
@@ -113,6 +116,20 @@ std::vector<float> minus(std::span<const float> a, float b) {
 
 // ---------------------------------------------------------------------------------------------
 // encoder
+
+// The tests' main chose the kernels as the programs do (select_gemm_kernels): AVX-512 ones on a
+// CPU with AVX-512 whatever OPENBLAS_CORETYPE was inherited, or the family asked for by name.
+TEST(GemmKernels, TheTestsRunTheKernelsTheProgramsRun) {
+    const std::string name = gemm_kernel_name();
+    std::printf("OpenBLAS kernels: %s\n", name.c_str());
+    if (const char* wanted = std::getenv("GPT2_OPENBLAS_CORETYPE")) {
+        EXPECT_EQ(name, wanted);
+    } else if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+        EXPECT_NE(name, "Haswell");
+        EXPECT_NE(name, "Zen");
+    }
+}
 
 TEST(EncoderBackward, MatchesFiniteDifferencesAndAccumulates) {
     const int B = 2, T = 5, C = 8, V = 7;

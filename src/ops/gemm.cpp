@@ -22,6 +22,7 @@ void ensure_single_threaded() {
 void select_gemm_kernels(char** argv) {
     if (std::getenv("GPT2_GEMM_REEXEC") != nullptr) return;  // already re-executed once
     const char* wanted = std::getenv("GPT2_OPENBLAS_CORETYPE");
+    if (wanted != nullptr && *wanted == '\0') wanted = nullptr;  // set but empty: the default
     if (wanted == nullptr) {
         const bool avx512 =
             __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -8,8 +8,8 @@ namespace gpt2 {
 // OpenBLAS 0.3.21 does not know AVX-512 CPUs newer than it (AMD Zen 4/5) and runs its AVX2
 // kernels there at about half the speed; it reads OPENBLAS_CORETYPE only when it loads. On such a
 // CPU this re-executes the program once with OPENBLAS_CORETYPE=SkylakeX (overriding an inherited
-// OPENBLAS_CORETYPE); GPT2_OPENBLAS_CORETYPE=NAME chooses the kernels explicitly instead. Call
-// first thing in main(), before MPI_Init.
+// OPENBLAS_CORETYPE); GPT2_OPENBLAS_CORETYPE=NAME chooses the kernels explicitly instead (set but
+// empty: as if unset). Call first thing in main(), before MPI_Init.
 void select_gemm_kernels(char** argv);
 // The kernel family OpenBLAS is using (for the start-up log).
 [[nodiscard]] const char* gemm_kernel_name();

@@ -179,7 +179,8 @@ void update_weights(Model& model, AdamWState& optimizer, std::span<float> grad,
 
 StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers,
                        const Communicator& comm, const StepBatch& batch, const StepHyper& hyper,
-                       InjectedFault fault, SpikeGuard* guard) {
+                       const StepTestHooks& hooks, SpikeGuard* guard) {
+    const InjectedFault fault = hooks.fault;
     check_exchange(hyper, workers, comm);
     const GradientExchange exchange =
         fault == InjectedFault::None ? hyper.exchange : after_backward(hyper.exchange);
@@ -220,6 +221,7 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     metrics.grad_norm =
         std::sqrt(gradient_norm_squared(grad, exchange, owned, workers, comm, hyper));
     metrics.timings.allreduce = lap(clock) + pass.seconds_after_backward;
+    if (hooks.inspect_gradient) hooks.inspect_gradient(grad, metrics.grad_norm);
 
     const bool finite = std::isfinite(metrics.loss) && std::isfinite(metrics.grad_norm);
     if (finite && guard != nullptr) {

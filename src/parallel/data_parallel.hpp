@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -74,13 +75,22 @@ struct StepMetrics {
 // Test hooks for the skip paths: a non-finite gradient, or one scaled by 10^4 (a norm spike).
 enum class InjectedFault { None, NanGradient, GradientSpike };
 
+// What tests may do inside a step: inject a fault into the gradient before it travels, and see
+// the gradient the update is about to use.
+struct StepTestHooks {
+    InjectedFault fault = InjectedFault::None;
+    // Called after the exchange with this rank's summed gradient, before clipping (the global
+    // sum in the rank's owned elements: all of them, or its slice under ZeRO-1 and shared
+    // memory), and the global norm.
+    std::function<void(std::span<const float> gradient, double grad_norm)> inspect_gradient;
+};
+
 // Forward/backward over all micro-batches, gradient reduction across workers and ranks, and the
 // AdamW update; skipped, with gradients cleared, when the loss or norm is not finite or, with a
 // `guard`, when its z-score says the step is a spike (every rank judges the same numbers).
 [[nodiscard]] StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers,
                                      const Communicator& comm, const StepBatch& batch,
-                                     const StepHyper& hyper,
-                                     InjectedFault fault = InjectedFault::None,
+                                     const StepHyper& hyper, const StepTestHooks& hooks = {},
                                      SpikeGuard* guard = nullptr);
 
 // Mean loss over `num_batches` micro-batches of this rank's tokens, averaged over all ranks.

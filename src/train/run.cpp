@@ -316,9 +316,10 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
         StepBatch{inputs_, targets_, plan_.grad_accum, plan_.global_sequences, comm_.rank(),
                   comm_.size(), Dropout{o_.dropout, o_.seed, static_cast<std::uint64_t>(step)}},
         hyper,
-        step == o_.inject_nan_step     ? InjectedFault::NanGradient
-        : step == o_.inject_spike_step ? InjectedFault::GradientSpike
-                                       : InjectedFault::None,
+        StepTestHooks{.fault = step == o_.inject_nan_step     ? InjectedFault::NanGradient
+                               : step == o_.inject_spike_step ? InjectedFault::GradientSpike
+                                                              : InjectedFault::None,
+                      .inspect_gradient = {}},
         &plan_.spikes);
     const double seconds = seconds_since(t0);
     const std::int64_t completed = step + 1;
