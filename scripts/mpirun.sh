@@ -8,6 +8,8 @@
 # of a large model; and a terminal's Ctrl-C reaches mpirun, not the ranks, which Open MPI puts in
 # process groups of their own. Here mpirun runs in a process group of its own, so the terminal's
 # Ctrl-C reaches only this script. MPIRUN names another launcher (default: mpirun).
+# As root (a container, typically), Open MPI refuses to start unless told root is allowed: this
+# script tells it (--allow-run-as-root), and says so, unless OMPI_ALLOW_RUN_AS_ROOT is set.
 # Exit: mpirun's exit code.
 set -uo pipefail
 if (($# == 0)); then
@@ -15,9 +17,18 @@ if (($# == 0)); then
   exit 2
 fi
 launcher=${MPIRUN:-mpirun}
+root_args=()
+if [[ $(id -u) -eq 0 && -z "${OMPI_ALLOW_RUN_AS_ROOT:-}" && " $* " != *" --allow-run-as-root "* ]]; then
+  case "$(basename "$launcher")" in
+    mpirun | mpiexec | orterun)
+      root_args=(--allow-run-as-root)
+      echo "[mpirun.sh] running as root: passing --allow-run-as-root (Open MPI refuses root otherwise)" >&2
+      ;;
+  esac
+fi
 # Job control gives the background job a process group of its own.
 set -m
-"$launcher" "$@" &
+"$launcher" "${root_args[@]}" "$@" &
 job=$!
 set +m
 stops=0

@@ -149,6 +149,30 @@ TEST_F(InferenceProgram, BadCheckpointsFailNamingTheFile) {
     }
 }
 
+// A run's --out-dir stands for its newest checkpoint that verifies (as --resume auto takes it),
+// so README's commands work whatever step a run stopped at; a damaged newest one is skipped.
+TEST_F(InferenceProgram, ADirectoryOfCheckpointsMeansItsNewestThatVerifies) {
+    const std::string run = path("run");
+    std::filesystem::create_directories(run);
+    std::filesystem::copy_file(path("flipped.bin"), run + "/model_000030.bin");
+    std::filesystem::copy_file(path("model.bin"), run + "/model_000020.bin");
+    std::filesystem::copy_file(path("big_vocab.bin"), run + "/model_000010.bin");
+    const auto r = inference(run + " --prompt 'not' --max-new-tokens 30 --temperature 0");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(run + "/model_000030.bin"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("its newest checkpoint, " + run + "/model_000020.bin"),
+              std::string::npos)
+        << r.output;
+    const auto direct = inference(path("model.bin") +
+                                      " --prompt 'not' --max-new-tokens 30 "
+                                      "--temperature 0",
+                                  0, true);
+    EXPECT_NE(r.output.find(direct.output), std::string::npos) << r.output << direct.output;
+    const auto empty = inference(path("") + " --max-new-tokens 5");
+    EXPECT_EQ(empty.exit_code, 1) << empty.output;
+    EXPECT_NE(empty.output.find("neither a run's checkpoints"), std::string::npos) << empty.output;
+}
+
 TEST_F(InferenceProgram, TokenizerLargerThanModelVocabularyFails) {
     const auto r = inference(path("big_vocab.bin") + " --max-new-tokens 5");
     EXPECT_NE(r.exit_code, 0) << r.output;

@@ -1,6 +1,7 @@
 #include "formats/model_file.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 
 #include "core/error.hpp"
@@ -84,6 +85,29 @@ std::string write_as_hugging_face(const ModelOutput& output, const Model& model,
 
 }  // namespace
 
+namespace {
+// The model files of a run's --out-dir (model_N.bin, N all digits), newest step first.
+std::vector<std::pair<std::int64_t, std::filesystem::path>> checkpoint_models(
+    const std::filesystem::path& dir) {
+    std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (!name.starts_with("model_") || !name.ends_with(".bin") || name.size() <= 10) continue;
+        const std::string_view digits(name.data() + 6, name.size() - 10);
+        std::int64_t step = 0;
+        const auto [end, error] =
+            std::from_chars(digits.data(), digits.data() + digits.size(), step);
+        if (error == std::errc() && end == digits.data() + digits.size()) {
+            found.emplace_back(step, entry.path());
+        }
+    }
+    std::sort(found.begin(), found.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
+    return found;
+}
+}  // namespace
+
 LoadedModel load_model_file(const std::filesystem::path& path, std::vector<std::string>* notes) {
     if (is_hugging_face_model(path)) {
         HuggingFaceNotes hf;
@@ -93,9 +117,21 @@ LoadedModel load_model_file(const std::filesystem::path& path, std::vector<std::
     }
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) {
+        // A run's --out-dir: its newest model file that verifies (as --resume auto takes).
+        for (const auto& [step, file] : checkpoint_models(path)) {
+            try {
+                LoadedModel loaded = load_checkpoint(file);
+                if (notes != nullptr) {
+                    notes->push_back(path.string() + ": its newest checkpoint, " + file.string());
+                }
+                return loaded;
+            } catch (const InputError& e) {
+                if (notes != nullptr) notes->push_back(std::string(e.what()) + ": skipped");
+            }
+        }
         throw InputError(path.string() +
-                         ": a directory, but not a Hugging Face model (no config.json or "
-                         "model.safetensors): expected a model file or such a directory");
+                         ": a directory, but neither a run's checkpoints (model_N.bin) nor a "
+                         "Hugging Face model (config.json and model.safetensors)");
     }
     return load_checkpoint(path);
 }

@@ -14,9 +14,10 @@
 
 namespace gpt2 {
 
-// Reads `path` in whichever format it is. `notes`, when given, receives what the file asks for
-// that is not applied (a Hugging Face config's dropout, say), for the log. InputError naming the
-// file otherwise.
+// Reads `path` in whichever format it is; a directory of our checkpoints (a run's --out-dir)
+// means its newest model file that verifies. `notes`, when given, receives what the log should
+// say: which checkpoint a directory gave, a damaged one skipped, what a file asks for that is not
+// applied (a Hugging Face config's dropout, say). InputError naming the file otherwise.
 [[nodiscard]] LoadedModel load_model_file(const std::filesystem::path& path,
                                           std::vector<std::string>* notes = nullptr);
 
