@@ -43,7 +43,7 @@ inline float tail_dot(const W* w, const float* x, int from, int K) {
 
 // Asks for the weights 8 KiB ahead of four row streams. One token's products are bound by how
 // fast the weights arrive; the hardware prefetchers alone left decoding at about half the rate
-// this reaches (measured on Sapphire Rapids: bf16 70 -> 110 tok/s, int8 100 -> 185 for 124M).
+// this reaches (docs/performance.md).
 template <typename W>
 inline void prefetch_rows_ahead(const W* w0, const W* w1, const W* w2, const W* w3) {
     constexpr int kAhead = 8192 / sizeof(W);
@@ -74,9 +74,9 @@ inline float sum_lanes(__m512 v) {
 }
 
 // The compact formats' matvec with explicit AVX-512: the compiler does not vectorise the
-// conversion inside matvec_portable's lanes well (measured: bf16 and int8 only 1.25x faster than
-// fp32 that way). Four rows share each load of x; two vectors of 16 per row keep eight FMAs in
-// flight.
+// conversion inside matvec_portable's lanes well (bf16 and int8 gained little over fp32 that way:
+// docs/performance.md). Four rows share each load of x; two vectors of 16 per row keep eight FMAs
+// in flight.
 template <typename W>
 void matvec_avx512(float* y, const float* x, const W* w, const float* scales, int n, int K,
                    const float* bias, bool accumulate) {

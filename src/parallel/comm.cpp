@@ -72,8 +72,7 @@ extern "C" const char* __lsan_default_options() {
 MpiSession::MpiSession(int* argc, char*** argv) {
     // Open MPI's non-blocking allreduce (libnbc) picks a binomial tree (reduce, then broadcast)
     // for few ranks, which halves the bandwidth of the overlapped buckets against the blocking
-    // allreduce's ring; ask for the ring unless the user chose (measured over a 1 Gbit/s link:
-    // 25 MiB buckets took 2.09 s binomial, 1.01 s ring, 1.03 s blocking).
+    // allreduce's ring; ask for the ring unless the user chose (measured: docs/performance.md).
     ::setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     int provided = 0;
     check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
@@ -413,8 +412,8 @@ void Communicator::abort(std::string_view message, int code) const {
 // ---- BackgroundAllreduce --------------------------------------------------------------------
 
 // How often the communication thread drives MPI while buckets are in flight: often enough for
-// TCP to keep a 10 Gbit/s link busy, rarely enough to leave the cores to the workers (30, 200 and
-// 1000 us were measured; 200 slowed backward least for the same transfer time).
+// TCP to keep a 10 Gbit/s link busy, rarely enough to leave the cores to the workers (of the
+// intervals measured, this one slowed backward least: docs/performance.md).
 constexpr std::chrono::microseconds kPollInterval{200};
 
 struct BackgroundAllreduce::Impl {

@@ -203,8 +203,8 @@ void TrainingLoop::log_precision() const {
             "the fp32 peak {:.0f} GFLOP/s ({})",
             bf16_backend_name(bf16_backend()), peak_gflops_, yardstick_.describe());
         if (bf16_backend() == Bf16Backend::Avx512Bf16) {
-            // Measured on Sapphire Rapids limited to AVX512_BF16 (ONEDNN_MAX_CPU_ISA): oneDNN
-            // 2.6's bf16 kernels ran at 0.65x OpenBLAS's fp32 there; other CPUs may differ.
+            // oneDNN 2.6's bf16 kernels without AMX measured slower than OpenBLAS's fp32
+            // (docs/performance.md); other CPUs may differ.
             spdlog::warn(
                 "bf16 without AMX can be slower than fp32: compare the two with build/bench_gemm "
                 "or --benchmark before a long run");

@@ -188,9 +188,9 @@ Shared share(const Options& o, const gpt2::Communicator& comm) {
     return Shared{std::move(loaded.model), gpt2::deserialize_tokenizer(loaded.tokenizer)};
 }
 
-// Below ~16M parameters one token's work is too small to gain from a second worker (the 0.8M-
-// parameter test checkpoint: ~0.1 ms/token on one thread or two on a quiet machine, several times
-// slower on two when the cores are busy with other work), so small models default to one thread.
+// Below ~16M parameters one token's work is too small to gain from a second worker (a small
+// model's token takes about as long on one thread as on two, and several times longer on two when
+// the cores are busy with other work), so small models default to one thread.
 int default_threads(const gpt2::Model& model) {
     constexpr std::size_t kParallelParams = std::size_t{16} << 20;
     return model.layout.total() >= kParallelParams ? gpt2::available_cpus() : 1;
