@@ -146,7 +146,7 @@ TEST(HellaswagTraining, AccNormIsLoggedAndTheSameHoweverTheExamplesAreSplit) {
     write_multiple_choice_file(dir.path() / "eval.bin", examples);
     const std::string common = test::build_path("train_gpt2") + test::small_model(16) +
                                " --val-every 2 --sample-every 0"
-                               " --val-batches 1 --max-steps 2 --checkpoint-every 0 --data " +
+                               " --val-tokens 256 --max-steps 2 --checkpoint-every 0 --data " +
                                (dir / "corpus.txt") + " --hellaswag " + (dir / "eval.bin");
     std::vector<double> accuracy;
     for (const std::string split :
