@@ -156,6 +156,8 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
                     {"max_steps", last_step_},
                     {"time", iso_time_now()},
                     {"resumed", plan.resumed},
+                    // The lineage a resumed run continues (hex: JSON readers keep 53-bit numbers).
+                    {"run_id", fmt::format("{:016x}", plan.run_id)},
                     {"ranks", comm.size()},
                     {"threads", replica.workers.size()},
                     {"precision", precision_name(replica.model.precision)},
