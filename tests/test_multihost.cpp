@@ -230,5 +230,42 @@ TEST(ResilientScript, RefusesWithoutResumeAutoAndGivesUpAfterTheRestarts) {
     EXPECT_EQ(fine.output.find("restart"), std::string::npos) << fine.output;
 }
 
+// The line logged with a restart is the job's first actual error: a rank's "error (rank R of N):"
+// even after Open MPI's "Primary job terminated normally, but ..." preamble, and without one,
+// Open MPI's line saying what happened to the rank, never the preamble.
+TEST(ResilientScript, LogsTheFirstActualErrorLineNotOpenMpisPreamble) {
+    const ScratchDir dir("gpt2-resilient-reason");
+    {
+        // What mpirun prints when a rank ends non-zero, then the line given as $1.
+        std::ofstream job(dir.path() / "job.sh");
+        job << "echo 'step 3/10 | loss 2.0 | lr 1.0e-03'\n"
+               "echo '-------------------------------------------------------'\n"
+               "echo 'Primary job  terminated normally, but 1 process returned'\n"
+               "echo 'a non-zero exit code. Per user-direction, the job has been aborted.'\n"
+               "echo '-------------------------------------------------------'\n"
+               "echo \"$1\"\n"
+               "echo 'mpirun detected that one or more processes exited with non-zero status, "
+               "thus causing'\n"
+               "exit 1\n";
+    }
+    const auto reason = [&](const std::string& line) {
+        const auto result = run_command(kScripts + "train_resilient.sh --max-restarts 0 -- bash " +
+                                        (dir / "job.sh") + " '" + line + "' --resume auto");
+        EXPECT_EQ(result.exit_code, 1) << result.output;
+        const std::string said = "giving up after 0 restart(s): exit code 1: ";
+        const std::size_t at = result.output.find(said);
+        if (at == std::string::npos) return "(none in: " + result.output + ")";
+        const std::size_t end = result.output.find('\n', at);
+        return result.output.substr(at + said.size(), end - at - said.size());
+    };
+    EXPECT_EQ(reason("error (rank 1 of 2): --data corpus.txt: no such file"),
+              "error (rank 1 of 2): --data corpus.txt: no such file");
+    EXPECT_EQ(reason("error: --val-tokens 8 is less than --seq-len 64"),
+              "error: --val-tokens 8 is less than --seq-len 64");
+    const std::string killed =
+        "mpirun noticed that process rank 1 with PID 4242 on node a exited on signal 9 (Killed).";
+    EXPECT_EQ(reason(killed), killed);
+}
+
 }  // namespace
 }  // namespace gpt2
