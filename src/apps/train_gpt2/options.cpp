@@ -278,8 +278,8 @@ void add_progress_flags(CLI::Option_group* run, TrainOptions& o) {
                     "stop after this many skipped steps in a row (non-finite or spikes)")
         ->check(app::positive());
     run->add_option("--hellaswag", o.hellaswag,
-                    "llm.c's HellaSwag file (hellaswag_val.bin, scripts/get_hellaswag.sh): log "
-                    "acc_norm");
+                    "llm.c's HellaSwag file (data/hellaswag/hellaswag_val.bin from "
+                    "scripts/get_hellaswag.sh): log acc_norm");
     run->add_option("--eval-every", o.eval_every,
                     "HellaSwag every N steps (0: with each validation, and at the end)")
         ->check(app::at_least(0));
