@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds llm.c's HellaSwag evaluation file (hellaswag_val.bin) with our GPT-2 tokenizer, for
-# train_gpt2 --hellaswag: downloads HellaSwag's public validation JSONL (10,042 examples) unless
-# --jsonl names a copy, then tokenizes it with prepare_data --hellaswag.
+# Builds llm.c's HellaSwag evaluation file OUT/hellaswag_val.bin (data/hellaswag/hellaswag_val.bin)
+# with our GPT-2 tokenizer, for train_gpt2 --hellaswag: downloads HellaSwag's public validation
+# JSONL (10,042 examples) unless --jsonl names a copy (of any name), then tokenizes it with
+# prepare_data --hellaswag.
 #   scripts/get_hellaswag.sh [--jsonl FILE] [--out DIR] [--tokenizer-dir DIR] [--prepare-data PROGRAM]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -16,7 +17,7 @@ while (($#)); do
     --out) out=$2; shift 2 ;;
     --tokenizer-dir) tokenizer_dir=$2; shift 2 ;;
     --prepare-data) prepare=$2; shift 2 ;;
-    *) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
   esac
 done
 # The program: as given, next to an installed script (PREFIX/bin), in a checkout's build/, on PATH.
@@ -35,4 +36,6 @@ if [[ -z $jsonl ]]; then
     curl -fsSL -o "$jsonl.tmp" "$url" && mv "$jsonl.tmp" "$jsonl"
   fi
 fi
-"$prepare" --hellaswag "$jsonl" --tokenizer gpt2 --tokenizer-dir "$tokenizer_dir" --out-dir "$out"
+# One name whatever the JSONL is called: the one the README and train_gpt2 --help give.
+"$prepare" --hellaswag "$jsonl" --name hellaswag_val --tokenizer gpt2 --tokenizer-dir "$tokenizer_dir" \
+  --out-dir "$out"

@@ -24,6 +24,20 @@ if [[ " $* " != *" --resume auto "* ]]; then
   exit 2
 fi
 say() { echo "[train_resilient] $*" >&2; [[ -z $log ]] || echo "$(date -u +%FT%TZ) $*" >>"$log"; }
+# The job's first error line in FILE: our programs' "error: ..." or "error (rank R of N): ..."
+# (also behind mpirun --tag-output's "[job,rank]<stderr>:"); failing that, Open MPI's own failure
+# lines (a rank killed, a daemon lost, MPI_ABORT, a launch that failed), never its "Primary job
+# terminated normally, but ... Per user-direction, the job has been aborted." preamble.
+first_error() {
+  local ours
+  ours=$(grep -m1 -E '^(\[[0-9,]+\]<std(out|err)>: ?)?error( \(rank [0-9]+ of [0-9]+\))?: ' "$1")
+  if [[ -n $ours ]]; then
+    echo "$ours"
+    return
+  fi
+  grep -viE 'terminated normally|per user-direction' "$1" |
+    grep -m1 -iE 'exited on signal|lost communication|unexpectedly failed|MPI_ABORT was invoked|was unable to|not enough slots|received signal|terminate called|exited with non-zero status|killed|aborted|error'
+}
 
 output=$(mktemp)
 trap 'rm -f "$output"' EXIT
@@ -42,7 +56,7 @@ for ((attempt = 0; ; attempt++)); do
     say "stopped by a signal (exit code $code): not restarting"
     exit "$code"
   fi
-  reason=$(grep -m1 -iE 'error: |was unable|killed|terminated|exited on signal|aborted' "$output")
+  reason=$(first_error "$output")
   if ((attempt >= max_restarts)); then
     say "giving up after $attempt restart(s): exit code $code${reason:+: $reason}"
     exit "$code"

@@ -16,7 +16,7 @@ using test::ScratchDir;
 
 const std::string kSmall = test::small_model(32) +
                            " --batch-size 8 --lr 3e-3 --warmup-steps 5"
-                           " --sample-every 0 --val-batches 4";
+                           " --sample-every 0 --val-tokens 1024";
 
 TEST(EndToEnd, TrainingReducesLossAndInferenceGeneratesFromTheCheckpoint) {
     const ScratchDir dir("gpt2-e2e");

@@ -146,7 +146,7 @@ TEST(HellaswagTraining, AccNormIsLoggedAndTheSameHoweverTheExamplesAreSplit) {
     write_multiple_choice_file(dir.path() / "eval.bin", examples);
     const std::string common = test::build_path("train_gpt2") + test::small_model(16) +
                                " --val-every 2 --sample-every 0"
-                               " --val-batches 1 --max-steps 2 --checkpoint-every 0 --data " +
+                               " --val-tokens 256 --max-steps 2 --checkpoint-every 0 --data " +
                                (dir / "corpus.txt") + " --hellaswag " + (dir / "eval.bin");
     std::vector<double> accuracy;
     for (const std::string split :
@@ -195,9 +195,10 @@ TEST(HellaswagTraining, AccNormIsLoggedAndTheSameHoweverTheExamplesAreSplit) {
         << foreign.output;
 }
 
-// scripts/get_hellaswag.sh with a local copy of HellaSwag's JSONL: the file holds GPT-2's tokens
-// of each context and of each ending after a space (llm.c's dev/data/hellaswag.py); a bad line is
-// one error naming it.
+// scripts/get_hellaswag.sh with a local copy of HellaSwag's JSONL (of another name): it writes
+// OUT/hellaswag_val.bin, the name train_gpt2 --help gives, holding GPT-2's tokens of each context
+// and of each ending after a space (llm.c's dev/data/hellaswag.py); prepare_data --hellaswag
+// names the file after the JSONL or --name; a bad line is one error naming it.
 TEST(HellaswagBuilder, TokenizesTheJsonlAsLlmcDoes) {
     const fs::path gpt2_dir = fs::path(GPT2_SHARED_DATA_DIR) / "gpt2";
     if (!fs::exists(gpt2_dir / "encoder.json")) GTEST_SKIP() << "no GPT-2 tokenizer files";
@@ -213,16 +214,23 @@ TEST(HellaswagBuilder, TokenizesTheJsonlAsLlmcDoes) {
          {"label", 0},
          {"endings", {"smile.", "leave", "\u00e9t\u00e9", "x"}}}};
     {
-        std::ofstream out(dir.path() / "hellaswag_val.jsonl");
+        std::ofstream out(dir.path() / "local_copy.jsonl");
         for (const auto& r : records)
             out << r.dump() << "\n";
     }
     const std::string script = std::string(GPT2_SOURCE_DIR) + "/scripts/get_hellaswag.sh";
-    const auto built =
-        run_command(script + " --jsonl " + (dir / "hellaswag_val.jsonl") + " --out " +
-                    (dir / "out") + " --tokenizer-dir " + gpt2_dir.string() + " --prepare-data " +
-                    test::build_path("prepare_data"));
+    const auto built = run_command(script + " --jsonl " + (dir / "local_copy.jsonl") + " --out " +
+                                   (dir / "out") + " --tokenizer-dir " + gpt2_dir.string() +
+                                   " --prepare-data " + test::build_path("prepare_data"));
     ASSERT_EQ(built.exit_code, 0) << built.output;
+    EXPECT_NE(built.output.find("train_gpt2 --hellaswag " + (dir / "out/hellaswag_val.bin")),
+              std::string::npos)
+        << built.output;
+    const auto help = run_command(test::build_path("train_gpt2") + " --help");
+    EXPECT_NE(help.output.find("data/hellaswag/hellaswag_val.bin from scripts/get_hellaswag.sh"),
+              std::string::npos)
+        << help.output;
+    ASSERT_TRUE(fs::exists(dir.path() / "out/hellaswag_val.bin"));
     const auto examples = read_multiple_choice_file(dir.path() / "out/hellaswag_val.bin");
     ASSERT_EQ(examples.size(), 2u);
     const auto tokenizer = load_gpt2_tokenizer(gpt2_dir);
@@ -237,6 +245,13 @@ TEST(HellaswagBuilder, TokenizesTheJsonlAsLlmcDoes) {
         }
     }
     EXPECT_EQ(examples[0].context.front(), 32);  // "A"
+    const std::string prepare = test::build_path("prepare_data") + " --hellaswag " +
+                                (dir / "local_copy.jsonl") + " --tokenizer gpt2 --tokenizer-dir " +
+                                gpt2_dir.string() + " --out-dir ";
+    ASSERT_EQ(run_command(prepare + (dir / "plain")).exit_code, 0);
+    EXPECT_EQ(read_multiple_choice_file(dir.path() / "plain/local_copy.bin").size(), 2u);
+    ASSERT_EQ(run_command(prepare + (dir / "named") + " --name eval").exit_code, 0);
+    EXPECT_EQ(read_multiple_choice_file(dir.path() / "named/eval.bin").size(), 2u);
     std::ofstream(dir.path() / "bad.jsonl") << records[0].dump() << "\n{\"ctx\": \"x\"}\n";
     const auto bad = run_command(test::build_path("prepare_data") + " --hellaswag " +
                                  (dir / "bad.jsonl") + " --tokenizer gpt2 --tokenizer-dir " +

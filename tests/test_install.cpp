@@ -20,7 +20,7 @@ using test::ScratchDir;
 const std::string kSource = GPT2_SOURCE_DIR;
 const std::string kTiny = test::small_model(16) +
                           " --batch-size 2 --threads 1 --val-every 0"
-                          " --sample-every 0 --val-batches 1";
+                          " --sample-every 0 --val-tokens 32";
 
 TEST(Install, TheInstalledProgramsAndScriptsWorkFromAnyDirectory) {
     const ScratchDir dir("gpt2-install");

@@ -26,7 +26,7 @@ using test::ScratchDir;
 const std::string kModelFlags =
     test::small_model(32) +
     " --lr 1e-3 --warmup-steps 2 --eps 1e-5"
-    " --val-every 0 --sample-every 0 --checkpoint-every 0 --seed 5 --val-batches 2";
+    " --val-every 0 --sample-every 0 --checkpoint-every 0 --seed 5 --val-tokens 256";
 
 struct RunOutcome {
     std::vector<double> losses;

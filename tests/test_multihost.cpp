@@ -21,7 +21,7 @@ using test::ScratchDir;
 const std::string kScripts = std::string(GPT2_SOURCE_DIR) + "/scripts/";
 const std::string kModelFlags = test::small_model(32) +
                                 " --lr 1e-3 --warmup-steps 2 --eps 1e-5"
-                                " --val-every 0 --sample-every 0 --seed 5 --val-batches 2";
+                                " --val-every 0 --sample-every 0 --seed 5 --val-tokens 256";
 
 // A rig of `hosts` namespaces for one test, removed by the destructor.
 class Rig {
@@ -228,6 +228,43 @@ TEST(ResilientScript, RefusesWithoutResumeAutoAndGivesUpAfterTheRestarts) {
         run_command(kScripts + "train_resilient.sh -- sh -c 'echo ok' x --resume auto");
     EXPECT_EQ(fine.exit_code, 0) << fine.output;
     EXPECT_EQ(fine.output.find("restart"), std::string::npos) << fine.output;
+}
+
+// The line logged with a restart is the job's first actual error: a rank's "error (rank R of N):"
+// even after Open MPI's "Primary job terminated normally, but ..." preamble, and without one,
+// Open MPI's line saying what happened to the rank, never the preamble.
+TEST(ResilientScript, LogsTheFirstActualErrorLineNotOpenMpisPreamble) {
+    const ScratchDir dir("gpt2-resilient-reason");
+    {
+        // What mpirun prints when a rank ends non-zero, then the line given as $1.
+        std::ofstream job(dir.path() / "job.sh");
+        job << "echo 'step 3/10 | loss 2.0 | lr 1.0e-03'\n"
+               "echo '-------------------------------------------------------'\n"
+               "echo 'Primary job  terminated normally, but 1 process returned'\n"
+               "echo 'a non-zero exit code. Per user-direction, the job has been aborted.'\n"
+               "echo '-------------------------------------------------------'\n"
+               "echo \"$1\"\n"
+               "echo 'mpirun detected that one or more processes exited with non-zero status, "
+               "thus causing'\n"
+               "exit 1\n";
+    }
+    const auto reason = [&](const std::string& line) {
+        const auto result = run_command(kScripts + "train_resilient.sh --max-restarts 0 -- bash " +
+                                        (dir / "job.sh") + " '" + line + "' --resume auto");
+        EXPECT_EQ(result.exit_code, 1) << result.output;
+        const std::string said = "giving up after 0 restart(s): exit code 1: ";
+        const std::size_t at = result.output.find(said);
+        if (at == std::string::npos) return "(none in: " + result.output + ")";
+        const std::size_t end = result.output.find('\n', at);
+        return result.output.substr(at + said.size(), end - at - said.size());
+    };
+    EXPECT_EQ(reason("error (rank 1 of 2): --data corpus.txt: no such file"),
+              "error (rank 1 of 2): --data corpus.txt: no such file");
+    EXPECT_EQ(reason("error: --val-tokens 8 is less than --seq-len 64"),
+              "error: --val-tokens 8 is less than --seq-len 64");
+    const std::string killed =
+        "mpirun noticed that process rank 1 with PID 4242 on node a exited on signal 9 (Killed).";
+    EXPECT_EQ(reason(killed), killed);
 }
 
 }  // namespace

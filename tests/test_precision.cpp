@@ -52,7 +52,7 @@ TEST(Precision, Bf16CharModelReachesTheFp32ValidationLossWithinTwoPercent) {
         const std::string command =
             test::build_path("train_gpt2") +
             " --n-layer 2 --n-head 4 --n-embd 64 --seq-len 64 --batch-size 8 --max-steps 300"
-            " --warmup-steps 20 --val-every 0 --val-batches 16 --sample-every 0"
+            " --warmup-steps 20 --val-every 0 --val-tokens 8192 --sample-every 0"
             " --checkpoint-every 0 --threads 2 --seed 3 --data " +
             corpus.string() + " --precision " + name + " --out-dir " + (dir / name) +
             " --metrics-file " + (dir / (name + ".jsonl"));
@@ -83,7 +83,7 @@ TEST(Precision, RanksAndThreadsSplitTheSameBf16Training) {
             test::mpiexec(s.ranks) + test::build_path("train_gpt2") + test::small_model(32) +
             " --lr 1e-3 --warmup-steps 2"
             " --eps 1e-5 --val-every 0 --sample-every 0 --checkpoint-every 0 --seed 5"
-            " --val-batches 2 --max-steps 10 --precision bf16 --data " +
+            " --val-tokens 256 --max-steps 10 --precision bf16 --data " +
             (dir / "corpus.txt") + " --threads " + std::to_string(s.threads) + " --batch-size " +
             std::to_string(4 / s.ranks) + " --out-dir " + (dir / s.name) + " --metrics-file " +
             (dir / (s.name + ".jsonl"));

@@ -83,6 +83,7 @@ TEST(Readme, NamesNoFlagThatDoesNotExist) {
                                           "--repeats",
                                           "--configs",
                                           "--all-runs",
+                                          "--last-segment",
                                           "--prefix",
                                           "--install",
                                           "--build",

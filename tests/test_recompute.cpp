@@ -128,7 +128,7 @@ std::string train_command(const ScratchDir& dir, const std::string& out, int ran
     const std::string launcher = ranks > 0 ? test::mpiexec(ranks) : "";
     return launcher + test::build_path("train_gpt2") + test::small_model(48) +
            " --batch-size 4 --lr 1e-3"
-           " --warmup-steps 3 --val-every 5 --val-batches 2 --sample-every 0 --checkpoint-every 0"
+           " --warmup-steps 3 --val-every 5 --val-tokens 384 --sample-every 0 --checkpoint-every 0"
            " --seed 11 --data " +
            (dir / "corpus.txt") + " --out-dir " + (dir / out) + " --metrics-file " +
            (dir / (out + ".jsonl")) + " " + extra;

@@ -49,6 +49,16 @@ void broadcast_chunked(std::span<T> data, MPI_Datatype type, int root, std::size
     }
 }
 
+template <typename T>
+void allreduce_sum_chunked(std::span<T> data, MPI_Datatype type, std::size_t max_chunk,
+                           MPI_Comm comm) {
+    for (const Chunk& c : chunk_ranges(data.size(), max_chunk)) {
+        check(MPI_Allreduce(MPI_IN_PLACE, data.data() + c.begin, static_cast<int>(c.count), type,
+                            MPI_SUM, comm),
+              "MPI_Allreduce");
+    }
+}
+
 // The MPI communicator behind a Communicator's handle: its split, or the world.
 template <typename Handle>
 MPI_Comm comm_of(const std::shared_ptr<const Handle>& handle) {
@@ -122,12 +132,10 @@ void Communicator::broadcast_vector(std::vector<std::uint8_t>& data, int root) c
 }
 
 void Communicator::allreduce_sum(std::span<float> data) const {
-    if (size_ == 1) return;
-    for (const Chunk& c : chunk_ranges(data.size(), max_chunk_)) {
-        check(MPI_Allreduce(MPI_IN_PLACE, data.data() + c.begin, static_cast<int>(c.count),
-                            MPI_FLOAT, MPI_SUM, comm_of(handle_)),
-              "MPI_Allreduce");
-    }
+    if (size_ > 1) allreduce_sum_chunked(data, MPI_FLOAT, max_chunk_, comm_of(handle_));
+}
+void Communicator::allreduce_sum(std::span<double> data) const {
+    if (size_ > 1) allreduce_sum_chunked(data, MPI_DOUBLE, max_chunk_, comm_of(handle_));
 }
 
 struct Communicator::Handle {

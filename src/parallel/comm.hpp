@@ -51,6 +51,7 @@ class Communicator {
     void broadcast_vector(std::vector<std::uint8_t>& data, int root = 0) const;
     // In-place elementwise sum across ranks.
     void allreduce_sum(std::span<float> data) const;
+    void allreduce_sum(std::span<double> data) const;
     // ZeRO-1: `shards` (one per rank, in order, covering `data`) say which part each rank owns.
     // Sums `data` across ranks into this rank's shard (the rest of `data` is left undefined).
     void reduce_scatter_sum(std::span<float> data, std::span<const Range> shards) const;

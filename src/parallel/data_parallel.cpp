@@ -250,28 +250,30 @@ StepMetrics train_step(Model& model, AdamWState& optimizer, WorkerGroup& workers
     return metrics;
 }
 
-double evaluate(const Model& model, WorkerGroup& workers, const Communicator& comm,
-                std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
-                int num_batches) {
-    const int W = workers.size();
-    const int B = workers.batch_size();
+Evaluation evaluate(const Model& model, WorkerGroup& workers, const Communicator& comm,
+                    std::uint64_t windows, const WindowReader& read_window) {
     const int T = workers.seq_len();
-    const std::size_t micro_tokens = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
-    const std::span<WorkerPartial> sums = workers.partials();
+    const auto uT = static_cast<std::size_t>(T);
+    // Workers beyond the batch size have no room for activations.
+    const int W = workers.contributing_workers();
+    const Range rank_windows = split_range(windows, comm.rank(), comm.size());
+    std::vector<double> losses(windows, 0.0);
     workers.pool().run([&](int w) {
-        double loss = 0.0;
-        for (int a = 0; a < num_batches; ++a) {
-            const TokenBatch mine = worker_sequences(inputs, targets, a * micro_tokens, B, T, w, W);
-            if (mine.B > 0) loss += forward_loss(model, workers.context(w), mine);
+        if (w >= W) return;
+        const Range mine = split_range(rank_windows.end - rank_windows.begin, w, W);
+        std::vector<std::int32_t> inputs(uT), targets(uT);
+        for (std::size_t i = rank_windows.begin + mine.begin; i < rank_windows.begin + mine.end;
+             ++i) {
+            read_window(i, inputs, targets);
+            losses[i] = forward_loss(model, workers.context(w), TokenBatch{inputs, targets, 1, T});
         }
-        sums[static_cast<std::size_t>(w)].value = loss;
     });
+    comm.allreduce_sum(std::span<double>(losses));
     double loss_sum = 0.0;
-    for (const WorkerPartial& s : sums)
-        loss_sum += s.value;
-    const double tokens =
-        static_cast<double>(micro_tokens) * num_batches * static_cast<double>(comm.size());
-    return comm.allreduce_sum(loss_sum) / tokens;
+    for (const double loss : losses)
+        loss_sum += loss;
+    const auto tokens = static_cast<std::int64_t>(windows * uT);
+    return Evaluation{tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0.0, tokens};
 }
 
 }  // namespace gpt2

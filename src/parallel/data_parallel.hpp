@@ -93,9 +93,24 @@ struct StepTestHooks {
                                      const StepHyper& hyper, const StepTestHooks& hooks = {},
                                      SpikeGuard* guard = nullptr);
 
-// Mean loss over `num_batches` micro-batches of this rank's tokens, averaged over all ranks.
-[[nodiscard]] double evaluate(const Model& model, WorkerGroup& workers, const Communicator& comm,
-                              std::span<const std::int32_t> inputs,
-                              std::span<const std::int32_t> targets, int num_batches);
+// Writes window `window`'s T inputs and their T next-token targets (T = the workers' seq_len).
+// Called by several workers at once.
+using WindowReader = std::function<void(std::uint64_t window, std::span<std::int32_t> inputs,
+                                        std::span<std::int32_t> targets)>;
+
+// What evaluate() measured: the mean per-token loss over `tokens` tokens (windows x T).
+struct Evaluation {
+    double loss = 0.0;
+    std::int64_t tokens = 0;
+};
+
+// The mean loss over windows 0 .. windows-1 of the validation data, the same bits for any batch
+// size, thread count and rank count: each window is one forward of its own (one sequence, so no
+// matrix product ever sees it among other rows), wherever it runs; the windows are divided among
+// the ranks and their workers, each window's loss lands at its index, and every rank adds them in
+// index order after an allreduce in which each index has one non-zero contributor (exact).
+[[nodiscard]] Evaluation evaluate(const Model& model, WorkerGroup& workers,
+                                  const Communicator& comm, std::uint64_t windows,
+                                  const WindowReader& read_window);
 
 }  // namespace gpt2

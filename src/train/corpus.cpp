@@ -49,13 +49,12 @@ void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
             with_commas(static_cast<double>(corpus.val.size())),
             tokenizer_kind_name(corpus.tokenizer->kind()), corpus.tokenizer->vocab_size(),
             seconds_since(start));
-        if (corpus.train.size() <= static_cast<std::size_t>(o.seq_len) ||
-            corpus.val.size() <= static_cast<std::size_t>(o.seq_len)) {
-            throw InputError("--data " + o.data +
-                             ": too short: " + std::to_string(corpus.train.size()) + " train and " +
-                             std::to_string(corpus.val.size()) +
-                             " validation tokens, each split needs more than --seq-len " +
-                             std::to_string(o.seq_len));
+        // A validation split too short for one window only turns validation off (the training
+        // loop says so).
+        if (corpus.train.size() <= static_cast<std::size_t>(o.seq_len)) {
+            throw InputError(
+                "--data " + o.data + ": too short: " + std::to_string(corpus.train.size()) +
+                " train tokens, training needs more than --seq-len " + std::to_string(o.seq_len));
         }
         counts = {static_cast<std::int64_t>(corpus.train.size()),
                   static_cast<std::int64_t>(corpus.val.size())};
@@ -124,10 +123,12 @@ void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
         }
     }
     const auto T = static_cast<std::uint64_t>(o.seq_len);
-    if (corpus.train_store.num_windows(o.seq_len) == 0 ||
-        corpus.val_store.num_windows(o.seq_len) == 0) {
-        throw InputError("--train-data/--val-data: shards hold fewer than --seq-len+1 = " +
-                         std::to_string(T + 1) + " tokens");
+    // Validation shards too short for one window only turn validation off (the training loop
+    // says so).
+    if (corpus.train_store.num_windows(o.seq_len) == 0) {
+        throw InputError("--train-data " + o.train_data +
+                         ": shards hold fewer than --seq-len+1 = " + std::to_string(T + 1) +
+                         " tokens");
     }
 }
 

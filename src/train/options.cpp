@@ -36,7 +36,11 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     require(o.simulate_machines == 0 || world_size % o.simulate_machines == 0,
             "--simulate-machines must divide the number of ranks");
     require(o.val_fraction > 0.0 && o.val_fraction < 1.0, "--val-fraction must be in (0, 1)");
-    require(o.val_every >= 0 && o.val_batches > 0, "--val-every/--val-batches must be positive");
+    require(o.val_every >= 0, "--val-every must not be negative");
+    require(o.val_tokens >= o.seq_len, "--val-tokens " + std::to_string(o.val_tokens) +
+                                           " is less than --seq-len " + std::to_string(o.seq_len) +
+                                           ": validation needs at least one window of --seq-len "
+                                           "tokens");
     require(o.sample_every >= 0 && o.sample_tokens >= 0,
             "--sample-every/--max-new-tokens must not be negative");
     require(o.checkpoint_every >= 0, "--checkpoint-every must not be negative");

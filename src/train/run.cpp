@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -75,6 +76,7 @@ class TrainingLoop {
     void count_skipped(const StepMetrics& m, std::int64_t completed, int& bad_steps);
     void log_step(const StepMetrics& m, std::int64_t completed, float lr, double seconds,
                   double ema_seconds);
+    void log_validation_set() const;
     void validate(std::int64_t completed);
     void evaluate_hellaswag(std::int64_t completed);
     void sample(std::int64_t completed);
@@ -98,8 +100,11 @@ class TrainingLoop {
     const ScheduleConfig schedule_;
     const std::string run_config_;
     const double startup_seconds_;
-    std::vector<std::int32_t> inputs_, targets_, val_inputs_, val_targets_;
+    std::vector<std::int32_t> inputs_, targets_;
     WindowSampler train_sampler_;
+    // The validation set: the first val_windows_ windows of the validation data (0: too short for
+    // one window, no validation).
+    const std::uint64_t val_windows_;
     MetricsFile metrics_;
     std::vector<MultipleChoiceExample> hellaswag_;  // --hellaswag, on every rank
     std::optional<std::filesystem::path> last_checkpoint_;
@@ -132,16 +137,12 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
       startup_seconds_(startup_seconds),
       inputs_(static_cast<std::size_t>(plan.grad_accum) * B_ * T_),
       targets_(inputs_.size()),
-      val_inputs_(static_cast<std::size_t>(o.val_batches) * B_ * T_),
-      val_targets_(val_inputs_.size()),
       train_sampler_(corpus.train_store, T_, o.seed, !o.no_shuffle),
+      val_windows_(std::min(static_cast<std::uint64_t>(o.val_tokens / o.seq_len),
+                            corpus.val_store.num_windows(o.seq_len))),
       metrics_(comm.is_root() ? o.metrics_file : ""),
       hellaswag_(load_hellaswag(o, comm, replica.model.config.vocab_size)),
       checkpoint_clock_(o.checkpoint_minutes, o.test_minutes_per_step) {
-    // The validation set is fixed: the first windows of the validation data, in order.
-    WindowSampler val_sampler(corpus.val_store, T_, o.seed, false);
-    val_sampler.fill_step(0, comm.rank(), comm.size(), B_, o.val_batches, val_inputs_,
-                          val_targets_);
     if (comm.is_root() && !benchmark_) {
         std::error_code ec;
         std::filesystem::create_directories(o.out_dir, ec);
@@ -155,6 +156,8 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
                     {"max_steps", last_step_},
                     {"time", iso_time_now()},
                     {"resumed", plan.resumed},
+                    // The lineage a resumed run continues (hex: JSON readers keep 53-bit numbers).
+                    {"run_id", fmt::format("{:016x}", plan.run_id)},
                     {"ranks", comm.size()},
                     {"threads", replica.workers.size()},
                     {"precision", precision_name(replica.model.precision)},
@@ -257,6 +260,7 @@ void TrainingLoop::log_banner() const {
     spdlog::info("data: {} train windows, {} val windows of {} tokens",
                  with_commas(static_cast<double>(corpus_.train_store.num_windows(T_))),
                  with_commas(static_cast<double>(corpus_.val_store.num_windows(T_))), T_);
+    log_validation_set();
     log_precision();
     for (int w = 0; w < W; ++w) {
         const Range sequences = split_range(static_cast<std::size_t>(B_), w, W);
@@ -407,13 +411,48 @@ void TrainingLoop::log_step(const StepMetrics& m, std::int64_t completed, float 
                     {"norm_z", m.norm_z ? nlohmann::json(*m.norm_z) : nlohmann::json()}});
 }
 
+// What validation covers, once: the tokens, or why there is none.
+void TrainingLoop::log_validation_set() const {
+    if (!comm_.is_root()) return;
+    const std::string split = o_.train_data.empty()
+                                  ? fmt::format("--data {}'s validation split (--val-fraction {})",
+                                                o_.data, o_.val_fraction)
+                                  : "--val-data " + o_.val_data;
+    if (val_windows_ == 0) {
+        spdlog::warn(
+            "no validation: {} holds {} tokens, fewer than one window of --seq-len {} + 1; the "
+            "validation loss is left out",
+            split, with_commas(static_cast<double>(corpus_.val_store.num_tokens())), T_);
+        return;
+    }
+    const std::uint64_t tokens = val_windows_ * static_cast<std::uint64_t>(T_);
+    spdlog::info(
+        "validation: the first {} tokens of {}, {} windows of {}{}",
+        with_commas(static_cast<double>(tokens)), split,
+        with_commas(static_cast<double>(val_windows_)), T_,
+        tokens < static_cast<std::uint64_t>(o_.val_tokens)
+            ? fmt::format(" (--val-tokens {}: {})", with_commas(static_cast<double>(o_.val_tokens)),
+                          val_windows_ < corpus_.val_store.num_windows(T_)
+                              ? "rounded down to whole windows"
+                              : "more than the validation data holds")
+            : std::string());
+}
+
 void TrainingLoop::validate(std::int64_t completed) {
+    if (val_windows_ == 0) return;  // said once at the start
     const auto t0 = Clock::now();
-    const double val_loss = evaluate(replica_.model, replica_.workers, comm_, val_inputs_,
-                                     val_targets_, o_.val_batches);
-    spdlog::info("step {}/{} | val loss {:.4f} | {:.0f} ms", completed, o_.max_steps, val_loss,
-                 seconds_since(t0) * 1e3);
-    metrics_.write({{"type", "val"}, {"step", completed}, {"val_loss", val_loss}});
+    const TokenStore& store = corpus_.val_store;
+    const int T = T_;
+    const Evaluation val =
+        evaluate(replica_.model, replica_.workers, comm_, val_windows_,
+                 [&store, T](std::uint64_t window, std::span<std::int32_t> inputs,
+                             std::span<std::int32_t> targets) {
+                     store.copy_window(window, T, inputs, targets);
+                 });
+    spdlog::info("step {}/{} | val loss {:.4f} ({} tokens) | {:.0f} ms", completed, o_.max_steps,
+                 val.loss, with_commas(static_cast<double>(val.tokens)), seconds_since(t0) * 1e3);
+    metrics_.write(
+        {{"type", "val"}, {"step", completed}, {"val_loss", val.loss}, {"val_tokens", val.tokens}});
 }
 
 void TrainingLoop::evaluate_hellaswag(std::int64_t completed) {
@@ -440,7 +479,13 @@ void TrainingLoop::sample(std::int64_t completed) {
     if (const auto eot = corpus_.tokenizer->eot_id()) {
         tokens.push_back(*eot);
     } else {
-        tokens.push_back(val_inputs_[0]);
+        // No end-of-text token to start from: the first token of the validation data (of the
+        // training data when validation has none).
+        const TokenStore& store =
+            corpus_.val_store.num_windows(1) > 0 ? corpus_.val_store : corpus_.train_store;
+        std::array<std::int32_t, 1> input{}, target{};
+        store.copy_window(0, 1, input, target);
+        tokens.push_back(input[0]);
     }
     const std::size_t prompt = tokens.size();
     generate_recompute(replica_.model, tokens, o_.sample_tokens, SamplingParams{},

@@ -51,7 +51,8 @@ void create_out_dir(const fs::path& dir) {
     if (ec) throw gpt2::InputError("--out-dir " + dir.string() + ": " + ec.message());
 }
 
-// llm.c's HellaSwag evaluation file (--hellaswag) in --out-dir, named after the JSONL.
+// llm.c's HellaSwag evaluation file (--hellaswag) in --out-dir: --name.bin, by default named after
+// the JSONL (hellaswag_val.jsonl: hellaswag_val.bin, the name scripts/get_hellaswag.sh gives).
 void build_hellaswag(const Options& o) {
     if (o.tokenizer != "gpt2") {
         throw gpt2::UsageError("--hellaswag needs --tokenizer gpt2 (the models it evaluates)");
@@ -62,6 +63,7 @@ void build_hellaswag(const Options& o) {
     create_out_dir(o.out_dir);
     fs::path name = o.hellaswag.filename();
     name.replace_extension(".bin");
+    if (!o.name.empty()) name = o.name + ".bin";
     const fs::path out = o.out_dir / name;
     gpt2::write_multiple_choice_file(out, examples);
     spdlog::info("wrote {} ({} examples; train_gpt2 --hellaswag {})", out.string(), examples.size(),

@@ -53,7 +53,8 @@ void add_tokenizer_flags(CLI::App& cli, Options& o) {
 void add_output_flags(CLI::App& cli, Options& o) {
     cli.add_option("--out-dir", o.out_dir, "output directory")->required();
     cli.add_option("--name", o.name,
-                   "shard name prefix (default: the first input's name without extensions)");
+                   "shard name prefix, or with --hellaswag the file's name before .bin (default: "
+                   "the first input's name without extensions)");
     cli.add_option("--val-fraction", o.val_fraction,
                    "validation share (0..0.99): of one text file, its last bytes; of documents, "
                    "every round(1/F)-th document starting with the first")

@@ -251,7 +251,9 @@ void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule) 
 void add_progress_flags(CLI::Option_group* run, TrainOptions& o) {
     run->add_option("--val-every", o.val_every, "validate every N steps (0: only at the end)")
         ->check(app::at_least(0));
-    run->add_option("--val-batches", o.val_batches, "validation micro-batches per evaluation")
+    run->add_option("--val-tokens", o.val_tokens,
+                    "validate on the first N tokens of the validation data, in whole windows of "
+                    "--seq-len (the same loss for any batch size, threads and ranks)")
         ->check(app::positive());
     run->add_option("--sample-every", o.sample_every, "print a sample every N steps (0: never)")
         ->check(app::at_least(0));
@@ -276,8 +278,8 @@ void add_progress_flags(CLI::Option_group* run, TrainOptions& o) {
                     "stop after this many skipped steps in a row (non-finite or spikes)")
         ->check(app::positive());
     run->add_option("--hellaswag", o.hellaswag,
-                    "llm.c's HellaSwag file (hellaswag_val.bin, scripts/get_hellaswag.sh): log "
-                    "acc_norm");
+                    "llm.c's HellaSwag file (data/hellaswag/hellaswag_val.bin from "
+                    "scripts/get_hellaswag.sh): log acc_norm");
     run->add_option("--eval-every", o.eval_every,
                     "HellaSwag every N steps (0: with each validation, and at the end)")
         ->check(app::at_least(0));
