@@ -35,6 +35,14 @@ TEST(Install, TheInstalledProgramsAndScriptsWorkFromAnyDirectory) {
           "share/gpt2-mpi/scripts/slurm/train_gpt2.sbatch"}) {
         EXPECT_TRUE(fs::exists(prefix / file)) << file;
     }
+    // The manual: README.md's docs/ beside it, every page.
+    int pages = 0;
+    for (const auto& page : fs::directory_iterator(fs::path(GPT2_SOURCE_DIR) / "docs")) {
+        ++pages;
+        EXPECT_TRUE(fs::exists(prefix / "share/doc/gpt2-mpi/docs" / page.path().filename()))
+            << page.path();
+    }
+    EXPECT_GE(pages, 5);
     // Everything runs in a directory that has nothing to do with the checkout or the build.
     fs::create_directories(dir.path() / "work");
     test::write_corpus(dir.path() / "work/corpus.txt", 20000);

@@ -1,8 +1,9 @@
-// The README is the user's manual: every flag the programs accept is documented in it, every
-// flag it names exists, and the example output it shows has the shape of what the programs
-// print today (numbers, sizes and machine-dependent names aside).
+// README.md and docs/ are the user's manual: every flag the programs accept is documented in them,
+// every flag they name exists, and the example output they show has the shape of what the
+// programs print today (numbers, sizes and machine-dependent names aside).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -17,9 +18,26 @@ namespace {
 namespace fs = std::filesystem;
 using test::run_command;
 
-std::string readme() {
-    std::ifstream in(std::string(GPT2_SOURCE_DIR) + "/README.md");
+std::string file_text(const fs::path& path) {
+    std::ifstream in(path);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string readme() {
+    return file_text(fs::path(GPT2_SOURCE_DIR) / "README.md");
+}
+
+// README.md and every page of docs/, in name order.
+std::string manual() {
+    std::vector<fs::path> pages;
+    for (const auto& entry : fs::directory_iterator(fs::path(GPT2_SOURCE_DIR) / "docs")) {
+        if (entry.path().extension() == ".md") pages.push_back(entry.path());
+    }
+    std::sort(pages.begin(), pages.end());
+    std::string text = readme();
+    for (const fs::path& page : pages)
+        text += "\n" + file_text(page);
+    return text;
 }
 
 std::set<std::string> long_flags(const std::string& text) {
@@ -36,14 +54,13 @@ const std::vector<std::string> kPrograms = {"train_gpt2", "inference", "prepare_
                                             "convert_model"};
 
 TEST(Readme, DocumentsEveryFlagOfEveryProgram) {
-    const std::string manual = readme();
-    const std::set<std::string> documented = long_flags(manual);
+    const std::set<std::string> documented = long_flags(manual());
     for (const std::string& program : kPrograms) {
         const auto help = run_command(test::build_path(program) + " --help");
         ASSERT_EQ(help.exit_code, 0) << program;
         for (const std::string& flag : long_flags(help.output)) {
             EXPECT_TRUE(documented.count(flag) > 0)
-                << program << " " << flag << " is not mentioned in README.md";
+                << program << " " << flag << " is not mentioned in README.md or docs/";
         }
     }
 }
@@ -89,9 +106,9 @@ TEST(Readme, NamesNoFlagThatDoesNotExist) {
                                           "--build",
                                           "--batch",
                                           "--summary"};
-    for (const std::string& flag : long_flags(readme())) {
+    for (const std::string& flag : long_flags(manual())) {
         EXPECT_TRUE(real.count(flag) > 0 || others.count(flag) > 0)
-            << "README.md names " << flag << ", which no program accepts";
+            << "README.md or docs/ names " << flag << ", which no program accepts";
     }
 }
 
@@ -153,7 +170,7 @@ TEST(Readme, TheDefaultRunsExampleOutputHasTheShapeOfTheRealOutput) {
 }
 
 TEST(Readme, TheStepLineExampleHasTheShapeOfTheRealOne) {
-    const std::string manual = readme();
+    const std::string manual = ::gpt2::manual();
     const std::regex example_line(R"(\n(\[\d\d:\d\d:\d\d\] step 120/600 \|[^\n]*))");
     std::smatch match;
     ASSERT_TRUE(std::regex_search(manual, match, example_line));
