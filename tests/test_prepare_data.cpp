@@ -6,6 +6,7 @@
 // gets one clear error naming file and line.
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -318,9 +319,9 @@ TEST(PrepareData, SpeaksWithTheCommonVoice) {
     EXPECT_EQ(bad_flag.exit_code, 2) << bad_flag.output;
     EXPECT_EQ(bad_flag.output.rfind("error: --tokenizer", 0), 0u) << bad_flag.output;
     const auto bad_range =
-        run_command(prepare("--data x --tokenizer char --threads 0 --out-dir " + (dir / "o")));
+        run_command(prepare("--data x --tokenizer char --threads -1 --out-dir " + (dir / "o")));
     EXPECT_EQ(bad_range.exit_code, 2) << bad_range.output;
-    EXPECT_NE(bad_range.output.find("--threads: must be > 0 (got 0)"), std::string::npos)
+    EXPECT_NE(bad_range.output.find("--threads: must be >= 0 (got -1)"), std::string::npos)
         << bad_range.output;
     const auto missing = run_command(
         prepare("--data " + (dir / "missing.txt") + " --tokenizer char --out-dir " + (dir / "o")));
@@ -330,6 +331,35 @@ TEST(PrepareData, SpeaksWithTheCommonVoice) {
     EXPECT_NE(help.output.find("--shard-tokens INT=100000000"), std::string::npos) << help.output;
     EXPECT_NE(help.output.find("--eot-in-text MODE=token"), std::string::npos) << help.output;
     EXPECT_EQ(help.output.find("->"), std::string::npos) << help.output;
+}
+
+// The README says --threads is as in train_gpt2, whose default (0) is the CPUs of the affinity
+// mask; before, prepare_data's default was std::thread::hardware_concurrency() whatever the mask.
+TEST(PrepareData, ThreadsDefaultToTheCpusOfTheAffinityMaskAsInTrainGpt2) {
+    const ScratchDir dir("gpt2-prepare-threads");
+    test::write_corpus(dir.path() / "corpus.txt", 20000);
+    const auto help = run_command(prepare("--help"));
+    EXPECT_NE(help.output.find("--threads INT=0"), std::string::npos) << help.output;
+    EXPECT_NE(help.output.find("(0: CPUs in the affinity mask)"), std::string::npos) << help.output;
+    cpu_set_t mask;
+    ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);
+    const int cpus = CPU_COUNT(&mask);
+    const std::string common = "--data " + (dir / "corpus.txt") + " --tokenizer char --out-dir ";
+    const auto all = run_command(prepare(common + (dir / "a")));
+    ASSERT_EQ(all.exit_code, 0) << all.output;
+    EXPECT_NE(
+        all.output.find(" on " + std::to_string(cpus) + (cpus == 1 ? " thread:" : " threads:")),
+        std::string::npos)
+        << all.output;
+    const auto given = run_command(prepare(common + (dir / "b") + " --threads 3"));
+    EXPECT_NE(given.output.find(" on 3 threads:"), std::string::npos) << given.output;
+    if (run_command("taskset -c 0 true").exit_code != 0) GTEST_SKIP() << "no taskset";
+    int first_cpu = 0;
+    while (!CPU_ISSET(first_cpu, &mask))
+        ++first_cpu;
+    const auto one = run_command("taskset -c " + std::to_string(first_cpu) + " " +
+                                 prepare(common + (dir / "c")));
+    EXPECT_NE(one.output.find(" on 1 thread:"), std::string::npos) << one.output;
 }
 
 }  // namespace

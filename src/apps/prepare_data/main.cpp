@@ -13,6 +13,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "data/shard_stream.hpp"
 #include "data/shard_writer.hpp"
 #include "data/tokenizer_sample.hpp"
+#include "threads/thread_pool.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
@@ -44,6 +46,16 @@ using gpt2::prepare_data::Options;
 // Exit code of a run stopped as if interrupted (--stop-after-shards): 128 + SIGINT, as a shell
 // reports a run stopped with Ctrl-C.
 constexpr int kExitInterrupted = 130;
+
+// "1 shard", "2 shards": the log's counts.
+std::string count_of(std::uint64_t n, std::string_view noun) {
+    return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
+}
+
+// --threads, 0 (the default) resolved as train_gpt2 does: the CPUs this process may run on.
+int encoding_threads(const Options& o) {
+    return o.threads > 0 ? o.threads : gpt2::available_cpus();
+}
 
 void create_out_dir(const fs::path& dir) {
     std::error_code ec;
@@ -208,7 +220,7 @@ gpt2::ShardStreamTotals stream_shards(const Options& o, const gpt2::CorpusSplit&
     const gpt2::Tokenizer& tokenizer = *start.tokenizer;
     const fs::path progress_file = gpt2::progress_path(o.out_dir, o.name);
     gpt2::ShardStreamOptions stream;
-    stream.threads = o.threads;
+    stream.threads = encoding_threads(o);
     stream.eot_in_text = gpt2::parse_eot_in_text(o.eot_in_text);
     // llm.c: each document starts with the end-of-text token.
     if (!corpus.one_text()) stream.document_start = tokenizer.eot_id();
@@ -233,11 +245,16 @@ void log_summary(const Options& o, const gpt2::CorpusSplit& corpus,
                  const gpt2::ShardWriter& val, double seconds) {
     const double text_mb = static_cast<double>(totals.text_bytes) / 1e6;
     spdlog::info(
-        "prepared {} documents from {} files ({:.1f} MB as stored, {:.1f} MB of text) in {:.2f} s "
-        "({:.2f} MB/s): train {} tokens in {} shards, val {} tokens in {} shards, in {}",
-        totals.documents, corpus.files().size(), static_cast<double>(corpus.stored_bytes()) / 1e6,
-        text_mb, seconds, seconds > 0 ? text_mb / seconds : 0.0, train.tokens(), train.shards(),
-        val.tokens(), val.shards(), o.out_dir.string());
+        "prepared {} from {} ({:.1f} MB as stored, {:.1f} MB of text) in {:.2f} s ({:.2f} MB/s) on "
+        "{}: train {} in {}, val {} in {}, in {}",
+        count_of(totals.documents, "document"), count_of(corpus.files().size(), "file"),
+        static_cast<double>(corpus.stored_bytes()) / 1e6, text_mb, seconds,
+        seconds > 0 ? text_mb / seconds : 0.0,
+        count_of(static_cast<std::uint64_t>(encoding_threads(o)), "thread"),
+        count_of(static_cast<std::uint64_t>(train.tokens()), "token"),
+        count_of(static_cast<std::uint64_t>(train.shards()), "shard"),
+        count_of(static_cast<std::uint64_t>(val.tokens()), "token"),
+        count_of(static_cast<std::uint64_t>(val.shards()), "shard"), o.out_dir.string());
 }
 
 // The shards: returns the exit code (kExitInterrupted when --stop-after-shards stopped it).

@@ -71,7 +71,8 @@ void add_output_flags(CLI::App& cli, Options& o) {
     cli.add_flag("--resume", o.resume,
                  "continue an interrupted preparation (same inputs and flags) after its last "
                  "complete shard");
-    cli.add_option("--threads", o.threads, "encoding threads")->check(app::positive());
+    cli.add_option("--threads", o.threads, "encoding threads (0: CPUs in the affinity mask)")
+        ->check(app::at_least(0));
     cli.add_option("--hellaswag", o.hellaswag,
                    "instead of shards: HellaSwag's JSONL (hellaswag_val.jsonl) to llm.c's "
                    "evaluation file in --out-dir, for train_gpt2 --hellaswag");

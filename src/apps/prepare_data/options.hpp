@@ -1,11 +1,9 @@
 // prepare_data's command line: the flags (CLI11) that fill Options.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <string>
-#include <thread>
 #include <variant>
 #include <vector>
 
@@ -28,7 +26,7 @@ struct Options {
     bool resume = false;
     std::int64_t stop_after_shards = 0;  // testing: act as if interrupted after N shards
     std::filesystem::path hellaswag;     // HellaSwag's JSONL to turn into llm.c's eval file
-    int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    int threads = 0;  // 0: the CPUs in the affinity mask, as train_gpt2's --threads
     std::string eot_in_text = "token";
     std::string log_level = "info";
     bool vocab_size_given = false;  // on the command line (warned about unless --tokenizer bpe)
