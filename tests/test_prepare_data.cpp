@@ -333,6 +333,21 @@ TEST(PrepareData, SpeaksWithTheCommonVoice) {
     EXPECT_EQ(help.output.find("->"), std::string::npos) << help.output;
 }
 
+// Errors about the corpus name the flag as the user typed it: --data (the documented name) unless
+// only the older --input was used. Before, they all said --input.
+TEST(PrepareData, ErrorsNameTheCorpusFlagAsTheUserTypedIt) {
+    const ScratchDir dir("gpt2-prepare-flag-name");
+    fs::create_directories(dir.path() / "empty");
+    const std::string common = " --tokenizer char --out-dir " + (dir / "o");
+    for (const std::string flag : {"--data", "--input"}) {
+        const auto no_files = run_command(prepare(flag + " " + (dir / "empty") + common));
+        EXPECT_EQ(no_files.exit_code, 1) << no_files.output;
+        EXPECT_EQ(no_files.output.rfind("error: " + flag + " " + (dir / "empty") + ": no files", 0),
+                  0u)
+            << no_files.output;
+    }
+}
+
 // The README says --threads is as in train_gpt2, whose default (0) is the CPUs of the affinity
 // mask; before, prepare_data's default was std::thread::hardware_concurrency() whatever the mask.
 TEST(PrepareData, ThreadsDefaultToTheCpusOfTheAffinityMaskAsInTrainGpt2) {

@@ -2,14 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/error.hpp"
 
 namespace gpt2 {
 
-CorpusSplit::CorpusSplit(std::span<const std::filesystem::path> inputs, const std::string& glob,
-                         double val_fraction, std::int64_t val_documents)
-    : files_(list_corpus_files(inputs, glob)),
+CorpusSplit::CorpusSplit(std::vector<CorpusFile> files, double val_fraction,
+                         std::int64_t val_documents)
+    : files_(std::move(files)),
       val_documents_(static_cast<std::uint64_t>(std::max<std::int64_t>(0, val_documents))) {
     for (const CorpusFile& f : files_)
         stored_bytes_ += f.bytes;

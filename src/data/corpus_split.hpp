@@ -15,11 +15,10 @@ namespace gpt2 {
 
 class CorpusSplit {
   public:
-    // The corpus of `inputs` (list_corpus_files), validation by `val_fraction` (0..0.99) or, when
+    // The corpus of `files` (list_corpus_files), validation by `val_fraction` (0..0.99) or, when
     // val_documents > 0, its first val_documents documents. InputError for a single text file
     // that is empty (no bytes to split).
-    CorpusSplit(std::span<const std::filesystem::path> inputs, const std::string& glob,
-                double val_fraction, std::int64_t val_documents);
+    CorpusSplit(std::vector<CorpusFile> files, double val_fraction, std::int64_t val_documents);
 
     [[nodiscard]] const std::vector<CorpusFile>& files() const { return files_; }
     [[nodiscard]] std::uint64_t stored_bytes() const { return stored_bytes_; }

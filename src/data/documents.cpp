@@ -142,8 +142,9 @@ constexpr std::size_t kMaxPieceBytes = std::size_t{64} << 20;
 
 }  // namespace
 
-std::vector<CorpusFile> list_corpus_files(std::span<const fs::path> inputs,
-                                          const std::string& glob) {
+std::vector<CorpusFile> list_corpus_files(std::span<const fs::path> inputs, const std::string& glob,
+                                          std::string_view input_flag) {
+    const std::string flag(input_flag);
     std::vector<CorpusFile> files;
     for (const fs::path& input : inputs) {
         std::error_code ec;
@@ -161,9 +162,9 @@ std::vector<CorpusFile> list_corpus_files(std::span<const fs::path> inputs,
             if (::fnmatch(glob.c_str(), it->path().filename().c_str(), 0) == 0)
                 found.push_back(it->path());
         }
-        if (ec) throw InputError("--input " + input.string() + ": " + ec.message());
+        if (ec) throw InputError(flag + " " + input.string() + ": " + ec.message());
         if (found.empty()) {
-            throw InputError("--input " + input.string() + ": no files" +
+            throw InputError(flag + " " + input.string() + ": no files" +
                              (glob == "*" ? std::string() : " matching --glob '" + glob + "'"));
         }
         std::sort(found.begin(), found.end());

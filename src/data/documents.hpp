@@ -22,9 +22,11 @@ struct CorpusFile {
 
 // The files of `inputs` in order: each file as given, each directory recursively in sorted path
 // order keeping the names that match `glob` (fnmatch, "*": all). Throws InputError naming a
-// missing input or a directory without a matching file.
+// missing input or a directory without a matching file (after `input_flag`, the flag that named
+// the inputs).
 [[nodiscard]] std::vector<CorpusFile> list_corpus_files(
-    std::span<const std::filesystem::path> inputs, const std::string& glob);
+    std::span<const std::filesystem::path> inputs, const std::string& glob,
+    std::string_view input_flag = "--data");
 
 // A piece of a document: JSON Lines documents come whole; plain text is cut, only where
 // `safe_cut` allows, after about piece_bytes (or where the options say).

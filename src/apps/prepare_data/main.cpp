@@ -260,7 +260,8 @@ void log_summary(const Options& o, const gpt2::CorpusSplit& corpus,
 // The shards: returns the exit code (kExitInterrupted when --stop-after-shards stopped it).
 int run(const Options& o) {
     const auto started = Clock::now();
-    const gpt2::CorpusSplit corpus(o.inputs, o.glob, o.val_fraction, o.val_documents);
+    const gpt2::CorpusSplit corpus(gpt2::list_corpus_files(o.inputs, o.glob, o.data_flag),
+                                   o.val_fraction, o.val_documents);
     create_out_dir(o.out_dir);
     const Start start = find_start(o, corpus);
     const fs::path progress_file = gpt2::progress_path(o.out_dir, o.name);
@@ -290,7 +291,8 @@ int run(const Options& o) {
                      kept_shards(o, train, val));
         return kExitInterrupted;
     }
-    if (totals.documents == 0) throw gpt2::InputError("--input: the corpus has no documents");
+    if (totals.documents == 0)
+        throw gpt2::InputError(o.data_flag + ": the corpus has no documents");
     train.flush();
     val.flush();
     check_splits(o, totals.documents, train, val);

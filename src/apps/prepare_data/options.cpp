@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <optional>
+#include <string_view>
 
 #include "apps/common/cli.hpp"
 
@@ -81,6 +82,18 @@ void add_output_flags(CLI::App& cli, Options& o) {
         ->group("");
 }
 
+// How the command line names the corpus: "--input" when only the older name is used, so that
+// errors name the flag the user typed.
+std::string data_flag_spelling(int argc, char** argv) {
+    bool data = false, input = false;
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        data = data || arg == "--data" || arg.starts_with("--data=");
+        input = input || arg == "--input" || arg.starts_with("--input=");
+    }
+    return input && !data ? "--input" : "--data";
+}
+
 }  // namespace
 
 std::variant<Options, int> parse_options(int argc, char** argv) {
@@ -95,6 +108,7 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
     add_tokenizer_flags(cli, o);
     add_output_flags(cli, o);
     if (const std::optional<int> code = app::parse_command_line(cli, argc, argv)) return *code;
+    o.data_flag = data_flag_spelling(argc, argv);
     o.vocab_size_given = cli.count("--vocab-size") > 0;
     o.bpe_sample_mb_given = cli.count("--bpe-sample-mb") > 0;
     if (o.name.empty() && !o.inputs.empty()) {

@@ -11,6 +11,8 @@ namespace gpt2::prepare_data {
 
 struct Options {
     std::vector<std::filesystem::path> inputs;
+    std::string data_flag =
+        "--data";  // as the user spelled it (--input, the older name), for errors
     std::string glob = "*";
     std::string jsonl_field = "text";
     bool skip_bad_lines = false;
