@@ -12,9 +12,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/error.hpp"
 #include "core/file_io.hpp"
+#include "data/preparation_progress.hpp"
 #include "data/shard.hpp"
 #include "process_support.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -247,7 +250,8 @@ TEST(PrepareData, ALongTextStreamsAndAnInterruptedPreparationResumesToTheSameSha
     const auto other =
         run_command(prepare(common + (dir / "part") + " --resume --val-fraction 0.2"));
     EXPECT_EQ(other.exit_code, 2) << other.output;
-    EXPECT_NE(other.output.find("the inputs or options differ"), std::string::npos) << other.output;
+    EXPECT_NE(other.output.find("--val-fraction 0.2 (the preparation's: 0.1)"), std::string::npos)
+        << other.output;
     const auto resumed = run_command(prepare(common + (dir / "part") + " --resume"));
     ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
     EXPECT_NE(resumed.output.find("resuming after 2 train and 0 val shards"), std::string::npos)
@@ -331,6 +335,158 @@ TEST(PrepareData, SpeaksWithTheCommonVoice) {
     EXPECT_NE(help.output.find("--shard-tokens INT=100000000"), std::string::npos) << help.output;
     EXPECT_NE(help.output.find("--eot-in-text MODE=token"), std::string::npos) << help.output;
     EXPECT_EQ(help.output.find("->"), std::string::npos) << help.output;
+}
+
+// Every file of a directory (name -> bytes).
+std::map<std::string, std::vector<std::uint8_t>> files_of(const fs::path& dir) {
+    std::map<std::string, std::vector<std::uint8_t>> files;
+    for (const auto& entry : fs::directory_iterator(dir))
+        files[entry.path().filename().string()] = read_file_bytes(entry.path());
+    return files;
+}
+
+// A bad line stops a preparation wherever it is: while the tokenizer reads the corpus (char's
+// alphabet), while streaming before the first shard is complete (a small corpus) or after some
+// shards. `--resume --skip-bad-lines`, the documented recovery, then ends with what an
+// uninterrupted --skip-bad-lines run writes, byte for byte. Before, the first two left no
+// progress file, and --resume said "no ... progress.json to continue from".
+TEST(PrepareData, ABadLineStopsARunThatResumeSkipBadLinesFinishesAsAnUninterruptedRun) {
+    const ScratchDir dir("gpt2-prepare-bad-resume");
+    std::string jsonl;
+    for (int i = 0; i < 8; ++i) {
+        if (i == 5) jsonl += "{\"text\": \"no closing brace\"\n";
+        jsonl += nlohmann::json{{"text", "Document " + std::to_string(i) +
+                                             " is short.\nIts second line says hello."}}
+                     .dump() +
+                 "\n";
+    }
+    write_bytes(dir.path() / "small.jsonl", jsonl);
+    struct Case {
+        std::string name, flags;
+        bool kept_shards;
+    };
+    std::vector<Case> cases = {
+        {"char", "--tokenizer char", false},
+        // The BPE sample (100 bytes) ends before the bad line: streaming meets it.
+        {"bpe", "--tokenizer bpe --vocab-size 300 --bpe-sample-mb 0.0001", false},
+        {"bpe_shards", "--tokenizer bpe --vocab-size 300 --bpe-sample-mb 0.0001 --shard-tokens 20",
+         true},
+    };
+    if (fs::exists(kGpt2Dir / "encoder.json")) {
+        cases.push_back({"gpt2", "--tokenizer gpt2 --tokenizer-dir " + kGpt2Dir.string(), false});
+    }
+    for (const Case& c : cases) {
+        const std::string common =
+            "--data " + (dir / "small.jsonl") + " --val-fraction 0 " + c.flags + " --out-dir ";
+        const auto whole =
+            run_command(prepare(common + (dir / ("whole_" + c.name)) + " --skip-bad-lines"));
+        ASSERT_EQ(whole.exit_code, 0) << c.name << "\n" << whole.output;
+        const std::string out = dir / ("stopped_" + c.name);
+        const auto stopped = run_command(prepare(common + out));
+        EXPECT_EQ(stopped.exit_code, 1) << c.name << "\n" << stopped.output;
+        EXPECT_NE(stopped.output.find("small.jsonl:6: not valid JSON"), std::string::npos)
+            << c.name << "\n"
+            << stopped.output;
+        EXPECT_EQ(stopped.output.find("complete shards are kept") != std::string::npos,
+                  c.kept_shards)
+            << c.name << "\n"
+            << stopped.output;
+        const auto resumed = run_command(prepare(common + out + " --resume --skip-bad-lines"));
+        ASSERT_EQ(resumed.exit_code, 0) << c.name << "\n" << resumed.output;
+        EXPECT_NE(resumed.output.find("skipped 1 bad line"), std::string::npos) << resumed.output;
+        const auto expected = files_of(dir.path() / ("whole_" + c.name));
+        EXPECT_GE(expected.size(), 4u) << c.name;
+        EXPECT_EQ(files_of(out), expected) << c.name << "\n" << resumed.output;
+    }
+}
+
+// --resume checks the flags that decide the output against those the preparation recorded, and
+// refuses one that differs, naming it with both values, whether the preparation is complete or
+// not. Before, a complete one said "already complete" and kept its (say, char) shards, and an
+// unfinished one went on with its recorded tokenizer whatever --tokenizer said.
+TEST(PrepareData, ResumeRefusesOtherFlagsNamingThemEvenWhenThePreparationIsComplete) {
+    const ScratchDir dir("gpt2-prepare-resume-flags");
+    test::write_corpus(dir.path() / "corpus.txt", 30000);
+    const std::string data = "--data " + (dir / "corpus.txt");
+    const std::string char_prep = data + " --tokenizer char --out-dir " + (dir / "char");
+    ASSERT_EQ(run_command(prepare(char_prep)).exit_code, 0);
+    const auto before = files_of(dir.path() / "char");
+    const auto refused = [&](const std::string& command, const std::string& difference) {
+        const auto r = run_command(prepare(command + " --resume"));
+        EXPECT_EQ(r.exit_code, 2) << command << "\n" << r.output;
+        EXPECT_EQ(r.output.rfind("error: --resume: ", 0), 0u) << r.output;
+        EXPECT_NE(r.output.find(difference), std::string::npos) << command << "\n" << r.output;
+    };
+    refused(data + " --tokenizer bpe --out-dir " + (dir / "char"),
+            "--tokenizer bpe (the preparation's: char)");
+    refused(char_prep + " --shard-tokens 1000",
+            "--shard-tokens 1000 (the preparation's: 100000000)");
+    refused(char_prep + " --val-fraction 0.25", "--val-fraction 0.25 (the preparation's: 0.1)");
+    EXPECT_EQ(files_of(dir.path() / "char"), before) << "a refused --resume changed the files";
+    const auto same = run_command(prepare(char_prep + " --resume"));
+    EXPECT_EQ(same.exit_code, 0) << same.output;
+    EXPECT_NE(same.output.find("already complete"), std::string::npos) << same.output;
+
+    const std::string bpe_prep =
+        data + " --tokenizer bpe --vocab-size 300 --bpe-sample-mb 1 --out-dir " + (dir / "bpe");
+    ASSERT_EQ(run_command(prepare(bpe_prep)).exit_code, 0);
+    refused(data + " --tokenizer bpe --vocab-size 400 --bpe-sample-mb 1 --out-dir " + (dir / "bpe"),
+            "--vocab-size 400 (the preparation's: 300)");
+    refused(data + " --tokenizer bpe --vocab-size 300 --bpe-sample-mb 2 --out-dir " + (dir / "bpe"),
+            "--bpe-sample-mb 2 (the preparation's: 1)");
+
+    // Unfinished: stopped after its first shard.
+    const std::string part = char_prep + "_part --shard-tokens 5000";
+    EXPECT_EQ(run_command(prepare(part + " --stop-after-shards 1")).exit_code, 130);
+    refused(data + " --tokenizer gpt2 --shard-tokens 5000 --out-dir " + (dir / "char_part"),
+            "--tokenizer gpt2 (the preparation's: char)");
+    const auto was = fs::file_size(dir.path() / "corpus.txt");
+    test::write_corpus(dir.path() / "corpus.txt", 31000);
+    refused(part, "--data: " + (dir / "corpus.txt") + " has " +
+                      std::to_string(fs::file_size(dir.path() / "corpus.txt")) +
+                      " bytes (the preparation's: " + std::to_string(was) + ")");
+}
+
+// A progress file written before the flags were recorded one by one (one "fingerprint" string)
+// still resumes, and a flag that differs is still named.
+TEST(PreparationProgress, AnOlderProgressFileIsReadAndComparedFlagByFlag) {
+    const ScratchDir dir("gpt2-prepare-old-progress");
+    const nlohmann::json fingerprint = {
+        {"tokenizer", "bpe"},
+        {"vocab_size", 290},
+        {"eot_in_text", "token"},
+        {"jsonl_field", "text"},
+        {"val_fraction", 0.1},
+        {"val_documents", 0},
+        {"shard_tokens", 1000},
+        {"files", nlohmann::json::array({nlohmann::json::array({"a.txt", 12})})}};
+    const nlohmann::json old = {
+        {"fingerprint", fingerprint.dump()},
+        {"complete", false},
+        {"train", {{"shards", 1}, {"tokens", 1000}, {"piece", 3}, {"skip", 7}}},
+        {"val", {{"shards", 0}, {"tokens", 0}, {"piece", 0}, {"skip", 0}}}};
+    write_bytes(dir.path() / "a.progress.json", old.dump());
+    const std::optional<PreparationProgress> progress =
+        read_progress(dir.path() / "a.progress.json");
+    ASSERT_TRUE(progress);
+    EXPECT_EQ(progress->train.shards, 1);
+    EXPECT_EQ(progress->train.next.piece, 3u);
+    EXPECT_EQ(progress->train.next.skip, 7u);
+    EXPECT_EQ(progress->tokenizer_checksum, 0u);
+    PreparationSettings settings{"bpe", 300, 256, "token", "text", 0.1, 0, 1000};
+    const std::vector<CorpusFile> files = {{"a.txt", false, 12}};
+    // The vocabulary size it recorded was the tokenizer's (290 when the corpus ran out of merges),
+    // not the flag's: not compared.
+    EXPECT_EQ(settings_difference(progress->settings, settings, files, "--data"), std::nullopt);
+    settings.eot_in_text = "text";
+    EXPECT_EQ(settings_difference(progress->settings, settings, files, "--data"),
+              "--eot-in-text text (the preparation's: token)");
+    settings.eot_in_text = "token";
+    const std::vector<CorpusFile> other = {{"b.txt", false, 12}};
+    EXPECT_EQ(settings_difference(progress->settings, settings, other, "--input"),
+              "--input: b.txt is not one of the preparation's files");
+    write_bytes(dir.path() / "bad.progress.json", "{\"complete\": true}");
+    EXPECT_THROW((void)read_progress(dir.path() / "bad.progress.json"), InputError);
 }
 
 // Errors about the corpus name the flag as the user typed it: --data (the documented name) unless

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -115,10 +116,94 @@ std::unique_ptr<gpt2::Tokenizer> make_tokenizer(const Options& o, const gpt2::Co
     return tokenizer;
 }
 
+// What --resume and the progress file check: the flags that decide the output, the corpus files
+// and the tokenizer.bin the preparation wrote.
+struct Record {
+    std::string settings;  // record_settings()
+    std::uint64_t tokenizer_checksum = 0;
+};
+
+gpt2::PreparationSettings settings_of(const Options& o) {
+    gpt2::PreparationSettings s;
+    s.tokenizer = o.tokenizer;
+    if (o.tokenizer == "bpe") {
+        s.vocab_size = o.vocab_size;
+        s.bpe_sample_mb = o.bpe_sample_mb;
+    }
+    s.eot_in_text = o.eot_in_text;
+    s.jsonl_field = o.jsonl_field;
+    s.val_fraction = o.val_fraction;
+    s.val_documents = o.val_documents;
+    s.shard_tokens = o.shard_tokens;
+    return s;
+}
+
+// The progress of an earlier preparation of this name that this run continues (--resume), or
+// nothing for a fresh start. Refuses, before any expensive work, a resume with other flags or
+// files (naming the first that differs) and a fresh run over an unfinished preparation that has
+// complete shards to lose.
+std::optional<gpt2::PreparationProgress> find_earlier(const Options& o,
+                                                      std::span<const gpt2::CorpusFile> files) {
+    const fs::path progress_file = gpt2::progress_path(o.out_dir, o.name);
+    std::optional<gpt2::PreparationProgress> earlier = gpt2::read_progress(progress_file);
+    if (!o.resume) {
+        if (earlier && !earlier->complete && earlier->shards() > 0) {
+            throw gpt2::UsageError("an interrupted preparation named " + o.name + " is in " +
+                                   o.out_dir.string() + ": --resume continues it (or remove " +
+                                   progress_file.string() + " to start over)");
+        }
+        if (earlier && !earlier->complete) {
+            spdlog::info("starting over: the earlier preparation named {} in {} completed no shard",
+                         o.name, o.out_dir.string());
+        }
+        return std::nullopt;
+    }
+    if (!earlier) {
+        // A run stopped before it wrote anything (by a bad line while reading the corpus for the
+        // tokenizer, say): nothing to lose, and the result is the same as a fresh run's.
+        spdlog::info(
+            "--resume: no {} (nothing of a preparation named {} was kept): starting from "
+            "the beginning",
+            progress_file.string(), o.name);
+        return std::nullopt;
+    }
+    const std::optional<std::string> difference =
+        gpt2::settings_difference(earlier->settings, settings_of(o), files, o.data_flag);
+    if (difference) {
+        const std::string remedy =
+            earlier->complete ? "it is complete: without --resume, a new preparation replaces it"
+            : earlier->shards() == 0
+                ? "it completed no shard: without --resume, a new preparation replaces it"
+                : "resume it with the same flags and files, or remove " + progress_file.string() +
+                      " to start over";
+        throw gpt2::UsageError(
+            "--resume: the preparation named " + o.name + " in " + o.out_dir.string() +
+            " was made with other flags or files: " + *difference + "; " + remedy);
+    }
+    return earlier;
+}
+
+// The tokenizer a resumed preparation encodes with: the one it wrote, if it is still there.
+std::unique_ptr<gpt2::Tokenizer> recorded_tokenizer(const Options& o,
+                                                    const gpt2::PreparationProgress& earlier,
+                                                    Record& record) {
+    const fs::path path = o.out_dir / "tokenizer.bin";
+    const std::vector<std::uint8_t> bytes = gpt2::read_file_bytes(path);
+    record.tokenizer_checksum = gpt2::checksum64(bytes);
+    if (earlier.tokenizer_checksum != 0 &&
+        earlier.tokenizer_checksum != record.tokenizer_checksum) {
+        throw gpt2::InputError(path.string() + " is not the tokenizer the preparation named " +
+                               o.name + " started with (another preparation in " +
+                               o.out_dir.string() +
+                               " replaced it?): without --resume, a new preparation starts over");
+    }
+    return gpt2::deserialize_tokenizer(bytes);
+}
+
 // A fresh preparation first removes an earlier one of the same name, so that its shards can never
 // sit beside this run's tokenizer, even if this run is interrupted; then it writes the tokenizer,
 // so that a resumed run encodes with exactly this one.
-void start_fresh(const Options& o, const gpt2::Tokenizer& tokenizer) {
+void start_fresh(const Options& o, const gpt2::Tokenizer& tokenizer, Record& record) {
     std::error_code ignored;
     fs::remove(gpt2::progress_path(o.out_dir, o.name), ignored);
     if (const int removed = gpt2::remove_shards(o.out_dir, o.name); removed > 0) {
@@ -126,7 +211,9 @@ void start_fresh(const Options& o, const gpt2::Tokenizer& tokenizer) {
                      o.out_dir.string());
     }
     const fs::path tokenizer_path = o.out_dir / "tokenizer.bin";
-    gpt2::write_file_atomically(tokenizer_path, tokenizer.serialize());
+    const std::vector<std::uint8_t> bytes = tokenizer.serialize();
+    gpt2::write_file_atomically(tokenizer_path, bytes);
+    record.tokenizer_checksum = gpt2::checksum64(bytes);
     spdlog::info("wrote {}", tokenizer_path.string());
     const fs::path llmc_path = o.out_dir / "gpt2_tokenizer.bin";
     try {
@@ -136,51 +223,6 @@ void start_fresh(const Options& o, const gpt2::Tokenizer& tokenizer) {
         // Only token length limits fail here; the shards and tokenizer.bin are still usable.
         spdlog::warn("skipped llm.c's tokenizer file: {}", e.what());
     }
-}
-
-// What a preparation goes on from: nothing (fresh) or an interrupted run's progress, and the
-// tokenizer (a resumed run's is the one it wrote).
-struct Start {
-    std::optional<gpt2::PreparationProgress> progress;  // set only when resuming
-    std::unique_ptr<gpt2::Tokenizer> tokenizer;
-    std::string fingerprint;
-    bool already_complete = false;
-};
-
-// A fresh run or the continuation of an interrupted one (same options, same files).
-Start find_start(const Options& o, const gpt2::CorpusSplit& corpus) {
-    const fs::path progress_file = gpt2::progress_path(o.out_dir, o.name);
-    Start start;
-    start.progress = gpt2::read_progress(progress_file);
-    if (o.resume && !start.progress) {
-        throw gpt2::UsageError("--resume: no " + progress_file.string() + " to continue from");
-    }
-    if (!o.resume && start.progress && !start.progress->complete) {
-        throw gpt2::UsageError("an interrupted preparation named " + o.name + " is in " +
-                               o.out_dir.string() + ": --resume continues it (or remove " +
-                               progress_file.string() + " to start over)");
-    }
-    start.tokenizer =
-        o.resume ? gpt2::deserialize_tokenizer(gpt2::read_file_bytes(o.out_dir / "tokenizer.bin"))
-                 : make_tokenizer(o, corpus);
-    if (start.tokenizer->vocab_size() > 65536) {
-        throw gpt2::InputError("--vocab-size: " + std::to_string(start.tokenizer->vocab_size()) +
-                               " tokens do not fit llm.c's uint16 shards (at most 65536)");
-    }
-    start.fingerprint = gpt2::preparation_fingerprint(
-        *start.tokenizer,
-        {o.eot_in_text, o.jsonl_field, o.val_fraction, o.val_documents, o.shard_tokens},
-        corpus.files());
-    if (!o.resume) {
-        start.progress.reset();
-        return start;
-    }
-    if (start.progress->fingerprint != start.fingerprint) {
-        throw gpt2::UsageError("--resume: the inputs or options differ from those of " +
-                               progress_file.string() + " (the same files and flags are needed)");
-    }
-    start.already_complete = start.progress->complete;
-    return start;
 }
 
 gpt2::ShardWriter open_writer(const Options& o, const char* split,
@@ -214,10 +256,10 @@ std::string kept_shards(const Options& o, const gpt2::ShardWriter& train,
 // Streams the corpus into the writers, recording progress after every shard. An error after some
 // shards were written says that they are kept.
 gpt2::ShardStreamTotals stream_shards(const Options& o, const gpt2::CorpusSplit& corpus,
-                                      const Start& start, gpt2::DocumentReader& reader,
-                                      gpt2::ShardWriter& train, gpt2::ShardWriter& val,
+                                      const gpt2::Tokenizer& tokenizer, const Record& record,
+                                      gpt2::DocumentReader& reader, gpt2::ShardWriter& train,
+                                      gpt2::ShardWriter& val,
                                       gpt2::prepare_data::ProgressLine& display) {
-    const gpt2::Tokenizer& tokenizer = *start.tokenizer;
     const fs::path progress_file = gpt2::progress_path(o.out_dir, o.name);
     gpt2::ShardStreamOptions stream;
     stream.threads = encoding_threads(o);
@@ -226,7 +268,8 @@ gpt2::ShardStreamTotals stream_shards(const Options& o, const gpt2::CorpusSplit&
     if (!corpus.one_text()) stream.document_start = tokenizer.eot_id();
     stream.is_val = [&corpus](const gpt2::DocumentPiece& p) { return corpus.is_val(p); };
     stream.on_shard = [&] {
-        gpt2::write_progress(progress_file, start.fingerprint, train, val, false);
+        gpt2::write_progress(progress_file, record.settings, record.tokenizer_checksum, train, val,
+                             false);
         return o.stop_after_shards <= 0 || train.shards() + val.shards() < o.stop_after_shards;
     };
     stream.on_batch = [&](std::uint64_t bytes, std::uint64_t documents, std::uint64_t tokens) {
@@ -260,23 +303,36 @@ void log_summary(const Options& o, const gpt2::CorpusSplit& corpus,
 // The shards: returns the exit code (kExitInterrupted when --stop-after-shards stopped it).
 int run(const Options& o) {
     const auto started = Clock::now();
-    const gpt2::CorpusSplit corpus(gpt2::list_corpus_files(o.inputs, o.glob, o.data_flag),
-                                   o.val_fraction, o.val_documents);
+    std::vector<gpt2::CorpusFile> files = gpt2::list_corpus_files(o.inputs, o.glob, o.data_flag);
     create_out_dir(o.out_dir);
-    const Start start = find_start(o, corpus);
     const fs::path progress_file = gpt2::progress_path(o.out_dir, o.name);
-    if (start.already_complete) {
+    const std::optional<gpt2::PreparationProgress> earlier = find_earlier(o, files);
+    if (earlier && earlier->complete) {
         spdlog::info("{}: this preparation is already complete", progress_file.string());
         return app::kExitOk;
     }
-    const gpt2::Tokenizer& tokenizer = *start.tokenizer;
+    Record record;
+    record.settings = gpt2::record_settings(settings_of(o), files);
+    const gpt2::CorpusSplit corpus(std::move(files), o.val_fraction, o.val_documents);
+    const std::unique_ptr<gpt2::Tokenizer> tokenizer_owner =
+        earlier ? recorded_tokenizer(o, *earlier, record) : make_tokenizer(o, corpus);
+    const gpt2::Tokenizer& tokenizer = *tokenizer_owner;
+    if (tokenizer.vocab_size() > 65536) {
+        throw gpt2::InputError("--vocab-size: " + std::to_string(tokenizer.vocab_size()) +
+                               " tokens do not fit llm.c's uint16 shards (at most 65536)");
+    }
     spdlog::info("tokenizer: {} with {} tokens", gpt2::tokenizer_kind_name(tokenizer.kind()),
                  tokenizer.vocab_size());
-    if (!o.resume) start_fresh(o, tokenizer);
-    gpt2::ShardWriter train = open_writer(o, "train", start.progress);
-    gpt2::ShardWriter val = open_writer(o, "val", start.progress);
-    if (o.resume) {
+    if (!earlier) start_fresh(o, tokenizer, record);
+    gpt2::ShardWriter train = open_writer(o, "train", earlier);
+    gpt2::ShardWriter val = open_writer(o, "val", earlier);
+    if (earlier) {
         spdlog::info("resuming after {} train and {} val shards", train.shards(), val.shards());
+    } else {
+        // From now on a stopped run (a bad line, Ctrl-C) leaves what --resume needs, even before
+        // its first shard.
+        gpt2::write_progress(progress_file, record.settings, record.tokenizer_checksum, train, val,
+                             false);
     }
     if (!corpus.one_text() && !tokenizer.eot_id()) {
         spdlog::warn("the char tokenizer has no end-of-text token: documents are concatenated");
@@ -285,7 +341,7 @@ int run(const Options& o) {
         open_reader(o, corpus, tokenizer.kind() == gpt2::TokenizerKind::Char);
     gpt2::prepare_data::ProgressLine display(corpus.stored_bytes());
     const gpt2::ShardStreamTotals totals =
-        stream_shards(o, corpus, start, reader, train, val, display);
+        stream_shards(o, corpus, tokenizer, record, reader, train, val, display);
     if (totals.stopped) {
         spdlog::warn("stopped as if interrupted (--stop-after-shards); {}",
                      kept_shards(o, train, val));
@@ -296,7 +352,8 @@ int run(const Options& o) {
     train.flush();
     val.flush();
     check_splits(o, totals.documents, train, val);
-    gpt2::write_progress(progress_file, start.fingerprint, train, val, true);
+    gpt2::write_progress(progress_file, record.settings, record.tokenizer_checksum, train, val,
+                         true);
     if (reader.skipped_lines() > 0) {
         spdlog::warn("skipped {} bad lines (--skip-bad-lines); the first: {}",
                      reader.skipped_lines(), reader.first_skipped());
