@@ -10,6 +10,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -447,6 +448,82 @@ TEST(PrepareData, ResumeRefusesOtherFlagsNamingThemEvenWhenThePreparationIsCompl
                       " bytes (the preparation's: " + std::to_string(was) + ")");
 }
 
+// Fewer documents than round(1/--val-fraction) are split as one text is, by bytes: validation is
+// the text's last fraction, cut where the tokens cannot change (inside the last documents), and
+// the log says so. Before, every 10th document starting with the first was validation: half of
+// two documents, all of one. Too many --val-documents, or a fraction that would make every
+// document validation, are refused before any work.
+TEST(PrepareData, AFewDocumentsAreSplitByBytesAsOneTextIsAndTheLogSaysSo) {
+    const ScratchDir dir("gpt2-prepare-few");
+    fs::create_directories(dir.path() / "two");
+    test::write_corpus(dir.path() / "two/a.txt", 3000);
+    test::write_corpus(dir.path() / "two/b.txt", 2000);
+    const std::string a = read_text_file(dir.path() / "two/a.txt");
+    const std::string b = read_text_file(dir.path() / "two/b.txt");
+    const auto two = run_command(
+        prepare("--data " + (dir / "two") + " --tokenizer char --name t --out-dir " + (dir / "t")));
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_NE(two.output.find("validation: the last 10% of the text (--val-fraction 0.1)"),
+              std::string::npos)
+        << two.output;
+    EXPECT_NE(two.output.find("2 documents are too few to take every 10th whole"),
+              std::string::npos)
+        << two.output;
+    // Char may cut anywhere: validation is exactly the last 10% of the bytes.
+    const std::size_t from = static_cast<std::size_t>(std::llround((a.size() + b.size()) * 0.9));
+    ASSERT_GT(from, a.size());
+    const auto char_tokenizer =
+        deserialize_tokenizer(read_file_bytes(dir.path() / "t/tokenizer.bin"));
+    EXPECT_EQ(split_tokens(dir.path() / "t", "t", "train"),
+              char_tokenizer->encode(a + b.substr(0, from - a.size())));
+    EXPECT_EQ(split_tokens(dir.path() / "t", "t", "val"),
+              char_tokenizer->encode(b.substr(from - a.size())));
+
+    // JSON Lines: the last document is cut at the first place at or after the byte where the
+    // tokens cannot change; its second part (no end-of-text before it) is validation.
+    const std::vector<std::string> docs = {a.substr(0, 1200), b.substr(0, 900),
+                                           a.substr(1500, 1100)};
+    std::string jsonl;
+    for (const std::string& d : docs)
+        jsonl += nlohmann::json{{"text", d}}.dump() + "\n";
+    write_bytes(dir.path() / "three.jsonl", jsonl);
+    const auto three = run_command(prepare("--data " + (dir / "three.jsonl") +
+                                           " --tokenizer bpe --vocab-size 300 --val-fraction 0.2"
+                                           " --out-dir " +
+                                           (dir / "j")));
+    ASSERT_EQ(three.exit_code, 0) << three.output;
+    EXPECT_NE(three.output.find("3 documents are too few to take every 5th whole"),
+              std::string::npos)
+        << three.output;
+    const auto bpe = deserialize_tokenizer(read_file_bytes(dir.path() / "j/tokenizer.bin"));
+    std::size_t cut = static_cast<std::size_t>(std::llround(3200 * 0.8)) - 2100;
+    while (!is_safe_cut(docs[2], cut))
+        ++cut;
+    std::vector<std::int32_t> train;
+    for (const std::string& d : {docs[0], docs[1], docs[2].substr(0, cut)}) {
+        train.push_back(*bpe->eot_id());
+        const std::vector<std::int32_t> ids = bpe->encode(d);
+        train.insert(train.end(), ids.begin(), ids.end());
+    }
+    EXPECT_EQ(split_tokens(dir.path() / "j", "three", "train"), train);
+    EXPECT_EQ(split_tokens(dir.path() / "j", "three", "val"), bpe->encode(docs[2].substr(cut)));
+
+    const auto all_val =
+        run_command(prepare("--data " + (dir / "two") +
+                            " --tokenizer char --val-documents 2 --out-dir " + (dir / "v")));
+    EXPECT_EQ(all_val.exit_code, 2) << all_val.output;
+    EXPECT_EQ(all_val.output,
+              "error: --val-documents 2: the corpus has 2 documents, which leaves none for "
+              "training\n");
+    const auto every =
+        run_command(prepare("--data " + (dir / "three.jsonl") +
+                            " --tokenizer char --val-fraction 0.7 --out-dir " + (dir / "e")));
+    EXPECT_EQ(every.exit_code, 2) << every.output;
+    EXPECT_EQ(
+        every.output.rfind("error: --val-fraction 0.7: every document would be validation", 0), 0u)
+        << every.output;
+}
+
 // A progress file written before the flags were recorded one by one (one "fingerprint" string)
 // still resumes, and a flag that differs is still named.
 TEST(PreparationProgress, AnOlderProgressFileIsReadAndComparedFlagByFlag) {
@@ -494,6 +571,7 @@ TEST(PreparationProgress, AnOlderProgressFileIsReadAndComparedFlagByFlag) {
 TEST(PrepareData, ErrorsNameTheCorpusFlagAsTheUserTypedIt) {
     const ScratchDir dir("gpt2-prepare-flag-name");
     fs::create_directories(dir.path() / "empty");
+    write_bytes(dir.path() / "blank.jsonl", "\n  \n");
     const std::string common = " --tokenizer char --out-dir " + (dir / "o");
     for (const std::string flag : {"--data", "--input"}) {
         const auto no_files = run_command(prepare(flag + " " + (dir / "empty") + common));
@@ -501,6 +579,9 @@ TEST(PrepareData, ErrorsNameTheCorpusFlagAsTheUserTypedIt) {
         EXPECT_EQ(no_files.output.rfind("error: " + flag + " " + (dir / "empty") + ": no files", 0),
                   0u)
             << no_files.output;
+        const auto no_documents = run_command(prepare(flag + "=" + (dir / "blank.jsonl") + common));
+        EXPECT_EQ(no_documents.exit_code, 1) << no_documents.output;
+        EXPECT_EQ(no_documents.output, "error: " + flag + ": the corpus has no documents\n");
     }
 }
 

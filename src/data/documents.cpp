@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 
 #include "core/error.hpp"
@@ -202,6 +203,7 @@ struct DocumentReader::Impl {
     bool in_document = false;            // plain text: a piece of this file was returned
     std::uint64_t skipped = 0;
     std::string first_skipped;
+    std::optional<DocumentPiece> rest;  // JSON Lines: the part of a cut document after the cut
 
     bool fill() {  // reads one more chunk into pending; false at the end of the file
         if (file_ended) return false;
@@ -242,6 +244,24 @@ struct DocumentReader::Impl {
         out.index = piece++;
         out.first = first;
     }
+    // Cuts a whole JSON Lines document at the first safe position at or after cut_at_byte,
+    // keeping the rest as the next piece.
+    void cut_after_byte(DocumentPiece& whole) {
+        const std::size_t size = whole.text.size();
+        std::size_t p = std::max<std::uint64_t>(options.cut_at_byte, 1);
+        if (options.cut_at_byte == 0 || p >= size) return;
+        while (p < size && !safe(whole.text, p))
+            ++p;
+        if (p == size) return;
+        DocumentPiece after;
+        after.text = whole.text.substr(p);
+        after.document = whole.document;
+        after.index = piece++;
+        after.first = false;
+        after.offset = p;
+        whole.text.resize(p);
+        rest = std::move(after);
+    }
     bool next_plain(DocumentPiece& out);
     bool next_jsonl(DocumentPiece& out);
 };
@@ -250,7 +270,7 @@ bool DocumentReader::Impl::next_plain(DocumentPiece& out) {
     for (;;) {
         while (pending.size() < options.piece_bytes && fill()) {
         }
-        const std::uint64_t at = options.cut_at_byte;
+        const std::uint64_t at = document == options.cut_document ? options.cut_at_byte : 0;
         const bool split_inside = at > offset && at < offset + pending.size();
         const std::size_t split = split_inside ? static_cast<std::size_t>(at - offset) : 0;
         // Only positions not checked before (each byte is looked at about once), the last few
@@ -341,6 +361,7 @@ bool DocumentReader::Impl::next_jsonl(DocumentPiece& out) {
         out.index = piece++;
         out.first = true;
         out.offset = 0;
+        if (out.document == options.cut_document) cut_after_byte(out);
         return true;
     }
 }
@@ -356,6 +377,11 @@ DocumentReader::~DocumentReader() = default;
 
 bool DocumentReader::next(DocumentPiece& piece) {
     Impl& r = *impl_;
+    if (r.rest) {
+        piece = std::move(*r.rest);
+        r.rest.reset();
+        return true;
+    }
     while (r.file < r.files.size()) {
         if (r.files[r.file].jsonl) {
             if (r.next_jsonl(piece)) return true;

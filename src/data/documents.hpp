@@ -28,8 +28,8 @@ struct CorpusFile {
     std::span<const std::filesystem::path> inputs, const std::string& glob,
     std::string_view input_flag = "--data");
 
-// A piece of a document: JSON Lines documents come whole; plain text is cut, only where
-// `safe_cut` allows, after about piece_bytes (or where the options say).
+// A piece of a document: JSON Lines documents come whole (but where the options say); plain text
+// is cut, only where `safe_cut` allows, after about piece_bytes (or where the options say).
 struct DocumentPiece {
     std::string text;
     std::uint64_t document = 0;  // index in the corpus
@@ -45,8 +45,10 @@ struct DocumentReaderOptions {
     // Whether text may be cut before position p (0 < p < text.size()) without changing its
     // tokens: the tokenizer's rule. Unset: anywhere.
     std::function<bool(std::string_view text, std::size_t p)> safe_cut;
-    // Plain text: also cut the document at the first safe position at or after this byte
-    // (0: nowhere), so that the bytes before and after it can go to different splits.
+    // Also cut document `cut_document` (plain text or JSON Lines) at the first safe position at or
+    // after byte cut_at_byte (0: nowhere), so that the bytes before and after it can go to
+    // different splits.
+    std::uint64_t cut_document = 0;
     std::uint64_t cut_at_byte = 0;
 };
 

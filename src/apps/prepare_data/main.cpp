@@ -91,7 +91,10 @@ gpt2::DocumentReader open_reader(const Options& o, const gpt2::CorpusSplit& corp
             return gpt2::is_safe_cut(text, p);
         };
     }
-    r.cut_at_byte = corpus.val_from_byte();
+    if (corpus.rule() == gpt2::ValidationRule::LastBytes) {
+        r.cut_document = corpus.val_document();
+        r.cut_at_byte = corpus.val_from_byte();
+    }
     return gpt2::DocumentReader(corpus.files(), r);
 }
 
@@ -236,15 +239,25 @@ gpt2::ShardWriter open_writer(const Options& o, const char* split,
 }
 
 // Refuses splits left empty by too small a corpus.
-void check_splits(const Options& o, std::uint64_t documents, const gpt2::ShardWriter& train,
-                  const gpt2::ShardWriter& val) {
-    const bool wants_val = o.val_fraction > 0 || o.val_documents > 0;
+void check_splits(const Options& o, const gpt2::CorpusSplit& corpus, std::uint64_t documents,
+                  const gpt2::ShardWriter& train, const gpt2::ShardWriter& val) {
+    const bool wants_val = corpus.rule() != gpt2::ValidationRule::None;
     if (train.tokens() > 0 && (val.tokens() > 0 || !wants_val)) return;
+    const std::string flag = o.val_documents > 0
+                                 ? fmt::format("--val-documents {}", o.val_documents)
+                                 : fmt::format("--val-fraction {}", o.val_fraction);
+    std::string why;
+    if (train.tokens() > 0 && corpus.rule() == gpt2::ValidationRule::LastBytes) {
+        why = fmt::format(
+            " (its last {}% holds no place where the text can be cut without changing its tokens: "
+            "a newline between two characters that are not spaces); --val-fraction 0 prepares it "
+            "without validation",
+            o.val_fraction * 100);
+    }
     throw gpt2::InputError(fmt::format(
-        "{} documents ({} tokens) are too few to split with --val-{} {}: no {} tokens", documents,
-        train.tokens() + val.tokens(), o.val_documents > 0 ? "documents" : "fraction",
-        o.val_documents > 0 ? std::to_string(o.val_documents) : fmt::format("{}", o.val_fraction),
-        train.tokens() == 0 ? "training" : "validation"));
+        "{} ({}) are too few to split with {}: no {} tokens{}", count_of(documents, "document"),
+        count_of(static_cast<std::uint64_t>(train.tokens() + val.tokens()), "token"), flag,
+        train.tokens() == 0 ? "training" : "validation", why));
 }
 
 std::string kept_shards(const Options& o, const gpt2::ShardWriter& train,
@@ -289,7 +302,7 @@ void log_summary(const Options& o, const gpt2::CorpusSplit& corpus,
     const double text_mb = static_cast<double>(totals.text_bytes) / 1e6;
     spdlog::info(
         "prepared {} from {} ({:.1f} MB as stored, {:.1f} MB of text) in {:.2f} s ({:.2f} MB/s) on "
-        "{}: train {} in {}, val {} in {}, in {}",
+        "{}: train {} in {}, val {} in {} ({:.1f}% of the tokens), in {}",
         count_of(totals.documents, "document"), count_of(corpus.files().size(), "file"),
         static_cast<double>(corpus.stored_bytes()) / 1e6, text_mb, seconds,
         seconds > 0 ? text_mb / seconds : 0.0,
@@ -297,7 +310,10 @@ void log_summary(const Options& o, const gpt2::CorpusSplit& corpus,
         count_of(static_cast<std::uint64_t>(train.tokens()), "token"),
         count_of(static_cast<std::uint64_t>(train.shards()), "shard"),
         count_of(static_cast<std::uint64_t>(val.tokens()), "token"),
-        count_of(static_cast<std::uint64_t>(val.shards()), "shard"), o.out_dir.string());
+        count_of(static_cast<std::uint64_t>(val.shards()), "shard"),
+        100.0 * static_cast<double>(val.tokens()) /
+            static_cast<double>(std::max<std::int64_t>(1, train.tokens() + val.tokens())),
+        o.out_dir.string());
 }
 
 // The shards: returns the exit code (kExitInterrupted when --stop-after-shards stopped it).
@@ -313,7 +329,10 @@ int run(const Options& o) {
     }
     Record record;
     record.settings = gpt2::record_settings(settings_of(o), files);
-    const gpt2::CorpusSplit corpus(std::move(files), o.val_fraction, o.val_documents);
+    const gpt2::CorpusSplit corpus(
+        std::move(files), {o.val_fraction, o.val_documents, o.jsonl_field, o.skip_bad_lines});
+    if (corpus.documents() == 0u)
+        throw gpt2::InputError(o.data_flag + ": the corpus has no documents");
     const std::unique_ptr<gpt2::Tokenizer> tokenizer_owner =
         earlier ? recorded_tokenizer(o, *earlier, record) : make_tokenizer(o, corpus);
     const gpt2::Tokenizer& tokenizer = *tokenizer_owner;
@@ -323,6 +342,7 @@ int run(const Options& o) {
     }
     spdlog::info("tokenizer: {} with {} tokens", gpt2::tokenizer_kind_name(tokenizer.kind()),
                  tokenizer.vocab_size());
+    spdlog::info("{}", corpus.describe());
     if (!earlier) start_fresh(o, tokenizer, record);
     gpt2::ShardWriter train = open_writer(o, "train", earlier);
     gpt2::ShardWriter val = open_writer(o, "val", earlier);
@@ -351,12 +371,12 @@ int run(const Options& o) {
         throw gpt2::InputError(o.data_flag + ": the corpus has no documents");
     train.flush();
     val.flush();
-    check_splits(o, totals.documents, train, val);
+    check_splits(o, corpus, totals.documents, train, val);
     gpt2::write_progress(progress_file, record.settings, record.tokenizer_checksum, train, val,
                          true);
     if (reader.skipped_lines() > 0) {
-        spdlog::warn("skipped {} bad lines (--skip-bad-lines); the first: {}",
-                     reader.skipped_lines(), reader.first_skipped());
+        spdlog::warn("skipped {} (--skip-bad-lines); the first: {}",
+                     count_of(reader.skipped_lines(), "bad line"), reader.first_skipped());
     }
     log_summary(o, corpus, totals, train, val, seconds_since(started));
     return app::kExitOk;
