@@ -11,6 +11,7 @@
 #include <zstd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -396,7 +397,7 @@ TEST(PrepareData, ABadLineStopsARunThatResumeSkipBadLinesFinishesAsAnUninterrupt
         ASSERT_EQ(resumed.exit_code, 0) << c.name << "\n" << resumed.output;
         EXPECT_NE(resumed.output.find("skipped 1 bad line"), std::string::npos) << resumed.output;
         const auto expected = files_of(dir.path() / ("whole_" + c.name));
-        EXPECT_GE(expected.size(), 4u) << c.name;
+        EXPECT_GE(expected.size(), 3u) << c.name;  // tokenizer, progress, shards
         EXPECT_EQ(files_of(out), expected) << c.name << "\n" << resumed.output;
     }
 }
@@ -522,6 +523,50 @@ TEST(PrepareData, AFewDocumentsAreSplitByBytesAsOneTextIsAndTheLogSaysSo) {
     EXPECT_EQ(
         every.output.rfind("error: --val-fraction 0.7: every document would be validation", 0), 0u)
         << every.output;
+}
+
+// llm.c's tokenizer file is a decode table with an end-of-text id that llm.c's programs start
+// generating from: GPT-2's is llm.c's own gpt2_tokenizer.bin, a BPE's is written faithfully under
+// a name of its own, and the char tokenizer (no end-of-text token) gets none, as the log says.
+// Before, every tokenizer was written as gpt2_tokenizer.bin.
+TEST(PrepareData, LlmcTokenizerFileOnlyWhereItMeansWhatItSays) {
+    const ScratchDir dir("gpt2-prepare-llmc");
+    test::write_corpus(dir.path() / "corpus.txt", 20000);
+    const std::string common = "--data " + (dir / "corpus.txt") + " --out-dir " + (dir / "o");
+    const auto bpe = run_command(prepare(common + " --tokenizer bpe --vocab-size 300"));
+    ASSERT_EQ(bpe.exit_code, 0) << bpe.output;
+    EXPECT_FALSE(fs::exists(dir.path() / "o/gpt2_tokenizer.bin"));
+    ASSERT_TRUE(fs::exists(dir.path() / "o/llmc_bpe_tokenizer.bin")) << bpe.output;
+    EXPECT_NE(bpe.output.find("wrote " + (dir / "o/llmc_bpe_tokenizer.bin") +
+                              " (this BPE in llm.c's tokenizer format"),
+              std::string::npos)
+        << bpe.output;
+    const auto tokenizer = deserialize_tokenizer(read_file_bytes(dir.path() / "o/tokenizer.bin"));
+    const std::vector<std::string> table =
+        read_llmc_tokenizer(dir.path() / "o/llmc_bpe_tokenizer.bin");
+    ASSERT_EQ(table.size(), static_cast<std::size_t>(tokenizer->vocab_size()));
+    for (int id = 0; id < tokenizer->vocab_size(); ++id)
+        ASSERT_EQ(table[static_cast<std::size_t>(id)], tokenizer->token_bytes(id)) << id;
+    const std::vector<std::uint8_t> header =
+        read_file_bytes(dir.path() / "o/llmc_bpe_tokenizer.bin");
+    std::uint32_t eot = 0;
+    std::memcpy(&eot, header.data() + 12, 4);
+    EXPECT_EQ(static_cast<int>(eot), *tokenizer->eot_id());
+
+    // A char preparation into the same directory: no llm.c file, not even the BPE's of before.
+    const auto chars = run_command(prepare(common + " --tokenizer char"));
+    ASSERT_EQ(chars.exit_code, 0) << chars.output;
+    EXPECT_FALSE(fs::exists(dir.path() / "o/gpt2_tokenizer.bin"));
+    EXPECT_FALSE(fs::exists(dir.path() / "o/llmc_bpe_tokenizer.bin"));
+    EXPECT_NE(chars.output.find("no llm.c tokenizer file: its format needs an end-of-text token"),
+              std::string::npos)
+        << chars.output;
+
+    if (!fs::exists(kGpt2Dir / "encoder.json")) GTEST_SKIP() << "no GPT-2 tokenizer files";
+    const auto gpt2 =
+        run_command(prepare(common + " --tokenizer gpt2 --tokenizer-dir " + kGpt2Dir.string()));
+    ASSERT_EQ(gpt2.exit_code, 0) << gpt2.output;
+    EXPECT_EQ(read_llmc_tokenizer(dir.path() / "o/gpt2_tokenizer.bin").size(), 50257u);
 }
 
 // A progress file written before the flags were recorded one by one (one "fingerprint" string)

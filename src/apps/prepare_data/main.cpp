@@ -2,9 +2,9 @@
 // llm.c token shards, streaming: memory stays bounded by a few shards whatever the corpus size,
 // each shard is written atomically as soon as it is full, and --resume continues an interrupted
 // preparation after its last complete shard. The tokenizer goes next to the shards, serialized
-// (tokenizer.bin) and in llm.c's gpt2_tokenizer.bin format. The work itself is in src/data/
-// (corpus_split, shard_stream, shard_writer, preparation_progress, hellaswag), the flags in
-// options.cpp; this file wires them together.
+// (tokenizer.bin) and, where that format can hold it, as llm.c's tokenizer file. The work itself is
+// in src/data/ (corpus_split, shard_stream, shard_writer, preparation_progress, hellaswag), the
+// flags in options.cpp; this file wires them together.
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
@@ -203,6 +203,46 @@ std::unique_ptr<gpt2::Tokenizer> recorded_tokenizer(const Options& o,
     return gpt2::deserialize_tokenizer(bytes);
 }
 
+// llm.c's tokenizer file (a decode table: each token's bytes, and the end-of-text token, which
+// llm.c's programs start generating from) where it means what it says: GPT-2's is llm.c's own
+// gpt2_tokenizer.bin, a BPE's gets a name of its own; the char tokenizer has no end-of-text
+// token, so it gets none. A file of the other name, an earlier tokenizer's, is removed.
+void write_llmc_tokenizer_file(const Options& o, const gpt2::Tokenizer& tokenizer) {
+    const fs::path gpt2_path = o.out_dir / "gpt2_tokenizer.bin";
+    const fs::path bpe_path = o.out_dir / "llmc_bpe_tokenizer.bin";
+    const gpt2::TokenizerKind kind = tokenizer.kind();
+    const fs::path* const path = kind == gpt2::TokenizerKind::Gpt2  ? &gpt2_path
+                                 : kind == gpt2::TokenizerKind::Bpe ? &bpe_path
+                                                                    : nullptr;
+    for (const fs::path* stale : {&gpt2_path, &bpe_path}) {
+        std::error_code ignored;
+        if (stale != path && fs::remove(*stale, ignored)) {
+            spdlog::info("removed {}, an earlier tokenizer's llm.c file", stale->string());
+        }
+    }
+    if (path == nullptr) {
+        spdlog::info(
+            "no llm.c tokenizer file: its format needs an end-of-text token (llm.c starts "
+            "generating from it), which the char tokenizer has not");
+        return;
+    }
+    try {
+        gpt2::write_llmc_tokenizer(tokenizer, *path);
+    } catch (const gpt2::InputError& e) {
+        // Only token length limits fail here; the shards and tokenizer.bin are still usable.
+        spdlog::warn("skipped llm.c's tokenizer file: {}", e.what());
+        return;
+    }
+    if (kind == gpt2::TokenizerKind::Gpt2) {
+        spdlog::info("wrote {} (llm.c's tokenizer file)", path->string());
+    } else {
+        spdlog::info(
+            "wrote {} (this BPE in llm.c's tokenizer format: llm.c's programs read it renamed "
+            "gpt2_tokenizer.bin)",
+            path->string());
+    }
+}
+
 // A fresh preparation first removes an earlier one of the same name, so that its shards can never
 // sit beside this run's tokenizer, even if this run is interrupted; then it writes the tokenizer,
 // so that a resumed run encodes with exactly this one.
@@ -218,14 +258,7 @@ void start_fresh(const Options& o, const gpt2::Tokenizer& tokenizer, Record& rec
     gpt2::write_file_atomically(tokenizer_path, bytes);
     record.tokenizer_checksum = gpt2::checksum64(bytes);
     spdlog::info("wrote {}", tokenizer_path.string());
-    const fs::path llmc_path = o.out_dir / "gpt2_tokenizer.bin";
-    try {
-        gpt2::write_llmc_tokenizer(tokenizer, llmc_path);
-        spdlog::info("wrote {}", llmc_path.string());
-    } catch (const gpt2::InputError& e) {
-        // Only token length limits fail here; the shards and tokenizer.bin are still usable.
-        spdlog::warn("skipped llm.c's tokenizer file: {}", e.what());
-    }
+    write_llmc_tokenizer_file(o, tokenizer);
 }
 
 gpt2::ShardWriter open_writer(const Options& o, const char* split,
