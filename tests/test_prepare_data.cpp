@@ -569,6 +569,97 @@ TEST(PrepareData, LlmcTokenizerFileOnlyWhereItMeansWhatItSays) {
     EXPECT_EQ(read_llmc_tokenizer(dir.path() / "o/gpt2_tokenizer.bin").size(), 50257u);
 }
 
+// A flag the mode or the tokenizer does not use is never silently ignored: refused with
+// --hellaswag (which prepares no shards) and for two flags that choose the same split, warned about
+// otherwise; so is a .json file, which is read as plain text. Before, all of them were ignored.
+TEST(PrepareData, FlagsTheRunDoesNotUseAreRefusedOrWarnedAbout) {
+    const ScratchDir dir("gpt2-prepare-unused");
+    test::write_corpus(dir.path() / "corpus.txt", 20000);
+    const std::string data = "--data " + (dir / "corpus.txt");
+    const auto hellaswag = run_command(prepare("--hellaswag " + (dir / "h.jsonl") + " " + data +
+                                               " --tokenizer gpt2 --out-dir " + (dir / "h")));
+    EXPECT_EQ(hellaswag.exit_code, 2) << hellaswag.output;
+    EXPECT_EQ(hellaswag.output.rfind("error: --data does not apply with --hellaswag", 0), 0u)
+        << hellaswag.output;
+    const auto both = run_command(prepare(data +
+                                          " --tokenizer char --val-fraction 0.2 "
+                                          "--val-documents 3 --out-dir " +
+                                          (dir / "b")));
+    EXPECT_EQ(both.exit_code, 2) << both.output;
+    EXPECT_EQ(both.output,
+              "error: --val-fraction 0.2 and --val-documents 3 both choose the validation split: "
+              "give one\n");
+    const auto unused = run_command(prepare(
+        data + " --tokenizer char --tokenizer-dir " + (dir / "x") +
+        " --eot-in-text text --skip-bad-lines --jsonl-field body --glob '*.txt' --out-dir " +
+        (dir / "u")));
+    EXPECT_EQ(unused.exit_code, 0) << unused.output;
+    for (const std::string warning :
+         {"--tokenizer-dir only applies to --tokenizer gpt2; ignored",
+          "--eot-in-text does not apply to --tokenizer char",
+          "--skip-bad-lines only applies to JSON Lines, and no input is one",
+          "--jsonl-field only applies to JSON Lines, and no input is one",
+          "--glob only applies to directories given to --data; ignored"}) {
+        EXPECT_NE(unused.output.find(warning), std::string::npos) << warning << "\n"
+                                                                  << unused.output;
+    }
+    write_bytes(dir.path() / "lines.json", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n");
+    const auto json = run_command(
+        prepare("--data " + (dir / "lines.json") + " --tokenizer char --out-dir " + (dir / "j")));
+    EXPECT_EQ(json.exit_code, 0) << json.output;
+    EXPECT_NE(json.output.find((dir / "lines.json") + " is read as plain text"), std::string::npos)
+        << json.output;
+}
+
+// One --out-dir holds one tokenizer.bin: a preparation of another name that would replace it with
+// a different tokenizer is refused (before, the other preparation's shards were left beside a
+// tokenizer they were not made with), and --resume refuses a tokenizer.bin that is not the one
+// its preparation wrote. A missing GPT-2 tokenizer names --tokenizer-dir.
+TEST(PrepareData, APreparationNeverReplacesTheTokenizerOfAnotherInItsOutDir) {
+    const ScratchDir dir("gpt2-prepare-shared");
+    test::write_corpus(dir.path() / "words.txt", 20000);
+    write_bytes(dir.path() / "digits.txt", "0123456789\n9876543210\n");
+    const std::string out = " --out-dir " + (dir / "o");
+    ASSERT_EQ(run_command(prepare("--data " + (dir / "words.txt") + " --tokenizer char --name w" +
+                                  " --shard-tokens 5000 --stop-after-shards 1" + out))
+                  .exit_code,
+              130);
+    const auto tokenizer = read_file_bytes(dir.path() / "o/tokenizer.bin");
+    const auto other =
+        run_command(prepare("--data " + (dir / "digits.txt") + " --tokenizer char --name d" + out));
+    EXPECT_EQ(other.exit_code, 2) << other.output;
+    EXPECT_NE(other.output.find("error: --out-dir " + (dir / "o") +
+                                " holds the preparation named w, whose shards need its "
+                                "tokenizer.bin"),
+              std::string::npos)
+        << other.output;
+    EXPECT_EQ(read_file_bytes(dir.path() / "o/tokenizer.bin"), tokenizer);
+    EXPECT_FALSE(fs::exists(dir.path() / "o/d.progress.json"));
+
+    ASSERT_EQ(run_command(prepare("--data " + (dir / "digits.txt") +
+                                  " --tokenizer char --out-dir " + (dir / "d")))
+                  .exit_code,
+              0);
+    fs::copy_file(dir.path() / "d/tokenizer.bin", dir.path() / "o/tokenizer.bin",
+                  fs::copy_options::overwrite_existing);
+    const auto resumed = run_command(prepare("--data " + (dir / "words.txt") +
+                                             " --tokenizer char --name w --shard-tokens 5000 "
+                                             "--resume" +
+                                             out));
+    EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+    EXPECT_NE(resumed.output.find("error: " + (dir / "o/tokenizer.bin") +
+                                  " is not the tokenizer the preparation named w started with"),
+              std::string::npos)
+        << resumed.output;
+
+    const auto no_gpt2 =
+        run_command(prepare("--data " + (dir / "words.txt") + " --tokenizer gpt2 --tokenizer-dir " +
+                            (dir / "none") + " --out-dir " + (dir / "g")));
+    EXPECT_EQ(no_gpt2.exit_code, 1) << no_gpt2.output;
+    EXPECT_EQ(no_gpt2.output.rfind("error: --tokenizer-dir " + (dir / "none") + ": ", 0), 0u)
+        << no_gpt2.output;
+}
+
 // A progress file written before the flags were recorded one by one (one "fingerprint" string)
 // still resumes, and a flag that differs is still named.
 TEST(PreparationProgress, AnOlderProgressFileIsReadAndComparedFlagByFlag) {

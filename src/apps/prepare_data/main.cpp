@@ -64,12 +64,93 @@ void create_out_dir(const fs::path& dir) {
     if (ec) throw gpt2::InputError("--out-dir " + dir.string() + ": " + ec.message());
 }
 
+// Flags the mode or the tokenizer does not use: refused with --hellaswag, which prepares no shards
+// (the user meant something else), warned about otherwise; two flags that choose the same thing
+// are refused. Never silently ignored.
+void check_flags(const Options& o) {
+    if (!o.hellaswag.empty()) {
+        for (const char* flag :
+             {"--data", "--glob", "--jsonl-field", "--skip-bad-lines", "--vocab-size",
+              "--bpe-sample-mb", "--eot-in-text", "--name", "--val-fraction", "--val-documents",
+              "--shard-tokens", "--resume", "--stop-after-shards"}) {
+            if (o.has(flag)) {
+                throw gpt2::UsageError(std::string(flag) +
+                                       " does not apply with --hellaswag, which writes only "
+                                       "llm.c's evaluation file (prepare shards in a run of "
+                                       "their own)");
+            }
+        }
+        if (o.has("--threads")) spdlog::warn("--threads does not apply with --hellaswag; ignored");
+        return;
+    }
+    if (o.has("--val-fraction") && o.has("--val-documents") && o.val_documents > 0) {
+        throw gpt2::UsageError(fmt::format(
+            "--val-fraction {} and --val-documents {} both choose the validation split: give one",
+            o.val_fraction, o.val_documents));
+    }
+    for (const char* flag : {"--vocab-size", "--bpe-sample-mb"}) {
+        if (o.tokenizer != "bpe" && o.has(flag)) {
+            spdlog::warn("{} only applies to --tokenizer bpe; ignored", flag);
+        }
+    }
+    if (o.tokenizer != "gpt2" && o.has("--tokenizer-dir")) {
+        spdlog::warn("--tokenizer-dir only applies to --tokenizer gpt2; ignored");
+    }
+    if (o.tokenizer == "char" && o.has("--eot-in-text")) {
+        spdlog::warn(
+            "--eot-in-text does not apply to --tokenizer char, which has no end-of-text token (a "
+            "literal <|endoftext|> is its characters); ignored");
+    }
+}
+
+// What the corpus files make of the flags: those for JSON Lines with no .jsonl file, --glob with
+// no directory, a .json or .ndjson file (read as plain text: JSON Lines must be named .jsonl).
+void check_flags_against_files(const Options& o, std::span<const gpt2::CorpusFile> files) {
+    const bool any_jsonl =
+        std::any_of(files.begin(), files.end(), [](const gpt2::CorpusFile& f) { return f.jsonl; });
+    for (const char* flag : {"--jsonl-field", "--skip-bad-lines"}) {
+        if (!any_jsonl && o.has(flag)) {
+            spdlog::warn(
+                "{} only applies to JSON Lines, and no input is one (their names end in .jsonl, "
+                ".jsonl.gz or .jsonl.zst); ignored",
+                flag);
+        }
+    }
+    if (o.has("--glob") &&
+        std::none_of(o.inputs.begin(), o.inputs.end(),
+                     [](const fs::path& input) { return fs::is_directory(input); })) {
+        spdlog::warn("--glob only applies to directories given to {}; ignored", o.data_flag);
+    }
+    for (const gpt2::CorpusFile& f : files) {
+        fs::path inner = f.path;
+        if (inner.extension() == ".gz" || inner.extension() == ".zst") inner = inner.stem();
+        if (!f.jsonl && (inner.extension() == ".json" || inner.extension() == ".ndjson")) {
+            spdlog::warn(
+                "{} is read as plain text, one document (JSON Lines are read line by line only "
+                "from files named .jsonl, .jsonl.gz or .jsonl.zst)",
+                f.path.string());
+        }
+    }
+}
+
+// GPT-2's tokenizer from --tokenizer-dir; a missing or bad file's error names the flag (whose
+// default is relative to the current directory).
+std::unique_ptr<gpt2::Tokenizer> load_gpt2(const Options& o) {
+    try {
+        return gpt2::load_gpt2_tokenizer(o.tokenizer_dir);
+    } catch (const gpt2::InputError& e) {
+        throw gpt2::InputError("--tokenizer-dir " + o.tokenizer_dir.string() +
+                               (o.has("--tokenizer-dir") ? "" : " (the default)") + ": " +
+                               e.what());
+    }
+}
+
 // llm.c's HellaSwag evaluation file (--hellaswag) in --out-dir, named after the JSONL.
 void build_hellaswag(const Options& o) {
     if (o.tokenizer != "gpt2") {
         throw gpt2::UsageError("--hellaswag needs --tokenizer gpt2 (the models it evaluates)");
     }
-    const auto tokenizer = gpt2::load_gpt2_tokenizer(o.tokenizer_dir);
+    const auto tokenizer = load_gpt2(o);
     const std::vector<gpt2::MultipleChoiceExample> examples =
         gpt2::read_hellaswag(o.hellaswag, *tokenizer);
     create_out_dir(o.out_dir);
@@ -101,7 +182,7 @@ gpt2::DocumentReader open_reader(const Options& o, const gpt2::CorpusSplit& corp
 // The tokenizer: GPT-2's from its files, char's alphabet from a pass over the whole corpus, BPE
 // trained on the first --bpe-sample-mb of documents (the corpus may not fit in memory).
 std::unique_ptr<gpt2::Tokenizer> make_tokenizer(const Options& o, const gpt2::CorpusSplit& corpus) {
-    if (o.tokenizer == "gpt2") return gpt2::load_gpt2_tokenizer(o.tokenizer_dir);
+    if (o.tokenizer == "gpt2") return load_gpt2(o);
     gpt2::DocumentReader reader = open_reader(o, corpus, o.tokenizer == "char");
     if (o.tokenizer == "char") return gpt2::make_char_tokenizer(gpt2::read_alphabet(reader));
     const gpt2::BpeSample sample = gpt2::read_bpe_sample(
@@ -243,10 +324,35 @@ void write_llmc_tokenizer_file(const Options& o, const gpt2::Tokenizer& tokenize
     }
 }
 
+// The shards of every preparation in --out-dir are read with its one tokenizer.bin: a preparation
+// of another name there (its progress file) must not see it replaced by a different tokenizer.
+void check_shared_tokenizer(const Options& o, const gpt2::Tokenizer& tokenizer,
+                            std::span<const std::uint8_t> bytes) {
+    const fs::path path = o.out_dir / "tokenizer.bin";
+    if (!fs::exists(path)) return;
+    const std::vector<std::uint8_t> present = gpt2::read_file_bytes(path);
+    if (std::equal(present.begin(), present.end(), bytes.begin(), bytes.end())) return;
+    constexpr std::string_view kSuffix = ".progress.json";
+    for (const auto& entry : fs::directory_iterator(o.out_dir)) {
+        const std::string file = entry.path().filename().string();
+        if (!file.ends_with(kSuffix)) continue;
+        const std::string other = file.substr(0, file.size() - kSuffix.size());
+        if (other == o.name) continue;
+        throw gpt2::UsageError(fmt::format(
+            "--out-dir {} holds the preparation named {}, whose shards need its tokenizer.bin, "
+            "which this run's tokenizer ({} with {} tokens) would replace: give another --out-dir, "
+            "or --name {} to replace that preparation",
+            o.out_dir.string(), other, gpt2::tokenizer_kind_name(tokenizer.kind()),
+            tokenizer.vocab_size(), other));
+    }
+}
+
 // A fresh preparation first removes an earlier one of the same name, so that its shards can never
 // sit beside this run's tokenizer, even if this run is interrupted; then it writes the tokenizer,
 // so that a resumed run encodes with exactly this one.
 void start_fresh(const Options& o, const gpt2::Tokenizer& tokenizer, Record& record) {
+    const std::vector<std::uint8_t> bytes = tokenizer.serialize();
+    check_shared_tokenizer(o, tokenizer, bytes);
     std::error_code ignored;
     fs::remove(gpt2::progress_path(o.out_dir, o.name), ignored);
     if (const int removed = gpt2::remove_shards(o.out_dir, o.name); removed > 0) {
@@ -254,7 +360,6 @@ void start_fresh(const Options& o, const gpt2::Tokenizer& tokenizer, Record& rec
                      o.out_dir.string());
     }
     const fs::path tokenizer_path = o.out_dir / "tokenizer.bin";
-    const std::vector<std::uint8_t> bytes = tokenizer.serialize();
     gpt2::write_file_atomically(tokenizer_path, bytes);
     record.tokenizer_checksum = gpt2::checksum64(bytes);
     spdlog::info("wrote {}", tokenizer_path.string());
@@ -353,6 +458,7 @@ void log_summary(const Options& o, const gpt2::CorpusSplit& corpus,
 int run(const Options& o) {
     const auto started = Clock::now();
     std::vector<gpt2::CorpusFile> files = gpt2::list_corpus_files(o.inputs, o.glob, o.data_flag);
+    check_flags_against_files(o, files);
     create_out_dir(o.out_dir);
     const fs::path progress_file = gpt2::progress_path(o.out_dir, o.name);
     const std::optional<gpt2::PreparationProgress> earlier = find_earlier(o, files);
@@ -362,12 +468,18 @@ int run(const Options& o) {
     }
     Record record;
     record.settings = gpt2::record_settings(settings_of(o), files);
+    // The tokenizers that need no pass over the corpus come first: a missing file is found at once.
+    std::unique_ptr<gpt2::Tokenizer> tokenizer_owner;
+    if (earlier) {
+        tokenizer_owner = recorded_tokenizer(o, *earlier, record);
+    } else if (o.tokenizer == "gpt2") {
+        tokenizer_owner = load_gpt2(o);
+    }
     const gpt2::CorpusSplit corpus(
         std::move(files), {o.val_fraction, o.val_documents, o.jsonl_field, o.skip_bad_lines});
     if (corpus.documents() == 0u)
         throw gpt2::InputError(o.data_flag + ": the corpus has no documents");
-    const std::unique_ptr<gpt2::Tokenizer> tokenizer_owner =
-        earlier ? recorded_tokenizer(o, *earlier, record) : make_tokenizer(o, corpus);
+    if (!tokenizer_owner) tokenizer_owner = make_tokenizer(o, corpus);
     const gpt2::Tokenizer& tokenizer = *tokenizer_owner;
     if (tokenizer.vocab_size() > 65536) {
         throw gpt2::InputError("--vocab-size: " + std::to_string(tokenizer.vocab_size()) +
@@ -423,12 +535,7 @@ int main(int argc, char** argv) {
     const Options& options = std::get<Options>(parsed);
     app::setup_logging(options.log_level, app::LogStream::Stderr);
     try {
-        if (options.tokenizer != "bpe" && options.vocab_size_given) {
-            spdlog::warn("--vocab-size only applies to --tokenizer bpe; ignored");
-        }
-        if (options.tokenizer != "bpe" && options.bpe_sample_mb_given) {
-            spdlog::warn("--bpe-sample-mb only applies to --tokenizer bpe; ignored");
-        }
+        check_flags(options);
         if (!options.hellaswag.empty()) {
             build_hellaswag(options);
         } else if (options.inputs.empty()) {

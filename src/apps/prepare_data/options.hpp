@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -31,8 +32,11 @@ struct Options {
     int threads = 0;  // 0: the CPUs in the affinity mask, as train_gpt2's --threads
     std::string eot_in_text = "token";
     std::string log_level = "info";
-    bool vocab_size_given = false;  // on the command line (warned about unless --tokenizer bpe)
-    bool bpe_sample_mb_given = false;
+    std::set<std::string> given;  // the flags on the command line (by their documented names)
+
+    // Whether `flag` was on the command line: one that the mode or tokenizer does not use is
+    // refused or warned about, never silently ignored.
+    [[nodiscard]] bool has(const std::string& flag) const { return given.count(flag) > 0; }
 };
 
 // Options, or the exit code when parsing ends the program (--help, --version, bad flags). An
