@@ -1,9 +1,12 @@
 // build/prepare_data as a user runs it: shards equal to tiktoken's ids in both end-of-text modes,
-// --data (and the older --input), files written atomically (a full disk leaves nothing partial),
-// the common command-line voice; many files, directories and JSON Lines (gzip, zstd) give the
-// documents' tokens with end-of-text between them, split by document; a long text streams in
-// pieces to the same tokens; an interrupted preparation resumes to the same shards; bad input
-// gets one clear error naming file and line.
+// --data (and the older --input, named in errors as typed), files written atomically (a full disk
+// leaves nothing partial), the common command-line voice, --threads as train_gpt2's; many files,
+// directories and JSON Lines (gzip, zstd) give the documents' tokens with end-of-text between
+// them, split by document, or by bytes when they are fewer than 1/--val-fraction; a long text
+// streams in pieces to the same tokens; an interrupted preparation, or one stopped by a bad line,
+// resumes to the same shards, and --resume refuses other flags naming them; llm.c's tokenizer file
+// only where it means what it says; no flag silently ignored; bad input gets one clear error
+// naming file and line.
 #include <gtest/gtest.h>
 
 #include <sched.h>
@@ -389,7 +392,7 @@ TEST(PrepareData, ABadLineStopsARunThatResumeSkipBadLinesFinishesAsAnUninterrupt
         EXPECT_NE(stopped.output.find("small.jsonl:6: not valid JSON"), std::string::npos)
             << c.name << "\n"
             << stopped.output;
-        EXPECT_EQ(stopped.output.find("complete shards are kept") != std::string::npos,
+        EXPECT_EQ(stopped.output.find("complete shards are kept in " + out) != std::string::npos,
                   c.kept_shards)
             << c.name << "\n"
             << stopped.output;

@@ -179,8 +179,9 @@ gpt2::DocumentReader open_reader(const Options& o, const gpt2::CorpusSplit& corp
     return gpt2::DocumentReader(corpus.files(), r);
 }
 
-// The tokenizer: GPT-2's from its files, char's alphabet from a pass over the whole corpus, BPE
-// trained on the first --bpe-sample-mb of documents (the corpus may not fit in memory).
+// The tokenizer: GPT-2's from its files (loaded before the corpus is counted, see run), char's
+// alphabet from a pass over the whole corpus, BPE trained on the first --bpe-sample-mb of
+// documents (the corpus may not fit in memory).
 std::unique_ptr<gpt2::Tokenizer> make_tokenizer(const Options& o, const gpt2::CorpusSplit& corpus) {
     if (o.tokenizer == "gpt2") return load_gpt2(o);
     gpt2::DocumentReader reader = open_reader(o, corpus, o.tokenizer == "char");
@@ -356,7 +357,8 @@ void start_fresh(const Options& o, const gpt2::Tokenizer& tokenizer, Record& rec
     std::error_code ignored;
     fs::remove(gpt2::progress_path(o.out_dir, o.name), ignored);
     if (const int removed = gpt2::remove_shards(o.out_dir, o.name); removed > 0) {
-        spdlog::info("removed {} shards of an earlier preparation named {} in {}", removed, o.name,
+        spdlog::info("removed {} of an earlier preparation named {} in {}",
+                     count_of(static_cast<std::uint64_t>(removed), "shard"), o.name,
                      o.out_dir.string());
     }
     const fs::path tokenizer_path = o.out_dir / "tokenizer.bin";
@@ -393,15 +395,17 @@ void check_splits(const Options& o, const gpt2::CorpusSplit& corpus, std::uint64
             o.val_fraction * 100);
     }
     throw gpt2::InputError(fmt::format(
-        "{} ({}) are too few to split with {}: no {} tokens{}", count_of(documents, "document"),
-        count_of(static_cast<std::uint64_t>(train.tokens() + val.tokens()), "token"), flag,
-        train.tokens() == 0 ? "training" : "validation", why));
+        "{} ({}) {} too few to split with {}: no {} tokens{}", count_of(documents, "document"),
+        count_of(static_cast<std::uint64_t>(train.tokens() + val.tokens()), "token"),
+        documents == 1 ? "is" : "are", flag, train.tokens() == 0 ? "training" : "validation", why));
 }
 
 std::string kept_shards(const Options& o, const gpt2::ShardWriter& train,
                         const gpt2::ShardWriter& val) {
-    return fmt::format("{} complete shards are kept in {}: --resume continues after them",
-                       train.shards() + val.shards(), o.out_dir.string());
+    const auto shards = static_cast<std::uint64_t>(train.shards() + val.shards());
+    return fmt::format("{} {} kept in {}: --resume continues after {}",
+                       count_of(shards, "complete shard"), shards == 1 ? "is" : "are",
+                       o.out_dir.string(), shards == 1 ? "it" : "them");
 }
 
 // Streams the corpus into the writers, recording progress after every shard. An error after some
