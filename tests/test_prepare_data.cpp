@@ -335,7 +335,14 @@ TEST(PrepareData, SpeaksWithTheCommonVoice) {
     const auto missing = run_command(
         prepare("--data " + (dir / "missing.txt") + " --tokenizer char --out-dir " + (dir / "o")));
     EXPECT_EQ(missing.exit_code, 1) << missing.output;
-    EXPECT_EQ(missing.output.rfind("error: " + (dir / "missing.txt"), 0), 0u) << missing.output;
+    EXPECT_EQ(missing.output.rfind("error: --data " + (dir / "missing.txt"), 0), 0u)
+        << missing.output;
+    const auto path_name =
+        run_command(prepare("--data " + (dir / "missing.txt") +
+                            " --tokenizer char --name a/b --out-dir " + (dir / "o")));
+    EXPECT_EQ(path_name.exit_code, 2) << path_name.output;
+    EXPECT_EQ(path_name.output,
+              "error: --name 'a/b': a name for the shards, not a path (they go to --out-dir)\n");
     const auto help = run_command(prepare("--help"));
     EXPECT_NE(help.output.find("--shard-tokens INT=100000000"), std::string::npos) << help.output;
     EXPECT_NE(help.output.find("--eot-in-text MODE=token"), std::string::npos) << help.output;

@@ -151,7 +151,7 @@ std::vector<CorpusFile> list_corpus_files(std::span<const fs::path> inputs, cons
         std::error_code ec;
         const fs::file_status status = fs::status(input, ec);
         if (ec || !fs::exists(status))
-            throw InputError(input.string() + ": no such file or directory");
+            throw InputError(flag + " " + input.string() + ": no such file or directory");
         if (!fs::is_directory(status)) {
             files.push_back(corpus_file(input));
             continue;

@@ -83,6 +83,12 @@ void check_flags(const Options& o) {
         if (o.has("--threads")) spdlog::warn("--threads does not apply with --hellaswag; ignored");
         return;
     }
+    if (o.inputs.empty()) throw gpt2::UsageError("--data is required (or --hellaswag)");
+    if (o.name.empty() || o.name.find('/') != std::string::npos || o.name == "." ||
+        o.name == "..") {
+        throw gpt2::UsageError("--name '" + o.name +
+                               "': a name for the shards, not a path (they go to --out-dir)");
+    }
     if (o.has("--val-fraction") && o.has("--val-documents") && o.val_documents > 0) {
         throw gpt2::UsageError(fmt::format(
             "--val-fraction {} and --val-documents {} both choose the validation split: give one",
@@ -542,9 +548,6 @@ int main(int argc, char** argv) {
         check_flags(options);
         if (!options.hellaswag.empty()) {
             build_hellaswag(options);
-        } else if (options.inputs.empty()) {
-            std::cerr << app::error_line("--data is required (or --hellaswag)") << std::endl;
-            return app::kExitBadFlags;
         } else {
             return run(options);
         }
