@@ -22,6 +22,7 @@
 
 #include "core/error.hpp"
 #include "core/file_io.hpp"
+#include "data/documents.hpp"
 #include "data/preparation_progress.hpp"
 #include "data/shard.hpp"
 #include "process_support.hpp"
@@ -519,6 +520,37 @@ TEST(PrepareData, AFewDocumentsAreSplitByBytesAsOneTextIsAndTheLogSaysSo) {
     EXPECT_EQ(split_tokens(dir.path() / "j", "three", "train"), train);
     EXPECT_EQ(split_tokens(dir.path() / "j", "three", "val"), bpe->encode(docs[2].substr(cut)));
 
+    // Short one-line documents: no safe place at or after the byte in the last one, so the cut
+    // goes to the last safe place before it (its newline).
+    std::string short_lines;
+    for (int i = 0; i < 5; ++i) {
+        short_lines +=
+            nlohmann::json{{"text", "Document " + std::to_string(i) + ".\nIt has two lines."}}
+                .dump() +
+            "\n";
+    }
+    write_bytes(dir.path() / "short.jsonl", short_lines);
+    const auto short_run =
+        run_command(prepare("--data " + (dir / "short.jsonl") +
+                            " --tokenizer bpe --vocab-size 280 --out-dir " + (dir / "s")));
+    ASSERT_EQ(short_run.exit_code, 0) << short_run.output;
+    const auto short_bpe = deserialize_tokenizer(read_file_bytes(dir.path() / "s/tokenizer.bin"));
+    EXPECT_EQ(split_tokens(dir.path() / "s", "short", "val"),
+              short_bpe->encode("It has two lines."));
+
+    // The same in plain text: the last file's one safe place is before the byte.
+    fs::create_directories(dir.path() / "plain");
+    write_bytes(dir.path() / "plain/a.txt", a.substr(0, 400));
+    const std::string last_line =
+        "the last line has no newline after the byte where validation starts";
+    write_bytes(dir.path() / "plain/b.txt", "Two lines.\n" + last_line);
+    const auto plain =
+        run_command(prepare("--data " + (dir / "plain") +
+                            " --tokenizer bpe --vocab-size 280 --out-dir " + (dir / "p")));
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    const auto plain_bpe = deserialize_tokenizer(read_file_bytes(dir.path() / "p/tokenizer.bin"));
+    EXPECT_EQ(split_tokens(dir.path() / "p", "plain", "val"), plain_bpe->encode(last_line));
+
     const auto all_val =
         run_command(prepare("--data " + (dir / "two") +
                             " --tokenizer char --val-documents 2 --out-dir " + (dir / "v")));
@@ -668,6 +700,37 @@ TEST(PrepareData, APreparationNeverReplacesTheTokenizerOfAnotherInItsOutDir) {
     EXPECT_EQ(no_gpt2.exit_code, 1) << no_gpt2.output;
     EXPECT_EQ(no_gpt2.output.rfind("error: --tokenizer-dir " + (dir / "none") + ": ", 0), 0u)
         << no_gpt2.output;
+}
+
+// The cut that splits a document for validation: at the first safe place at or after the byte,
+// or, with none before the document ends, at the last one before it, even when that is where an
+// earlier piece ended (a plain text read in pieces); the pieces after it are marked.
+TEST(DocumentReader, CutsAtTheLastSafePlaceBeforeTheByteWhenThereIsNoneAfterIt) {
+    const ScratchDir dir("gpt2-prepare-cut");
+    std::string text;
+    while (text.size() < (std::size_t{3} << 19))  // 1.5 MB of short lines
+        text += "word word\n";
+    const std::size_t long_line = text.size();
+    text += std::string(std::size_t{3} << 19, 'x');  // then 1.5 MB without a safe place
+    write_bytes(dir.path() / "t.txt", text);
+    write_bytes(dir.path() / "t.jsonl", nlohmann::json{{"text", text}}.dump() + "\n");
+    for (const char* file : {"t.txt", "t.jsonl"}) {
+        DocumentReaderOptions options;
+        options.piece_bytes = 16;
+        options.safe_cut = [](std::string_view t, std::size_t p) { return is_safe_cut(t, p); };
+        options.cut_at_byte = std::size_t{5} << 19;  // 2.5 MB, inside the long line
+        const fs::path paths[] = {dir.path() / file};
+        DocumentReader reader(list_corpus_files(paths, "*"), options);
+        std::string before, after;
+        for (DocumentPiece piece; reader.next(piece);) {
+            if (!piece.after_cut) {
+                EXPECT_TRUE(after.empty()) << file << ": a piece before the cut after one after it";
+            }
+            (piece.after_cut ? after : before) += piece.text;
+        }
+        EXPECT_EQ(before.size(), long_line) << file;
+        EXPECT_EQ(before + after, text) << file;
+    }
 }
 
 // A progress file written before the flags were recorded one by one (one "fingerprint" string)

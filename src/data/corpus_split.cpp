@@ -132,7 +132,7 @@ bool CorpusSplit::is_val(const DocumentPiece& piece) const {
             return piece.document % val_every_ == 0;
         case ValidationRule::LastBytes:
             return piece.document > val_document_ ||
-                   (piece.document == val_document_ && piece.offset >= val_from_byte_);
+                   (piece.document == val_document_ && (val_from_byte_ == 0 || piece.after_cut));
     }
     return false;
 }
@@ -154,16 +154,14 @@ std::string CorpusSplit::describe() const {
     std::string text =
         "validation: the last " + number(val_fraction_ * 100) + "% of the text (" + fraction + ")";
     if (val_document_ >= document_bytes_.size()) return text + ": too few bytes to have any";
-    if (one_text_) {
-        return text + ", cut where the tokens cannot change at or after byte " +
-               std::to_string(val_from_byte_);
-    }
-    const std::string where = " document " + std::to_string(val_document_ + 1) + " of " +
+    const std::string cut = ", cut where the tokens cannot change";
+    if (one_text_) return text + ", from about byte " + std::to_string(val_from_byte_) + cut;
+    const std::string where = "document " + std::to_string(val_document_ + 1) + " of " +
                               std::to_string(document_bytes_.size()) + " (" +
                               files_[document_file_[val_document_]].path.string() + ")";
-    text += val_from_byte_ > 0 ? ", cut where the tokens cannot change at or after byte " +
-                                     std::to_string(val_from_byte_) + " of" + where
-                               : ", from" + where + " on";
+    text += val_from_byte_ > 0
+                ? ", from about byte " + std::to_string(val_from_byte_) + " of " + where + cut
+                : ", from the start of " + where;
     return text + ": " + documents_word(document_bytes_.size()) +
            (document_bytes_.size() == 1 ? " is" : " are") + " too few to take every " +
            ordinal(val_every_) + " whole";

@@ -46,9 +46,9 @@ class CorpusSplit {
     // The number of documents when the count reached the end of the corpus (always for fewer
     // than round(1/fraction) or --val-documents + 1 of them), else nothing.
     [[nodiscard]] std::optional<std::uint64_t> documents() const { return documents_; }
-    // LastBytes: validation starts at byte val_from_byte() of document val_document(); the reader
-    // must cut that document at the first safe position at or after the byte (0: no cut, the
-    // document is validation from its start).
+    // LastBytes: validation starts at about byte val_from_byte() of document val_document(),
+    // where the reader cuts it (DocumentReaderOptions::cut_at_byte; 0: no cut, the document is
+    // validation from its start).
     [[nodiscard]] std::uint64_t val_document() const { return val_document_; }
     [[nodiscard]] std::uint64_t val_from_byte() const { return val_from_byte_; }
     [[nodiscard]] bool is_val(const DocumentPiece& piece) const;

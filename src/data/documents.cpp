@@ -201,6 +201,7 @@ struct DocumentReader::Impl {
     std::uint64_t piece = 0;             // next piece's index
     std::uint64_t offset = 0;            // plain text: bytes of the document already returned
     bool in_document = false;            // plain text: a piece of this file was returned
+    bool past_cut = false;               // plain text: the next piece starts after the forced cut
     std::uint64_t skipped = 0;
     std::string first_skipped;
     std::optional<DocumentPiece> rest;  // JSON Lines: the part of a cut document after the cut
@@ -231,6 +232,7 @@ struct DocumentReader::Impl {
         line = 0;
         offset = 0;
         in_document = false;
+        past_cut = false;
     }
     bool safe(std::string_view text, std::size_t p) const {
         return !options.safe_cut || options.safe_cut(text, p);
@@ -244,21 +246,31 @@ struct DocumentReader::Impl {
         out.index = piece++;
         out.first = first;
     }
-    // Cuts a whole JSON Lines document at the first safe position at or after cut_at_byte,
-    // keeping the rest as the next piece.
-    void cut_after_byte(DocumentPiece& whole) {
+    // Cuts a whole JSON Lines document where the options say (see DocumentReaderOptions), keeping
+    // the part after the cut as the next piece.
+    void cut_document(DocumentPiece& whole) {
         const std::size_t size = whole.text.size();
-        std::size_t p = std::max<std::uint64_t>(options.cut_at_byte, 1);
-        if (options.cut_at_byte == 0 || p >= size) return;
+        if (options.cut_at_byte == 0 || options.cut_at_byte >= size) return;
+        const auto at = static_cast<std::size_t>(options.cut_at_byte);
+        std::size_t p = at;
         while (p < size && !safe(whole.text, p))
             ++p;
-        if (p == size) return;
+        if (p == size) {  // none at or after it: the last one before it, or the start
+            p = at - 1;
+            while (p > 0 && !safe(whole.text, p))
+                --p;
+        }
+        if (p == 0) {
+            whole.after_cut = true;
+            return;
+        }
         DocumentPiece after;
         after.text = whole.text.substr(p);
         after.document = whole.document;
         after.index = piece++;
         after.first = false;
         after.offset = p;
+        after.after_cut = true;
         whole.text.resize(p);
         rest = std::move(after);
     }
@@ -270,7 +282,9 @@ bool DocumentReader::Impl::next_plain(DocumentPiece& out) {
     for (;;) {
         while (pending.size() < options.piece_bytes && fill()) {
         }
-        const std::uint64_t at = document == options.cut_document ? options.cut_at_byte : 0;
+        const std::uint64_t at =
+            document == options.cut_document && !past_cut ? options.cut_at_byte : 0;
+        if (at > 0 && at <= offset) past_cut = true;  // a piece ended right at it
         const bool split_inside = at > offset && at < offset + pending.size();
         const std::size_t split = split_inside ? static_cast<std::size_t>(at - offset) : 0;
         // Only positions not checked before (each byte is looked at about once), the last few
@@ -285,6 +299,7 @@ bool DocumentReader::Impl::next_plain(DocumentPiece& out) {
             last_safe = p;
         }
         scanned = pending.size() > 4 ? pending.size() - 4 : 0;
+        bool cut_is_forced = cut > 0;
         if (!split_inside) cut = last_safe;
         if (cut == 0 && !file_ended) {
             if (pending.size() >= kMaxPieceBytes) {
@@ -297,10 +312,23 @@ bool DocumentReader::Impl::next_plain(DocumentPiece& out) {
             fill();
             continue;
         }
+        bool after_cut = past_cut;
+        if (split_inside && !cut_is_forced) {
+            // No safe position at or after the split before the document ends: the last one
+            // before it, or (none in this piece) where this piece starts, a safe place too.
+            if (last_safe > 0) {
+                cut = last_safe;
+                cut_is_forced = true;
+            } else {
+                after_cut = past_cut = true;
+            }
+        }
         if (cut == 0 || (file_ended && !split_inside)) cut = pending.size();  // the rest
         const bool first = !in_document;
         out.offset = offset;
+        out.after_cut = after_cut;
         emit(out, cut, first);
+        if (cut_is_forced) past_cut = true;
         offset += cut;
         in_document = true;
         if (file_ended && pending.empty()) {
@@ -361,7 +389,8 @@ bool DocumentReader::Impl::next_jsonl(DocumentPiece& out) {
         out.index = piece++;
         out.first = true;
         out.offset = 0;
-        if (out.document == options.cut_document) cut_after_byte(out);
+        out.after_cut = false;
+        if (out.document == options.cut_document) cut_document(out);
         return true;
     }
 }

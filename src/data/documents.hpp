@@ -36,6 +36,7 @@ struct DocumentPiece {
     std::uint64_t index = 0;     // index of the piece in the corpus
     bool first = true;           // the document's first piece
     std::uint64_t offset = 0;    // of the piece's first byte within its document
+    bool after_cut = false;      // in the document cut where the options say: after the cut
 };
 
 struct DocumentReaderOptions {
@@ -46,8 +47,9 @@ struct DocumentReaderOptions {
     // tokens: the tokenizer's rule. Unset: anywhere.
     std::function<bool(std::string_view text, std::size_t p)> safe_cut;
     // Also cut document `cut_document` (plain text or JSON Lines) at the first safe position at or
-    // after byte cut_at_byte (0: nowhere), so that the bytes before and after it can go to
-    // different splits.
+    // after byte cut_at_byte (0: nowhere), or, with none, at the last one before it (or its start),
+    // so that the bytes before and after it can go to different splits: the pieces after the cut
+    // are marked (DocumentPiece::after_cut).
     std::uint64_t cut_document = 0;
     std::uint64_t cut_at_byte = 0;
 };

@@ -196,10 +196,11 @@ std::unique_ptr<gpt2::Tokenizer> make_tokenizer(const Options& o, const gpt2::Co
         reader, static_cast<std::size_t>(o.bpe_sample_mb * 1e6), !corpus.one_text());
     const auto start = Clock::now();
     auto tokenizer = gpt2::train_bpe_tokenizer(sample.text, o.vocab_size);
-    spdlog::info("trained BPE to {} tokens in {:.2f} s on {} ({:.1f} MB, {} documents)",
+    spdlog::info("trained BPE to {} tokens in {:.2f} s on {} ({:.1f} MB, {})",
                  tokenizer->vocab_size(), seconds_since(start),
                  sample.whole ? "the whole corpus" : "the first --bpe-sample-mb of the corpus",
-                 static_cast<double>(sample.text.size()) / 1e6, sample.documents);
+                 static_cast<double>(sample.text.size()) / 1e6,
+                 count_of(sample.documents, "document"));
     if (tokenizer->vocab_size() < o.vocab_size) {
         spdlog::warn("the corpus ran out of pairs to merge: vocab size is {}, not {}",
                      tokenizer->vocab_size(), o.vocab_size);
@@ -393,11 +394,11 @@ void check_splits(const Options& o, const gpt2::CorpusSplit& corpus, std::uint64
                                  ? fmt::format("--val-documents {}", o.val_documents)
                                  : fmt::format("--val-fraction {}", o.val_fraction);
     std::string why;
-    if (train.tokens() > 0 && corpus.rule() == gpt2::ValidationRule::LastBytes) {
+    if (corpus.rule() == gpt2::ValidationRule::LastBytes) {
         why = fmt::format(
-            " (its last {}% holds no place where the text can be cut without changing its tokens: "
-            "a newline between two characters that are not spaces); --val-fraction 0 prepares it "
-            "without validation",
+            " (the text has no place near its last {}% where it can be cut without changing its "
+            "tokens: a newline between two characters that are not spaces); --val-fraction 0 "
+            "prepares it without validation",
             o.val_fraction * 100);
     }
     throw gpt2::InputError(fmt::format(
