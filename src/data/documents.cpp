@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 
 #include "core/error.hpp"
@@ -142,14 +143,15 @@ constexpr std::size_t kMaxPieceBytes = std::size_t{64} << 20;
 
 }  // namespace
 
-std::vector<CorpusFile> list_corpus_files(std::span<const fs::path> inputs,
-                                          const std::string& glob) {
+std::vector<CorpusFile> list_corpus_files(std::span<const fs::path> inputs, const std::string& glob,
+                                          std::string_view input_flag) {
+    const std::string flag(input_flag);
     std::vector<CorpusFile> files;
     for (const fs::path& input : inputs) {
         std::error_code ec;
         const fs::file_status status = fs::status(input, ec);
         if (ec || !fs::exists(status))
-            throw InputError(input.string() + ": no such file or directory");
+            throw InputError(flag + " " + input.string() + ": no such file or directory");
         if (!fs::is_directory(status)) {
             files.push_back(corpus_file(input));
             continue;
@@ -161,9 +163,9 @@ std::vector<CorpusFile> list_corpus_files(std::span<const fs::path> inputs,
             if (::fnmatch(glob.c_str(), it->path().filename().c_str(), 0) == 0)
                 found.push_back(it->path());
         }
-        if (ec) throw InputError("--input " + input.string() + ": " + ec.message());
+        if (ec) throw InputError(flag + " " + input.string() + ": " + ec.message());
         if (found.empty()) {
-            throw InputError("--input " + input.string() + ": no files" +
+            throw InputError(flag + " " + input.string() + ": no files" +
                              (glob == "*" ? std::string() : " matching --glob '" + glob + "'"));
         }
         std::sort(found.begin(), found.end());
@@ -199,8 +201,10 @@ struct DocumentReader::Impl {
     std::uint64_t piece = 0;             // next piece's index
     std::uint64_t offset = 0;            // plain text: bytes of the document already returned
     bool in_document = false;            // plain text: a piece of this file was returned
+    bool past_cut = false;               // plain text: the next piece starts after the forced cut
     std::uint64_t skipped = 0;
     std::string first_skipped;
+    std::optional<DocumentPiece> rest;  // JSON Lines: the part of a cut document after the cut
 
     bool fill() {  // reads one more chunk into pending; false at the end of the file
         if (file_ended) return false;
@@ -228,6 +232,7 @@ struct DocumentReader::Impl {
         line = 0;
         offset = 0;
         in_document = false;
+        past_cut = false;
     }
     bool safe(std::string_view text, std::size_t p) const {
         return !options.safe_cut || options.safe_cut(text, p);
@@ -241,6 +246,34 @@ struct DocumentReader::Impl {
         out.index = piece++;
         out.first = first;
     }
+    // Cuts a whole JSON Lines document where the options say (see DocumentReaderOptions), keeping
+    // the part after the cut as the next piece.
+    void cut_document(DocumentPiece& whole) {
+        const std::size_t size = whole.text.size();
+        if (options.cut_at_byte == 0 || options.cut_at_byte >= size) return;
+        const auto at = static_cast<std::size_t>(options.cut_at_byte);
+        std::size_t p = at;
+        while (p < size && !safe(whole.text, p))
+            ++p;
+        if (p == size) {  // none at or after it: the last one before it, or the start
+            p = at - 1;
+            while (p > 0 && !safe(whole.text, p))
+                --p;
+        }
+        if (p == 0) {
+            whole.after_cut = true;
+            return;
+        }
+        DocumentPiece after;
+        after.text = whole.text.substr(p);
+        after.document = whole.document;
+        after.index = piece++;
+        after.first = false;
+        after.offset = p;
+        after.after_cut = true;
+        whole.text.resize(p);
+        rest = std::move(after);
+    }
     bool next_plain(DocumentPiece& out);
     bool next_jsonl(DocumentPiece& out);
 };
@@ -249,7 +282,9 @@ bool DocumentReader::Impl::next_plain(DocumentPiece& out) {
     for (;;) {
         while (pending.size() < options.piece_bytes && fill()) {
         }
-        const std::uint64_t at = options.cut_at_byte;
+        const std::uint64_t at =
+            document == options.cut_document && !past_cut ? options.cut_at_byte : 0;
+        if (at > 0 && at <= offset) past_cut = true;  // a piece ended right at it
         const bool split_inside = at > offset && at < offset + pending.size();
         const std::size_t split = split_inside ? static_cast<std::size_t>(at - offset) : 0;
         // Only positions not checked before (each byte is looked at about once), the last few
@@ -264,6 +299,7 @@ bool DocumentReader::Impl::next_plain(DocumentPiece& out) {
             last_safe = p;
         }
         scanned = pending.size() > 4 ? pending.size() - 4 : 0;
+        bool cut_is_forced = cut > 0;
         if (!split_inside) cut = last_safe;
         if (cut == 0 && !file_ended) {
             if (pending.size() >= kMaxPieceBytes) {
@@ -276,10 +312,23 @@ bool DocumentReader::Impl::next_plain(DocumentPiece& out) {
             fill();
             continue;
         }
+        bool after_cut = past_cut;
+        if (split_inside && !cut_is_forced) {
+            // No safe position at or after the split before the document ends: the last one
+            // before it, or (none in this piece) where this piece starts, a safe place too.
+            if (last_safe > 0) {
+                cut = last_safe;
+                cut_is_forced = true;
+            } else {
+                after_cut = past_cut = true;
+            }
+        }
         if (cut == 0 || (file_ended && !split_inside)) cut = pending.size();  // the rest
         const bool first = !in_document;
         out.offset = offset;
+        out.after_cut = after_cut;
         emit(out, cut, first);
+        if (cut_is_forced) past_cut = true;
         offset += cut;
         in_document = true;
         if (file_ended && pending.empty()) {
@@ -340,6 +389,8 @@ bool DocumentReader::Impl::next_jsonl(DocumentPiece& out) {
         out.index = piece++;
         out.first = true;
         out.offset = 0;
+        out.after_cut = false;
+        if (out.document == options.cut_document) cut_document(out);
         return true;
     }
 }
@@ -355,6 +406,11 @@ DocumentReader::~DocumentReader() = default;
 
 bool DocumentReader::next(DocumentPiece& piece) {
     Impl& r = *impl_;
+    if (r.rest) {
+        piece = std::move(*r.rest);
+        r.rest.reset();
+        return true;
+    }
     while (r.file < r.files.size()) {
         if (r.files[r.file].jsonl) {
             if (r.next_jsonl(piece)) return true;

@@ -22,18 +22,21 @@ struct CorpusFile {
 
 // The files of `inputs` in order: each file as given, each directory recursively in sorted path
 // order keeping the names that match `glob` (fnmatch, "*": all). Throws InputError naming a
-// missing input or a directory without a matching file.
+// missing input or a directory without a matching file (after `input_flag`, the flag that named
+// the inputs).
 [[nodiscard]] std::vector<CorpusFile> list_corpus_files(
-    std::span<const std::filesystem::path> inputs, const std::string& glob);
+    std::span<const std::filesystem::path> inputs, const std::string& glob,
+    std::string_view input_flag = "--data");
 
-// A piece of a document: JSON Lines documents come whole; plain text is cut, only where
-// `safe_cut` allows, after about piece_bytes (or where the options say).
+// A piece of a document: JSON Lines documents come whole (but where the options say); plain text
+// is cut, only where `safe_cut` allows, after about piece_bytes (or where the options say).
 struct DocumentPiece {
     std::string text;
     std::uint64_t document = 0;  // index in the corpus
     std::uint64_t index = 0;     // index of the piece in the corpus
     bool first = true;           // the document's first piece
     std::uint64_t offset = 0;    // of the piece's first byte within its document
+    bool after_cut = false;      // in the document cut where the options say: after the cut
 };
 
 struct DocumentReaderOptions {
@@ -43,8 +46,11 @@ struct DocumentReaderOptions {
     // Whether text may be cut before position p (0 < p < text.size()) without changing its
     // tokens: the tokenizer's rule. Unset: anywhere.
     std::function<bool(std::string_view text, std::size_t p)> safe_cut;
-    // Plain text: also cut the document at the first safe position at or after this byte
-    // (0: nowhere), so that the bytes before and after it can go to different splits.
+    // Also cut document `cut_document` (plain text or JSON Lines) at the first safe position at or
+    // after byte cut_at_byte (0: nowhere), or, with none, at the last one before it (or its start),
+    // so that the bytes before and after it can go to different splits: the pieces after the cut
+    // are marked (DocumentPiece::after_cut).
+    std::uint64_t cut_document = 0;
     std::uint64_t cut_at_byte = 0;
 };
 

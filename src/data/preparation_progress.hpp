@@ -1,6 +1,6 @@
-// prepare_data's progress file, NAME.progress.json beside the shards, rewritten atomically after
-// every shard: what --resume needs, the options and files it must match and where each split goes
-// on.
+// prepare_data's progress file, NAME.progress.json beside the shards, written when a preparation
+// starts and rewritten atomically after every shard: what --resume needs, the flags and files it
+// must match and where each split goes on.
 #pragma once
 
 #include <cstdint>
@@ -12,14 +12,16 @@
 
 #include "data/documents.hpp"
 #include "data/shard_writer.hpp"
-#include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
 
-// The settings a resumed preparation must share with the interrupted one, besides the tokenizer
-// and the files (not --skip-bad-lines: a run stopped by a bad line can go on with it, the lines
-// before were read the same way).
+// The flags that decide a preparation's output, as the user gave them: a resumed preparation must
+// share them with the one it continues. Not --skip-bad-lines (a run stopped by a bad line goes on
+// with it: the lines before were read the same way), nor --threads or --log-level.
 struct PreparationSettings {
+    std::string tokenizer;        // --tokenizer
+    std::int64_t vocab_size = 0;  // --vocab-size, with --tokenizer bpe (else 0)
+    double bpe_sample_mb = 0.0;   // --bpe-sample-mb, with --tokenizer bpe (else 0)
     std::string eot_in_text;
     std::string jsonl_field;
     double val_fraction = 0.0;
@@ -35,27 +37,40 @@ struct SplitProgress {
 };
 
 struct PreparationProgress {
-    std::string fingerprint;  // preparation_fingerprint() of the run that wrote it
+    std::string settings;  // record_settings() of the run that wrote it (JSON)
+    // checksum64 of the tokenizer.bin the preparation wrote (0: not recorded, an older file).
+    std::uint64_t tokenizer_checksum = 0;
     bool complete = false;
     SplitProgress train;
     SplitProgress val;
+
+    [[nodiscard]] std::int64_t shards() const { return train.shards + val.shards; }
 };
 
 // dir/NAME.progress.json.
 [[nodiscard]] std::filesystem::path progress_path(const std::filesystem::path& dir,
                                                   std::string_view name);
 
-// What must not change between a preparation and its --resume, as one comparable string.
-[[nodiscard]] std::string preparation_fingerprint(const Tokenizer& tokenizer,
-                                                  const PreparationSettings& settings,
-                                                  std::span<const CorpusFile> files);
+// The settings and the corpus files, as the progress file records them.
+[[nodiscard]] std::string record_settings(const PreparationSettings& settings,
+                                          std::span<const CorpusFile> files);
+
+// The first way `settings` and `files` differ from `recorded` (record_settings), as the user would
+// say it: "--tokenizer gpt2 (the preparation's: char)", "--data: FILE has N bytes (the
+// preparation's: M)"; nothing when they agree. `input_flag` names the corpus flag.
+[[nodiscard]] std::optional<std::string> settings_difference(std::string_view recorded,
+                                                             const PreparationSettings& settings,
+                                                             std::span<const CorpusFile> files,
+                                                             std::string_view input_flag);
 
 // Writes the file atomically (InputError naming it on failure).
-void write_progress(const std::filesystem::path& path, std::string_view fingerprint,
-                    const ShardWriter& train, const ShardWriter& val, bool complete);
+void write_progress(const std::filesystem::path& path, std::string_view settings,
+                    std::uint64_t tokenizer_checksum, const ShardWriter& train,
+                    const ShardWriter& val, bool complete);
 
 // The file at `path`, or nothing if there is none. InputError "not a prepare_data progress file"
-// if it is not one (not JSON, a field missing or of the wrong type).
+// if it is not one (not JSON, a field missing or of the wrong type). A file from before the
+// settings were recorded flag by flag reads as its settings but the requested vocabulary size.
 [[nodiscard]] std::optional<PreparationProgress> read_progress(const std::filesystem::path& path);
 
 }  // namespace gpt2

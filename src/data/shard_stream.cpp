@@ -1,8 +1,10 @@
 #include "data/shard_stream.hpp"
 
+#include <exception>
 #include <memory>
 #include <vector>
 
+#include "core/error.hpp"
 #include "data/parallel_encoder.hpp"
 
 namespace gpt2 {
@@ -13,13 +15,22 @@ namespace {
 constexpr std::size_t kBatchBytes = std::size_t{32} << 20;
 constexpr std::size_t kBatchPieces = 16384;
 
-// Fills `batch` with the next pieces; false when the reader is at its end.
-bool read_batch(DocumentReader& reader, std::vector<DocumentPiece>& batch) {
+// Fills `batch` with the next pieces; false when the reader is at its end. A read error (a bad
+// line) ends the batch there and is kept in `error`, to be thrown once the pieces before it are in
+// shards: what was complete before bad input is kept, whatever the size of the batch.
+bool read_batch(DocumentReader& reader, std::vector<DocumentPiece>& batch,
+                std::exception_ptr& error) {
     batch.clear();
     std::size_t bytes = 0;
     while (bytes < kBatchBytes && batch.size() < kBatchPieces) {
         batch.emplace_back();
-        if (!reader.next(batch.back())) {
+        bool more = false;
+        try {
+            more = reader.next(batch.back());
+        } catch (const InputError&) {
+            error = std::current_exception();
+        }
+        if (!more) {
             batch.pop_back();
             return false;
         }
@@ -37,8 +48,9 @@ ShardStreamTotals stream_into_shards(DocumentReader& reader, const Tokenizer& to
     std::vector<DocumentPiece> batch;
     std::vector<std::vector<std::int32_t>> encoded;
     std::vector<std::int32_t> tokens;
+    std::exception_ptr read_error;
     for (bool more = true; more;) {
-        more = read_batch(reader, batch);
+        more = read_batch(reader, batch, read_error);
         std::unique_ptr<bool[]> wanted = std::make_unique<bool[]>(batch.size());
         for (std::size_t i = 0; i < batch.size(); ++i) {
             const ShardWriter& w = options.is_val(batch[i]) ? val : train;
@@ -65,6 +77,7 @@ ShardStreamTotals stream_into_shards(DocumentReader& reader, const Tokenizer& to
                              static_cast<std::uint64_t>(train.tokens() + val.tokens()));
         }
     }
+    if (read_error) std::rethrow_exception(read_error);
     return totals;
 }
 

@@ -37,7 +37,9 @@ struct ShardStreamTotals {
 };
 
 // Reads the reader to its end (or until on_shard says stop) into the writers; the last, partial
-// shards stay buffered for the caller to flush. Throws what reading, encoding or writing throws.
+// shards stay buffered for the caller to flush. Throws what reading, encoding or writing throws;
+// what reading throws (bad input) only after the pieces before it are in the writers, so that the
+// shards they complete are written.
 ShardStreamTotals stream_into_shards(DocumentReader& reader, const Tokenizer& tokenizer,
                                      ShardWriter& train, ShardWriter& val,
                                      const ShardStreamOptions& options);

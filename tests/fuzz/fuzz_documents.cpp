@@ -2,7 +2,8 @@
 // zstd streams, and plain text cut into pieces. The first byte picks the file kind, the second
 // where a plain text must also be cut. Properties: only InputError is thrown; a plain text comes
 // back whole, in order, cut only at safe positions (and the forced cut at the first safe one at
-// or after its byte); pieces and documents are numbered in order.
+// or after its byte, when there is one; else at the last one before it); pieces and documents are
+// numbered in order.
 #include <cstdint>
 #include <string>
 

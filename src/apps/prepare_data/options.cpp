@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <optional>
+#include <string_view>
 
 #include "apps/common/cli.hpp"
 
@@ -42,7 +43,7 @@ void add_tokenizer_flags(CLI::App& cli, Options& o) {
                    "BPE is trained on the corpus's first this many MB")
         ->check(app::positive());
     cli.add_option("--tokenizer-dir", o.tokenizer_dir,
-                   "directory with GPT-2's encoder.json and vocab.bpe");
+                   "with --tokenizer gpt2: the directory with GPT-2's encoder.json and vocab.bpe");
     cli.add_option("--eot-in-text", o.eot_in_text,
                    "a literal <|endoftext|> in the text: token (the end-of-text token) | text "
                    "(ordinary characters, as llm.c's encode_ordinary)")
@@ -56,8 +57,9 @@ void add_output_flags(CLI::App& cli, Options& o) {
                    "shard name prefix, or with --hellaswag the file's name before .bin (default: "
                    "the first input's name without extensions)");
     cli.add_option("--val-fraction", o.val_fraction,
-                   "validation share (0..0.99): of one text file, its last bytes; of documents, "
-                   "every round(1/F)-th document starting with the first")
+                   "validation share (0..0.99): of documents, every round(1/F)-th starting with "
+                   "the first; of one text file or fewer documents than round(1/F), the text's "
+                   "last bytes")
         ->check(app::at_least(0))
         ->check(CLI::Validator(
             [](std::string& value) {
@@ -70,15 +72,28 @@ void add_output_flags(CLI::App& cli, Options& o) {
     cli.add_option("--shard-tokens", o.shard_tokens, "maximum tokens per shard")
         ->check(app::positive());
     cli.add_flag("--resume", o.resume,
-                 "continue an interrupted preparation (same inputs and flags) after its last "
-                 "complete shard");
-    cli.add_option("--threads", o.threads, "encoding threads")->check(app::positive());
+                 "continue an interrupted preparation after its last complete shard (the same "
+                 "inputs and flags; with nothing kept, start from the beginning)");
+    cli.add_option("--threads", o.threads, "encoding threads (0: CPUs in the affinity mask)")
+        ->check(app::at_least(0));
     cli.add_option("--hellaswag", o.hellaswag,
                    "instead of shards: HellaSwag's JSONL (hellaswag_val.jsonl) to llm.c's "
                    "evaluation file in --out-dir, for train_gpt2 --hellaswag");
     cli.add_option("--stop-after-shards", o.stop_after_shards,
                    "testing: stop as if interrupted after writing N shards")
         ->group("");
+}
+
+// How the command line names the corpus: "--input" when only the older name is used, so that
+// errors name the flag the user typed.
+std::string data_flag_spelling(int argc, char** argv) {
+    bool data = false, input = false;
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        data = data || arg == "--data" || arg.starts_with("--data=");
+        input = input || arg == "--input" || arg.starts_with("--input=");
+    }
+    return input && !data ? "--input" : "--data";
 }
 
 }  // namespace
@@ -95,8 +110,11 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
     add_tokenizer_flags(cli, o);
     add_output_flags(cli, o);
     if (const std::optional<int> code = app::parse_command_line(cli, argc, argv)) return *code;
-    o.vocab_size_given = cli.count("--vocab-size") > 0;
-    o.bpe_sample_mb_given = cli.count("--bpe-sample-mb") > 0;
+    o.data_flag = data_flag_spelling(argc, argv);
+    for (const CLI::Option* option : cli.get_options()) {
+        if (option->count() > 0 && !option->get_lnames().empty())
+            o.given.insert("--" + option->get_lnames().front());
+    }
     if (o.name.empty() && !o.inputs.empty()) {
         fs::path stem = o.inputs[0];
         while (stem.has_extension() && (stem.extension() == ".gz" || stem.extension() == ".zst" ||

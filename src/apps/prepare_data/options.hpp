@@ -1,11 +1,10 @@
 // prepare_data's command line: the flags (CLI11) that fill Options.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <set>
 #include <string>
-#include <thread>
 #include <variant>
 #include <vector>
 
@@ -13,6 +12,8 @@ namespace gpt2::prepare_data {
 
 struct Options {
     std::vector<std::filesystem::path> inputs;
+    std::string data_flag =
+        "--data";  // as the user spelled it (--input, the older name), for errors
     std::string glob = "*";
     std::string jsonl_field = "text";
     bool skip_bad_lines = false;
@@ -28,11 +29,14 @@ struct Options {
     bool resume = false;
     std::int64_t stop_after_shards = 0;  // testing: act as if interrupted after N shards
     std::filesystem::path hellaswag;     // HellaSwag's JSONL to turn into llm.c's eval file
-    int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    int threads = 0;  // 0: the CPUs in the affinity mask, as train_gpt2's --threads
     std::string eot_in_text = "token";
     std::string log_level = "info";
-    bool vocab_size_given = false;  // on the command line (warned about unless --tokenizer bpe)
-    bool bpe_sample_mb_given = false;
+    std::set<std::string> given;  // the flags on the command line (by their documented names)
+
+    // Whether `flag` was on the command line: one that the mode or tokenizer does not use is
+    // refused or warned about, never silently ignored.
+    [[nodiscard]] bool has(const std::string& flag) const { return given.count(flag) > 0; }
 };
 
 // Options, or the exit code when parsing ends the program (--help, --version, bad flags). An
