@@ -304,8 +304,8 @@ TEST(DecodeAttention, PromptRowsAreCausalAndMatchTheScalarLoop) {
                 std::vector<float> scores(static_cast<std::size_t>(kPromptScoreRows) * maxT,
                                           kGarbage);
                 std::vector<float> out(static_cast<std::size_t>(M) * C, kGarbage);
-                attend_prompt_rows(out.data() + col, q.data() + col, cache.keys_t.data(),
-                                   cache.values.data(), scores.data(), M, pos0, C, hs, maxT);
+                attend_prompt_rows(out.data() + col, C, q.data() + col, C, cache.keys_t.data(),
+                                   cache.values.data(), scores.data(), M, pos0, hs, maxT);
                 for (int i = 0; i < M; ++i) {
                     const std::size_t row = static_cast<std::size_t>(i) * C;
                     ASSERT_TRUE(attention_matches(out.data() + row + col, q.data() + row + col,

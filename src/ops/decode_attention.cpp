@@ -64,18 +64,18 @@ template void attend_one_query(float*, const float*, const float*, const float*,
 template void attend_one_query(float*, const float*, const Bf16*, const Bf16*, float*, int, int,
                                int);
 
-void attend_prompt_rows(float* out, const float* q, const float* keys_t, const float* values,
-                        float* scores, int M, int pos0, int C, int hs, int maxT) {
+void attend_prompt_rows(float* out, int ldo, const float* q, int ldq, const float* keys_t,
+                        const float* values, float* scores, int M, int pos0, int hs, int maxT) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     for (int i0 = 0; i0 < M; i0 += kPromptScoreRows) {
         const int i1 = std::min(M, i0 + kPromptScoreRows);
         const int keys = pos0 + i1;  // visible to the block's last row
-        gemm_nn(i1 - i0, keys, hs, scale, q + static_cast<long>(i0) * C, C, keys_t, maxT, 0.0f,
+        gemm_nn(i1 - i0, keys, hs, scale, q + static_cast<long>(i0) * ldq, ldq, keys_t, maxT, 0.0f,
                 scores, maxT);
         for (int i = i0; i < i1; ++i)
             causal_softmax_row(scores + static_cast<long>(i - i0) * maxT, pos0 + i + 1, keys);
         gemm_nn(i1 - i0, hs, keys, 1.0f, scores, maxT, values, hs, 0.0f,
-                out + static_cast<long>(i0) * C, C);
+                out + static_cast<long>(i0) * ldo, ldo);
     }
 }
 

@@ -22,9 +22,10 @@ void attend_one_query(float* out, const float* q, const T* keys_t, const T* valu
                       int pos, int hs, int maxT);
 
 // Causal attention of M query rows at positions pos0.. against an fp32 cache's positions
-// 0..pos0+M-1 (the rows' own keys and values already in it): q and out (M, C) with rows C apart,
-// pointing at the head's hs columns; scores (kPromptScoreRows, maxT) scratch.
-void attend_prompt_rows(float* out, const float* q, const float* keys_t, const float* values,
-                        float* scores, int M, int pos0, int C, int hs, int maxT);
+// 0..pos0+M-1 (the rows' own keys and values already in it): q (M, hs) with rows ldq apart and
+// out (M, hs) with rows ldo apart, pointing at the head's hs columns; scores
+// (kPromptScoreRows, maxT) scratch.
+void attend_prompt_rows(float* out, int ldo, const float* q, int ldq, const float* keys_t,
+                        const float* values, float* scores, int M, int pos0, int hs, int maxT);
 
 }  // namespace gpt2

@@ -1,0 +1,146 @@
+#include "ops/prompt_products.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace gpt2 {
+
+namespace {
+
+// Each int8 piece after the first is scaled to the previous one's rounding error, at most half
+// its step: 254 steps of the next piece span one step of the last.
+constexpr float kInt8Refinement = 254.0f;
+// Rows whose largest magnitude is below this split into zeros (2^-100).
+constexpr float kSmallestSplitRow = 7.8886091e-31f;
+
+// v rounded to an integer in [-127, 127] (v is finite: rows with an infinity or NaN are not split).
+// Plain min/max so that the loops around it vectorise.
+inline float round_to_int8_grid(float v) {
+    const float r = std::nearbyint(v);
+    const float low = r < -127.0f ? -127.0f : r;
+    return low > 127.0f ? 127.0f : low;
+}
+
+// The largest magnitude in x[0:K], or a NaN when x holds an infinity or NaN. Computed on the bits:
+// the magnitudes of finite floats order as their bit patterns do, and every infinity or NaN
+// pattern is above them all, so one integer maximum (which vectorises) finds both.
+inline float largest_magnitude(const float* x, int K) {
+    std::uint32_t largest = 0;
+    for (int k = 0; k < K; ++k) {
+        std::uint32_t bits;
+        std::memcpy(&bits, x + k, sizeof(bits));
+        bits &= 0x7fffffffu;
+        largest = largest < bits ? bits : largest;
+    }
+    if (largest >= 0x7f800000u) return std::nanf("");
+    float magnitude;
+    std::memcpy(&magnitude, &largest, sizeof(magnitude));
+    return magnitude;
+}
+
+// What a product's result is added to: the output itself when accumulating, and the bias.
+inline float base_of(const float* out, int j, const float* bias, bool accumulate) {
+    return (accumulate ? out[j] : 0.0f) + (bias != nullptr ? bias[j] : 0.0f);
+}
+
+}  // namespace
+
+void split_into_bf16_pieces(Bf16* out, const float* x, int ldx, int M, int Mp, int K, int i0,
+                            int i1) {
+    const long piece = static_cast<long>(Mp) * K;
+    for (int i = i0; i < i1; ++i) {
+        Bf16* hi = out + static_cast<long>(i) * K;
+        Bf16* lo = hi + piece;
+        if (i >= M) {
+            std::fill_n(hi, K, Bf16{});
+            std::fill_n(lo, K, Bf16{});
+            continue;
+        }
+        const float* row = x + static_cast<long>(i) * ldx;
+        for (int k = 0; k < K; ++k) {
+            const Bf16 h = to_bf16(row[k]);
+            hi[k] = h;
+            lo[k] = to_bf16(row[k] - to_float(h));  // exact: x and h share their leading bits
+        }
+    }
+}
+
+void split_into_int8_pieces(std::int8_t* out, float* scales, const float* x, int ldx, int M, int Mp,
+                            int K, int i0, int i1) {
+    static_assert(kInt8Pieces == 3);
+    const long piece = static_cast<long>(Mp) * K;
+    for (int i = i0; i < i1; ++i) {
+        std::int8_t* q0 = out + static_cast<long>(i) * K;
+        std::int8_t* q1 = q0 + piece;
+        std::int8_t* q2 = q1 + piece;
+        const float* row = x + static_cast<long>(i) * ldx;
+        const float max_abs = i < M ? largest_magnitude(row, K) : 0.0f;
+        // A padding row, a row of zeros, or one so small that the last piece's scale would not
+        // be a normal float (below 2^-100: nothing a network's activations come near) has zero
+        // pieces; a row with an infinity or NaN gets zero pieces and a NaN scale, so that its
+        // products are NaN as the matvec's would be.
+        if (!(max_abs >= kSmallestSplitRow)) {
+            const float nan_or_zero = std::isnan(max_abs) ? max_abs : 0.0f;
+            for (std::int8_t* q : {q0, q1, q2})
+                std::memset(q, 0, static_cast<std::size_t>(K));
+            for (int p = 0; p < kInt8Pieces; ++p)
+                scales[p * Mp + i] = nan_or_zero;
+            continue;
+        }
+        // Each element in one pass, its remainder carried through the pieces (fma: the remainder
+        // of rounding to a piece's grid is exact).
+        const float s0 = max_abs / 127.0f, s1 = s0 / kInt8Refinement, s2 = s1 / kInt8Refinement;
+        scales[i] = s0;
+        scales[Mp + i] = s1;
+        scales[2 * Mp + i] = s2;
+        const float inv0 = 1.0f / s0, inv1 = 1.0f / s1, inv2 = 1.0f / s2;
+        for (int k = 0; k < K; ++k) {
+            const float v = row[k];
+            const float a = round_to_int8_grid(v * inv0);
+            const float r0 = std::fma(-a, s0, v);
+            const float b = round_to_int8_grid(r0 * inv1);
+            const float r1 = std::fma(-b, s1, r0);
+            q0[k] = static_cast<std::int8_t>(a);
+            q1[k] = static_cast<std::int8_t>(b);
+            q2[k] = static_cast<std::int8_t>(round_to_int8_grid(r1 * inv2));
+        }
+    }
+}
+
+void pieces_product(float* out, int ldo, const Bf16* pieces, int M, int Mp, int K, const Bf16* w,
+                    int n, const float* bias, bool accumulate, float* scratch) {
+    if (M <= 0 || n <= 0) return;
+    gemm_bf16_nt(kBf16Pieces * Mp, n, K, pieces, K, w, K, 0.0f, scratch, n);
+    const long piece = static_cast<long>(Mp) * n;
+    for (int i = 0; i < M; ++i) {
+        const float* hi = scratch + static_cast<long>(i) * n;
+        const float* lo = hi + piece;
+        float* o = out + static_cast<long>(i) * ldo;
+        for (int j = 0; j < n; ++j)
+            o[j] = base_of(o, j, bias, accumulate) + (hi[j] + lo[j]);
+    }
+}
+
+void pieces_product(float* out, int ldo, const std::int8_t* pieces, const float* piece_scales,
+                    int M, int Mp, int K, const std::int8_t* w, const float* row_scales, int n,
+                    const float* bias, bool accumulate, std::int32_t* scratch) {
+    if (M <= 0 || n <= 0) return;
+    gemm_s8_nt(kInt8Pieces * Mp, n, K, pieces, K, w, K, scratch, n);
+    const long piece = static_cast<long>(Mp) * n;
+    for (int i = 0; i < M; ++i) {
+        const std::int32_t* d0 = scratch + static_cast<long>(i) * n;
+        const std::int32_t* d1 = d0 + piece;
+        const std::int32_t* d2 = d1 + piece;
+        const float s0 = piece_scales[i], s1 = piece_scales[Mp + i], s2 = piece_scales[2 * Mp + i];
+        float* o = out + static_cast<long>(i) * ldo;
+        for (int j = 0; j < n; ++j) {
+            const float dot = (s0 * static_cast<float>(d0[j]) + s1 * static_cast<float>(d1[j])) +
+                              s2 * static_cast<float>(d2[j]);
+            o[j] = base_of(o, j, bias, accumulate) + dot * row_scales[j];
+        }
+    }
+}
+
+}  // namespace gpt2
