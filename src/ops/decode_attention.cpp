@@ -6,6 +6,7 @@
 #include "ops/bf16.hpp"
 #include "ops/gemm.hpp"
 #include "ops/kernels.hpp"
+#include "ops/vector_math.hpp"
 
 namespace gpt2 {
 
@@ -17,6 +18,43 @@ inline float cached_as_float(float v) {
 }
 inline float cached_as_float(Bf16 v) {
     return to_float(v);
+}
+
+// A prompt row's scores become their softmax over [0, visible), zeros in [visible, end). The
+// maximum and the sum run in kLanes lanes combined in a fixed order, so that they vectorise
+// (a prompt's rows are where attention's time goes: one running sum left it scalar).
+void softmax_prompt_row(float* row, int visible, int end) {
+    constexpr int kLanes = 16;
+    float lane[kLanes];
+    std::fill(lane, lane + kLanes, row[0]);
+    const int body = visible / kLanes * kLanes;
+    for (int j = 0; j < body; j += kLanes) {
+        for (int l = 0; l < kLanes; ++l)
+            lane[l] = lane[l] < row[j + l] ? row[j + l] : lane[l];
+    }
+    for (int j = body; j < visible; ++j)
+        lane[0] = lane[0] < row[j] ? row[j] : lane[0];
+    float maxv = lane[0];
+    for (int l = 1; l < kLanes; ++l)
+        maxv = maxv < lane[l] ? lane[l] : maxv;
+    std::fill(lane, lane + kLanes, 0.0f);
+    for (int j = 0; j < body; j += kLanes) {
+        for (int l = 0; l < kLanes; ++l) {
+            row[j + l] = vexp(row[j + l] - maxv);
+            lane[l] += row[j + l];
+        }
+    }
+    for (int j = body; j < visible; ++j) {
+        row[j] = vexp(row[j] - maxv);
+        lane[0] += row[j];
+    }
+    float sum = 0.0f;
+    for (int l = 0; l < kLanes; ++l)
+        sum += lane[l];
+    const float inv = 1.0f / sum;
+    for (int j = 0; j < visible; ++j)
+        row[j] *= inv;
+    std::fill(row + visible, row + end, 0.0f);
 }
 
 }  // namespace
@@ -73,7 +111,7 @@ void attend_prompt_rows(float* out, int ldo, const float* q, int ldq, const floa
         gemm_nn(i1 - i0, keys, hs, scale, q + static_cast<long>(i0) * ldq, ldq, keys_t, maxT, 0.0f,
                 scores, maxT);
         for (int i = i0; i < i1; ++i)
-            causal_softmax_row(scores + static_cast<long>(i - i0) * maxT, pos0 + i + 1, keys);
+            softmax_prompt_row(scores + static_cast<long>(i - i0) * maxT, pos0 + i + 1, keys);
         gemm_nn(i1 - i0, hs, keys, 1.0f, scores, maxT, values, hs, 0.0f,
                 out + static_cast<long>(i0) * ldo, ldo);
     }

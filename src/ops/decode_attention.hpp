@@ -11,7 +11,7 @@ namespace gpt2 {
 
 // Query rows of a prompt whose scores attend_prompt_rows materialises at once (their score rows
 // stay in cache).
-inline constexpr int kPromptScoreRows = 32;
+inline constexpr int kPromptScoreRows = 64;
 
 // out[0:hs] = softmax(q[0:hs] . keys[0:pos+1] / sqrt(hs)) @ values[0:pos+1]: the query of the token
 // at position `pos` against the cached positions 0..pos (its own key and value included). T is

@@ -49,20 +49,26 @@ inline float base_of(const float* out, int j, const float* bias, bool accumulate
 
 void split_into_bf16_pieces(Bf16* out, const float* x, int ldx, int M, int Mp, int K, int i0,
                             int i1) {
+    static_assert(kBf16Pieces == 3);
     const long piece = static_cast<long>(Mp) * K;
     for (int i = i0; i < i1; ++i) {
         Bf16* hi = out + static_cast<long>(i) * K;
-        Bf16* lo = hi + piece;
+        Bf16* mid = hi + piece;
+        Bf16* lo = mid + piece;
         if (i >= M) {
-            std::fill_n(hi, K, Bf16{});
-            std::fill_n(lo, K, Bf16{});
+            for (Bf16* p : {hi, mid, lo})
+                std::fill_n(p, K, Bf16{});
             continue;
         }
         const float* row = x + static_cast<long>(i) * ldx;
         for (int k = 0; k < K; ++k) {
+            // Each remainder is exact: a value and its rounding share their leading bits.
             const Bf16 h = to_bf16(row[k]);
+            const float r = row[k] - to_float(h);
+            const Bf16 m = to_bf16(r);
             hi[k] = h;
-            lo[k] = to_bf16(row[k] - to_float(h));  // exact: x and h share their leading bits
+            mid[k] = m;
+            lo[k] = to_bf16(r - to_float(m));
         }
     }
 }
@@ -116,10 +122,11 @@ void pieces_product(float* out, int ldo, const Bf16* pieces, int M, int Mp, int 
     const long piece = static_cast<long>(Mp) * n;
     for (int i = 0; i < M; ++i) {
         const float* hi = scratch + static_cast<long>(i) * n;
-        const float* lo = hi + piece;
+        const float* mid = hi + piece;
+        const float* lo = mid + piece;
         float* o = out + static_cast<long>(i) * ldo;
         for (int j = 0; j < n; ++j)
-            o[j] = base_of(o, j, bias, accumulate) + (hi[j] + lo[j]);
+            o[j] = base_of(o, j, bias, accumulate) + ((hi[j] + mid[j]) + lo[j]);
     }
 }
 
