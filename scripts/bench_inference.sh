@@ -8,9 +8,17 @@
 # --weights bf16 and --weights int8 (compact matrices for decoding); a second table compares them
 # with ours in fp32 (WEIGHTS="fp32" skips them).
 #
+# A last table sets the prompt (prefill) time and the decoding speed after it against llama.cpp
+# (node-llama-cpp's prebuilt CPU binary, scripts/llama_speed.mjs) on GGUF files convert_model
+# writes from the same model: ours fp32 against F32, bf16 against BF16, int8 against Q8_0. Both
+# sides run three prompts in one process (ours as --num-samples 3) and count the last two (warm);
+# medians over REPS, the runs interleaved; ours' first prompt (cold: oneDNN creates its kernels
+# for the prompt's shapes) is shown apart. LLAMA=0 skips it, PYTORCH=0 the PyTorch tables.
+#
 #   scripts/bench_inference.sh   # env: THREADS=2 NEW_TOKENS=64 CONTEXTS="64 512" REPS=3
-#                                #      WEIGHTS="fp32 bf16 int8"
+#                                #      WEIGHTS="fp32 bf16 int8" PYTORCH=1 LLAMA=1
 #                                #      MODEL=/tmp/gpt2_random_124M.bin BUILD=build
+#                                #      LLAMA_MODULES=.deps/llama-cpp/node_modules
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +31,9 @@ new_tokens=${NEW_TOKENS:-64}
 contexts=${CONTEXTS:-64 512}
 reps=${REPS:-3}
 weights=${WEIGHTS:-fp32 bf16 int8}
+pytorch=${PYTORCH:-1}
+llama=${LLAMA:-1}
+llama_modules=${LLAMA_MODULES:-$root/.deps/llama-cpp/node_modules}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -35,7 +46,26 @@ if [[ ! -f $model ]]; then
     echo "writing random GPT-2 124M weights to $model" >&2
     "$python" "$root/scripts/bench_inference_pytorch.py" --write-random "$model"
 fi
-ninja -C "$build" inference >/dev/null
+ninja -C "$build" inference convert_model >/dev/null
+if [[ $llama == 1 ]]; then
+    if ! command -v node >/dev/null || [[ ! -d $llama_modules/node-llama-cpp ]]; then
+        echo "bench_inference: node or node-llama-cpp (in $llama_modules) is missing: set" \
+            "LLAMA_MODULES, install it with GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh, or LLAMA=0" >&2
+        exit 1
+    fi
+    # The GGUF files llama.cpp reads, written once beside the model: ours fp32 -> F32,
+    # bf16 -> BF16, int8 -> Q8_0.
+    for fmt in $weights; do
+        case $fmt in fp32) dtype=f32 ;; bf16) dtype=bf16 ;; int8) dtype=q8_0 ;; esac
+        gguf=${model%.bin}_$dtype.gguf
+        if [[ ! -f $gguf ]]; then
+            echo "writing $gguf" >&2
+            "$build/convert_model" "$model" "$gguf" --dtype "$dtype" \
+                --tokenizer-dir "$tokenizer_dir" >/dev/null 2>"$work/convert.err" ||
+                { cat "$work/convert.err" >&2; exit 1; }
+        fi
+    done
+fi
 
 # The prompt is " the" repeated: one GPT-2 token (262) each, so N repetitions are N tokens.
 for ctx in $contexts; do
@@ -45,6 +75,7 @@ done
 # Interleaved (ours, then each PyTorch variant, per context and repetition) so that load from
 # other jobs on the machine hits all of them alike; the best repetition of each is reported.
 for rep in $(seq "$reps"); do
+    [[ $pytorch == 1 ]] || break
     for ctx in $contexts; do
         echo "run $rep/$reps, context $ctx: ours" >&2
         "$build/inference" "$model" --tokenizer gpt2 --tokenizer-dir "$tokenizer_dir" \
@@ -72,7 +103,8 @@ for rep in $(seq "$reps"); do
 done
 
 # shellcheck disable=SC2086
-"$python" - "$work" "$tokenizer_dir" "$threads" "$new_tokens" "$reps" "$weights" $contexts <<'EOF'
+[[ $pytorch == 1 ]] && "$python" - "$work" "$tokenizer_dir" "$threads" "$new_tokens" "$reps" \
+    "$weights" $contexts <<'EOF'
 import json, os, sys
 
 work, tokenizer_dir, threads, new_tokens, reps, weights = sys.argv[1:7]
@@ -152,4 +184,64 @@ if formats:
             cells.append(f"{c['tokens_per_s']:>12.1f} {c['tokens_per_s'] / o['tokens_per_s']:>5.2f}x "
                          f" {'yes' if same else 'no (random weights: near-ties)':>17}")
         print(f"{ctx:>7} | {o['tokens_per_s']:>8.1f} | " + " | ".join(cells))
+EOF
+
+[[ $llama == 1 ]] || exit 0
+# Prefill and decoding against llama.cpp: per repetition, context and format, ours then llama.cpp.
+: >"$work/ours_llama.stats"
+: >"$work/llama.jsonl"
+for rep in $(seq "$reps"); do
+    for ctx in $contexts; do
+        for fmt in $weights; do
+            case $fmt in fp32) dtype=f32 ;; bf16) dtype=bf16 ;; int8) dtype=q8_0 ;; esac
+            echo "run $rep/$reps, context $ctx: ours --weights $fmt, llama.cpp $dtype" >&2
+            "$build/inference" "$model" --tokenizer gpt2 --tokenizer-dir "$tokenizer_dir" \
+                --prompt-file "$work/prompt_$ctx.txt" --max-new-tokens "$new_tokens" \
+                --temperature 0 --threads "$threads" --no-stream --weights "$fmt" \
+                --num-samples 3 >/dev/null 2>"$work/ours.err"
+            grep -o 'stats: .*' "$work/ours.err" | sed "s/^stats: /format=$fmt context=$ctx /" \
+                >>"$work/ours_llama.stats"
+            node "$root/scripts/llama_speed.mjs" "$llama_modules" "${model%.bin}_$dtype.gguf" \
+                "$ctx" "$new_tokens" "$threads" 2 | sed "s/^{/{\"format\":\"$fmt\",/" \
+                >>"$work/llama.jsonl"
+        done
+    done
+done
+# shellcheck disable=SC2086
+"$python" - "$work" "$threads" "$new_tokens" "$reps" "$weights" $contexts <<'EOF'
+import json, os, statistics, sys
+
+work, threads, new_tokens, reps, weights = sys.argv[1:6]
+contexts = [int(c) for c in sys.argv[6:]]
+ours, llama = {}, {}
+with open(os.path.join(work, "ours_llama.stats")) as f:
+    for line in f:
+        r = dict(kv.split("=") for kv in line.split())
+        ours.setdefault((r["format"], int(r["context"])), []).append(r)
+with open(os.path.join(work, "llama.jsonl")) as f:
+    for line in f:
+        r = json.loads(line)
+        llama.setdefault((r["format"], r["prompt"]), []).append(r)
+median = statistics.median
+gguf = {"fp32": "F32", "bf16": "BF16", "int8": "Q8_0"}
+print()
+print(f"prompt (prefill) and decoding against llama.cpp on the same weights (GGUF written by "
+      f"convert_model), {threads} threads, {new_tokens} greedy tokens; medians of {reps} x 2 "
+      f"warm prompts")
+print(f"{'context':>7} {'ours':>5} {'llama.cpp':>9} | {'prefill ms':>10} {'llama.cpp':>9} "
+      f"{'ratio':>6} {'first':>6} | {'decode tok/s':>12} {'llama.cpp':>9} {'ratio':>6}")
+for ctx in contexts:
+    for fmt in weights.split():
+        runs = ours[(fmt, ctx)]
+        warm = [r for r in runs if r["sample"] != "1"]
+        cold = [float(r["prefill_ms"]) for r in runs if r["sample"] == "1"]
+        pre = median(float(r["prefill_ms"]) for r in warm)
+        tok = median(float(r["tokens_per_s"]) for r in warm)
+        lr = llama[(fmt, ctx)]
+        lpre = median(r["prefill_ms"] for r in lr)
+        ltok = median(1000.0 / r["ms_per_token"] for r in lr)
+        print(f"{ctx:>7} {fmt:>5} {gguf[fmt]:>9} | {pre:>10.1f} {lpre:>9.1f} {pre / lpre:>5.2f}x "
+              f"{median(cold):>6.1f} | {tok:>12.1f} {ltok:>9.1f} {tok / ltok:>5.2f}x")
+print("ratio: ours / llama.cpp (prefill: below 1 is faster; decode: above 1 is faster); first: "
+      "ours' prefill of the first prompt in the process")
 EOF

@@ -297,6 +297,15 @@ KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_k
         s.products_f32 = carve(products_f32);
         if (products_s32_.size() > 0) s.products_s32 = products_s32_.data() + w * products;
     }
+    // The memory is mapped lazily: touched here, the pages are the session's set-up rather than
+    // the first prompt's (whose keys and values reach every 2 MiB page of the cache: zeroing it
+    // then made the first prefill take several times as long as the next ones).
+    kv_.fill_zero();
+    kv_bf16_.fill_zero();
+    scratch_.fill_zero();
+    pieces_bf16_.fill_zero();
+    pieces_int8_.fill_zero();
+    products_s32_.fill_zero();
 }
 
 KvCacheSession::~KvCacheSession() = default;

@@ -3,7 +3,9 @@
 // (median of the repetitions, formats interleaved), asserts nothing. scripts/bench_inference.sh
 // measures the same through build/inference beside llama.cpp.
 //   build/bench_prefill [--prompt 64,512] [--new-tokens 32] [--threads 2] [--repeat 5]
+#include <time.h>
 #include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -18,6 +20,14 @@
 #include "ops/gemm.hpp"
 
 namespace {
+
+// CPU time of the whole process (all threads), in seconds: with other jobs on the machine, CPU
+// time per worker is a steadier guide than wall time to what a quiet machine would take.
+double process_cpu_seconds() {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -64,19 +74,22 @@ int main(int argc, char** argv) {
         "bf16 %s; medians of %d\n",
         layers, threads, gpt2::gemm_kernel_name(), gpt2::bf16_backend_name(gpt2::bf16_backend()),
         repeat);
-    std::printf("%-6s %6s | %10s %10s | %10s\n", "format", "prompt", "prefill ms", "tok/s pre",
-                "decode tok/s");
+    std::printf("%-6s %6s | %10s %10s %9s %11s | %12s\n", "format", "prompt", "prefill ms", "tok/s",
+                "first ms", "cpu ms/thr", "decode tok/s");
     for (const int P : prompts) {
         std::vector<std::int32_t> tokens(static_cast<std::size_t>(P));
         for (int i = 0; i < P; ++i)
             tokens[static_cast<std::size_t>(i)] = (i * 7919 + 262) % 50257;
-        std::map<std::string, std::vector<double>> prefill, decode;
+        std::map<std::string, std::vector<double>> prefill, prefill_cpu, decode;
+        std::map<std::string, double> first;
         for (int r = 0; r < repeat + 1; ++r) {
             for (const std::string& f : formats) {
                 gpt2::KvCacheSession& s = *sessions[f];
+                const double cpu0 = process_cpu_seconds();
                 const auto t0 = gpt2::Clock::now();
                 std::span<const float> logits = s.prefill(tokens);
                 const double pre = gpt2::seconds_since(t0);
+                const double pre_cpu = (process_cpu_seconds() - cpu0) / threads;
                 const auto t1 = gpt2::Clock::now();
                 for (int n = 0; n < new_tokens; ++n) {
                     const auto next = static_cast<std::int32_t>(
@@ -84,15 +97,19 @@ int main(int argc, char** argv) {
                     logits = s.step(next);
                 }
                 const double dec = gpt2::seconds_since(t1);
-                if (r == 0) continue;  // warm-up
+                if (r == 0) {  // the first prompt of this length: shown apart
+                    first[f] = pre;
+                    continue;
+                }
                 prefill[f].push_back(pre);
+                prefill_cpu[f].push_back(pre_cpu);
                 decode[f].push_back(dec);
             }
         }
         for (const std::string& f : formats) {
             const double pre = median(prefill[f]), dec = median(decode[f]);
-            std::printf("%-6s %6d | %10.1f %10.0f | %10.1f\n", f.c_str(), P, pre * 1e3, P / pre,
-                        new_tokens / dec);
+            std::printf("%-6s %6d | %10.1f %10.0f %9.1f %11.1f | %12.1f\n", f.c_str(), P, pre * 1e3,
+                        P / pre, first[f] * 1e3, median(prefill_cpu[f]) * 1e3, new_tokens / dec);
         }
     }
     return 0;

@@ -230,6 +230,7 @@ int run(const Options& o, const gpt2::Communicator& world) {
     spdlog::info("KV cache + scratch {:.1f} MiB, {} working rank(s) of {} x {} thread(s)",
                  static_cast<double>(session.memory_bytes()) / (1 << 20), comm.size(), world.size(),
                  pool.size());
+    spdlog::info("prompts as matrix products: {}", session.prompt_products_name());
 
     if (o.interactive) {
         std::uint64_t lines_read = 0;
