@@ -354,15 +354,25 @@ void split_in_two(const Split& split, int Mp) {
 TEST(PromptProducts, Bf16PiecesSumToTheActivationsAndPadWithZeros) {
     for (const int K : {1, 17, 64}) {
         const int M = 5, Mp = 16, ldx = K + 3;
-        const std::vector<float> x = activation_rows(M, K, 40 + K);
-        std::vector<Bf16> pieces(static_cast<std::size_t>(kBf16Pieces) * Mp * K, to_bf16(kGarbage));
+        std::vector<float> x = activation_rows(M, K, 40 + K);
+        x[4L * ldx] = std::numeric_limits<float>::quiet_NaN();  // row 4: stays NaN
+        const std::size_t count = static_cast<std::size_t>(kBf16Pieces) * Mp * K;
+        std::vector<Bf16> pieces(count, to_bf16(kGarbage)), portable(count, to_bf16(kGarbage));
         split_in_two(
             [&](int i0, int i1) {
                 split_into_bf16_pieces(pieces.data(), x.data(), ldx, M, Mp, K, i0, i1);
+                split_into_bf16_pieces_portable(portable.data(), x.data(), ldx, M, Mp, K, i0, i1);
             },
             Mp);
+        for (std::size_t e = 0; e < count; ++e) {
+            ASSERT_EQ(static_cast<std::uint16_t>(pieces[e]),
+                      static_cast<std::uint16_t>(portable[e]))
+                << "K=" << K << ": the vector and portable splits differ at " << e;
+        }
+        ASSERT_TRUE(std::isnan(to_float(pieces[4L * K])));
         for (int i = 0; i < Mp; ++i) {
             for (int k = 0; k < K; ++k) {
+                if (i == 4 && k == 0) continue;
                 double sum = 0.0;
                 for (int p = 0; p < kBf16Pieces; ++p)
                     sum += to_float(pieces[(static_cast<std::size_t>(p) * Mp + i) * K + k]);
@@ -381,14 +391,24 @@ TEST(PromptProducts, Int8PiecesSumToTheActivationsWithTheirRowScales) {
         std::vector<float> x = activation_rows(M, K, 50 + K);
         x[3L * ldx + K / 2] = std::numeric_limits<float>::infinity();  // row 3
         x[4L * ldx] = std::numeric_limits<float>::quiet_NaN();         // row 4
-        std::vector<std::int8_t> pieces(static_cast<std::size_t>(kInt8Pieces) * Mp * K, 99);
+        const std::size_t count = static_cast<std::size_t>(kInt8Pieces) * Mp * K;
+        std::vector<std::int8_t> pieces(count, 99), portable(count, 99);
         std::vector<float> scales(static_cast<std::size_t>(kInt8Pieces) * Mp, kGarbage);
+        std::vector<float> portable_scales = scales;
         split_in_two(
             [&](int i0, int i1) {
                 split_into_int8_pieces(pieces.data(), scales.data(), x.data(), ldx, M, Mp, K, i0,
                                        i1);
+                split_into_int8_pieces_portable(portable.data(), portable_scales.data(), x.data(),
+                                                ldx, M, Mp, K, i0, i1);
             },
             Mp);
+        ASSERT_EQ(pieces, portable) << "K=" << K << ": the vector and portable splits differ";
+        for (std::size_t e = 0; e < scales.size(); ++e) {
+            ASSERT_TRUE(scales[e] == portable_scales[e] ||
+                        (std::isnan(scales[e]) && std::isnan(portable_scales[e])))
+                << "scale " << e;
+        }
         for (int i = 0; i < Mp; ++i) {
             const auto scale = [&](int p) { return scales[static_cast<std::size_t>(p) * Mp + i]; };
             const auto piece = [&](int p, int k) {

@@ -27,8 +27,9 @@ constexpr std::size_t kLineFloats = 16;
 // 32 left the logits more than 1e-5 from the token path's twice in each format, 64 five and six
 // times (a rounding edge is a step of 2^-8 in one cached value: no order avoids them all).
 constexpr int kFp32RowsPerGemm = 32;
-// Output columns per pieces product (bounds the scratch its partial results land in).
-constexpr int kPiecesColumns = 512;
+// Output columns per pieces product: its partial results (3 x 256 rows x 256 columns) stay in L2
+// for the sum that follows; 512 took some 15% longer, 128 no less.
+constexpr int kPiecesColumns = 256;
 // Pieces products run on rows padded to a multiple of this, so that prompts of different lengths
 // share oneDNN's primitives (created once per shape and worker) instead of each creating its own.
 constexpr int kPiecesRowMultiple = 16;
@@ -56,12 +57,16 @@ constexpr int kDecodeBarrierSpins = 1000;
     return keep;
 }
 
-// Auto resolved: pieces where oneDNN runs bf16 and int8 on AMX (elsewhere they measured no faster
-// than the fp32 GEMM on widened rows: docs/performance.md).
+// Auto resolved: pieces where oneDNN runs them with the instructions made for them, bf16 on AMX and
+// int8 on AVX512-VNNI or AMX; elsewhere pieces measured no faster than the fp32 GEMM on widened
+// rows (bf16 without AMX, int8 on AVX-512 alone) or have no oneDNN kernel (AVX2).
 [[nodiscard]] PromptProducts resolved(PromptProducts wanted, const DecodeWeights* compact) {
     if (compact == nullptr) return PromptProducts::Widened;
     if (wanted != PromptProducts::Auto) return wanted;
-    return bf16_backend() == Bf16Backend::Amx ? PromptProducts::Pieces : PromptProducts::Widened;
+    const bool native = compact->format() == WeightFormat::Int8
+                            ? int8_products_native()
+                            : bf16_backend() == Bf16Backend::Amx;
+    return native ? PromptProducts::Pieces : PromptProducts::Widened;
 }
 
 // n rows of K weights starting at one row of a matrix, in whichever format decoding reads: the
@@ -319,13 +324,14 @@ std::string KvCacheSession::prompt_products_name() const {
     std::string kernels;
     switch (bf16_backend()) {
         case Bf16Backend::Amx:
-            kernels = int8 ? "oneDNN AMX-INT8" : "oneDNN AMX-BF16";
+            kernels = int8 ? "oneDNN, AMX-INT8" : "oneDNN, AMX-BF16";
             break;
         case Bf16Backend::Fp32Emulated:
             kernels = int8 ? "a plain loop" : "the fp32 GEMM on bf16 operands";
             break;
         default:
-            kernels = int8 ? "oneDNN" : bf16_backend_name(bf16_backend());
+            kernels = int8 ? (int8_products_native() ? "oneDNN, AVX512-VNNI" : "oneDNN")
+                           : bf16_backend_name(bf16_backend());
             break;
     }
     return "activations in " + std::to_string(int8 ? kInt8Pieces : kBf16Pieces) + " " + format +

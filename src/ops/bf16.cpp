@@ -44,6 +44,21 @@ Bf16Backend bf16_backend() {
     return backend;
 }
 
+bool int8_products_native() {
+    static const bool native = [] {
+        if (bf16_backend() == Bf16Backend::Fp32Emulated) return false;  // forced, or no AVX-512
+        switch (dnnl::get_effective_cpu_isa()) {
+            case dnnl::cpu_isa::avx512_core_vnni:
+            case dnnl::cpu_isa::avx512_core_bf16:
+            case dnnl::cpu_isa::avx512_core_amx:
+                return true;
+            default:
+                return false;
+        }
+    }();
+    return native;
+}
+
 const char* bf16_backend_name(Bf16Backend backend) {
     switch (backend) {
         case Bf16Backend::Amx:

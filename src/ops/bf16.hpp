@@ -55,5 +55,8 @@ void gemm_bf16_tn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, in
 // GPT2_BF16_GEMM=emulate is set (the same integers, slowly).
 void gemm_s8_nt(int M, int N, int K, const std::int8_t* A, int lda, const std::int8_t* B, int ldb,
                 std::int32_t* C, int ldc);
+// Whether oneDNN runs gemm_s8_nt here with AVX512-VNNI or AMX-INT8 instructions (not with its
+// slower int8 code for AVX-512 alone, nor the plain loop, nor under GPT2_BF16_GEMM=emulate).
+[[nodiscard]] bool int8_products_native();
 
 }  // namespace gpt2

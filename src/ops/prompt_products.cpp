@@ -5,6 +5,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
+
 namespace gpt2 {
 
 namespace {
@@ -45,10 +49,113 @@ inline float base_of(const float* out, int j, const float* bias, bool accumulate
     return (accumulate ? out[j] : 0.0f) + (bias != nullptr ? bias[j] : 0.0f);
 }
 
-}  // namespace
+// One row's pieces, the portable way (the compiler vectorises these loops for whatever it targets).
+void split_bf16_row_portable(Bf16* hi, Bf16* mid, Bf16* lo, const float* row, int K) {
+    for (int k = 0; k < K; ++k) {
+        // Each remainder is exact: a value and its rounding share their leading bits.
+        const Bf16 h = to_bf16(row[k]);
+        const float r = row[k] - to_float(h);
+        const Bf16 m = to_bf16(r);
+        hi[k] = h;
+        mid[k] = m;
+        lo[k] = to_bf16(r - to_float(m));
+    }
+}
 
-void split_into_bf16_pieces(Bf16* out, const float* x, int ldx, int M, int Mp, int K, int i0,
-                            int i1) {
+void split_int8_row_portable(std::int8_t* q0, std::int8_t* q1, std::int8_t* q2, const float* row,
+                             int K, float s0, float s1, float s2) {
+    const float inv0 = 1.0f / s0, inv1 = 1.0f / s1, inv2 = 1.0f / s2;
+    for (int k = 0; k < K; ++k) {
+        const float v = row[k];
+        const float a = round_to_int8_grid(v * inv0);
+        const float r0 = std::fma(-a, s0, v);
+        const float b = round_to_int8_grid(r0 * inv1);
+        const float r1 = std::fma(-b, s1, r0);
+        q0[k] = static_cast<std::int8_t>(a);
+        q1[k] = static_cast<std::int8_t>(b);
+        q2[k] = static_cast<std::int8_t>(round_to_int8_grid(r1 * inv2));
+    }
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+// The same rows with explicit AVX-512 (the compiler's own vectorisation of the clamps and
+// conversions above ran at a fraction of this): the same arithmetic, so the same pieces.
+inline __mmask16 tail_mask(int left) {
+    return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+}
+
+// Every lane: the maskz forms of the intrinsics with all lanes set, because GCC 12 warns that the
+// plain forms read an undefined vector (as in decode_matvec.cpp).
+constexpr __mmask16 kAll = 0xFFFF;
+
+// 16 floats rounded to bf16 as to_bf16 rounds (nearest even; a NaN stays a quiet NaN), widened
+// back to fp32 in `widened`.
+inline __m256i to_bf16_x16(__m512 v, __m512& widened) {
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i high = _mm512_maskz_srli_epi32(kAll, bits, 16);
+    const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_maskz_srli_epi32(
+        kAll, _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    const __m512i quiet = _mm512_or_si512(high, _mm512_set1_epi32(0x40));
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    const __m512i half = _mm512_mask_blend_epi32(nan, rounded, quiet);
+    widened = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, half, 16));
+    return _mm512_maskz_cvtepi32_epi16(kAll, half);
+}
+
+void split_bf16_row(Bf16* hi, Bf16* mid, Bf16* lo, const float* row, int K) {
+    for (int k = 0; k < K; k += 16) {
+        const __mmask16 m = tail_mask(K - k);
+        const __m512 v = _mm512_maskz_loadu_ps(m, row + k);
+        __m512 h, md, l;
+        const __m256i hb = to_bf16_x16(v, h);
+        const __m512 r = _mm512_sub_ps(v, h);
+        const __m256i mb = to_bf16_x16(r, md);
+        const __m256i lb = to_bf16_x16(_mm512_sub_ps(r, md), l);
+        _mm256_mask_storeu_epi16(hi + k, m, hb);
+        _mm256_mask_storeu_epi16(mid + k, m, mb);
+        _mm256_mask_storeu_epi16(lo + k, m, lb);
+    }
+}
+
+inline __m512 round_to_int8_grid_x16(__m512 v) {
+    const __m512 r =
+        _mm512_maskz_roundscale_ps(kAll, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_maskz_min_ps(kAll, _mm512_maskz_max_ps(kAll, r, _mm512_set1_ps(-127.0f)),
+                               _mm512_set1_ps(127.0f));
+}
+
+void split_int8_row(std::int8_t* q0, std::int8_t* q1, std::int8_t* q2, const float* row, int K,
+                    float s0, float s1, float s2) {
+    const __m512 inv0 = _mm512_set1_ps(1.0f / s0), inv1 = _mm512_set1_ps(1.0f / s1),
+                 inv2 = _mm512_set1_ps(1.0f / s2);
+    const __m512 step0 = _mm512_set1_ps(s0), step1 = _mm512_set1_ps(s1);
+    for (int k = 0; k < K; k += 16) {
+        const __mmask16 m = tail_mask(K - k);
+        const __m512 v = _mm512_maskz_loadu_ps(m, row + k);
+        const __m512 a = round_to_int8_grid_x16(_mm512_mul_ps(v, inv0));
+        const __m512 r0 = _mm512_fnmadd_ps(a, step0, v);
+        const __m512 b = round_to_int8_grid_x16(_mm512_mul_ps(r0, inv1));
+        const __m512 r1 = _mm512_fnmadd_ps(b, step1, r0);
+        const __m512 c = round_to_int8_grid_x16(_mm512_mul_ps(r1, inv2));
+        _mm512_mask_cvtepi32_storeu_epi8(q0 + k, m, _mm512_maskz_cvtps_epi32(kAll, a));
+        _mm512_mask_cvtepi32_storeu_epi8(q1 + k, m, _mm512_maskz_cvtps_epi32(kAll, b));
+        _mm512_mask_cvtepi32_storeu_epi8(q2 + k, m, _mm512_maskz_cvtps_epi32(kAll, c));
+    }
+}
+#else
+void split_bf16_row(Bf16* hi, Bf16* mid, Bf16* lo, const float* row, int K) {
+    split_bf16_row_portable(hi, mid, lo, row, K);
+}
+void split_int8_row(std::int8_t* q0, std::int8_t* q1, std::int8_t* q2, const float* row, int K,
+                    float s0, float s1, float s2) {
+    split_int8_row_portable(q0, q1, q2, row, K, s0, s1, s2);
+}
+#endif
+
+// The splits over rows, with the row kernels above (`portable`: the portable ones).
+void split_bf16_rows(Bf16* out, const float* x, int ldx, int M, int Mp, int K, int i0, int i1,
+                     bool portable) {
     static_assert(kBf16Pieces == 3);
     const long piece = static_cast<long>(Mp) * K;
     for (int i = i0; i < i1; ++i) {
@@ -61,20 +168,16 @@ void split_into_bf16_pieces(Bf16* out, const float* x, int ldx, int M, int Mp, i
             continue;
         }
         const float* row = x + static_cast<long>(i) * ldx;
-        for (int k = 0; k < K; ++k) {
-            // Each remainder is exact: a value and its rounding share their leading bits.
-            const Bf16 h = to_bf16(row[k]);
-            const float r = row[k] - to_float(h);
-            const Bf16 m = to_bf16(r);
-            hi[k] = h;
-            mid[k] = m;
-            lo[k] = to_bf16(r - to_float(m));
+        if (portable) {
+            split_bf16_row_portable(hi, mid, lo, row, K);
+        } else {
+            split_bf16_row(hi, mid, lo, row, K);
         }
     }
 }
 
-void split_into_int8_pieces(std::int8_t* out, float* scales, const float* x, int ldx, int M, int Mp,
-                            int K, int i0, int i1) {
+void split_int8_rows(std::int8_t* out, float* scales, const float* x, int ldx, int M, int Mp, int K,
+                     int i0, int i1, bool portable) {
     static_assert(kInt8Pieces == 3);
     const long piece = static_cast<long>(Mp) * K;
     for (int i = i0; i < i1; ++i) {
@@ -95,24 +198,40 @@ void split_into_int8_pieces(std::int8_t* out, float* scales, const float* x, int
                 scales[p * Mp + i] = nan_or_zero;
             continue;
         }
-        // Each element in one pass, its remainder carried through the pieces (fma: the remainder
-        // of rounding to a piece's grid is exact).
+        // Each element's remainder is carried through the pieces (fma: the remainder of rounding
+        // to a piece's grid is exact).
         const float s0 = max_abs / 127.0f, s1 = s0 / kInt8Refinement, s2 = s1 / kInt8Refinement;
         scales[i] = s0;
         scales[Mp + i] = s1;
         scales[2 * Mp + i] = s2;
-        const float inv0 = 1.0f / s0, inv1 = 1.0f / s1, inv2 = 1.0f / s2;
-        for (int k = 0; k < K; ++k) {
-            const float v = row[k];
-            const float a = round_to_int8_grid(v * inv0);
-            const float r0 = std::fma(-a, s0, v);
-            const float b = round_to_int8_grid(r0 * inv1);
-            const float r1 = std::fma(-b, s1, r0);
-            q0[k] = static_cast<std::int8_t>(a);
-            q1[k] = static_cast<std::int8_t>(b);
-            q2[k] = static_cast<std::int8_t>(round_to_int8_grid(r1 * inv2));
+        if (portable) {
+            split_int8_row_portable(q0, q1, q2, row, K, s0, s1, s2);
+        } else {
+            split_int8_row(q0, q1, q2, row, K, s0, s1, s2);
         }
     }
+}
+
+}  // namespace
+
+void split_into_bf16_pieces(Bf16* out, const float* x, int ldx, int M, int Mp, int K, int i0,
+                            int i1) {
+    split_bf16_rows(out, x, ldx, M, Mp, K, i0, i1, false);
+}
+
+void split_into_bf16_pieces_portable(Bf16* out, const float* x, int ldx, int M, int Mp, int K,
+                                     int i0, int i1) {
+    split_bf16_rows(out, x, ldx, M, Mp, K, i0, i1, true);
+}
+
+void split_into_int8_pieces(std::int8_t* out, float* scales, const float* x, int ldx, int M, int Mp,
+                            int K, int i0, int i1) {
+    split_int8_rows(out, scales, x, ldx, M, Mp, K, i0, i1, false);
+}
+
+void split_into_int8_pieces_portable(std::int8_t* out, float* scales, const float* x, int ldx,
+                                     int M, int Mp, int K, int i0, int i1) {
+    split_int8_rows(out, scales, x, ldx, M, Mp, K, i0, i1, true);
 }
 
 void pieces_product(float* out, int ldo, const Bf16* pieces, int M, int Mp, int K, const Bf16* w,

@@ -30,6 +30,12 @@ void split_into_bf16_pieces(Bf16* out, const float* x, int ldx, int M, int Mp, i
 // with an infinity or NaN zero pieces and NaN scales (its products are NaN).
 void split_into_int8_pieces(std::int8_t* out, float* scales, const float* x, int ldx, int M, int Mp,
                             int K, int i0, int i1);
+// The same splits by the portable loops, which the two above run where the build has no AVX-512
+// (declared here so that tests check them on every machine; their pieces are the same).
+void split_into_bf16_pieces_portable(Bf16* out, const float* x, int ldx, int M, int Mp, int K,
+                                     int i0, int i1);
+void split_into_int8_pieces_portable(std::int8_t* out, float* scales, const float* x, int ldx,
+                                     int M, int Mp, int K, int i0, int i1);
 
 // out[i * ldo + j] = ((accumulate ? out : 0) + bias[j]) + x[i] . w[j] for i < M, j < n, with x
 // given as split_into_bf16_pieces wrote it and w (n, K) bf16 rows; bias may be null. scratch:

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
     std::vector<int> prompts = {64, 512};
     std::vector<std::string> formats = {"fp32", "bf16", "int8"};
     int new_tokens = 32, threads = 2, repeat = 5, layers = 12;
+    std::string products = "auto";
     app.add_option("--prompt", prompts, "Prompt lengths in tokens")->delimiter(',');
     app.add_option("--formats", formats, "Weight formats")->delimiter(',');
     app.add_option("--new-tokens", new_tokens, "Tokens decoded after each prefill")
@@ -51,6 +52,10 @@ int main(int argc, char** argv) {
     app.add_option("--repeat", repeat, "Repetitions (the median is printed)")
         ->capture_default_str();
     app.add_option("--layers", layers, "Layers (12 is GPT-2 124M)")->capture_default_str();
+    app.add_option("--products", products,
+                   "How prompts with compact weights run their products: auto, widened, pieces")
+        ->check(CLI::IsMember({"auto", "widened", "pieces"}))
+        ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
     gpt2::ModelConfig config = gpt2::preset_config("gpt2-124M", 50257);
@@ -66,14 +71,21 @@ int main(int argc, char** argv) {
                                                         : gpt2::WeightFormat::Fp32;
         if (format != gpt2::WeightFormat::Fp32)
             compact[f] = std::make_unique<gpt2::DecodeWeights>(model, format);
+        const gpt2::PromptProducts prompt_products =
+            products == "widened"  ? gpt2::PromptProducts::Widened
+            : products == "pieces" ? gpt2::PromptProducts::Pieces
+                                   : gpt2::PromptProducts::Auto;
         sessions[f] = std::make_unique<gpt2::KvCacheSession>(
-            model, pool, 0, format == gpt2::WeightFormat::Fp32 ? nullptr : compact[f].get());
+            model, pool, 0, format == gpt2::WeightFormat::Fp32 ? nullptr : compact[f].get(),
+            prompt_products);
     }
     std::printf(
         "bench_prefill: GPT-2 124M shape (L%d), random weights, %d threads, fp32 GEMM %s, "
         "bf16 %s; medians of %d\n",
         layers, threads, gpt2::gemm_kernel_name(), gpt2::bf16_backend_name(gpt2::bf16_backend()),
         repeat);
+    for (const std::string& f : formats)
+        std::printf("%s prompts: %s\n", f.c_str(), sessions[f]->prompt_products_name().c_str());
     std::printf("%-6s %6s | %10s %10s %9s %11s | %12s\n", "format", "prompt", "prefill ms", "tok/s",
                 "first ms", "cpu ms/thr", "decode tok/s");
     for (const int P : prompts) {
