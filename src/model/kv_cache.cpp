@@ -202,7 +202,8 @@ void write_positions(const HeadCache<float>& cache, const float* k, const float*
                     sizeof(float) * static_cast<std::size_t>(hs));
     }
 }
-void write_positions(const HeadCache<Bf16>& store, const HeadCache<float>& stage, const float* k,
+// With `stage` null, the bf16 cache alone.
+void write_positions(const HeadCache<Bf16>& store, const HeadCache<float>* stage, const float* k,
                      const float* v, int ld, int M, int pos0, int hs, int maxT) {
     for (int i = 0; i < M; ++i) {
         const float* ki = k + static_cast<long>(i) * ld;
@@ -212,9 +213,11 @@ void write_positions(const HeadCache<Bf16>& store, const HeadCache<float>& stage
             const long at = static_cast<long>(d) * maxT + pos0 + i;
             const Bf16 key = to_bf16(ki[d]), value = to_bf16(vi[d]);
             store.keys_t[at] = key;
-            stage.keys_t[at] = to_float(key);
             store.values[row + d] = value;
-            stage.values[row + d] = to_float(value);
+            if (stage != nullptr) {
+                stage->keys_t[at] = to_float(key);
+                stage->values[row + d] = to_float(value);
+            }
         }
     }
 }
@@ -230,6 +233,8 @@ KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_k
       chunk_rows_(std::min(kChunkRows, model.config.max_seq_len)),
       workers_(pool.size()),
       prompt_products_(resolved(prompt, compact)),
+      bf16_attention_(compact != nullptr && prompt_products_ == PromptProducts::Pieces &&
+                      (bf16_backend() == Bf16Backend::Amx || prompt == PromptProducts::Pieces)),
       barrier_(std::make_unique<WorkerBarrier>(pool.size(), kDecodeBarrierSpins)) {
     const ModelConfig& c = model.config;
     validate_config(c, "KvCacheSession");
@@ -260,23 +265,32 @@ KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_k
     const bool int8 = compact != nullptr && compact->format() == WeightFormat::Int8;
     // Compact weights: rows copied to fp32 for the prompts' GEMMs.
     const std::size_t weight_rows = widened ? round_to_line(kFp32RowsPerGemm * 4 * C) : 0;
-    // bf16 cache: an fp32 staging copy of one head's cache for prompts (keys and values).
-    const std::size_t stage = compact != nullptr ? round_to_line(2 * maxT * C / c.num_heads) : 0;
+    // bf16 cache: an fp32 staging copy of one head's cache for prompts (keys and values), or the
+    // bf16 attention's scratch.
+    const int hs = c.head_size();
+    const std::size_t stage =
+        compact != nullptr && !bf16_attention_ ? round_to_line(2 * maxT * C / c.num_heads) : 0;
+    const std::size_t attention_floats =
+        bf16_attention_ ? round_to_line(prompt_attention_scratch_floats(hs, c.max_seq_len)) : 0;
+    const std::size_t attention_pieces =
+        bf16_attention_ ? round_to_line(prompt_attention_scratch_pieces(hs, c.max_seq_len)) : 0;
     // Pieces: the activations' pieces (inputs at most 4C long) and their scales, shared; each
     // worker's partial products.
     const std::size_t piece_count = int8 ? kInt8Pieces : kBf16Pieces;
     const std::size_t piece_scales = pieces && int8 ? round_to_line(piece_count * rows) : 0;
     const std::size_t products = pieces ? round_to_line(piece_count * rows * kPiecesColumns) : 0;
     const std::size_t products_f32 = int8 ? 0 : products;
-    scratch_ = AlignedBuffer<float>(
-        x + qkv + atty + fch + logits + ln + ln_stats + piece_scales +
-        W * (worker_ln + worker_stats + scores + weight_rows + stage + products_f32));
+    scratch_ = AlignedBuffer<float>(x + qkv + atty + fch + logits + ln + ln_stats + piece_scales +
+                                    W * (worker_ln + worker_stats + scores + weight_rows + stage +
+                                         attention_floats + products_f32));
+    // The activations' bf16 pieces, then each worker's attention pieces.
+    const std::size_t bf16_pieces = pieces && !int8 ? piece_count * rows * 4 * C : 0;
     if (pieces && int8) {
         pieces_int8_ = AlignedBuffer<std::int8_t>(piece_count * rows * 4 * C);
         products_s32_ = AlignedBuffer<std::int32_t>(W * products);
-    } else if (pieces) {
-        pieces_bf16_ = AlignedBuffer<Bf16>(piece_count * rows * 4 * C);
     }
+    if (bf16_pieces + W * attention_pieces > 0)
+        pieces_bf16_ = AlignedBuffer<Bf16>(bf16_pieces + W * attention_pieces);
     float* p = scratch_.data();
     const auto carve = [&p](std::size_t count) {
         float* start = count > 0 ? p : nullptr;
@@ -299,6 +313,9 @@ KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_k
         s.scores = carve(scores);
         s.weight_rows = carve(weight_rows);
         s.stage = carve(stage);
+        s.attention_floats = carve(attention_floats);
+        if (attention_pieces > 0)
+            s.attention_pieces = pieces_bf16_.data() + bf16_pieces + w * attention_pieces;
         s.products_f32 = carve(products_f32);
         if (products_s32_.size() > 0) s.products_s32 = products_s32_.data() + w * products;
     }
@@ -600,6 +617,16 @@ void KvCacheSession::forward_prompt(std::span<const std::int32_t> tokens, bool l
                 const long head = (static_cast<long>(l) * 2 * NH + h) * maxT * hs;
                 const long values = static_cast<long>(NH) * maxT * hs;
                 HeadCache<float> cache{};
+                if (bf16_attention_) {
+                    // The bf16 products read the cache as stored, the new positions rounded.
+                    const HeadCache<Bf16> store{kv_bf16_.data() + head,
+                                                kv_bf16_.data() + head + values};
+                    write_positions(store, nullptr, k, v, 3 * C, M, pos0, hs, maxT);
+                    attend_prompt_rows_bf16(atty_ + col, C, q, 3 * C, store.keys_t, store.values,
+                                            {ws.attention_pieces, ws.attention_floats}, M, pos0, hs,
+                                            maxT);
+                    continue;
+                }
                 if (bf16_cache) {
                     // Attention reads an fp32 copy of the head's cache: its earlier positions
                     // as stored, the new ones rounded as a token's attention would see them.
@@ -607,7 +634,7 @@ void KvCacheSession::forward_prompt(std::span<const std::int32_t> tokens, bool l
                                                 kv_bf16_.data() + head + values};
                     cache = HeadCache<float>{ws.stage, ws.stage + static_cast<long>(maxT) * hs};
                     stage_positions(store, cache, pos0, hs, maxT);
-                    write_positions(store, cache, k, v, 3 * C, M, pos0, hs, maxT);
+                    write_positions(store, &cache, k, v, 3 * C, M, pos0, hs, maxT);
                 } else {
                     cache = HeadCache<float>{kv_.data() + head, kv_.data() + head + values};
                     write_positions(cache, k, v, 3 * C, M, pos0, hs, maxT);

@@ -99,6 +99,8 @@ class KvCacheSession {
         float* scores = nullptr;               // (kPromptScoreRows, maxT)
         float* weight_rows = nullptr;          // Widened: (kFp32RowsPerGemm, 4C) rows in fp32
         float* stage = nullptr;                // bf16 cache: (2, maxT * hs) a head's cache in fp32
+        float* attention_floats = nullptr;     // bf16 attention: its scores and outputs
+        Bf16* attention_pieces = nullptr;      // bf16 attention: its pieces
         float* products_f32 = nullptr;         // Pieces, bf16: partial products
         std::int32_t* products_s32 = nullptr;  // Pieces, int8: partial products
     };
@@ -122,6 +124,9 @@ class KvCacheSession {
     int chunk_rows_;  // rows of scratch: prompts are encoded in chunks of this many positions
     int workers_;
     PromptProducts prompt_products_;
+    // A prompt's attention with bf16 products on the bf16 cache (AMX; or pieces asked for), not
+    // the fp32 GEMM on a staging copy.
+    bool bf16_attention_;
     std::unique_ptr<WorkerBarrier> barrier_;
     int slides_ = 0;
     std::vector<std::int32_t> context_;  // capacity maxT, reserved once

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "ops/bf16.hpp"
 #include "ops/gemm.hpp"
 #include "ops/kernels.hpp"
+#include "ops/prompt_products.hpp"
 #include "ops/vector_math.hpp"
 
 namespace gpt2 {
@@ -114,6 +116,72 @@ void attend_prompt_rows(float* out, int ldo, const float* q, int ldq, const floa
             softmax_prompt_row(scores + static_cast<long>(i - i0) * maxT, pos0 + i + 1, keys);
         gemm_nn(i1 - i0, hs, keys, 1.0f, scores, maxT, values, hs, 0.0f,
                 out + static_cast<long>(i0) * ldo, ldo);
+    }
+}
+
+namespace {
+// Keys are covered in blocks of this many positions by the bf16 products.
+constexpr int kKeyBlock = 64;
+
+[[nodiscard]] int padded_keys(int keys, int maxT) {
+    return std::min(maxT, (keys + kKeyBlock - 1) / kKeyBlock * kKeyBlock);
+}
+}  // namespace
+
+std::size_t prompt_attention_scratch_pieces(int hs, int maxT) {
+    // The queries' pieces, then the probabilities' (one block of rows each).
+    return static_cast<std::size_t>(kBf16Pieces) * kPromptScoreRows *
+           static_cast<std::size_t>(hs + maxT);
+}
+
+std::size_t prompt_attention_scratch_floats(int hs, int maxT) {
+    // The pieces' scores, then their outputs.
+    return static_cast<std::size_t>(kBf16Pieces) * kPromptScoreRows *
+           static_cast<std::size_t>(maxT + hs);
+}
+
+void attend_prompt_rows_bf16(float* out, int ldo, const float* q, int ldq, Bf16* keys_t,
+                             Bf16* values, const PromptAttentionScratch& scratch, int M, int pos0,
+                             int hs, int maxT) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    constexpr int rows = kPromptScoreRows, stacked = kBf16Pieces * kPromptScoreRows;
+    const int end = pos0 + M, padded_end = padded_keys(end, maxT);
+    for (int d = 0; d < hs; ++d) {
+        std::fill(keys_t + static_cast<long>(d) * maxT + end,
+                  keys_t + static_cast<long>(d) * maxT + padded_end, Bf16{});
+    }
+    std::fill(values + static_cast<long>(end) * hs, values + static_cast<long>(padded_end) * hs,
+              Bf16{});
+    Bf16* q_pieces = scratch.pieces;
+    Bf16* p_pieces = q_pieces + static_cast<long>(stacked) * hs;
+    float* scores = scratch.scores;  // (stacked, maxT): each piece's scores
+    float* outputs = scores + static_cast<long>(stacked) * maxT;  // (stacked, hs)
+    for (int i0 = 0; i0 < M; i0 += rows) {
+        const int block = std::min(rows, M - i0);
+        const int keys = padded_keys(pos0 + i0 + block, maxT);
+        split_into_bf16_pieces(q_pieces, q + static_cast<long>(i0) * ldq, ldq, block, rows, hs, 0,
+                               rows);
+        gemm_bf16_nn(stacked, keys, hs, q_pieces, hs, keys_t, maxT, 0.0f, scores, maxT);
+        // The pieces' scores summed into the first piece's rows, then each row's softmax.
+        const long piece = static_cast<long>(rows) * maxT;
+        for (int r = 0; r < block; ++r) {
+            float* s = scores + static_cast<long>(r) * maxT;
+            const float* mid = s + piece;
+            const float* lo = mid + piece;
+            for (int j = 0; j < keys; ++j)
+                s[j] = ((s[j] + mid[j]) + lo[j]) * scale;
+            softmax_prompt_row(s, pos0 + i0 + r + 1, keys);
+        }
+        split_into_bf16_pieces(p_pieces, scores, maxT, block, rows, keys, 0, rows);
+        gemm_bf16_nn(stacked, hs, keys, p_pieces, keys, values, hs, 0.0f, outputs, hs);
+        for (int r = 0; r < block; ++r) {
+            const float* hi = outputs + static_cast<long>(r) * hs;
+            const float* mid = hi + static_cast<long>(rows) * hs;
+            const float* lo = mid + static_cast<long>(rows) * hs;
+            float* o = out + static_cast<long>(i0 + r) * ldo;
+            for (int d = 0; d < hs; ++d)
+                o[d] = (hi[d] + mid[d]) + lo[d];
+        }
     }
 }
 
