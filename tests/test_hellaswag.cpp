@@ -14,7 +14,7 @@
 #include "core/file_io.hpp"
 #include "data/multiple_choice.hpp"
 #include "parallel/comm.hpp"
-#include "parallel/data_parallel.hpp"
+#include "parallel/worker_group.hpp"
 #include "process_support.hpp"
 #include "reference_fixture.hpp"
 #include "tokenizer/tokenizer.hpp"

@@ -1,9 +1,9 @@
 #include "parallel/layerwise_reduction.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <stdexcept>
 
+#include "core/clock.hpp"
 #include "threads/thread_pool.hpp"
 
 namespace gpt2 {
@@ -176,28 +176,12 @@ void LayerwiseReduction::pack_embedding_rows(std::span<float> rows, std::span<st
 
 // ---- WorkerSink -----------------------------------------------------------------------------
 
-namespace {
-class Stopwatch {
-  public:
-    explicit Stopwatch(double& total) : total_(total) {}
-    ~Stopwatch() {
-        total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    }
-    Stopwatch(const Stopwatch&) = delete;
-    Stopwatch& operator=(const Stopwatch&) = delete;
-
-  private:
-    double& total_;
-    std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
-}  // namespace
-
 LayerwiseReduction::WorkerSink::WorkerSink(LayerwiseReduction& reduction, int worker,
                                            const GradientReady* ready)
     : r_(reduction), w_(worker), ready_(ready != nullptr && *ready ? ready : nullptr) {}
 
 void LayerwiseReduction::WorkerSink::wait() {
-    const Stopwatch watch(seconds_at_barriers_);
+    const ScopedTimer watch(seconds_at_barriers_);
     r_.barrier_.arrive_and_wait();
 }
 
@@ -227,7 +211,7 @@ GradientSink::Head LayerwiseReduction::WorkerSink::head() {
 
 void LayerwiseReduction::WorkerSink::head_done() {
     {
-        const Stopwatch watch(seconds_);
+        const ScopedTimer watch(seconds_);
         wait();
         r_.sum_part(r_.head_pieces_, 0, w_);
         wait();  // the windows are free for layer slots only when every part is summed
@@ -247,12 +231,12 @@ LayerView<float> LayerwiseReduction::WorkerSink::layer(int l) {
 
 void LayerwiseReduction::WorkerSink::layer_done(int l) {
     {
-        const Stopwatch watch(seconds_);
+        const ScopedTimer watch(seconds_);
         wait();
     }
     // Every worker summed its part of layer l+1 before computing layer l.
     if (l + 1 < r_.config_.num_layers) announce(CompletedGradient::Part::Layer, l + 1);
-    const Stopwatch watch(seconds_);
+    const ScopedTimer watch(seconds_);
     r_.sum_part(r_.layer_pieces_[static_cast<std::size_t>(l)],
                 static_cast<std::size_t>(l % 2) * r_.layer_slot_floats_, w_);
 }
@@ -261,13 +245,13 @@ void LayerwiseReduction::WorkerSink::embeddings(const float* dresidual, const To
     r_.worker_rows_[static_cast<std::size_t>(w_)] =
         WorkerRows{dresidual, batch.inputs.data(), batch.B};
     {
-        const Stopwatch watch(seconds_);
+        const ScopedTimer watch(seconds_);
         wait();
     }
     if (r_.config_.num_layers > 0) announce(CompletedGradient::Part::Layer, 0);
     if (deferring()) return;  // the rows stay in the contexts for pack_embedding_rows
     {
-        const Stopwatch watch(seconds_);
+        const ScopedTimer watch(seconds_);
         r_.sum_embedding_rows_part(std::span<const WorkerRows>(r_.worker_rows_)
                                        .first(static_cast<std::size_t>(r_.contributors_)),
                                    batch.T, w_, r_.gradient_.span(), Range{0, r_.gradient_.size()});

@@ -11,7 +11,7 @@
 #include "model/model.hpp"
 #include "model/training_context.hpp"
 #include "parallel/comm.hpp"
-#include "parallel/data_parallel.hpp"
+#include "parallel/worker_group.hpp"
 
 namespace gpt2 {
 

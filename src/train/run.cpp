@@ -15,7 +15,7 @@
 #include "formats/checkpoint.hpp"
 #include "model/generate.hpp"
 #include "ops/gemm.hpp"
-#include "parallel/data_parallel.hpp"
+#include "parallel/validation_loss.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "train/checkpoint_clock.hpp"
 #include "train/corpus.hpp"
@@ -27,6 +27,7 @@
 #include "train/run_plan.hpp"
 #include "train/run_report.hpp"
 #include "train/start_point.hpp"
+#include "train/step.hpp"
 #include "train/stop_signal.hpp"
 #include "train/text_format.hpp"
 
@@ -60,7 +61,8 @@ std::vector<MultipleChoiceExample> load_hellaswag(const TrainOptions& o, const C
 class TrainingLoop {
   public:
     TrainingLoop(const TrainOptions& o, const Communicator& comm, const Corpus& corpus,
-                 Replica& replica, RunPlan& plan, const Exchange& exchange, double startup_seconds);
+                 Replica& replica, RunPlan& plan, const ExchangePlan& exchange,
+                 double startup_seconds);
     void log_banner() const;
     void log_memory() const;
     void log_precision() const;
@@ -73,6 +75,13 @@ class TrainingLoop {
         bool checkpoint_due = false;  // --checkpoint-minutes
     };
     [[nodiscard]] StepOutcome step(std::int64_t step, int& bad_steps, double& ema_seconds);
+    // The hidden --inject-* flags' fault for `step`, if any.
+    [[nodiscard]] TestHooks test_hooks(std::int64_t step) const {
+        return TestHooks{.fault = step == o_.inject_nan_step     ? InjectedFault::NanGradient
+                                  : step == o_.inject_spike_step ? InjectedFault::GradientSpike
+                                                                 : InjectedFault::None,
+                         .inspect_gradient = {}};
+    }
     void count_skipped(const StepMetrics& m, std::int64_t completed, int& bad_steps);
     void log_step(const StepMetrics& m, std::int64_t completed, float lr, double seconds,
                   double ema_seconds);
@@ -93,7 +102,7 @@ class TrainingLoop {
     const bool benchmark_;
     const std::int64_t last_step_;
     const std::int64_t tokens_per_step_;
-    const Exchange exchange_;
+    const ExchangePlan exchange_;
     const double flops_per_step_;
     const MfuYardstick yardstick_;
     const double peak_gflops_;
@@ -115,7 +124,7 @@ class TrainingLoop {
 constexpr int kBenchmarkWarmup = 2;
 
 TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, const Corpus& corpus,
-                           Replica& replica, RunPlan& plan, const Exchange& exchange,
+                           Replica& replica, RunPlan& plan, const ExchangePlan& exchange,
                            double startup_seconds)
     : o_(o),
       comm_(comm),
@@ -171,8 +180,7 @@ void TrainingLoop::log_memory() const {
     const WorkerGroup& workers = replica_.workers;
     const int W = workers.size();
     const Model& model = replica_.model;
-    const bool shared = exchange_.kind == GradientExchange::SharedMemory ||
-                        exchange_.kind == GradientExchange::SharedMemoryBuckets;
+    const bool shared = exchange_.shared();
     const int machine_ranks = exchange_.machines->machine.size();
     const int with_window = workers.contributing_workers() - 1;
     const std::string windows =
@@ -254,7 +262,7 @@ void TrainingLoop::log_banner() const {
             "shard of the optimizer instead (ZeRO-1)",
             exchange_.share_error);
     }
-    if (const std::string line = describe_exchange(exchange_, o_, comm_); !line.empty()) {
+    if (const std::string line = describe_exchange(exchange_, replica_, o_, comm_); !line.empty()) {
         spdlog::info("{}", line);
     }
     spdlog::info("data: {} train windows, {} val windows of {} tokens",
@@ -309,22 +317,26 @@ int TrainingLoop::run() {
 TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
                                              double& ema_seconds) {
     const auto t0 = Clock::now();
+    // The batch: this rank's windows of the step's global batch, the same for any split of it
+    // over ranks, micro-steps and workers.
     train_sampler_.fill_step(static_cast<std::uint64_t>(step), comm_.rank(), comm_.size(), B_,
                              plan_.grad_accum, inputs_, targets_);
-    const StepHyper hyper = step_hyper(
-        exchange_, replica_,
+    const StepBatch batch{inputs_,
+                          targets_,
+                          plan_.grad_accum,
+                          plan_.global_sequences,
+                          comm_.rank(),
+                          comm_.size(),
+                          Dropout{o_.dropout, o_.seed, static_cast<std::uint64_t>(step)}};
+    // The step's rules: the schedule's learning rate, clipping, and the spike policy.
+    const StepRules rules{
         AdamWHyper{learning_rate(schedule_, step), o_.beta1, o_.beta2, o_.eps, o_.weight_decay},
-        o_.grad_clip);
+        o_.grad_clip, &plan_.spikes};
+    // Forward/backward over the workers, the exchange, the norm, the verdict, clipping and the
+    // update, in that order (train/step.cpp).
     const StepMetrics m = train_step(
-        replica_.model, replica_.optimizer, replica_.workers, comm_,
-        StepBatch{inputs_, targets_, plan_.grad_accum, plan_.global_sequences, comm_.rank(),
-                  comm_.size(), Dropout{o_.dropout, o_.seed, static_cast<std::uint64_t>(step)}},
-        hyper,
-        StepTestHooks{.fault = step == o_.inject_nan_step     ? InjectedFault::NanGradient
-                               : step == o_.inject_spike_step ? InjectedFault::GradientSpike
-                                                              : InjectedFault::None,
-                      .inspect_gradient = {}},
-        &plan_.spikes);
+        TrainState{replica_.model, replica_.optimizer, replica_.workers, *replica_.exchange}, batch,
+        rules, test_hooks(step));
     const double seconds = seconds_since(t0);
     const std::int64_t completed = step + 1;
     count_skipped(m, completed, bad_steps);
@@ -332,7 +344,7 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
     if (benchmark_ && step >= plan_.first_step + kBenchmarkWarmup) {
         step_ms_.push_back(seconds * 1e3);
     }
-    log_step(m, completed, hyper.adamw.lr, seconds, ema_seconds);
+    log_step(m, completed, rules.adamw.lr, seconds, ema_seconds);
     if (o_.check_replicas > 0 && completed % o_.check_replicas == 0) check_replicas(completed);
     // One collective per step: any rank's stop signal and rank 0's checkpoint clock, as
     // signal * 2 + due (a stop saves anyway, so the clock's bit may be outweighed).
@@ -443,12 +455,12 @@ void TrainingLoop::validate(std::int64_t completed) {
     const auto t0 = Clock::now();
     const TokenStore& store = corpus_.val_store;
     const int T = T_;
-    const Evaluation val =
-        evaluate(replica_.model, replica_.workers, comm_, val_windows_,
-                 [&store, T](std::uint64_t window, std::span<std::int32_t> inputs,
-                             std::span<std::int32_t> targets) {
-                     store.copy_window(window, T, inputs, targets);
-                 });
+    const ValidationLoss val =
+        validation_loss(replica_.model, replica_.workers, comm_, val_windows_,
+                        [&store, T](std::uint64_t window, std::span<std::int32_t> inputs,
+                                    std::span<std::int32_t> targets) {
+                            store.copy_window(window, T, inputs, targets);
+                        });
     spdlog::info("step {}/{} | val loss {:.4f} ({} tokens) | {:.0f} ms", completed, o_.max_steps,
                  val.loss, with_commas(static_cast<double>(val.tokens)), seconds_since(t0) * 1e3);
     metrics_.write(
@@ -576,7 +588,7 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     }
 
     const auto build_start = Clock::now();
-    Exchange exchange = choose_exchange(o, comm);
+    ExchangePlan exchange = plan_exchange(o, comm);
     const std::unique_ptr<Replica> replica = build_replica(o, comm, config, start, exchange);
     RunPlan plan = plan_run(o, comm, start, *replica);
     if (plan.resumed && plan.first_step >= o.max_steps && o.benchmark == 0) {
