@@ -317,7 +317,8 @@ TEST(LlamaCpp, RunsOurGgufAsWeDo) {
 
 // The newcomer's path: a char model trained by train_gpt2, converted by convert_model to F32 GGUF.
 // llama.cpp tokenizes text as our char tokenizer does and continues a prompt greedily as our
-// generator (and build/inference --temperature 0) does.
+// generator does; scripts/llama_generate.sh, run from another directory, prints what
+// build/inference --temperature 0 prints.
 TEST(LlamaCpp, RunsATrainedCharModelsGgufAsWeDo) {
     if (!fs::exists(kLlamaModules / "node-llama-cpp")) {
         GTEST_SKIP() << "node-llama-cpp is not installed in " << kLlamaModules
@@ -373,6 +374,13 @@ TEST(LlamaCpp, RunsATrainedCharModelsGgufAsWeDo) {
                     " --no-stream --threads 1 --log-level warn");
     ASSERT_EQ(inference.exit_code, 0) << inference.output;
     EXPECT_EQ(inference.output, tokenizer->decode(ours) + "\n");
+    fs::create_directories(dir.path() / "elsewhere");
+    const auto generated =
+        run_command("cd " + (dir / "elsewhere") + " && " + std::string(GPT2_SOURCE_DIR) +
+                    "/scripts/llama_generate.sh ../char.gguf --prompt '" + prompt_text +
+                    "' --temperature 0 --max-new-tokens " + std::to_string(kNew));
+    ASSERT_EQ(generated.exit_code, 0) << generated.output;
+    EXPECT_EQ(generated.output, inference.output);
 }
 
 }  // namespace
