@@ -34,6 +34,11 @@ using gpt2::ByteWriter;
     std::vector<std::string> vocab, std::vector<std::pair<std::int32_t, std::int32_t>> merges,
     int eot_id);
 
+// A char tokenizer of these bytes: `alphabet` must be strictly increasing and non-empty
+// (InputError naming `where` otherwise).
+[[nodiscard]] std::unique_ptr<Tokenizer> make_char_from_alphabet(std::string alphabet,
+                                                                 const std::string& where);
+
 [[nodiscard]] std::unique_ptr<Tokenizer> deserialize_char(ByteReader& reader);
 [[nodiscard]] std::unique_ptr<Tokenizer> deserialize_bpe(ByteReader& reader, TokenizerKind kind);
 

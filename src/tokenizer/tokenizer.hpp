@@ -53,6 +53,10 @@ inline constexpr int kGpt2VocabSize = 50257;
 // GPT-2's tokenizer from encoder.json and vocab.bpe in dir, or from Hugging Face's vocab.json and
 // merges.txt (the same data) where dir has no encoder.json.
 [[nodiscard]] std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir);
+// The tokenizer those files spell (what a Hugging Face directory carries): GPT-2's kind of BPE as
+// load_gpt2_tokenizer reads it, or, for files without <|endoftext|> and without merges whose tokens
+// are single bytes in byte order (how a char tokenizer is exported), that char tokenizer.
+[[nodiscard]] std::unique_ptr<Tokenizer> load_spelled_tokenizer(const std::filesystem::path& dir);
 
 // A byte-level BPE as GPT-2's files, Hugging Face and GGUF spell it: each token's bytes in GPT-2's
 // printable alphabet (<|endoftext|> as itself), indexed by id, and the merges by rank as
@@ -60,10 +64,12 @@ inline constexpr int kGpt2VocabSize = 50257;
 struct SpelledBpe {
     std::vector<std::string> tokens;
     std::vector<std::string> merges;
-    int eot_id = 0;
+    std::optional<int> eot_id;  // none for a char tokenizer
 };
-// For gpt2 and trained bpe tokenizers; InputError saying why for a char tokenizer, or a trained
-// one in which two merges make the same bytes (spellings cannot tell such tokens apart).
+// For gpt2 and trained bpe tokenizers, and for a char tokenizer, which is a byte-level BPE without
+// merges or end-of-text (each of its tokens is one byte: any text of its alphabet splits into the
+// same ids whatever the pre-tokenizer does). InputError saying why for a trained bpe in which two
+// merges make the same bytes (spellings cannot tell such tokens apart).
 [[nodiscard]] SpelledBpe spell_byte_level_bpe(const Tokenizer& tokenizer);
 [[nodiscard]] std::unique_ptr<Tokenizer> deserialize_tokenizer(std::span<const std::uint8_t> bytes);
 
