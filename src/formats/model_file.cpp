@@ -123,6 +123,10 @@ void check_model_output(const ModelOutput& output, const std::filesystem::path& 
         throw UsageError("--weights-only applies to Hugging Face output only (" + format +
                          " is written as it is)");
     }
+    if (!output.name.empty() && output.format != OutputFormat::Gguf) {
+        throw UsageError("--name sets general.name of GGUF output only; " + format +
+                         " output has no name to set");
+    }
     std::error_code ec;
     if (std::filesystem::exists(output.path, ec) &&
         std::filesystem::equivalent(input, output.path, ec)) {

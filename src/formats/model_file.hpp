@@ -36,7 +36,8 @@ struct ModelOutput {
 };
 
 // UsageError, before anything is read, for an output no format can give: a dtype the format does
-// not have, --weights-only for other than Hugging Face, the output being `input`.
+// not have, --weights-only for other than Hugging Face, --name for other than GGUF, the output
+// being `input`.
 void check_model_output(const ModelOutput& output, const std::filesystem::path& input);
 
 // The tokenizer a conversion writes: the input's own, else GPT-2's from `tokenizer_dir` (empty:
