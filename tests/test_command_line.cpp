@@ -347,6 +347,25 @@ TEST_F(TrainFlags, AGpt2PresetTrainsWithGpt2sTokenizerAndSaysSo) {
         << result.output;
 }
 
+TEST_F(TrainFlags, AGpt2PresetRefusesShardsOfAnotherTokenizer) {
+    ASSERT_EQ(run_command(test::build_path("prepare_data") + " --data " + path("corpus.txt") +
+                          " --tokenizer char --threads 1 --out-dir " + path("shards"))
+                  .exit_code,
+              0);
+    const auto result = bare(
+        "--model gpt2-124M --n-layer 1 --n-head 2 --n-embd 32 --seq-len 16 "
+        "--max-steps 1 --train-data '" +
+        path("shards") + "/*_train_*.bin' --val-data '" + path("shards") +
+        "/*_val_*.bin' --out-dir " + path("out"));
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_NE(result.output.find("error: --model gpt2-124M is a GPT-2 shape for GPT-2's tokenizer, "
+                                 "but the shards' " +
+                                 path("shards") + "/tokenizer.bin is char"),
+              std::string::npos)
+        << result.output;
+    EXPECT_FALSE(fs::exists(path("out"))) << "the run went ahead";
+}
+
 TEST_F(TrainFlags, SmallPresetsKeepTheDefaultTokenizer) {
     const auto result =
         bare("--model char-small --n-layer 1 --seq-len 16 --max-steps 1 --out-dir " + path("out"));
