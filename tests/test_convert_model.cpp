@@ -62,6 +62,8 @@ TEST(ConvertModel, ConvertsEveryWayAndRefusesWhatItCannotDoInOneLine) {
     fails((dir / "missing.bin") + " " + (dir / "x"), 1, "missing.bin");
     fails((dir / "m.bin") + " " + (dir / "x.bin") + " --weights-only", 2,
           "--weights-only applies to");
+    fails((dir / "m.bin") + " " + (dir / "x.bin") + " --name tiny", 2,
+          "--name sets general.name of GGUF output only");
     EXPECT_FALSE(fs::exists(dir.path() / "x.gguf"));
     EXPECT_FALSE(fs::exists(dir.path() / "x.bin"));
 }

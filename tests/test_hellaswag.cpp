@@ -147,16 +147,16 @@ TEST(HellaswagTraining, AccNormIsLoggedAndTheSameHoweverTheExamplesAreSplit) {
     const std::string common = test::build_path("train_gpt2") + test::small_model(16) +
                                " --val-every 2 --sample-every 0"
                                " --val-tokens 256 --max-steps 2 --checkpoint-every 0 --data " +
-                               (dir / "corpus.txt") + " --hellaswag " + (dir / "eval.bin");
+                               (dir / "corpus.txt");
     std::vector<double> accuracy;
     for (const std::string split :
          {"--threads 2 --batch-size 6", "np3 --threads 1 --batch-size 2"}) {
         const bool mpi = split.starts_with("np3");
         const std::string name = mpi ? "np3" : "np1";
-        const auto result =
-            run_command((mpi ? test::mpiexec(3) : std::string()) + common + " " +
-                        (mpi ? split.substr(4) : split) + " --out-dir " + (dir / name) +
-                        " --metrics-file " + (dir / (name + ".jsonl")));
+        const auto result = run_command((mpi ? test::mpiexec(3) : std::string()) + common + " " +
+                                        (mpi ? split.substr(4) : split) + " --hellaswag " +
+                                        (dir / "eval.bin") + " --out-dir " + (dir / name) +
+                                        " --metrics-file " + (dir / (name + ".jsonl")));
         ASSERT_EQ(result.exit_code, 0) << result.output;
         EXPECT_NE(result.output.find("hellaswag: 40 examples from"), std::string::npos)
             << result.output;

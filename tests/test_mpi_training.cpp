@@ -230,7 +230,8 @@ TEST(MpiTraining, BucketedOverlappedAllreduceTrainsAsOneAllreduce) {
 TEST(MpiTraining, RanksOnOneMachineShareTheWeightsAndTrainAsOneAllreduce) {
     const ScratchDir dir("gpt2-mpi-shared");
     test::write_corpus(dir.path() / "corpus.txt", 60000);
-    const std::string common = test::build_path("train_gpt2") + kModelFlags + " --data " +
+    const std::string common = test::build_path("train_gpt2") +
+                               test::without_given(kModelFlags, "--checkpoint-every") + " --data " +
                                (dir / "corpus.txt") + " --lr-decay-steps 20 --checkpoint-every 10";
     const auto run = [&](int ranks, int threads, int batch, int accum, const std::string& extra,
                          const std::string& name) {
@@ -293,7 +294,8 @@ TEST(MpiTraining, RanksOnOneMachineShareTheWeightsAndTrainAsOneAllreduce) {
 TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
     const ScratchDir dir("gpt2-mpi-machines");
     test::write_corpus(dir.path() / "corpus.txt", 60000);
-    const std::string base = test::build_path("train_gpt2") + kModelFlags + " --data " +
+    const std::string base = test::build_path("train_gpt2") +
+                             test::without_given(kModelFlags, "--checkpoint-every") + " --data " +
                              (dir / "corpus.txt") + " --lr-decay-steps 20 --checkpoint-every 10";
     const std::string common = base + " --threads 1";
     const auto run = [&](int ranks, int batch, const std::string& extra, const std::string& name) {
@@ -382,7 +384,8 @@ TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
 TEST(MpiTraining, ResumingOnOtherRanksKeepsTheGlobalBatchOrSaysWhyNot) {
     const ScratchDir dir("gpt2-mpi-elastic");
     test::write_corpus(dir.path() / "corpus.txt", 60000);
-    const std::string common = test::build_path("train_gpt2") + kModelFlags + " --data " +
+    const std::string common = test::build_path("train_gpt2") +
+                               test::without_given(kModelFlags, "--checkpoint-every") + " --data " +
                                (dir / "corpus.txt") + " --lr-decay-steps 20 --checkpoint-every 10";
     const auto whole = run_command(mpiexec(1) + common + " --threads 2 --batch-size 8 " +
                                    "--max-steps 20 --out-dir " + (dir / "whole") +
@@ -428,7 +431,8 @@ TEST(MpiTraining, ResumingOnOtherRanksKeepsTheGlobalBatchOrSaysWhyNot) {
 TEST(MpiTraining, ZeroOneTrainsAsPlainAndItsCheckpointsMoveBetweenRankCounts) {
     const ScratchDir dir("gpt2-mpi-zero");
     test::write_corpus(dir.path() / "corpus.txt", 60000);
-    const std::string common = test::build_path("train_gpt2") + kModelFlags + " --data " +
+    const std::string common = test::build_path("train_gpt2") +
+                               test::without_given(kModelFlags, "--checkpoint-every") + " --data " +
                                (dir / "corpus.txt") + " --lr-decay-steps 20 --checkpoint-every 10";
     const auto run = [&](int ranks, int threads, int batch, const std::string& extra,
                          const std::string& name) {
@@ -529,8 +533,11 @@ TEST_P(MpiFailure, EndsTheWholeJobQuicklyWithAClearMessage) {
                                " --max-steps 3 --batch-size 2 --threads 1 --out-dir " +
                                (dir / "out") + " --data " + (dir / "corpus.txt");
     const std::string train = test::build_path("train_gpt2");
-    const std::string command = "timeout 120 " + mpiexec(1) + train + common + " " + c.rank0_flags +
-                                " : -n 1 " + train + common + " " + c.rank1_flags;
+    // A rank's own flags replace the common ones (a flag given twice is refused).
+    const std::string command = "timeout 120 " + mpiexec(1) + train +
+                                test::without_given(common, c.rank0_flags) + " " + c.rank0_flags +
+                                " : -n 1 " + train + test::without_given(common, c.rank1_flags) +
+                                " " + c.rank1_flags;
     const auto result = run_command(command);
     if (c.expected_exit != 0) {
         EXPECT_EQ(result.exit_code, c.expected_exit) << result.output;

@@ -55,19 +55,24 @@ TEST(PlotMetrics, TheLastRunsWholeCurveIsPlottedWithTheStartsItResumed) {
     if (!fs::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
     const ScratchDir dir("gpt2-plot-runs");
     test::write_corpus(dir.path() / "corpus.txt", 30000);
-    const std::string train = test::build_path("train_gpt2") +
-                              " --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --batch-size 2"
-                              " --val-every 2 --val-tokens 64 --sample-every 0 --max-steps 6"
-                              " --checkpoint-every 2 --data " +
-                              (dir / "corpus.txt") + " --metrics-file " + (dir / "m.jsonl") +
-                              " --out-dir ";
+    // `extra`'s flags replace the defaults they give (a flag given twice is refused).
+    const auto train = [&](const std::string& extra) {
+        return test::build_path("train_gpt2") +
+               test::without_given(
+                   " --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --batch-size 2"
+                   " --val-every 2 --val-tokens 64 --sample-every 0 --max-steps 6"
+                   " --checkpoint-every 2 --data " +
+                       (dir / "corpus.txt") + " --metrics-file " + (dir / "m.jsonl"),
+                   extra) +
+               " " + extra;
+    };
     // Run 1 fails at step 4 (a NaN gradient, --max-bad-steps 1) after its checkpoint at step 2
     // and its step 3; run 2 is another run in the same file; run 3 resumes run 1 from step 2.
     const auto crashed =
-        run_command(train + (dir / "a") + " --inject-nan-step 3 --max-bad-steps 1");
+        run_command(train("--out-dir " + (dir / "a") + " --inject-nan-step 3 --max-bad-steps 1"));
     ASSERT_EQ(crashed.exit_code, 1) << crashed.output;
-    ASSERT_EQ(run_command(train + (dir / "b") + " --max-steps 2").exit_code, 0);
-    ASSERT_EQ(run_command(train + (dir / "a") + " --resume auto").exit_code, 0);
+    ASSERT_EQ(run_command(train("--out-dir " + (dir / "b") + " --max-steps 2")).exit_code, 0);
+    ASSERT_EQ(run_command(train("--out-dir " + (dir / "a") + " --resume auto")).exit_code, 0);
     const auto whole = run_command(plot(dir / "m.jsonl") + " --summary");
     ASSERT_EQ(whole.exit_code, 0) << whole.output;
     EXPECT_NE(whole.output.find("run 1: steps 1-3, 2 validations"), std::string::npos)

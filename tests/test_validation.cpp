@@ -130,7 +130,9 @@ TEST_F(ValidationRun, TheLossIsTheSameBitsForAnyBatchThreadsAndRanks) {
 TEST_F(ValidationRun, ASplitTooShortForOneWindowTurnsValidationOffWithOneWarning) {
     // 30,000 characters x 0.0005: 15 validation tokens, fewer than 16 + 1.
     const auto short_split = train(
-        "--max-steps 3 --val-every 1 --val-fraction 0.0005" + kValFlags + outputs("short"), 2);
+        "--max-steps 3 --val-every 1 --val-fraction 0.0005 --val-tokens 400 --checkpoint-every 0" +
+            outputs("short"),
+        2);
     ASSERT_EQ(short_split.exit_code, 0) << short_split.output;
     EXPECT_EQ(test::count_of(short_split.output, "no validation: --data "), 1u)
         << short_split.output;

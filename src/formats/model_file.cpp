@@ -207,6 +207,10 @@ ModelOutput checked_model_output(ModelOutput output, const std::filesystem::path
         throw UsageError("--weights-only applies to Hugging Face output only (" + format +
                          " is written as it is)");
     }
+    if (!output.name.empty() && output.format != OutputFormat::Gguf) {
+        throw UsageError("--name sets general.name of GGUF output only; " + format +
+                         " output has no name to set");
+    }
     const fs::path given = output.path;
     if (output.format == OutputFormat::HuggingFace) output.path = hugging_face_directory(given);
     std::error_code ec;

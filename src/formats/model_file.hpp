@@ -40,9 +40,9 @@ struct ModelOutput {
 // it writes: DIR/model.safetensors means DIR (the files go beside it, as our reader and
 // transformers read them). UsageError for an output no format can give or that would overwrite
 // something else: a dtype the format does not have, --weights-only for other than Hugging Face,
-// the output being `input`, another *.safetensors name, a directory holding files a Hugging Face
-// export does not write (checkpoints, say), an existing file that is not a previous output of the
-// same format (a checkpoint is never overwritten).
+// --name for other than GGUF, the output being `input`, another *.safetensors name, a directory
+// holding files a Hugging Face export does not write (checkpoints, say), an existing file that is
+// not a previous output of the same format (a checkpoint is never overwritten).
 [[nodiscard]] ModelOutput checked_model_output(ModelOutput output,
                                                const std::filesystem::path& input);
 

@@ -21,6 +21,13 @@ std::unique_ptr<Tokenizer> build_tokenizer(const TrainOptions& o, const Tokenize
     return make_char_tokenizer(text);
 }
 
+// The tokenizer a GPT-2 preset brought without --tokenizer, which the user did not name.
+void log_implied_tokenizer(const TrainOptions& o, const TokenizerChoice& choice) {
+    if (!choice.preset_implies) return;
+    spdlog::info("tokenizer: {} from {}, as --model {} implies (GPT-2's vocabulary)", choice.kind,
+                 o.tokenizer_dir, o.model);
+}
+
 std::string read_corpus(const std::string& path) {
     std::string text = read_text_file(path);
     if (text.empty()) throw InputError("--data " + path + ": the corpus is empty");
@@ -37,6 +44,7 @@ void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
         const auto start = Clock::now();
         const std::string text = read_corpus(o.data);
         corpus.tokenizer = build_tokenizer(o, choice, text);
+        log_implied_tokenizer(o, choice);
         TokenSplit split = split_tokens(
             corpus.tokenizer->encode(text, parse_eot_in_text(o.eot_in_text)), o.val_fraction);
         corpus.train = std::move(split.train);
@@ -99,9 +107,18 @@ void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
                                  beside.string() + " (" + kind +
                                  ", the tokenizer the shards were made with): drop --tokenizer");
             }
+            if (choice.preset_implies && kind != choice.kind) {
+                throw UsageError("--model " + o.model +
+                                 " is a GPT-2 shape for GPT-2's tokenizer, "
+                                 "but the shards' " +
+                                 beside.string() + " is " + kind +
+                                 ": prepare the shards with --tokenizer gpt2, or give the shape "
+                                 "with --n-layer/--n-head/--n-embd");
+            }
             spdlog::info("tokenizer: {} from {} (the shards' own)", kind, beside.string());
         } else if (choice.kind == "gpt2") {
             corpus.tokenizer = load_gpt2_tokenizer(o.tokenizer_dir);
+            log_implied_tokenizer(o, choice);
         } else {
             throw InputError("--train-data " + o.train_data + ": no " + beside.string() +
                              " (prepare_data writes it) and --tokenizer is not gpt2");

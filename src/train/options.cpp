@@ -1,8 +1,50 @@
 #include "train/options.hpp"
 
 #include "core/error.hpp"
+#include "train/resume_state.hpp"
 
 namespace gpt2 {
+
+ModelConfig requested_model(const TrainOptions& o, int vocab_size) {
+    if (o.model.empty()) {
+        const int maxT = o.block_size > 0 ? o.block_size : o.seq_len;
+        return ModelConfig{maxT, vocab_size, pad_vocab(vocab_size), o.n_layer, o.n_head, o.n_embd};
+    }
+    ModelConfig c = preset_config(o.model, vocab_size);
+    if (o.was_given("n-layer")) c.num_layers = o.n_layer;
+    if (o.was_given("n-head")) c.num_heads = o.n_head;
+    if (o.was_given("n-embd")) c.channels = o.n_embd;
+    if (o.block_size > 0) c.max_seq_len = o.block_size;
+    return c;
+}
+
+std::string requested_tokenizer(const TrainOptions& o) {
+    if (!o.was_given("tokenizer") && is_gpt2_preset(o.model)) return "gpt2";
+    return o.tokenizer;
+}
+
+namespace {
+
+// The shape the flags ask for, when no weights are named (their shape would come first): its
+// dimensions and --seq-len within its block size, before anything is read or allocated.
+void validate_requested_model(const TrainOptions& o) {
+    const ModelConfig c = requested_model(o, 1);
+    const std::string preset = o.model.empty() ? std::string() : " (--model " + o.model + ")";
+    if (c.channels % c.num_heads != 0) {
+        throw InputError("--n-embd " + std::to_string(c.channels) +
+                         " is not divisible by --n-head " + std::to_string(c.num_heads) + preset);
+    }
+    validate_config(c, "the model --model/--n-layer/--n-head/--n-embd/--block-size ask for");
+    if (o.seq_len > c.max_seq_len) {
+        throw InputError("--seq-len " + std::to_string(o.seq_len) + " exceeds the block size " +
+                         std::to_string(c.max_seq_len) + " of --model " + o.model +
+                         " (its position embeddings): give a shorter --seq-len, or a --block-size "
+                         "of at least " +
+                         std::to_string(o.seq_len));
+    }
+}
+
+}  // namespace
 
 void validate_train_options(const TrainOptions& o, int world_size) {
     const auto require = [](bool ok, const std::string& message) {
@@ -19,7 +61,6 @@ void validate_train_options(const TrainOptions& o, int world_size) {
                 std::to_string(o.batch_size) + ": every worker needs at least one sequence");
     require(o.n_layer > 0 && o.n_head > 0 && o.n_embd > 0,
             "--n-layer, --n-head and --n-embd must be positive");
-    require(!o.model.empty() || o.n_embd % o.n_head == 0, "--n-embd must be divisible by --n-head");
     require(o.block_size == 0 || o.block_size >= o.seq_len,
             "--block-size must be at least --seq-len");
     require(o.lr > 0.0f, "--lr must be positive");
@@ -55,6 +96,21 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     require(o.train_data.empty() == o.val_data.empty(), "--train-data and --val-data go together");
     require(o.grad_accum == 0 || o.total_batch_tokens == 0,
             "--grad-accum and --total-batch-tokens both set: give one");
+    require(!o.was_given("data") || o.train_data.empty(),
+            "--data and --train-data both name the training text: give one (--data: a text file "
+            "tokenized at start-up; --train-data: prepare_data's shards)");
+    require(!o.was_given("val-fraction") || o.train_data.empty(),
+            "--val-fraction splits --data; with --train-data the validation tokens are "
+            "--val-data's: drop --val-fraction");
+    require(o.resume.empty() || o.resume == "auto" || checkpoint_step(o.resume).has_value(),
+            "--resume " + o.resume + ": expected 'auto' or a state_NNNNNN.bin file");
+    if (is_gpt2_preset(o.model) && o.was_given("tokenizer") && o.tokenizer != "gpt2") {
+        throw InputError("--tokenizer " + o.tokenizer + " contradicts --model " + o.model +
+                         ": GPT-2's shapes are for GPT-2's tokenizer (vocabulary 50257; the "
+                         "preset implies --tokenizer gpt2); drop --tokenizer, or give the shape "
+                         "with --n-layer/--n-head/--n-embd");
+    }
+    if (o.init_from.empty() && o.resume.empty()) validate_requested_model(o);
     require(o.init_from.empty() || o.resume.empty() || o.resume == "auto",
             "--init-from and --resume FILE both name the weights to start from: give one "
             "(--resume auto --init-from X resumes if --out-dir holds a checkpoint, else starts "

@@ -124,7 +124,17 @@ struct TrainOptions {
     [[nodiscard]] bool was_given(const std::string& flag) const { return given.count(flag) > 0; }
 };
 
-// Cross-flag checks independent of the data (throws InputError naming the flag).
+// Cross-flag checks independent of the data (throws InputError naming the flag): also the model
+// the flags ask for (a known preset, a valid shape, --seq-len within its block size) when no
+// weights are named, and --tokenizer against a GPT-2 preset.
 void validate_train_options(const TrainOptions& options, int world_size);
+
+// The model shape the flags ask for: a preset, with any explicitly given dimension overriding it,
+// or the dimensions alone; its block size is --block-size, else the preset's, else --seq-len.
+[[nodiscard]] ModelConfig requested_model(const TrainOptions& options, int vocab_size);
+
+// The tokenizer kind a run uses when neither weights nor shards bring one: --tokenizer if given,
+// else gpt2 for one of GPT-2's presets (--model gpt2-124M...), else the default (char).
+[[nodiscard]] std::string requested_tokenizer(const TrainOptions& options);
 
 }  // namespace gpt2

@@ -171,6 +171,20 @@ std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path) {
     }
 }
 
+std::optional<std::int32_t> read_state_seq_len(const std::filesystem::path& path) {
+    std::ifstream file(path, std::ios::binary);
+    std::array<std::uint8_t, kHeaderBytesV3> header{};
+    file.read(reinterpret_cast<char*>(header.data()), header.size());
+    try {
+        return parse_header(std::span<const std::uint8_t>(header.data(),
+                                                          static_cast<std::size_t>(file.gcount())),
+                            path.string())
+            .state.seq_len;
+    } catch (const InputError&) {
+        return std::nullopt;
+    }
+}
+
 bool is_resume_state_file(const std::filesystem::path& path) {
     std::array<char, 8> magic{};
     std::ifstream in(path, std::ios::binary);

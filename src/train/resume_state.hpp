@@ -40,6 +40,9 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
                                             const ModelConfig& config, AdamWState& optimizer);
 // The lineage of a state file from its header alone; nullopt if unreadable or of version 1.
 [[nodiscard]] std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path);
+// The sequence length a state file was trained with, from its header alone (nullopt if
+// unreadable: loading it reports why), so that a different --seq-len is refused before the corpus.
+[[nodiscard]] std::optional<std::int32_t> read_state_seq_len(const std::filesystem::path& path);
 // Whether the file begins like a resume state (reads 8 bytes; false if it cannot be read): lets a
 // program that wants a model say what it was given rather than report a bad magic number.
 [[nodiscard]] bool is_resume_state_file(const std::filesystem::path& path);

@@ -577,7 +577,10 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     if (comm.is_root() && !o.hellaswag.empty() && !std::filesystem::is_regular_file(o.hellaswag)) {
         throw InputError("--hellaswag " + o.hellaswag + ": no such file");
     }
-    if (comm.is_root()) choose_start(o, start, tokenizer_choice);
+    if (comm.is_root()) {
+        choose_start(o, start, tokenizer_choice);
+        check_flags_against_start(o, start);
+    }
     Corpus corpus;
     prepare_corpus(o, comm, tokenizer_choice, corpus);
     const ModelConfig config = agree_on_model(o, comm, start, *corpus.tokenizer);

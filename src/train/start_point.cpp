@@ -84,8 +84,11 @@ StartPoint find_start(const TrainOptions& o) {
 // with the checkpoint's own), a tokenizer-less file of a vocabulary that is not GPT-2's.
 TokenizerChoice choose_tokenizer(const TrainOptions& o, const StartPoint& start) {
     TokenizerChoice choice;
-    choice.kind = o.tokenizer;
-    choice.reason = o.was_given("tokenizer") ? "--tokenizer" : "default --tokenizer";
+    choice.kind = requested_tokenizer(o);
+    choice.preset_implies = !o.was_given("tokenizer") && choice.kind != o.tokenizer;
+    choice.reason = o.was_given("tokenizer") ? "--tokenizer"
+                    : choice.preset_implies  ? "as --model " + o.model + " implies"
+                                             : "default --tokenizer";
     if (!start.model) return choice;
     if (start.model->extras && start.model->extras->tokenizer.empty()) {
         throw InputError(start.source + ": the checkpoint has no tokenizer");
@@ -101,12 +104,14 @@ TokenizerChoice choose_tokenizer(const TrainOptions& o, const StartPoint& start)
             }
             choice.kind = kind;
             choice.reason = "the checkpoint's own";
+            choice.preset_implies = false;
             break;
         }
         case ModelTokenizerSource::Requested:
             break;  // --tokenizer, built from the corpus
         case ModelTokenizerSource::Gpt2:
             choice.kind = "gpt2";
+            choice.preset_implies = false;
             choice.reason = "GPT-2's, for a plain llm.c model file of vocabulary 50257 (from " +
                             o.tokenizer_dir + ")";
             break;

@@ -26,6 +26,8 @@ struct TokenizerChoice {
     std::vector<std::uint8_t> from_checkpoint;
     std::string kind = "char";
     std::string reason;  // for the log: why this tokenizer
+    bool preset_implies =
+        false;  // gpt2 because --model is one of GPT-2's presets (the log says so)
 };
 
 // Finds the start and chooses the tokenizer (rank 0 only); logs what it chose. Flags that

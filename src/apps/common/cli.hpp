@@ -1,13 +1,16 @@
-// What the three programs (train_gpt2, inference, prepare_data) share on the command line: one
-// log format, one error voice, one set of exit codes, and the flags every program has
-// (--version, --log-level). The programs' own flags stay in their front ends.
+// What the four programs (train_gpt2, inference, prepare_data, convert_model) share on the command
+// line: one log format, one error voice, one set of exit codes, the flags every program has
+// (--version, --log-level), and one "did you mean" for mistyped flags, config keys and names.
+// The programs' own flags stay in their front ends.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace gpt2::app {
 
@@ -34,8 +37,30 @@ void add_common_flags(CLI::App& app, std::string& log_level);
 
 // Parses argv. Returns nothing when the program should go on, or its exit code when it should stop
 // now (0 after --help/--version, kExitBadFlags for a bad command line). Only a `speaker` prints.
+// An unknown flag is named with the closest known one ("did you mean"); a flag given more than
+// once is refused, unless it takes a list (a vector option such as prepare_data's --data).
 [[nodiscard]] std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv,
                                                     bool speaker = true);
+
+// parse_command_line over `args` (the arguments after the program's name), of which the first
+// `from_config` came from a config file: a flag set there and again on the command line is no
+// repetition (the command line wins when the option takes the last value).
+[[nodiscard]] std::optional<int> parse_arguments(CLI::App& app,
+                                                 const std::vector<std::string>& args,
+                                                 std::size_t from_config, bool speaker = true);
+
+// The closest of `candidates` to `name` within a couple of edits (fewer for short names), or ""
+// when none is that close: the one "did you mean" of unknown flags, config keys and names.
+[[nodiscard]] std::string closest_name(std::string_view name,
+                                       const std::vector<std::string>& candidates);
+
+// The long names (without dashes) of the options of `app` and of its option groups; hidden ones
+// (the testing hooks, in the group "") only with `include_hidden`.
+[[nodiscard]] std::vector<std::string> long_flag_names(const CLI::App& app, bool include_hidden);
+
+// A validator that accepts one of `names` and otherwise says "unknown NAME 'x' (known: a, b, c)"
+// with the closest one when there is one, e.g. for --model's presets.
+[[nodiscard]] CLI::Validator one_of(std::vector<std::string> names, std::string what);
 
 // Validators whose failure reads "--flag must be >= 0" rather than CLI11's range message.
 [[nodiscard]] CLI::Validator at_least(double minimum);

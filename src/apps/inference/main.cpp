@@ -132,7 +132,7 @@ Named choose_tokenizer(const Options& o, const gpt2::LoadedModel& file) {
             break;
     }
     // GPT-2's tokenizer cannot fit this vocabulary, so only the rebuilt ones are offered.
-    throw gpt2::InputError(o.checkpoint + ": has no tokenizer, and its vocabulary (" +
+    throw gpt2::UsageError(o.checkpoint + ": has no tokenizer, and its vocabulary (" +
                            std::to_string(V) + " tokens) is not GPT-2's (" +
                            std::to_string(gpt2::kGpt2VocabSize) +
                            "): pass --tokenizer char|bpe --tokenizer-corpus FILE (the text "

@@ -3,13 +3,19 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <optional>
 
 #include "apps/common/cli.hpp"
 #include "core/error.hpp"
+#include "model/model.hpp"
 
 namespace gpt2 {
 
@@ -20,32 +26,6 @@ std::string trim(std::string_view text) {
     if (first == std::string_view::npos) return {};
     const auto last = text.find_last_not_of(" \t\r");
     return std::string(text.substr(first, last - first + 1));
-}
-
-// The closest known flag, for "did you mean" (edit distance at most 2).
-std::string closest_flag(const std::string& key, const std::set<std::string>& known) {
-    std::string best;
-    std::size_t best_distance = 3;
-    for (const std::string& candidate : known) {
-        std::vector<std::size_t> row(candidate.size() + 1);
-        for (std::size_t j = 0; j < row.size(); ++j)
-            row[j] = j;
-        for (std::size_t i = 1; i <= key.size(); ++i) {
-            std::size_t diagonal = row[0];
-            row[0] = i;
-            for (std::size_t j = 1; j <= candidate.size(); ++j) {
-                const std::size_t above = row[j];
-                row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                                   diagonal + (key[i - 1] == candidate[j - 1] ? 0 : 1)});
-                diagonal = above;
-            }
-        }
-        if (row.back() < best_distance) {
-            best_distance = row.back();
-            best = candidate;
-        }
-    }
-    return best;
 }
 
 // The value part of `key = value`: quoted strings keep everything inside the quotes; a bare value
@@ -85,21 +65,7 @@ bool config_may_set(const std::string& flag) {
     return flag != "config" && flag != "help" && flag != "version";
 }
 
-// The long name of every option of `app` (and of its option groups), without dashes.
-void collect_flags(const CLI::App& app, std::set<std::string>& known,
-                   std::set<std::string>& switches) {
-    for (const CLI::Option* option : app.get_options()) {
-        for (const std::string& name : option->get_lnames()) {
-            known.insert(name);
-            if (option->get_expected_min() == 0) switches.insert(name);
-        }
-    }
-    for (const CLI::App* group : app.get_subcommands([](const CLI::App*) { return true; })) {
-        collect_flags(*group, known, switches);
-    }
-}
-
-// The --config path on the command line (last one wins), if any.
+// The --config path on the command line, if any (the last; parse_arguments refuses a second).
 std::optional<std::string> config_path(int argc, char** argv) {
     std::optional<std::string> path;
     for (int i = 1; i < argc; ++i) {
@@ -115,11 +81,22 @@ std::optional<std::string> config_path(int argc, char** argv) {
 
 }  // namespace
 
-std::vector<std::string> read_config_file(const std::string& path,
-                                          const std::set<std::string>& known_flags,
-                                          const std::set<std::string>& switches) {
+std::vector<std::string> read_config_file(const std::string& path, const CLI::App& app) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+        throw InputError("--config " + path +
+                         " is a directory; give a file of 'flag = value' lines");
+    }
     std::ifstream file(path);
-    if (!file) throw InputError("--config " + path + ": cannot open");
+    if (!file) {
+        throw InputError("--config " + path + ": cannot open (" + std::strerror(errno) + ")");
+    }
+    std::vector<std::string> candidates;
+    for (const std::string& name : app::long_flag_names(app, false)) {
+        if (config_may_set(name)) candidates.push_back(name);
+    }
+    // The line that set each option, so that a second one is refused (aliases are one option).
+    std::map<const CLI::Option*, std::pair<int, std::string>> set_at;
     std::vector<std::string> args;
     std::string line;
     for (int number = 1; std::getline(file, line); ++number) {
@@ -138,16 +115,27 @@ std::vector<std::string> read_config_file(const std::string& path,
         if (key.starts_with("--")) key = key.substr(2);
         std::replace(key.begin(), key.end(), '_', '-');
         if (key.empty()) throw InputError(where + ": no flag name before '='");
-        if (known_flags.count(key) == 0 || !config_may_set(key)) {
-            const std::string suggestion = closest_flag(key, known_flags);
-            throw InputError(where + ": unknown key '" + key + "'" +
-                             (suggestion.empty() || !config_may_set(suggestion)
-                                  ? std::string()
-                                  : " (did you mean '" + suggestion + "'?)"));
+        const CLI::Option* option = config_may_set(key) && !key.starts_with("-")
+                                        ? app.get_option_no_throw("--" + key)
+                                        : nullptr;
+        if (option == nullptr) {
+            const std::string suggestion = app::closest_name(key, candidates);
+            throw InputError(
+                where + ": unknown key '" + key + "'" +
+                (suggestion.empty() ? std::string() : " (did you mean '" + suggestion + "'?)"));
         }
+        if (const auto earlier = set_at.find(option); earlier != set_at.end()) {
+            const auto& [earlier_line, earlier_key] = earlier->second;
+            throw InputError(where + ": '" + key + "' is already set on line " +
+                             std::to_string(earlier_line) +
+                             (earlier_key == key ? std::string()
+                                                 : " (as '" + earlier_key + "', the same flag)") +
+                             "; give it once");
+        }
+        set_at.emplace(option, std::pair{number, key});
         const std::string value =
             parse_value(trim(std::string_view(text).substr(equals + 1)), where + " (" + key + ")");
-        if (switches.count(key) > 0) {
+        if (option->get_expected_min() == 0) {  // a switch
             if (value == "true") {
                 args.push_back("--" + key);
             } else if (value != "false") {
@@ -159,7 +147,9 @@ std::vector<std::string> read_config_file(const std::string& path,
         args.push_back("--" + key);
         args.push_back(value);
     }
-    if (file.bad()) throw InputError("--config " + path + ": read error");
+    if (file.bad()) {
+        throw InputError("--config " + path + ": cannot read (" + std::strerror(errno) + ")");
+    }
     return args;
 }
 
@@ -168,15 +158,24 @@ namespace {
 // The flags, one group per concern (as --help shows them).
 void add_model_flags(CLI::App& app, TrainOptions& o) {
     auto* model = app.add_option_group("Model");
-    model->add_option("--model", o.model,
-                      "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, d6, char-small; "
-                      "--n-layer/--n-head/--n-embd given with it override the preset");
-    model->add_option("--n-layer", o.n_layer, "transformer blocks (L)")->check(app::positive());
-    model->add_option("--n-head", o.n_head, "attention heads (NH)")->check(app::positive());
-    model->add_option("--n-embd", o.n_embd, "channels (C)")->check(app::positive());
+    model
+        ->add_option("--model", o.model,
+                     "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M (GPT-2's shapes, with "
+                     "GPT-2's tokenizer unless weights or shards bring one), d6, char-small "
+                     "(shapes for any --tokenizer); --n-layer/--n-head/--n-embd/--block-size "
+                     "given with it override the preset")
+        ->check(app::one_of(preset_names(), "preset"))
+        ->type_name("PRESET");
+    model->add_option("--n-layer", o.n_layer, "transformer blocks (L; with --model: the preset's)")
+        ->check(app::positive());
+    model->add_option("--n-head", o.n_head, "attention heads (NH; with --model: the preset's)")
+        ->check(app::positive());
+    model->add_option("--n-embd", o.n_embd, "channels (C; with --model: the preset's)")
+        ->check(app::positive());
     model
         ->add_option("--block-size", o.block_size,
-                     "max context (position embeddings); 0: --seq-len")
+                     "max context (position embeddings); 0: the preset's with --model, else "
+                     "--seq-len")
         ->check(app::at_least(0));
     model->add_option("--init-from", o.init_from,
                       "start from an llm.c model file, our checkpoint or a Hugging Face GPT-2 "
@@ -189,9 +188,11 @@ void add_data_flags(CLI::App& app, TrainOptions& o) {
     data->add_option("--train-data", o.train_data, "llm.c token shards (glob), instead of --data");
     data->add_option("--val-data", o.val_data, "llm.c validation shards (glob)");
     data->add_option("--tokenizer", o.tokenizer,
-                     "char | bpe | gpt2 (a checkpoint's or the shards' own tokenizer comes first)")
+                     "char | bpe | gpt2 (a checkpoint's or the shards' own tokenizer comes first; "
+                     "default: gpt2 with a gpt2-* --model, else char)")
         ->check(CLI::IsMember({"char", "bpe", "gpt2"}).description(""))
-        ->type_name("NAME");
+        ->type_name("NAME")
+        ->default_str("");  // depends on --model: the description says how
     data->add_option("--vocab-size", o.vocab_size,
                      "vocabulary of the trained BPE (--tokenizer bpe)")
         ->check(app::at_least(257));
@@ -392,7 +393,8 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     TrainOptions o;
     CLI::App app{"gpt2-mpi: train a GPT-2 on CPUs (run under mpirun -np N for several ranks)",
                  "train_gpt2"};
-    // A flag given twice (or in --config and on the command line): the last one wins.
+    // A flag in --config and again on the command line: the command line wins (a flag given twice
+    // on the command line is refused by parse_arguments).
     app.option_defaults()->always_capture_default()->multi_option_policy(
         CLI::MultiOptionPolicy::TakeLast);
     app::add_common_flags(app, o.log_level);
@@ -415,26 +417,18 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     // The config file's flags go first, so that the command line overrides them.
     std::vector<std::string> args;
     if (const auto path = config_path(argc, argv)) {
-        std::set<std::string> known, switches;
-        collect_flags(app, known, switches);
         try {
-            args = read_config_file(*path, known, switches);
+            args = read_config_file(*path, app);
         } catch (const InputError& e) {
             if (speaker) std::cerr << app::error_line(e.what()) << std::endl;
             return app::kExitBadFlags;
         }
         o.config_file = *path;
     }
-    // CLI11 parses a reversed vector of the arguments after the program name.
-    std::vector<std::string> reversed(argv + 1, argv + argc);
-    reversed.insert(reversed.begin(), args.begin(), args.end());
-    std::reverse(reversed.begin(), reversed.end());
-    try {
-        app.parse(reversed);
-    } catch (const CLI::ParseError& e) {
-        if (!speaker) return e.get_exit_code() == 0 ? app::kExitOk : app::kExitBadFlags;
-        const int code = app.exit(e);
-        return code == 0 ? app::kExitOk : app::kExitBadFlags;
+    const std::size_t from_config = args.size();
+    args.insert(args.end(), argv + 1, argv + argc);
+    if (const std::optional<int> code = app::parse_arguments(app, args, from_config, speaker)) {
+        return *code;
     }
     o.schedule = schedule == "linear"     ? LrSchedule::Linear
                  : schedule == "constant" ? LrSchedule::Constant
@@ -445,12 +439,8 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     if (recompute != "auto") {
         o.recompute = recompute == "layers" ? Recompute::Layers : Recompute::Cheap;
     }
-    std::set<std::string> known, switches;
-    collect_flags(app, known, switches);
-    for (const std::string& flag : known) {
-        if (app.get_option_no_throw("--" + flag) != nullptr) {
-            if (app.get_option("--" + flag)->count() > 0) o.given.insert(flag);
-        }
+    for (const std::string& flag : app::long_flag_names(app, true)) {
+        if (app.get_option("--" + flag)->count() > 0) o.given.insert(flag);
     }
     return o;
 }
