@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "checkout_support.hpp"
 #include "process_support.hpp"
 
 namespace gpt2 {
@@ -21,7 +22,10 @@ namespace {
 namespace fs = std::filesystem;
 using test::run_command;
 
-constexpr int kShortRun = 20;  // the --max-steps appended to the README's training commands
+// The --max-steps appended to the README's training commands: the quick start's, and the table's
+// (a 30M-parameter model there).
+constexpr int kShortRun = 20;
+constexpr int kShortTableRun = 5;
 
 std::string read_text(const fs::path& path) {
     std::ifstream in(path);
@@ -77,47 +81,10 @@ std::vector<std::string> program_table_examples() {
     return commands;
 }
 
-// A directory laid out as a checkout after scripts/setup.sh: build/ and scripts/ (links to this
-// checkout's), data/ with the corpus and GPT-2's tokenizer files, .deps/ when llama.cpp is there.
-class Checkout {
-  public:
-    explicit Checkout(const std::string& name) : dir_(name) {
-        const fs::path source(GPT2_SOURCE_DIR);
-        fs::create_directory_symlink(GPT2_BUILD_DIR, dir_.path() / "build");
-        fs::create_directory_symlink(source / "scripts", dir_.path() / "scripts");
-        fs::create_directories(dir_.path() / "data");
-        fs::create_symlink(source / "data" / "tinyshakespeare.txt",
-                           dir_.path() / "data" / "tinyshakespeare.txt");
-        if (fs::exists(source / "data" / "gpt2")) {
-            fs::create_directory_symlink(source / "data" / "gpt2", dir_.path() / "data" / "gpt2");
-        }
-        if (fs::exists(source / ".deps")) {
-            fs::create_directory_symlink(source / ".deps", dir_.path() / ".deps");
-        }
-    }
-    [[nodiscard]] fs::path path() const { return dir_.path(); }
-    [[nodiscard]] bool has_corpus() const {
-        return fs::exists(fs::path(GPT2_SOURCE_DIR) / "data" / "tinyshakespeare.txt");
-    }
-
-    // Runs `command` from the checkout's root as a user's shell would, without Open MPI's root
-    // variables (the tests' main sets them for every other test).
-    [[nodiscard]] test::ProcessResult run(const std::string& command) const {
-        const fs::path script = dir_.path() / "command.sh";
-        std::ofstream(script) << command << "\n";
-        return run_command("cd " + dir_.path().string() +
-                           " && env -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM "
-                           "bash command.sh");
-    }
-
-  private:
-    test::ScratchDir dir_;
-};
-
 // A README command as the test runs it: training shortened by an appended --max-steps.
-std::string shortened(const std::string& command) {
+std::string shortened(const std::string& command, int steps = kShortRun) {
     return command.find("build/train_gpt2") != std::string::npos
-               ? command + " --max-steps " + std::to_string(kShortRun)
+               ? command + " --max-steps " + std::to_string(steps)
                : command;
 }
 
@@ -127,7 +94,7 @@ bool llama_cpp_installed() {
 }
 
 TEST(QuickStart, EveryCommandRunsAsWrittenFromTrainingToLlamaCpp) {
-    const Checkout checkout("gpt2-quick-start");
+    const test::Checkout checkout("gpt2-quick-start");
     if (!checkout.has_corpus()) GTEST_SKIP() << "no data/tinyshakespeare.txt: run scripts/setup.sh";
     const std::vector<std::string> commands = bash_block_after("## Quick start");
     ASSERT_GE(commands.size(), 6u);
@@ -164,7 +131,7 @@ TEST(QuickStart, EveryCommandRunsAsWrittenFromTrainingToLlamaCpp) {
 }
 
 TEST(QuickStart, TheProgramsTableExamplesRunAsWrittenInOrder) {
-    const Checkout checkout("gpt2-programs-table");
+    const test::Checkout checkout("gpt2-programs-table");
     if (!checkout.has_corpus()) GTEST_SKIP() << "no data/tinyshakespeare.txt: run scripts/setup.sh";
     if (!fs::exists(checkout.path() / "data" / "gpt2" / "encoder.json")) {
         GTEST_SKIP() << "no data/gpt2 (GPT-2's tokenizer files): run scripts/setup.sh";
@@ -172,8 +139,9 @@ TEST(QuickStart, TheProgramsTableExamplesRunAsWrittenInOrder) {
     const std::vector<std::string> commands = program_table_examples();
     ASSERT_EQ(commands.size(), 4u);
     for (const std::string& command : commands) {
-        const auto result = checkout.run(shortened(command));
-        ASSERT_EQ(result.exit_code, 0) << shortened(command) << "\n" << result.output;
+        const auto result = checkout.run(shortened(command, kShortTableRun));
+        ASSERT_EQ(result.exit_code, 0) << shortened(command, kShortTableRun) << "\n"
+                                       << result.output;
     }
 }
 
