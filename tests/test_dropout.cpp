@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/model.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "ops/attention.hpp"
 #include "ops/dropout.hpp"
 #include "reference_fixture.hpp"

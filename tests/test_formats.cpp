@@ -22,7 +22,7 @@
 #include "formats/safetensors.hpp"
 #include "formats_support.hpp"
 #include "model/generate.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "ops/gemm.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"

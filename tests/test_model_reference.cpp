@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "model/model.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "ops/kernels.hpp"
 #include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"

@@ -11,7 +11,7 @@
 
 #include "core/random.hpp"
 #include "formats/checkpoint.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"
 #include "process_support.hpp"

@@ -131,6 +131,12 @@ void set_precision(Model& model, Precision precision);
 
 class ThreadPool;
 
+// A layer's twelve tensors, ln1w .. fcprojb in layout (and LayerView) order: the i-th of them.
+inline constexpr int kLayerTensors = 12;
+[[nodiscard]] constexpr ParamTensor layer_tensor(int i) {
+    return static_cast<ParamTensor>(static_cast<int>(ParamTensor::ln1w) + i);
+}
+
 // Pointers to layer l's twelve tensors inside a flat buffer laid out as `layout`: F = const float
 // for weights, float for gradients. Forward/backward and the KV-cache generator share it.
 template <typename F>

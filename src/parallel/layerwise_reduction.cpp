@@ -12,11 +12,6 @@ namespace {
 // Floats summed over all windows at once: the rank's block stays in L1 while every window adds.
 constexpr std::size_t kSumBlock = 2048;
 
-ParamTensor layer_tensor(std::size_t i) {
-    return static_cast<ParamTensor>(static_cast<int>(ParamTensor::ln1w) + static_cast<int>(i));
-}
-constexpr std::size_t kLayerTensors = 12;
-
 Range range_of(const ParameterLayout& layout, ParamTensor t) {
     return Range{layout.offset(t), layout.offset(t) + layout.size(t)};
 }
@@ -60,7 +55,7 @@ LayerwiseReduction::LayerwiseReduction(const ModelConfig& config,
         std::vector<Piece> pieces;
         std::vector<Range> ranges;
         std::size_t in_slot = 0;
-        for (std::size_t i = 0; i < kLayerTensors; ++i) {
+        for (int i = 0; i < kLayerTensors; ++i) {
             const ParamTensor t = layer_tensor(i);
             const std::size_t per_layer = layout_.size(t) / L;
             const std::size_t at = layout_.offset(t) + per_layer * l;

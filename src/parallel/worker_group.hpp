@@ -9,7 +9,7 @@
 
 #include "core/range.hpp"
 #include "model/model.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "parallel/layerwise_reduction.hpp"
 #include "threads/thread_pool.hpp"
 

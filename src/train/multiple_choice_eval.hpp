@@ -9,7 +9,7 @@
 
 #include "data/multiple_choice.hpp"
 #include "model/model.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/worker_group.hpp"
 
