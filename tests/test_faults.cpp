@@ -9,7 +9,7 @@
 #include "formats/checkpoint.hpp"
 #include "model/optimizer.hpp"
 #include "process_support.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 #include "train_run_fixture.hpp"
 
 namespace gpt2 {

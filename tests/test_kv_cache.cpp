@@ -22,7 +22,7 @@
 #include "process_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 
 #include "random_model.hpp"
 

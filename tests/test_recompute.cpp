@@ -16,7 +16,7 @@
 #include "parallel/comm.hpp"
 #include "process_support.hpp"
 #include "train/memory_plan.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 #include "train/step.hpp"
 
 namespace gpt2 {

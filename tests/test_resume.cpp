@@ -12,7 +12,7 @@
 #include "formats/checkpoint.hpp"
 #include "model/spike_guard.hpp"
 #include "process_support.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 #include "train_run_fixture.hpp"
 
 namespace gpt2 {

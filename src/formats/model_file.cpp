@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -10,6 +9,7 @@
 #include "core/error.hpp"
 #include "formats/gguf.hpp"
 #include "formats/hugging_face.hpp"
+#include "formats/resume_state.hpp"
 
 namespace gpt2 {
 
@@ -83,21 +83,15 @@ std::string write_as_hugging_face(const ModelOutput& output, const Model& model,
 }  // namespace
 
 namespace {
-// The model files of a run's --out-dir (model_N.bin, N all digits), newest step first.
+// The model files of a run's --out-dir (model_N.bin), newest step first.
 std::vector<std::pair<std::int64_t, std::filesystem::path>> checkpoint_models(
     const std::filesystem::path& dir) {
     std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-        const std::string name = entry.path().filename().string();
-        if (!name.starts_with("model_") || !name.ends_with(".bin") || name.size() <= 10) continue;
-        const std::string_view digits(name.data() + 6, name.size() - 10);
-        std::int64_t step = 0;
-        const auto [end, error] =
-            std::from_chars(digits.data(), digits.data() + digits.size(), step);
-        if (error == std::errc() && end == digits.data() + digits.size()) {
-            found.emplace_back(step, entry.path());
-        }
+        if (!entry.path().filename().string().starts_with("model_")) continue;
+        if (const auto step = checkpoint_step(entry.path()))
+            found.emplace_back(*step, entry.path());
     }
     std::sort(found.begin(), found.end(),
               [](const auto& a, const auto& b) { return a.first > b.first; });

@@ -8,7 +8,7 @@
 
 #include "core/error.hpp"
 #include "parallel/model_broadcast.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 
 namespace gpt2 {
 

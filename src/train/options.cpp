@@ -1,7 +1,7 @@
 #include "train/options.hpp"
 
 #include "core/error.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 
 namespace gpt2 {
 

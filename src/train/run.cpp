@@ -23,7 +23,7 @@
 #include "train/model_shape.hpp"
 #include "train/multiple_choice_eval.hpp"
 #include "train/replica.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 #include "train/run_plan.hpp"
 #include "train/run_report.hpp"
 #include "train/start_point.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 
 namespace gpt2 {
 

@@ -5,8 +5,8 @@
 #include "core/error.hpp"
 #include "formats/model_file.hpp"
 #include "formats/model_tokenizer.hpp"
+#include "formats/resume_state.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/resume_state.hpp"
 
 namespace gpt2 {
 
@@ -38,7 +38,13 @@ StartPoint load_init_from(const TrainOptions& o) {
 
 StartPoint find_start(const TrainOptions& o) {
     if (o.resume == "auto") {
-        for (const std::int64_t step : list_checkpoints(o.out_dir)) {
+        std::vector<std::filesystem::path> not_ours;
+        const std::vector<std::int64_t> steps = list_checkpoints(o.out_dir, &not_ours);
+        for (const std::filesystem::path& file : not_ours) {
+            spdlog::warn("{}: not a checkpoint of ours (step number out of range), skipped",
+                         file.string());
+        }
+        for (const std::int64_t step : steps) {
             try {
                 StartPoint start;
                 start.model = load_checkpoint(model_path(o.out_dir, step));

@@ -31,7 +31,7 @@
 #include "parallel/comm.hpp"
 #include "parallel/model_broadcast.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 
 namespace {
 

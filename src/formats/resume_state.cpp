@@ -1,6 +1,4 @@
-#include "train/resume_state.hpp"
-
-#include <spdlog/spdlog.h>
+#include "formats/resume_state.hpp"
 
 #include <algorithm>
 #include <array>
@@ -230,7 +228,8 @@ std::optional<std::int64_t> checkpoint_step(const std::filesystem::path& file) {
     return step;
 }
 
-std::vector<std::int64_t> list_checkpoints(const std::filesystem::path& dir) {
+std::vector<std::int64_t> list_checkpoints(const std::filesystem::path& dir,
+                                           std::vector<std::filesystem::path>* not_ours) {
     std::vector<std::int64_t> steps;
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -239,8 +238,7 @@ std::vector<std::int64_t> list_checkpoints(const std::filesystem::path& dir) {
         if (!parts) continue;
         const auto step = checkpoint_step(entry.path());
         if (!step) {
-            spdlog::warn("{}: not a checkpoint of ours (step number out of range), skipped",
-                         entry.path().string());
+            if (not_ours != nullptr) not_ours->push_back(entry.path());
             continue;
         }
         if (parts->first == "state" && std::filesystem::exists(model_path(dir, *step))) {
