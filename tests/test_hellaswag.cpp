@@ -1,6 +1,6 @@
 // HellaSwag as llm.c evaluates it: llm.c's evaluation-file format read and written byte for byte,
 // each ending's mean loss and the acc_norm of a tiny model equal to a PyTorch computation of the
-// same examples (scripts/make_hellaswag_reference.py) however the rows are split over workers, bad
+// same examples (dev/make_hellaswag_reference.py) however the rows are split over workers, bad
 // files refused naming file and example, and train_gpt2 --hellaswag logging the same accuracy
 // however the examples are split over ranks.
 #include <gtest/gtest.h>

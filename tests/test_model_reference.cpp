@@ -1,5 +1,5 @@
 // The model against PyTorch: every activation, the logits, the loss, every parameter gradient and
-// five clipped AdamW steps must match tests/data/gpt2_reference.bin (scripts/make_reference.py).
+// five clipped AdamW steps must match tests/data/gpt2_reference.bin (dev/make_reference.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -183,7 +183,7 @@ constexpr double kUnitRoundoff = 0x1p-24;
 constexpr double kGradientRtol = 1e-3;
 constexpr double kGradientAtol = 2e-6;
 
-// The tensors AdamW decays: the 2-D matrices (scripts/make_reference.py's DECAYED).
+// The tensors AdamW decays: the 2-D matrices (dev/make_reference.py's DECAYED).
 bool decayed(ParamTensor t) {
     return t == ParamTensor::wte || t == ParamTensor::wpe || t == ParamTensor::qkvw ||
            t == ParamTensor::attprojw || t == ParamTensor::fcw || t == ParamTensor::fcprojw;

@@ -74,10 +74,14 @@ TEST(Readme, NamesNoFlagThatDoesNotExist) {
             real.insert(flag);
     }
     // The scripts' own flags: the `--flag)` cases of their argument loops.
-    for (const auto& entry :
-         std::filesystem::directory_iterator(std::string(GPT2_SOURCE_DIR) + "/scripts")) {
-        if (entry.path().extension() != ".sh") continue;
-        std::ifstream in(entry.path());
+    std::vector<fs::path> scripts;
+    for (const char* folder : {"/scripts", "/dev"}) {
+        for (const auto& entry : fs::directory_iterator(std::string(GPT2_SOURCE_DIR) + folder))
+            scripts.push_back(entry.path());
+    }
+    for (const fs::path& script : scripts) {
+        if (script.extension() != ".sh") continue;
+        std::ifstream in(script);
         const std::string text((std::istreambuf_iterator<char>(in)), {});
         const std::regex option_case(R"((--[a-z][a-z0-9-]*)\))");
         for (auto it = std::sregex_iterator(text.begin(), text.end(), option_case);

@@ -67,7 +67,7 @@ MPI_Comm comm_of(const std::shared_ptr<const Handle>& handle) {
 }  // namespace
 
 #if defined(__SANITIZE_ADDRESS__)
-// Under AddressSanitizer (scripts/sanitizers.sh): Open MPI keeps allocations in its plugins until
+// Under AddressSanitizer (dev/sanitizers.sh): Open MPI keeps allocations in its plugins until
 // exit, and LeakSanitizer can attribute them to Open MPI (tests/lsan.supp) only when it records
 // every allocation's full stack, which makes allocation several times slower. Only the processes
 // that can start MPI (those that link this file) record full stacks; the environment still wins.

@@ -12,7 +12,7 @@
 # memory, each slice summed between hosts in 25 MiB buckets while backward runs (the default) or in
 # one allreduce after it (--bucket-mb 0), against every rank in overlapped buckets and in one
 # allreduce (--share-memory off). Needs root (network namespaces).
-#   scripts/bench_multihost.sh [--rates "1gbit 10gbit"] [--steps 3] [--ranks-per-host K]
+#   dev/bench_multihost.sh [--rates "1gbit 10gbit"] [--steps 3] [--ranks-per-host K]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rates="1gbit 10gbit"

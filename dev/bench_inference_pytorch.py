@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch side of scripts/bench_inference.sh: incremental (KV-cache) greedy generation with a GPT-2
+"""PyTorch side of dev/bench_inference.sh: incremental (KV-cache) greedy generation with a GPT-2
 read from an llm.c model file, timed the same way as build/inference.
 
   --write-random PATH   write a random GPT-2 124M-shaped llm.c model file and exit

@@ -15,8 +15,8 @@ loss and the gradient.
 
 Regenerate (deterministic: two runs give identical bytes):
 
-    /usr/bin/python3 scripts/make_reference.py            # writes both files in tests/data
-    /usr/bin/python3 scripts/make_reference.py -o out.bin # the first somewhere else
+    /usr/bin/python3 dev/make_reference.py            # writes both files in tests/data
+    /usr/bin/python3 dev/make_reference.py -o out.bin # the first somewhere else
 
 File format (little-endian): 8-byte magic "GPT2REF1", uint32 record count, then per record:
 uint32 name length, name bytes (ASCII, no NUL), uint32 dtype (0 = float32, 1 = int32),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Memory against worker threads: peak RSS and tok/s of GPT-2 124M (B=8, T=64, GPT-2 tokenizer)
 # for W = 1, 2, 4, 8 workers in one rank, and how much each adds over one worker.
-#   scripts/bench_memory.sh [--workers "1 2 4 8"] [--steps 3] [--binary build/train_gpt2]
+#   dev/bench_memory.sh [--workers "1 2 4 8"] [--steps 3] [--binary build/train_gpt2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workers="1 2 4 8"

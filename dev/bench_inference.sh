@@ -8,7 +8,7 @@
 # --weights bf16 and --weights int8 (compact matrices for decoding); a second table compares them
 # with ours in fp32 (WEIGHTS="fp32" skips them).
 #
-#   scripts/bench_inference.sh   # env: THREADS=2 NEW_TOKENS=64 CONTEXTS="64 512" REPS=3
+#   dev/bench_inference.sh   # env: THREADS=2 NEW_TOKENS=64 CONTEXTS="64 512" REPS=3
 #                                #      WEIGHTS="fp32 bf16 int8"
 #                                #      MODEL=/tmp/gpt2_random_124M.bin BUILD=build
 set -euo pipefail
@@ -33,7 +33,7 @@ if [[ ! -f $tokenizer_dir/encoder.json || ! -f $tokenizer_dir/vocab.bpe ]]; then
 fi
 if [[ ! -f $model ]]; then
     echo "writing random GPT-2 124M weights to $model" >&2
-    "$python" "$root/scripts/bench_inference_pytorch.py" --write-random "$model"
+    "$python" "$root/dev/bench_inference_pytorch.py" --write-random "$model"
 fi
 ninja -C "$build" inference >/dev/null
 
@@ -64,7 +64,7 @@ for rep in $(seq "$reps"); do
         done
         for variant in tuned hf; do
             echo "run $rep/$reps, context $ctx: pytorch $variant" >&2
-            "$python" "$root/scripts/bench_inference_pytorch.py" --model "$model" \
+            "$python" "$root/dev/bench_inference_pytorch.py" --model "$model" \
                 --contexts "$ctx" --variants "$variant" --new-tokens "$new_tokens" \
                 --threads "$threads" >>"$work/pytorch.jsonl"
         done

@@ -2,7 +2,7 @@
 # Compares GPT-2 encoding speed (MB/s) of our tokenizer (build/bench_tokenizer) with js-tiktoken's
 # on the same text, and times BPE training to 4096 tokens.
 #
-#   scripts/bench_tokenizer.sh [BUILD_DIR] [TEXT_FILE] [GPT2_DIR]
+#   dev/bench_tokenizer.sh [BUILD_DIR] [TEXT_FILE] [GPT2_DIR]
 #
 # js-tiktoken is installed with npm into $TOKREF_DIR (default: a temp dir) when it is missing.
 set -euo pipefail

@@ -2,7 +2,7 @@
 # Thread and rank scaling of one training step on a compute-bound configuration
 # (L6 H6 C384, T=256, B=8, char vocabulary): tokens/s for 1 worker, 2 workers (np=1), and
 # 2 ranks x 1 worker (np=2), interleaved over --repeats rounds (medians), and the speedups.
-#   scripts/bench_threads.sh [--repeats 3] [--steps 5]
+#   dev/bench_threads.sh [--repeats 3] [--steps 5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repeats=3

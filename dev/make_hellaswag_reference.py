@@ -8,7 +8,7 @@ The model is make_reference.py's tiny random GPT-2 (maxT=16, V=101), scored as l
 dev/data/hellaswag.py does: the loss of every ending token given everything before it, averaged
 over the ending, the lowest mean wins. One example is too long for T=16 and must be left out.
 
-    /usr/bin/python3 scripts/make_hellaswag_reference.py
+    /usr/bin/python3 dev/make_hellaswag_reference.py
 """
 
 import struct

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training throughput of build/train_gpt2 against plain PyTorch (scripts/bench_pytorch_train.py)
+# Training throughput of build/train_gpt2 against plain PyTorch (dev/bench_pytorch_train.py)
 # on the same model, batch and optimizer, with two cores used either by worker threads (one
 # rank, --threads 2) or by MPI ranks (mpiexec -n 2, --threads 1, half the batch per rank so the
 # global batch is the same). Issue 8.
@@ -20,7 +20,7 @@
 # and then --steps timed ones; its figure is the median step time. FLOPs per token use the same
 # formula on both sides: 6 * (12*L*C^2 + Vp*C) + 12*L*T*C, Vp = V rounded up to a multiple of 128.
 #
-# Usage: scripts/bench.sh [--quick] [--repeats R] [--steps N] [--configs 1,2,3] [--no-bf16] [--log-dir DIR]
+# Usage: dev/bench.sh [--quick] [--repeats R] [--steps N] [--configs 1,2,3] [--no-bf16] [--log-dir DIR]
 #   --quick       smoke test: configuration 3 only, 2 timed steps, 1 repeat
 #   --repeats R   runs of each variant per configuration (default 1)
 #   --steps N     timed steps per run (default 5 for configuration 1, 10 for the others)
@@ -203,7 +203,7 @@ for c in "${config_list[@]}"; do
     --lr 3e-4 --min-lr 3e-4 --schedule constant --warmup-steps 0 --weight-decay 0.1
     --grad-clip 1.0 --val-every 0 --sample-every 0 --checkpoint-every 0
     --out-dir "$log_dir/out" --benchmark "$n")
-  torch_cmd=("$python" "$repo/scripts/bench_pytorch_train.py" --n-layer "$L" --n-head "$NH"
+  torch_cmd=("$python" "$repo/dev/bench_pytorch_train.py" --n-layer "$L" --n-head "$NH"
     --n-embd "$C" --vocab "$V" --block-size "$block" --batch-size "$B" --seq-len "$T"
     --steps "$n" --warmup 2 --threads 2)
   for ((r = 1; r <= repeats; r++)); do

@@ -5,7 +5,7 @@
 # documents the way llm.c's data scripts do with tiktoken (each document: EOT + encode_ordinary),
 # measured in the same run.
 #
-#   scripts/bench_prepare.sh [--gb 2] [--threads N] [--work DIR] [--keep]
+#   dev/bench_prepare.sh [--gb 2] [--threads N] [--work DIR] [--keep]
 #
 # js-tiktoken is installed with npm into $TOKREF_DIR (default: a temp dir) when it is missing.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Times GPT-2 training steps in plain PyTorch (fp32, CPU): the reference for scripts/bench.sh.
+"""Times GPT-2 training steps in plain PyTorch (fp32, CPU): the reference for dev/bench.sh.
 
 The model and optimizer mirror build/train_gpt2: token + position embeddings, pre-LayerNorm
 blocks (causal self-attention, MLP 4C with tanh GELU), final LayerNorm, LM head tied to wte with
@@ -19,7 +19,7 @@ precision recipe, and the line ends with "| autocast bf16 on I", I being the one
 PyTorch's bf16 matmul runs (e.g. brg:avx512_core_amx_bf16).
 
 Usage (Debian's python with torch 1.13):
-  /usr/bin/python3 scripts/bench_pytorch_train.py --n-layer 6 --n-head 6 --n-embd 384 \
+  /usr/bin/python3 dev/bench_pytorch_train.py --n-layer 6 --n-head 6 --n-embd 384 \
       --vocab 65 --batch-size 16 --seq-len 256 --steps 10 --threads 2
 """
 

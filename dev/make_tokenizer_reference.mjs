@@ -2,7 +2,7 @@
 // Writes GPT-2 token ids of a UTF-8 text file, computed by js-tiktoken (an implementation
 // independent of ours), as little-endian uint16: the expected ids for tests/test_gpt2_tokenizer.cpp.
 //
-//   node scripts/make_tokenizer_reference.mjs INPUT.txt OUTPUT.u16 [--ordinary]
+//   node dev/make_tokenizer_reference.mjs INPUT.txt OUTPUT.u16 [--ordinary]
 //
 // js-tiktoken is not a dependency of the repository: it is loaded from $TOKREF_DIR (default
 // /tmp/tokref) and installed there with npm when missing. <|endoftext|> in the text is encoded as
@@ -31,7 +31,7 @@ function loadJsTiktoken() {
 
 const [input, output, mode] = process.argv.slice(2);
 if (!input || !output || (mode !== undefined && mode !== "--ordinary")) {
-  console.error("usage: node scripts/make_tokenizer_reference.mjs INPUT.txt OUTPUT.u16 [--ordinary]");
+  console.error("usage: node dev/make_tokenizer_reference.mjs INPUT.txt OUTPUT.u16 [--ordinary]");
   process.exit(2);
 }
 const bytes = readFileSync(input);

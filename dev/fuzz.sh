@@ -7,7 +7,7 @@
 # fuzzing run crashed, leaked, timed out or ran out of memory.
 # FUZZ_TARGETS="shard tokenizer" limits the run to those targets; FUZZ_SEED=N fixes the seed;
 # FUZZ_JOBS=N fuzzes N targets at a time (default: the cores available).
-# Usage: scripts/fuzz.sh [SECONDS]
+# Usage: dev/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-30}
