@@ -7,8 +7,8 @@
 #include <tuple>
 
 #include "core/error.hpp"
-#include "parallel/model_broadcast.hpp"
 #include "formats/resume_state.hpp"
+#include "parallel/model_broadcast.hpp"
 
 namespace gpt2 {
 
@@ -22,17 +22,17 @@ void check_shape_flags(const TrainOptions& o, const ModelConfig& loaded,
                          describe(loaded) + "); the shape comes from the weights: drop the flag");
     };
     if (o.was_given("model")) {
-        const ModelConfig preset = preset_config(o.model, loaded.vocab_size);
+        const ModelConfig preset = preset_config(o.model.preset, loaded.vocab_size);
         if (preset.num_layers != loaded.num_layers || preset.num_heads != loaded.num_heads ||
             preset.channels != loaded.channels) {
-            refuse("--model " + o.model, "another shape");
+            refuse("--model " + o.model.preset, "another shape");
         }
     }
     const std::array<std::tuple<const char*, int, int>, 4> dims = {{
-        {"n-layer", o.n_layer, loaded.num_layers},
-        {"n-head", o.n_head, loaded.num_heads},
-        {"n-embd", o.n_embd, loaded.channels},
-        {"block-size", o.block_size, loaded.max_seq_len},
+        {"n-layer", o.model.num_layers, loaded.num_layers},
+        {"n-head", o.model.num_heads, loaded.num_heads},
+        {"n-embd", o.model.channels, loaded.channels},
+        {"block-size", o.model.block_size, loaded.max_seq_len},
     }};
     for (const auto& [flag, value, actual] : dims) {
         if (o.was_given(flag) && value != actual) {
@@ -49,29 +49,30 @@ void check_flags_against_start(const TrainOptions& o, const StartPoint& start) {
         // Fresh after --resume auto found nothing: the flags' shape, as validate_train_options
         // checks it when no weights are named.
         const ModelConfig requested = requested_model(o, 1);
-        if (requested.max_seq_len < o.seq_len) {
-            throw UsageError("--seq-len " + std::to_string(o.seq_len) + " exceeds the block size " +
-                             std::to_string(requested.max_seq_len) + " of --model " + o.model +
+        if (requested.max_seq_len < o.batch.seq_len) {
+            throw UsageError("--seq-len " + std::to_string(o.batch.seq_len) +
+                             " exceeds the block size " + std::to_string(requested.max_seq_len) +
+                             " of --model " + o.model.preset +
                              " (its position embeddings): give a shorter --seq-len, or a "
                              "--block-size of at least " +
-                             std::to_string(o.seq_len));
+                             std::to_string(o.batch.seq_len));
         }
         return;
     }
     const ModelConfig& loaded = start.model->model.config;
     check_shape_flags(o, loaded, start.source);
-    if (loaded.max_seq_len < o.seq_len) {
-        throw UsageError("--seq-len " + std::to_string(o.seq_len) + " exceeds the block size " +
-                         std::to_string(loaded.max_seq_len) + " of " + start.source +
-                         " (its position embeddings): give a --seq-len of at most " +
+    if (loaded.max_seq_len < o.batch.seq_len) {
+        throw UsageError("--seq-len " + std::to_string(o.batch.seq_len) +
+                         " exceeds the block size " + std::to_string(loaded.max_seq_len) + " of " +
+                         start.source + " (its position embeddings): give a --seq-len of at most " +
                          std::to_string(loaded.max_seq_len));
     }
     if (start.state_file.empty()) return;
     // Resuming counts the data position in sequences of the checkpoint's length (run_plan refuses
     // another one too, but only after the corpus is read and the model built).
     const std::optional<std::int32_t> resumed = read_state_seq_len(start.state_file);
-    if (resumed && *resumed != o.seq_len) {
-        throw UsageError("--seq-len " + std::to_string(o.seq_len) +
+    if (resumed && *resumed != o.batch.seq_len) {
+        throw UsageError("--seq-len " + std::to_string(o.batch.seq_len) +
                          " differs from the sequence length " + std::to_string(*resumed) + " of " +
                          start.source + " (a resumed run keeps it): give --seq-len " +
                          std::to_string(*resumed));
@@ -98,13 +99,14 @@ ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, cons
             decided = loaded;
         } else {
             const ModelConfig requested = requested_model(o, vocab);
-            if (!o.model.empty()) {
+            if (!o.model.preset.empty()) {
                 std::string overrides;
                 for (const char* flag : {"n-layer", "n-head", "n-embd", "block-size"}) {
                     if (o.was_given(flag)) overrides += std::string(" --") + flag;
                 }
                 if (!overrides.empty()) {
-                    spdlog::info("model: preset {} with{} given explicitly", o.model, overrides);
+                    spdlog::info("model: preset {} with{} given explicitly", o.model.preset,
+                                 overrides);
                 }
             }
             decided = requested;
@@ -112,8 +114,9 @@ ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, cons
     }
     const ModelConfig config = broadcast_config(comm, decided);
     validate_config(config, "model");
-    if (config.max_seq_len < o.seq_len) {  // checked before the corpus was read; kept as a guard
-        throw UsageError("--seq-len " + std::to_string(o.seq_len) + " exceeds --block-size " +
+    if (config.max_seq_len <
+        o.batch.seq_len) {  // checked before the corpus was read; kept as a guard
+        throw UsageError("--seq-len " + std::to_string(o.batch.seq_len) + " exceeds --block-size " +
                          std::to_string(config.max_seq_len));
     }
     return config;

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "data/multiple_choice.hpp"
-#include "model/model.hpp"
 #include "model/forward_backward.hpp"
+#include "model/model.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/worker_group.hpp"
 

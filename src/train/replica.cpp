@@ -23,19 +23,20 @@ std::size_t bucket_floats(double bucket_mb) {
 
 ExchangePlan plan_exchange(const TrainOptions& o, const Communicator& comm) {
     ExchangePlan e;
-    e.machines = std::make_shared<const MachineGroups>(comm, o.simulate_machines);
+    e.machines = std::make_shared<const MachineGroups>(comm, o.test.simulate_machines);
     const MachineGroups& m = *e.machines;
     // Several ranks on every machine (as many on each) can share each machine's memory; one rank
     // per machine has nothing to share and overlaps its allreduce with backward instead.
-    const bool can_share = o.share_memory && m.machine.size() > 1 && m.uniform && o.zero == 0;
+    const bool can_share =
+        o.parallel.share_memory && m.machine.size() > 1 && m.uniform && o.parallel.zero == 0;
     // Across machines the gradient (or, with shared memory, each rank's slice of it) travels in
     // 25 MiB buckets while backward runs. ZeRO-1's own default is one reduce-scatter after
     // backward: in 25 MiB buckets it measured within 1% of that over 1 Gbit/s (the parameters'
     // allgather after the update stays exposed).
     // Buckets need MPI calls from the communication thread: without that thread level, auto
     // keeps one allreduce after backward.
-    const bool buckets = m.machines > 1 && o.zero == 0 && comm.serialized_threads();
-    e.bucket_mb = o.bucket_mb >= 0.0 ? o.bucket_mb : buckets ? 25.0 : 0.0;
+    const bool buckets = m.machines > 1 && o.parallel.zero == 0 && comm.serialized_threads();
+    e.bucket_mb = o.parallel.bucket_mb >= 0.0 ? o.parallel.bucket_mb : buckets ? 25.0 : 0.0;
     // On one machine, buckets asked for replace sharing.
     e.share_memory = can_share && (e.bucket_mb == 0.0 || m.machines > 1);
     return e;
@@ -63,12 +64,13 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
                                        ExchangePlan& exchange) {
     std::int32_t have_weights = comm.is_root() && start.model ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&have_weights, 1));
-    const int workers = o.threads > 0 ? o.threads : std::min(available_cpus(), o.batch_size);
+    const int workers = o.parallel.threads > 0 ? o.parallel.threads
+                                               : std::min(available_cpus(), o.batch.batch_size);
     const MachineGroups& machines = *exchange.machines;
     // Who holds how much of the AdamW moments (a failed share falls back to the same slices).
-    const int moment_parts = exchange.share_memory ? machines.machine.size()
-                             : o.zero == 1         ? comm.size()
-                                                   : 1;
+    const int moment_parts = exchange.share_memory  ? machines.machine.size()
+                             : o.parallel.zero == 1 ? comm.size()
+                                                    : 1;
     auto replica = std::make_unique<Replica>(
         config, workers, o, plan_memory(o, comm, machines.machine, config, workers, moment_parts));
     if (have_weights) {
@@ -81,12 +83,12 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
     } else {
         init_parameters(replica->model, o.seed, &replica->workers.pool());
     }
-    set_precision(replica->model, o.precision);  // the bf16 copy of the weights, if any
+    set_precision(replica->model, o.compute.precision);  // the bf16 copy of the weights, if any
     SharedGradients shared;
     if (exchange.share_memory) {
         exchange.share_error =
             share_replica_memory(replica->model, replica->workers, machines.machine, shared);
-        if (o.inject_share_failure && !machines.on_first && exchange.share_error.empty()) {
+        if (o.test.inject_share_failure && !machines.on_first && exchange.share_error.empty()) {
             exchange.share_error = "--inject-share-failure";
         }
         // A machine that could not share makes every machine train without sharing.
@@ -95,7 +97,7 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
                 exchange.share_error = "another machine could not map its shared memory";
             }
             unshare_replica_memory(replica->model, replica->workers);
-            if (o.bucket_mb < 0.0) exchange.bucket_mb = 0.0;  // ZeRO-1's own default
+            if (o.parallel.bucket_mb < 0.0) exchange.bucket_mb = 0.0;  // ZeRO-1's own default
         }
     }
     if (exchange.share_memory && exchange.share_error.empty()) {
@@ -104,7 +106,7 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
         replica->set_slices(comm, machines.machine.rank(), machines.machine.size(),
                             machines.on_first);
         if (machines.machines > 1) replica->copies_across = &machines.across;
-    } else if (o.zero == 1 || exchange.share_memory) {
+    } else if (o.parallel.zero == 1 || exchange.share_memory) {
         // ZeRO-1 (asked for, or where sharing failed: the same slices, nothing shared).
         replica->set_slices(comm, comm.rank(), comm.size(), true);
     } else {
@@ -158,12 +160,12 @@ std::string describe_exchange(const ExchangePlan& plan, const Replica& replica,
     if (buckets) {
         return fmt::format("gradient across ranks: buckets of {} MiB, summed while backward runs{}",
                            plan.bucket_mb,
-                           o.bucket_mb < 0.0 ? " (auto: ranks on several machines)" : "");
+                           o.parallel.bucket_mb < 0.0 ? " (auto: ranks on several machines)" : "");
     }
     return fmt::format("gradient across ranks: one allreduce after backward{}",
-                       !o.share_memory     ? " (--share-memory off)"
-                       : o.bucket_mb < 0.0 ? " (auto: ranks on one machine)"
-                                           : " (--bucket-mb 0)");
+                       !o.parallel.share_memory     ? " (--share-memory off)"
+                       : o.parallel.bucket_mb < 0.0 ? " (auto: ranks on one machine)"
+                                                    : " (--bucket-mb 0)");
 }
 
 }  // namespace gpt2

@@ -41,8 +41,8 @@ struct ExchangePlan {
 struct Replica {
     Replica(const ModelConfig& config, int num_workers, const TrainOptions& o, MemoryPlan plan)
         : memory(std::move(plan)),
-          workers(config, num_workers, o.batch_size, o.seq_len, o.pin_threads, o.precision,
-                  memory.need.recompute),
+          workers(config, num_workers, o.batch.batch_size, o.batch.seq_len, o.parallel.pin_threads,
+                  o.compute.precision, memory.need.recompute),
           model(config) {}
     MemoryPlan memory;  // decided before the workers' contexts were allocated
     WorkerGroup workers;
