@@ -360,7 +360,7 @@ TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
         run(4, 3, "--max-steps 20 --simulate-machines 2 --inject-share-failure", "fallback");
     expect_logged(fallback,
                   "shared memory is off for this run (another machine could not map its "
-                  "shared memory): each rank keeps its own weights and a shard of the "
+                  "shared memory): each rank keeps its own weights and a slice of the "
                   "optimizer instead (ZeRO-1)");
     expect_logged(fallback, "ZeRO-1, one reduce-scatter after backward");
     expect_same("one", "fallback", 1e-5);
@@ -445,12 +445,12 @@ TEST(MpiTraining, ZeroOneTrainsAsPlainAndItsCheckpointsMoveBetweenRankCounts) {
     };
     (void)run(2, 2, 6, "--max-steps 20", "plain");
     const std::string zero2 = run(2, 2, 6, "--max-steps 20 --zero 1", "zero2");
-    EXPECT_NE(zero2.find("AdamW moments (ZeRO-1: this rank's shard of 2)"), std::string::npos)
+    EXPECT_NE(zero2.find("AdamW moments (ZeRO-1: this rank's slice of 2)"), std::string::npos)
         << zero2;
     // Summed in tiny overlapped buckets, on 2 and 3 ranks, bitwise repeatable.
     const std::string buckets = run(2, 2, 6, "--max-steps 20 --zero 1 --bucket-mb 0.004", "zb2");
     EXPECT_NE(buckets.find("ZeRO-1, summed in buckets of 0.004 MiB while backward runs, each rank "
-                           "keeping its shard"),
+                           "keeping its slice"),
               std::string::npos)
         << buckets;
     (void)run(3, 1, 4, "--max-steps 20 --zero 1 --bucket-mb 0.004", "zb3");
@@ -480,7 +480,7 @@ TEST(MpiTraining, ZeroOneTrainsAsPlainAndItsCheckpointsMoveBetweenRankCounts) {
     EXPECT_NE(local.find("one allreduce after backward (--share-memory off)"), std::string::npos)
         << local;
     const std::string alone = run(1, 1, 6, "--max-steps 1 --zero 1", "alone");
-    EXPECT_NE(alone.find("--zero 1 with one rank: there is nothing to shard"), std::string::npos)
+    EXPECT_NE(alone.find("--zero 1 with one rank: there is nothing to slice"), std::string::npos)
         << alone;
     const auto bad_size = run_command(mpiexec(1) + common + " --bucket-mb lots");
     EXPECT_EQ(bad_size.exit_code, 2) << bad_size.output;

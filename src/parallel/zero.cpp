@@ -44,7 +44,7 @@ void ZeroExchange::update(Model& model, AdamWState& optimizer, std::span<float> 
     const Range mine = owned();
     update_owned(model, optimizer, gradient, mine, hyper, clip, workers);
     const std::span<float> params = model.params.span();
-    comm_.allgather_shards(params, slices_);
+    comm_.allgather_slices(params, slices_);
     const std::span<Bf16> params_bf16 = model.params_bf16.span();  // empty in fp32
     if (params_bf16.empty()) return;
     const int W = workers.size();

@@ -53,8 +53,8 @@ const AdamWState& full_optimizer(const Replica& replica, const Communicator& com
     const Range given = replica.checkpoint_slice(comm);
     for (const auto& [mine, full] : {std::pair{&replica.optimizer.m, &gathered->m},
                                      std::pair{&replica.optimizer.v, &gathered->v}}) {
-        comm.gather_shards(mine->span().first(given.end - given.begin), full->span(),
-                           replica.checkpoint_shards);
+        comm.gather_slices(mine->span().first(given.end - given.begin), full->span(),
+                           replica.checkpoint_slices);
     }
     return *gathered;
 }
@@ -152,7 +152,7 @@ std::string describe_exchange(const ExchangePlan& plan, const Replica& replica,
     if (!replica.update_slices.empty()) {
         return buckets ? fmt::format(
                              "gradient across ranks: ZeRO-1, summed in buckets of {} MiB while "
-                             "backward runs, each rank keeping its shard",
+                             "backward runs, each rank keeping its slice",
                              plan.bucket_mb)
                        : std::string(
                              "gradient across ranks: ZeRO-1, one reduce-scatter after backward");

@@ -52,7 +52,7 @@ struct Replica {
     // The slices a checkpoint gathers the moments from: update_slices, except that with shared
     // memory on several machines every machine holds them all, so only world rank 0's machine
     // gives them (the other ranks' slices are empty here).
-    std::vector<Range> checkpoint_shards;
+    std::vector<Range> checkpoint_slices;
     AdamWState optimizer{0};
     // How a step sums the gradient across ranks (built last: it may own the shared memory).
     std::unique_ptr<GradientExchange> exchange;
@@ -65,13 +65,13 @@ struct Replica {
                                      : update_slices[static_cast<std::size_t>(comm.rank())];
     }
     [[nodiscard]] Range checkpoint_slice(const Communicator& comm) const {
-        return checkpoint_shards[static_cast<std::size_t>(comm.rank())];
+        return checkpoint_slices[static_cast<std::size_t>(comm.rank())];
     }
     // Sizes the optimizer for this rank's part: `slice` of `parts` equal slices (one part: all).
     void set_slices(const Communicator& comm, int slice, int parts, bool gives_checkpoint) {
         const std::size_t P = model.layout.total();
         update_slices.clear();
-        checkpoint_shards.clear();
+        checkpoint_slices.clear();
         if (parts > 1) {
             // Every rank's slice index, and whether it gives the checkpoint, in one value.
             const std::vector<std::uint64_t> all =
@@ -79,7 +79,7 @@ struct Replica {
             for (const std::uint64_t value : all) {
                 const Range r = split_range(P, static_cast<int>(value / 2), parts);
                 update_slices.push_back(r);
-                checkpoint_shards.push_back(value % 2 != 0 ? r : Range{r.begin, r.begin});
+                checkpoint_slices.push_back(value % 2 != 0 ? r : Range{r.begin, r.begin});
             }
         }
         const Range mine = owned(comm, P);

@@ -204,7 +204,7 @@ void TrainingLoop::log_memory() const {
         human_bytes(static_cast<double>(replica_.optimizer.m.size() * 8)),
         replica_.update_slices.empty() ? std::string()
         : shared                       ? fmt::format(" (this rank's slice of {})", machine_ranks)
-                 : fmt::format(" (ZeRO-1: this rank's shard of {})", comm_.size()),
+                 : fmt::format(" (ZeRO-1: this rank's slice of {})", comm_.size()),
         startup_seconds_ * 1e3);
 }
 
@@ -256,12 +256,12 @@ void TrainingLoop::log_banner() const {
             B_, W, fewer, B_ / W, B_ / W + 1, W);
     }
     if (comm_.size() == 1 && o_.parallel.zero == 1) {
-        spdlog::warn("--zero 1 with one rank: there is nothing to shard, the optimizer is whole");
+        spdlog::warn("--zero 1 with one rank: there is nothing to slice, the optimizer is whole");
     }
     if (!exchange_.share_error.empty()) {
         spdlog::warn(
             "shared memory is off for this run ({}): each rank keeps its own weights and a "
-            "shard of the optimizer instead (ZeRO-1)",
+            "slice of the optimizer instead (ZeRO-1)",
             exchange_.share_error);
     }
     if (const std::string line = describe_exchange(exchange_, replica_, o_, comm_); !line.empty()) {

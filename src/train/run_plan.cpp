@@ -98,8 +98,8 @@ void distribute_moments(const Communicator& comm, Replica& replica,
                         replica.optimizer.m.span()},
               std::pair{full_moments ? full_moments->v.span() : no_moments,
                         replica.optimizer.v.span()}}) {
-            comm.scatter_shards(full, mine.first(given.end - given.begin),
-                                replica.checkpoint_shards);
+            comm.scatter_slices(full, mine.first(given.end - given.begin),
+                                replica.checkpoint_slices);
             // Shared memory on several machines: world rank 0's machine received the
             // slices; each passes its own to the ranks holding it elsewhere.
             if (replica.copies_across != nullptr) replica.copies_across->broadcast(mine);

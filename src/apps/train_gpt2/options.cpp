@@ -342,7 +342,7 @@ void add_machine_flags(CLI::Option_group* run, TrainOptions& o, std::string& pre
         ->check(CLI::IsMember({"auto", "off"}).description(""))
         ->type_name("auto|off");
     run->add_option("--zero", o.parallel.zero,
-                    "ZeRO stage: 1 shards the AdamW moments and the update over the ranks "
+                    "ZeRO stage: 1 slices the AdamW moments and the update over the ranks "
                     "(reduce-scatter, then allgather of the parameters); 0: every rank keeps all")
         ->check(CLI::IsMember({0, 1}).description(""))
         ->type_name("0|1");
