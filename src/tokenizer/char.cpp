@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "core/error.hpp"
-#include "tokenizer/internal.hpp"
+#include "tokenizer/kinds.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {

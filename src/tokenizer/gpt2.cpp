@@ -12,7 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/file_io.hpp"
-#include "tokenizer/internal.hpp"
+#include "tokenizer/kinds.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {

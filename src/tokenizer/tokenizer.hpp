@@ -86,6 +86,15 @@ struct SpelledBpe {
 //   it stops early (a smaller vocabulary) if no pair is left to merge.
 // - encode() is const and thread-safe.
 
+// The one pool that encodes on several threads: out[i] = tokenizer.encode(texts[i], eot) for every
+// i (with `wanted`, only where wanted[i]; the others are left empty), on up to `threads` threads,
+// the calling one among them. The first exception a text throws stops the others and is rethrown.
+// on_progress, if set, is called on the calling thread with the bytes of the texts encoded so far.
+void encode_texts(const Tokenizer& tokenizer, std::span<const std::string_view> texts,
+                  std::vector<std::vector<std::int32_t>>& out, int threads, EotInText eot,
+                  std::span<const bool> wanted = {},
+                  const std::function<void(std::size_t bytes_done)>& on_progress = {});
+
 // Encodes text as a sequence of independently encoded blocks (cut only where the pre-tokenizer
 // always splits, so the result equals tokenizer.encode(text)), on up to `threads` threads.
 // on_progress, if set, is called on the calling thread with the number of bytes encoded so far.

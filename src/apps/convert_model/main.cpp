@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 #include "core/error.hpp"
 #include "formats/model_file.hpp"
 #include "tokenizer/tokenizer.hpp"

@@ -16,7 +16,7 @@
 #include <variant>
 #include <vector>
 
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 #include "apps/inference/options.hpp"
 #include "apps/inference/prompts.hpp"
 #include "apps/inference/samples.hpp"

@@ -5,7 +5,7 @@
 #include <iostream>
 #include <optional>
 
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 #include "core/error.hpp"
 
 namespace gpt2::inference {

@@ -18,7 +18,7 @@
 #include <variant>
 #include <vector>
 
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 #include "apps/prepare_data/options.hpp"
 #include "apps/prepare_data/progress_line.hpp"
 #include "core/clock.hpp"

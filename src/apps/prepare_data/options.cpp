@@ -5,7 +5,7 @@
 #include <optional>
 #include <string_view>
 
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 
 namespace gpt2::prepare_data {
 

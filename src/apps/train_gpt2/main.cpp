@@ -7,7 +7,7 @@
 #include <new>
 #include <variant>
 
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 #include "apps/train_gpt2/options.hpp"
 #include "core/error.hpp"
 #include "ops/gemm.hpp"

@@ -13,7 +13,7 @@
 #include <memory>
 #include <optional>
 
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 #include "core/error.hpp"
 #include "model/model.hpp"
 

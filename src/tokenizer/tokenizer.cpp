@@ -2,18 +2,17 @@
 // gpt2_tokenizer.bin file.
 #include <algorithm>
 #include <array>
-#include <condition_variable>
+#include <atomic>
 #include <exception>
 #include <fstream>
 #include <iterator>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <thread>
 
 #include "core/error.hpp"
 #include "core/file_io.hpp"
-#include "tokenizer/internal.hpp"
+#include "tokenizer/kinds.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
@@ -145,69 +144,51 @@ EotInText parse_eot_in_text(std::string_view word) {
     throw InputError("--eot-in-text must be token or text, not '" + std::string(word) + "'");
 }
 
+void encode_texts(const Tokenizer& tokenizer, std::span<const std::string_view> texts,
+                  std::vector<std::vector<std::int32_t>>& out, int threads, EotInText eot,
+                  std::span<const bool> wanted,
+                  const std::function<void(std::size_t bytes_done)>& on_progress) {
+    out.assign(texts.size(), {});
+    std::atomic<std::size_t> next{0};
+    std::atomic<std::size_t> bytes_done{0};
+    std::atomic<bool> failed{false};
+    std::exception_ptr error;
+    const auto work = [&](bool reports) {
+        for (std::size_t i; !failed && (i = next++) < texts.size();) {
+            if (wanted.empty() || wanted[i]) {
+                try {
+                    out[i] = tokenizer.encode(texts[i], eot);
+                } catch (...) {
+                    if (!failed.exchange(true)) error = std::current_exception();
+                }
+            }
+            const std::size_t done = bytes_done += texts[i].size();
+            if (reports && on_progress) on_progress(done);
+        }
+    };
+    const std::size_t helpers =
+        std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)), texts.size());
+    std::vector<std::jthread> pool;
+    for (std::size_t t = 1; t < helpers; ++t)
+        pool.emplace_back(work, false);
+    work(true);
+    pool.clear();  // joins
+    if (error) std::rethrow_exception(error);
+    // The calling thread's last report may come before a helper's last text: the total, once.
+    if (on_progress && bytes_done != 0 && helpers > 1) on_progress(bytes_done);
+}
+
 std::vector<std::int32_t> encode_blocks(const Tokenizer& tokenizer, std::string_view text,
                                         int threads,
                                         const std::function<void(std::size_t)>& on_progress,
                                         EotInText eot) {
     constexpr std::size_t kBlockSize = std::size_t{1} << 20;
     const std::vector<std::size_t> cuts = block_cuts(text, kBlockSize);
-    const std::size_t num_blocks = cuts.size() - 1;
-    std::vector<std::vector<std::int32_t>> results(num_blocks);
-    const auto block = [&](std::size_t i) { return text.substr(cuts[i], cuts[i + 1] - cuts[i]); };
-
-    const std::size_t workers = std::min<std::size_t>(std::max(threads, 1), num_blocks);
-    if (workers <= 1) {
-        for (std::size_t i = 0; i < num_blocks; ++i) {
-            results[i] = tokenizer.encode(block(i), eot);
-            if (on_progress) on_progress(cuts[i + 1]);
-        }
-    } else {
-        std::mutex mutex;
-        std::condition_variable changed;
-        std::size_t next_block = 0;
-        std::size_t blocks_done = 0;
-        std::size_t bytes_done = 0;
-        std::exception_ptr error;
-        {
-            std::vector<std::jthread> pool;
-            for (std::size_t w = 0; w < workers; ++w) {
-                pool.emplace_back([&] {
-                    for (;;) {
-                        std::size_t i = 0;
-                        {
-                            const std::lock_guard lock(mutex);
-                            if (next_block == num_blocks || error) return;
-                            i = next_block++;
-                        }
-                        try {
-                            results[i] = tokenizer.encode(block(i), eot);
-                        } catch (...) {
-                            const std::lock_guard lock(mutex);
-                            error = std::current_exception();
-                        }
-                        {
-                            const std::lock_guard lock(mutex);
-                            ++blocks_done;
-                            bytes_done += block(i).size();
-                        }
-                        changed.notify_one();
-                    }
-                });
-            }
-            std::unique_lock lock(mutex);
-            std::size_t reported = 0;
-            while (blocks_done < num_blocks && !error) {
-                changed.wait(lock);
-                if (on_progress && bytes_done != reported) {
-                    reported = bytes_done;
-                    lock.unlock();
-                    on_progress(reported);
-                    lock.lock();
-                }
-            }
-        }  // joins the pool
-        if (error) std::rethrow_exception(error);
-    }
+    std::vector<std::string_view> blocks;
+    for (std::size_t i = 0; i + 1 < cuts.size(); ++i)
+        blocks.push_back(text.substr(cuts[i], cuts[i + 1] - cuts[i]));
+    std::vector<std::vector<std::int32_t>> results;
+    encode_texts(tokenizer, blocks, results, threads, eot, {}, on_progress);
 
     std::size_t total = 0;
     for (const auto& ids : results)

@@ -1,4 +1,4 @@
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>

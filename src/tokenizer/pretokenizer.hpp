@@ -17,7 +17,7 @@
 #include <string_view>
 #include <utility>
 
-#include "tokenizer/internal.hpp"
+#include "tokenizer/kinds.hpp"
 
 namespace gpt2::detail {
 

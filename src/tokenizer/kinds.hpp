@@ -1,6 +1,6 @@
-// Internals shared by the tokenizer sources: the serial format's version, the end-of-text text, and
-// the per-kind constructors that deserialize_tokenizer() and the loaders dispatch to (bytes are
-// read and written with core/bytes.hpp).
+// The tokenizer kinds behind tokenizer.hpp: their constructors, which deserialize_tokenizer() and
+// the loaders dispatch to, and what they share (the serial format's version, the end-of-text
+// text; bytes are read and written with core/bytes.hpp).
 #pragma once
 
 #include <cstdint>
