@@ -38,6 +38,11 @@
 # data/tinyshakespeare.txt and, for configurations 1 and 2, the GPT-2 tokenizer files
 # (encoder.json, vocab.bpe) in data/gpt2 or ../shared/data/gpt2 (scripts/get_gpt2_tokenizer.sh).
 set -euo pipefail
+# --help: this header.
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+  exit 0
+fi
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"

@@ -12,6 +12,11 @@
 #                                #      WEIGHTS="fp32 bf16 int8"
 #                                #      MODEL=/tmp/gpt2_random_124M.bin BUILD=build
 set -euo pipefail
+# --help: this header.
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+  exit 0
+fi
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$root/build}

@@ -3,6 +3,11 @@
 # for W = 1, 2, 4, 8 workers in one rank, and how much each adds over one worker.
 #   dev/bench_memory.sh [--workers "1 2 4 8"] [--steps 3] [--binary build/train_gpt2]
 set -euo pipefail
+# --help: this header.
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 workers="1 2 4 8"
 steps=3

@@ -14,6 +14,11 @@
 # allreduce (--share-memory off). Needs root (network namespaces).
 #   dev/bench_multihost.sh [--rates "1gbit 10gbit"] [--steps 3] [--ranks-per-host K]
 set -euo pipefail
+# --help: this header.
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 rates="1gbit 10gbit"
 steps=3

@@ -4,6 +4,11 @@
 # 2 ranks x 1 worker (np=2), interleaved over --repeats rounds (medians), and the speedups.
 #   dev/bench_threads.sh [--repeats 3] [--steps 5]
 set -euo pipefail
+# --help: this header.
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 repeats=3
 steps=5

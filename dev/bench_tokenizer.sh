@@ -6,6 +6,11 @@
 #
 # js-tiktoken is installed with npm into $TOKREF_DIR (default: a temp dir) when it is missing.
 set -euo pipefail
+# --help: this header.
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+  exit 0
+fi
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$repo/build}"

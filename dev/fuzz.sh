@@ -9,6 +9,11 @@
 # FUZZ_JOBS=N fuzzes N targets at a time (default: the cores available).
 # Usage: dev/fuzz.sh [SECONDS]
 set -euo pipefail
+# --help: this header.
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 seconds=${1:-30}
 if ! [[ $seconds =~ ^[0-9]+$ ]] || [[ $seconds -eq 0 ]]; then

@@ -2,6 +2,11 @@
 # Sanitizer builds: ThreadSanitizer over the threaded tests (build-tsan/), and
 # AddressSanitizer + UndefinedBehaviorSanitizer over the unit tests (build-asan/).
 set -euo pipefail
+# --help: this header.
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset OPENBLAS_CORETYPE  # the kernels a user of this CPU gets (src/ops/gemm.hpp), not inherited ones

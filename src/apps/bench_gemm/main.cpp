@@ -112,6 +112,10 @@ int main(int argc, char** argv) {
     gpt2::select_gemm_kernels(argv);
     int rows = 512, threads = 1;
     for (int a = 1; a < argc; ++a) {
+        if (std::strcmp(argv[a], "--help") == 0 || std::strcmp(argv[a], "-h") == 0) {
+            std::printf("usage: bench_gemm [ROWS=512] [--threads N=1]\n");
+            return 0;
+        }
         if (std::strcmp(argv[a], "--threads") == 0 && a + 1 < argc) {
             threads = std::atoi(argv[++a]);
         } else {
