@@ -25,6 +25,13 @@ std::string describe_id(long long id, int vocab_size) {
 
 }  // namespace detail
 
+std::map<std::string, TokenizerKind> tokenizer_kinds_by_name() {
+    std::map<std::string, TokenizerKind> kinds;
+    for (const TokenizerKind kind : {TokenizerKind::Char, TokenizerKind::Bpe, TokenizerKind::Gpt2})
+        kinds.emplace(std::string(tokenizer_kind_name(kind)), kind);
+    return kinds;
+}
+
 std::string_view tokenizer_kind_name(TokenizerKind kind) {
     switch (kind) {
         case TokenizerKind::Char:

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -40,6 +41,9 @@ class Tokenizer {
 };
 
 [[nodiscard]] std::string_view tokenizer_kind_name(TokenizerKind kind);
+// The kinds by the names the programs' --tokenizer flags take (char, bpe, gpt2): the one place a
+// name becomes a kind (the programs hand it to their command-line parser).
+[[nodiscard]] std::map<std::string, TokenizerKind> tokenizer_kinds_by_name();
 
 // The sorted set of bytes that occur in the corpus (65 symbols for tinyshakespeare).
 [[nodiscard]] std::unique_ptr<Tokenizer> make_char_tokenizer(std::string_view corpus);

@@ -16,16 +16,16 @@ namespace {
 std::unique_ptr<Tokenizer> build_tokenizer(const TrainOptions& o, const TokenizerChoice& choice,
                                            std::string_view text) {
     if (!choice.from_checkpoint.empty()) return deserialize_tokenizer(choice.from_checkpoint);
-    if (choice.kind == "gpt2") return load_gpt2_tokenizer(o.data.tokenizer_dir);
-    if (choice.kind == "bpe") return train_bpe_tokenizer(text, o.data.vocab_size);
+    if (choice.kind == TokenizerKind::Gpt2) return load_gpt2_tokenizer(o.data.tokenizer_dir);
+    if (choice.kind == TokenizerKind::Bpe) return train_bpe_tokenizer(text, o.data.vocab_size);
     return make_char_tokenizer(text);
 }
 
 // The tokenizer a GPT-2 preset brought without --tokenizer, which the user did not name.
 void log_implied_tokenizer(const TrainOptions& o, const TokenizerChoice& choice) {
     if (!choice.preset_implies) return;
-    spdlog::info("tokenizer: {} from {}, as --model {} implies (GPT-2's vocabulary)", choice.kind,
-                 o.data.tokenizer_dir, o.model.preset);
+    spdlog::info("tokenizer: {} from {}, as --model {} implies (GPT-2's vocabulary)",
+                 tokenizer_kind_name(choice.kind), o.data.tokenizer_dir, o.model.preset);
 }
 
 std::string read_corpus(const std::string& path) {
@@ -103,13 +103,15 @@ void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
                          tokenizer_kind_name(corpus.tokenizer->kind()));
         } else if (std::filesystem::exists(beside)) {
             corpus.tokenizer = deserialize_tokenizer(read_file_bytes(beside));
-            const std::string kind(tokenizer_kind_name(corpus.tokenizer->kind()));
-            if (o.was_given("tokenizer") && kind != o.data.tokenizer) {
-                throw UsageError("--tokenizer " + o.data.tokenizer + " contradicts the shards' " +
-                                 beside.string() + " (" + kind +
+            const TokenizerKind shards_kind = corpus.tokenizer->kind();
+            const std::string kind(tokenizer_kind_name(shards_kind));
+            if (o.was_given("tokenizer") && shards_kind != o.data.tokenizer) {
+                throw UsageError("--tokenizer " +
+                                 std::string(tokenizer_kind_name(o.data.tokenizer)) +
+                                 " contradicts the shards' " + beside.string() + " (" + kind +
                                  ", the tokenizer the shards were made with): drop --tokenizer");
             }
-            if (choice.preset_implies && kind != choice.kind) {
+            if (choice.preset_implies && shards_kind != choice.kind) {
                 throw UsageError("--model " + o.model.preset +
                                  " is a GPT-2 shape for GPT-2's tokenizer, "
                                  "but the shards' " +
@@ -118,7 +120,7 @@ void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
                                  "with --n-layer/--n-head/--n-embd");
             }
             spdlog::info("tokenizer: {} from {} (the shards' own)", kind, beside.string());
-        } else if (choice.kind == "gpt2") {
+        } else if (choice.kind == TokenizerKind::Gpt2) {
             corpus.tokenizer = load_gpt2_tokenizer(o.data.tokenizer_dir);
             log_implied_tokenizer(o, choice);
         } else {

@@ -23,8 +23,8 @@ ModelConfig requested_model(const TrainOptions& o, int vocab_size) {
     return c;
 }
 
-std::string requested_tokenizer(const TrainOptions& o) {
-    if (!o.was_given("tokenizer") && is_gpt2_preset(o.model.preset)) return "gpt2";
+TokenizerKind requested_tokenizer(const TrainOptions& o) {
+    if (!o.was_given("tokenizer") && is_gpt2_preset(o.model.preset)) return TokenizerKind::Gpt2;
     return o.data.tokenizer;
 }
 
@@ -102,7 +102,7 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     require(o.safety.check_replicas >= 0, "--check-replicas must not be negative");
     require(o.compute.benchmark >= 0, "--benchmark must not be negative");
     require(o.compute.peak_gflops >= 0.0, "--peak-gflops must be >= 0 (0: measured at start-up)");
-    require(o.data.vocab_size >= 257 || o.data.tokenizer != "bpe",
+    require(o.data.vocab_size >= 257 || o.data.tokenizer != TokenizerKind::Bpe,
             "--vocab-size must be at least 257 for --tokenizer bpe (256 bytes + end-of-text)");
     require(o.data.train_data.empty() == o.data.val_data.empty(),
             "--train-data and --val-data go together");
@@ -117,9 +117,10 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     require(o.checkpoints.resume.empty() || o.checkpoints.resume == "auto" ||
                 checkpoint_step(o.checkpoints.resume).has_value(),
             "--resume " + o.checkpoints.resume + ": expected 'auto' or a state_NNNNNN.bin file");
-    if (is_gpt2_preset(o.model.preset) && o.was_given("tokenizer") && o.data.tokenizer != "gpt2") {
-        throw InputError("--tokenizer " + o.data.tokenizer + " contradicts --model " +
-                         o.model.preset +
+    if (is_gpt2_preset(o.model.preset) && o.was_given("tokenizer") &&
+        o.data.tokenizer != TokenizerKind::Gpt2) {
+        throw InputError("--tokenizer " + std::string(tokenizer_kind_name(o.data.tokenizer)) +
+                         " contradicts --model " + o.model.preset +
                          ": GPT-2's shapes are for GPT-2's tokenizer (vocabulary 50257; the "
                          "preset implies --tokenizer gpt2); drop --tokenizer, or give the shape "
                          "with --n-layer/--n-head/--n-embd");

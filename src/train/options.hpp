@@ -12,6 +12,7 @@
 
 #include "model/model.hpp"
 #include "model/schedule.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
 
@@ -32,7 +33,7 @@ struct TrainOptions {
         std::string data = "data/tinyshakespeare.txt";
         std::string train_data;  // llm.c shard glob (instead of --data)
         std::string val_data;
-        std::string tokenizer = "char";
+        TokenizerKind tokenizer = TokenizerKind::Char;
         int vocab_size = 4096;  // for --tokenizer bpe
         std::string tokenizer_dir = "data/gpt2";
         std::string eot_in_text = "token";  // a literal <|endoftext|> in --data: token | text
@@ -166,6 +167,6 @@ void validate_train_options(const TrainOptions& options, int world_size);
 
 // The tokenizer kind a run uses when neither weights nor shards bring one: --tokenizer if given,
 // else gpt2 for one of GPT-2's presets (--model gpt2-124M...), else the default (char).
-[[nodiscard]] std::string requested_tokenizer(const TrainOptions& options);
+[[nodiscard]] TokenizerKind requested_tokenizer(const TrainOptions& options);
 
 }  // namespace gpt2

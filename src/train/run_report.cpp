@@ -35,7 +35,7 @@ std::string config_json(const TrainOptions& o, const ModelConfig& c, int world, 
                   {"num_heads", c.num_heads},
                   {"channels", c.channels}};
     j["training"] = {{"data", o.data.train_data.empty() ? o.data.data : o.data.train_data},
-                     {"tokenizer", o.data.tokenizer},
+                     {"tokenizer", tokenizer_kind_name(o.data.tokenizer)},
                      {"batch_size", o.batch.batch_size},
                      {"seq_len", o.batch.seq_len},
                      {"lr", o.optimizer.lr},

@@ -103,10 +103,12 @@ TokenizerChoice choose_tokenizer(const TrainOptions& o, const StartPoint& start)
     switch (model_tokenizer_source(*start.model, o.was_given("tokenizer"))) {
         case ModelTokenizerSource::Embedded: {
             choice.from_checkpoint = start.model->extras->tokenizer;
-            const std::string kind(tokenizer_kind_name(embedded_tokenizer(*start.model)->kind()));
+            const TokenizerKind kind = embedded_tokenizer(*start.model)->kind();
             if (o.was_given("tokenizer") && kind != o.data.tokenizer) {
-                throw UsageError("--tokenizer " + o.data.tokenizer + " contradicts " +
-                                 start.source + ", whose tokenizer is " + kind +
+                throw UsageError("--tokenizer " +
+                                 std::string(tokenizer_kind_name(o.data.tokenizer)) +
+                                 " contradicts " + start.source + ", whose tokenizer is " +
+                                 std::string(tokenizer_kind_name(kind)) +
                                  " (the weights only make sense with it): drop --tokenizer");
             }
             choice.kind = kind;
@@ -117,7 +119,7 @@ TokenizerChoice choose_tokenizer(const TrainOptions& o, const StartPoint& start)
         case ModelTokenizerSource::Requested:
             break;  // --tokenizer, built from the corpus
         case ModelTokenizerSource::Gpt2:
-            choice.kind = "gpt2";
+            choice.kind = TokenizerKind::Gpt2;
             choice.preset_implies = false;
             choice.reason = "GPT-2's, for a plain llm.c model file of vocabulary 50257 (from " +
                             o.data.tokenizer_dir + ")";
@@ -139,7 +141,7 @@ void choose_start(const TrainOptions& o, StartPoint& start, TokenizerChoice& cho
     start = find_start(o);
     choice = choose_tokenizer(o, start);
     if (choice.from_checkpoint.empty()) {
-        spdlog::debug("tokenizer: {} ({})", choice.kind, choice.reason);
+        spdlog::debug("tokenizer: {} ({})", tokenizer_kind_name(choice.kind), choice.reason);
     }
     if (start.model && !start.model->extras && choice.reason.starts_with("GPT-2")) {
         spdlog::info("{}: no tokenizer in the file; using {}", start.source, choice.reason);

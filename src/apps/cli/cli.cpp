@@ -136,6 +136,7 @@ std::optional<Problem> repeated_flag(const CLI::App& app, const std::vector<std:
                                      std::size_t from_config) {
     std::map<const CLI::Option*, std::size_t> in_file;
     std::map<const CLI::Option*, std::vector<std::string>> spelled;  // as typed, in order
+    std::map<const CLI::Option*, std::vector<std::string>> typed;    // values as typed, in order
     for (std::size_t i = 0; i < args.size(); ++i) {
         const CLI::Option* option = named_option(app, args[i]);
         if (option == nullptr) continue;
@@ -145,6 +146,12 @@ std::optional<Problem> repeated_flag(const CLI::App& app, const std::vector<std:
             std::vector<std::string>& names = spelled[option];
             const std::string name = args[i].substr(0, args[i].find('='));
             if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+            const auto equals = args[i].find('=');
+            if (equals != std::string::npos) {
+                typed[option].push_back(args[i].substr(equals + 1));
+            } else if (option->get_expected_min() > 0 && i + 1 < args.size()) {
+                typed[option].push_back(args[i + 1]);
+            }
         }
     }
     std::vector<const CLI::Option*> options;
@@ -159,10 +166,10 @@ std::optional<Problem> repeated_flag(const CLI::App& app, const std::vector<std:
             names += (names.empty() ? "" : " and ") + name;
         if (names.empty()) names = option->get_name();
         std::string values;
-        if (option->get_expected_min() > 0) {
-            const std::vector<std::string>& results = option->results();
-            for (std::size_t i = results.size() - on_command_line; i < results.size(); ++i)
-                values += (values.empty() ? " (" : ", then ") + results[i];
+        // The values as typed (CLI11's results are after its transforms: a kind's number).
+        if (option->get_expected_min() > 0 && !typed[option].empty()) {
+            for (const std::string& value : typed[option])
+                values += (values.empty() ? " (" : ", then ") + value;
             values += ")";
         }
         const std::string times =

@@ -25,13 +25,13 @@
 #include "formats/checkpoint.hpp"
 #include "formats/model_file.hpp"
 #include "formats/model_tokenizer.hpp"
+#include "formats/resume_state.hpp"
 #include "model/decode_weights.hpp"
 #include "model/kv_cache.hpp"
 #include "ops/gemm.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/model_broadcast.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "formats/resume_state.hpp"
 
 namespace {
 
@@ -61,12 +61,14 @@ struct Named {
 
 // The tokenizer --tokenizer asks for.
 Named requested_tokenizer(const Options& o, int vocab_size) {
-    if (o.tokenizer == "gpt2") {
+    const std::optional<gpt2::TokenizerKind> kind = o.tokenizer_kind();
+    if (kind == gpt2::TokenizerKind::Gpt2) {
         return {gpt2::load_gpt2_tokenizer(o.tokenizer_dir), "from " + o.tokenizer_dir};
     }
     const std::vector<std::uint8_t> corpus = gpt2::read_file_bytes(o.tokenizer_corpus);
-    auto tokenizer = o.tokenizer == "char" ? gpt2::make_char_tokenizer(as_text(corpus))
-                                           : gpt2::train_bpe_tokenizer(as_text(corpus), vocab_size);
+    auto tokenizer = kind == gpt2::TokenizerKind::Char
+                         ? gpt2::make_char_tokenizer(as_text(corpus))
+                         : gpt2::train_bpe_tokenizer(as_text(corpus), vocab_size);
     return {std::move(tokenizer), "rebuilt from " + o.tokenizer_corpus};
 }
 

@@ -71,7 +71,7 @@ void add_model_flags(CLI::App& app, Options& o) {
                    "for a model file without a tokenizer: gpt2 (from --tokenizer-dir), or char | "
                    "bpe (rebuilt from --tokenizer-corpus); none: a checkpoint's own, or gpt2 for "
                    "a model of GPT-2's vocabulary (50257)")
-        ->check(CLI::IsMember({"char", "bpe", "gpt2"}).description(""))
+        ->check(CLI::IsMember(gpt2::tokenizer_kinds_by_name()).description(""))
         ->type_name("NAME");
     app.add_option("--tokenizer-dir", o.tokenizer_dir,
                    "directory with GPT-2's encoder.json and vocab.bpe")
@@ -87,7 +87,8 @@ void add_model_flags(CLI::App& app, Options& o) {
 }
 
 void validate(const Options& o) {
-    const bool rebuilt = o.tokenizer == "char" || o.tokenizer == "bpe";
+    const std::optional<gpt2::TokenizerKind> kind = o.tokenizer_kind();
+    const bool rebuilt = kind == gpt2::TokenizerKind::Char || kind == gpt2::TokenizerKind::Bpe;
     if (rebuilt && o.tokenizer_corpus.empty()) {
         throw InputError("--tokenizer " + o.tokenizer +
                          " needs --tokenizer-corpus FILE (its source text)");

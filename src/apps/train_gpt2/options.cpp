@@ -195,7 +195,7 @@ void add_data_flags(CLI::App& app, TrainOptions& o) {
     data->add_option("--tokenizer", o.data.tokenizer,
                      "char | bpe | gpt2 (a checkpoint's or the shards' own tokenizer comes first; "
                      "default: gpt2 with a gpt2-* --model, else char)")
-        ->check(CLI::IsMember({"char", "bpe", "gpt2"}).description(""))
+        ->transform(CLI::CheckedTransformer(tokenizer_kinds_by_name()).description(""))
         ->type_name("NAME")
         ->default_str("");  // depends on --model: the description says how
     data->add_option("--vocab-size", o.data.vocab_size,
