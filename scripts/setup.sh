@@ -6,6 +6,7 @@
 #   GPT2_WITH_PYTHON=1 scripts/setup.sh # also PyTorch/matplotlib/Node (fixtures, benchmarks, plots)
 #   GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh # also llama.cpp (node-llama-cpp 3.21.1's prebuilt CPU
 #                                          # binary, in .deps/) and NumPy: convert_model's checks
+#                                          # and scripts/llama_generate.sh
 #   GPT2_SETUP_DRY_RUN=1 scripts/setup.sh # only print the packages it would install
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -17,12 +17,12 @@
 #include "model/generate.hpp"
 #include "model/kv_cache.hpp"
 #include "model/optimizer.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "ops/gemm.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 
 #include "random_model.hpp"
 
