@@ -1,11 +1,11 @@
 #include "model/kv_cache.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "ops/decode_attention.hpp"
 #include "ops/decode_matvec.hpp"
@@ -693,7 +693,6 @@ GenerationStats generate_kv(KvCacheSession& session, std::vector<std::int32_t>& 
             std::min<int>(static_cast<int>(tokens.size()), session.config().max_seq_len);
         return stats;
     }
-    using Clock = std::chrono::steady_clock;
     const int V = session.config().vocab_size;
     const auto limit = static_cast<std::size_t>(vocab_limit > 0 ? std::min(vocab_limit, V) : V);
     const int slides_before = session.slides();
@@ -701,9 +700,9 @@ GenerationStats generate_kv(KvCacheSession& session, std::vector<std::int32_t>& 
     std::vector<std::pair<float, int>> scratch;
     scratch.reserve(limit);
 
-    const auto t0 = Clock::now();
+    Stopwatch stopwatch;
     std::span<const float> logits = session.prefill(tokens);
-    const auto t1 = Clock::now();
+    stats.prefill_seconds = stopwatch.lap();
     stats.prompt_tokens = session.length();
     for (int n = 0; n < count; ++n) {
         const int next = sample_token(logits.first(limit), params, rng, scratch);
@@ -712,9 +711,7 @@ GenerationStats generate_kv(KvCacheSession& session, std::vector<std::int32_t>& 
         if (on_token) on_token(next);
         if (n + 1 < count) logits = session.step(next);
     }
-    const auto t2 = Clock::now();
-    stats.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-    stats.generate_seconds = std::chrono::duration<double>(t2 - t1).count();
+    stats.generate_seconds = stopwatch.lap();
     stats.slides = session.slides() - slides_before;
     return stats;
 }
