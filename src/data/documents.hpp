@@ -102,9 +102,9 @@ class DocumentReader {
 // The uncompressed size of a file (reads a compressed one through).
 [[nodiscard]] std::uint64_t uncompressed_bytes(const CorpusFile& file);
 
-// What the first bytes of a text input show it to be when it is not text, and what to do: "a
-// Parquet file (it starts with PAR1), not text: Parquet is read from files named *.parquet",
-// "binary data (a NUL byte at byte 12), not text", ...; nothing for text.
+// What a text input's bytes (its first ones, or all) show it to be when it is not text, and what
+// to do: "a Parquet file (it starts with PAR1), not text: Parquet is read from files named
+// *.parquet", "binary data (a NUL byte at byte 12), not text", ...; nothing for text.
 [[nodiscard]] std::optional<std::string> binary_content(std::string_view head);
 
 }  // namespace gpt2

@@ -330,7 +330,9 @@ struct ParquetReader::Impl {
                          std::to_string(start + c.total_compressed_size) +
                          ", outside the data (bytes 4.." + std::to_string(data_end) +
                          "): the file is cut short or corrupt");
-                if (c.num_values < group.num_rows)
+                // One value (null or not) per row, or, in a list, at least one.
+                const bool flat = schema.leaves[leaf].max_repetition == 0;
+                if (flat ? c.num_values != group.num_rows : c.num_values < group.num_rows)
                     fail("inconsistent footer: column " + column + " of " + where + " has " +
                          std::to_string(c.num_values) + " values for " +
                          std::to_string(group.num_rows) + " rows");
@@ -374,6 +376,13 @@ struct ParquetReader::Impl {
         cursors.clear();
     }
 
+    void count_row() {
+        const std::int64_t expected = meta.row_groups[group - 1].num_rows;
+        if (++group_rows > static_cast<std::uint64_t>(expected))
+            fail(layout.description + " holds more rows in row group " + std::to_string(group - 1) +
+                 " than the footer's " + std::to_string(expected));
+    }
+
     void take(std::string& field, const parquet::LevelEntry& entry, const char* what,
               ParquetRecord& record) const {
         field.assign(entry.value);
@@ -397,7 +406,7 @@ struct ParquetReader::Impl {
             if (any) fail(context + ": its columns hold different numbers of rows");
             return Step::GroupEnd;
         }
-        ++group_rows;
+        count_row();
         record.row = row++;
         for (std::size_t i = 0; i < cursors.size(); ++i) {
             if (!entries[i].has_value) {
@@ -431,7 +440,7 @@ struct ParquetReader::Impl {
         record.messages.clear();
         record.problem.clear();
         record.row = row++;
-        ++group_rows;
+        count_row();
         do {
             const parquet::LevelEntry& r = ahead[0];
             const parquet::LevelEntry& c = ahead[1];

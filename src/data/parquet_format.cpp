@@ -65,8 +65,7 @@ SchemaElement read_schema_element(CompactReader& r) {
 
 std::vector<SchemaElement> read_schema(CompactReader& r, Type type) {
     const auto [element, size] = r.list(type, "FileMetaData.schema");
-    std::vector<SchemaElement> elements;
-    elements.reserve(size);
+    std::vector<SchemaElement> elements;  // grown as read: `size` is not trusted yet
     for (std::size_t i = 0; i < size; ++i) {
         if (element != Type::Struct) r.fail("FileMetaData.schema is not a list of structs");
         elements.push_back(read_schema_element(r));
@@ -134,9 +133,8 @@ RowGroupMeta read_row_group(CompactReader& r, const ParquetSchema* schema) {
         if (id != 1) return false;
         const auto [element, size] = r.list(type, "RowGroup.columns");
         if (element != Type::Struct) r.fail("RowGroup.columns is not a list of structs");
-        group.columns.resize(size);
         for (std::size_t i = 0; i < size; ++i) {
-            ColumnChunkMeta& c = group.columns[i];
+            ColumnChunkMeta& c = group.columns.emplace_back();
             const LeafColumn* leaf =
                 schema != nullptr && i < schema->leaves.size() ? &schema->leaves[i] : nullptr;
             r.read_struct([&](std::int16_t field, Type t) {
@@ -293,7 +291,6 @@ FileMetaData parse_file_metadata(std::span<const std::uint8_t> bytes, const std:
             case 4: {
                 const auto [element, size] = r.list(type, "FileMetaData.row_groups");
                 if (element != Type::Struct) r.fail("row_groups is not a list of structs");
-                meta.row_groups.reserve(size);
                 for (std::size_t i = 0; i < size; ++i)
                     meta.row_groups.push_back(
                         read_row_group(r, has_schema ? &meta.schema : nullptr));
