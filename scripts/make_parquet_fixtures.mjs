@@ -131,7 +131,16 @@ async function duckWrite(file, table, options) {
   await duck.run(`COPY (SELECT * EXCLUDE ("row") FROM ${table} ORDER BY "row") TO ${sql(join(outDir, file))} (FORMAT parquet, ${options})`);
 }
 function arrowWrite(file, columns, configure) {
-  const table = new arrow.Table(columns);
+  writeTable(file, new arrow.Table(columns), configure);
+}
+// Columns that may not be null (REQUIRED in Parquet: no definition levels, or fewer).
+function arrowWriteRequired(file, fields, vectors, configure) {
+  const schema = new arrow.Schema(fields);
+  const data = arrow.makeData({ type: new arrow.Struct(schema.fields), length: vectors[0].length,
+                                nullCount: 0, children: vectors.map((v) => v.data[0]) });
+  writeTable(file, new arrow.Table([new arrow.RecordBatch(schema, data)]), configure);
+}
+function writeTable(file, table, configure) {
   const wasmTable = pw.Table.fromIPCStream(arrow.tableToIPC(table, "stream"));
   const builder = configure(new pw.WriterPropertiesBuilder().setCreatedBy("parquet-wasm 0.8.0 (arrow-rs)"));
   writeFileSync(join(outDir, file), pw.writeParquet(wasmTable, builder.build()));
@@ -273,6 +282,25 @@ const small = (b) => b.setDataPageSizeLimit(1024).setWriteBatchSize(32).setMaxRo
   arrowWrite("arrow_sharegpt_v2_zstd.parquet", { conversations: messagesVector(shared, "element", "from", "value") },
     (b) => small(b).setCompression(pw.Compression.ZSTD).setWriterVersion(pw.WriterVersion.V2).setMaxRowGroupSize(50));
   await expect({ file: "arrow_sharegpt_v2_zstd.parquet", writer: "arrow-rs", kind: "chat", column: "conversations", fields: ["from", "value"], note: "ShareGPT: conversations: LIST > list > element {from, value}, v2 pages" });
+}
+{  // REQUIRED columns: a text column and a chat list whose every level is required
+  const docs = documents(300, 0).map((d) => d ?? "");
+  arrowWriteRequired("arrow_required_text_snappy.parquet",
+    [new arrow.Field("text", new arrow.Utf8(), false)], [utf8(docs)],
+    (b) => small(b).setCompression(pw.Compression.SNAPPY));
+  await expect({ file: "arrow_required_text_snappy.parquet", writer: "arrow-rs", kind: "text", column: "text", note: "a REQUIRED text column (no definition levels), dictionary, v1 pages" });
+  const struct = new arrow.Struct([new arrow.Field("role", new arrow.Utf8(), false),
+                                   new arrow.Field("content", new arrow.Utf8(), false)]);
+  const type = new arrow.List(new arrow.Field("element", struct, false));
+  const chats = [];
+  for (let i = 0; i < 80; ++i) {
+    const c = conversation(i, 0);
+    chats.push(random() < 0.05 ? [] : c.filter((m) => m !== null && m.content !== null));
+  }
+  arrowWriteRequired("arrow_required_chat_v2_gzip.parquet",
+    [new arrow.Field("messages", type, false)], [arrow.vectorFromArray(chats, type)],
+    (b) => small(b).setCompression(pw.Compression.GZIP).setWriterVersion(pw.WriterVersion.V2).setMaxRowGroupSize(40));
+  await expect({ file: "arrow_required_chat_v2_gzip.parquet", writer: "arrow-rs", kind: "chat", column: "messages", fields: ["role", "content"], note: "a REQUIRED list of REQUIRED structs (empty lists its only gaps), v2 pages" });
 }
 {
   const prompts = [], completions = [];

@@ -59,7 +59,7 @@ void add_output_flags(CLI::App& cli, Options& o) {
     cli.add_option("--out-dir", o.out_dir, "output directory")->required();
     cli.add_option("--name", o.name,
                    "shard name prefix, or with --hellaswag the file's name before .bin (default: "
-                   "the first input's name without extensions)");
+                   "the first input's name without extensions; a pattern's directory's name)");
     cli.add_option("--val-fraction", o.val_fraction,
                    "validation share (0..0.99): of documents, every round(1/F)-th starting with "
                    "the first; of one text file or fewer documents than round(1/F), the text's "
