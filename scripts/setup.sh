@@ -6,6 +6,7 @@
 #   GPT2_WITH_PYTHON=1 scripts/setup.sh # also PyTorch/matplotlib/Node (fixtures, benchmarks, plots)
 #   GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh # also llama.cpp (node-llama-cpp 3.21.1's prebuilt CPU
 #                                          # binary, in .deps/) and NumPy: convert_model's checks
+#                                          # and scripts/llama_generate.sh
 #   GPT2_WITH_PARQUET=1 scripts/setup.sh   # also DuckDB, parquet-wasm (arrow-rs) and hyparquet (npm,
 #                                          # in .deps/parquet): the Parquet fixtures' writers and a
 #                                          # third reader for tests/test_parquet.cpp
@@ -67,7 +68,7 @@ if [[ "${GPT2_WITH_LLAMA_CPP:-0}" == "1" && ! -d .deps/llama-cpp/node_modules/@n
 fi
 
 # Independent Parquet writers (DuckDB; parquet-wasm, which is arrow-rs) and a third reader
-# (hyparquet) for the Parquet checks: scripts/make_parquet_fixtures.mjs and tests/test_parquet.cpp.
+# (hyparquet) for the Parquet checks: dev/make_parquet_fixtures.mjs and tests/test_parquet.cpp.
 if [[ "${GPT2_WITH_PARQUET:-0}" == "1" && ! -d .deps/parquet/node_modules/hyparquet-compressors ]]; then
   echo "setup: installing DuckDB, parquet-wasm and hyparquet into .deps/parquet"
   mkdir -p .deps/parquet

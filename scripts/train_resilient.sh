@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a training job again after a failure (a rank or a host dying, a node rebooting), up to N
 # restarts, each resuming from the newest checkpoint: the command must pass --resume auto to
-# train_gpt2. Every restart is logged with the exit code and the job's last error line.
+# train_gpt2. Every restart is logged with the exit code and the job's first actual error line.
 #   scripts/train_resilient.sh [--max-restarts 3] [--log FILE] -- scripts/mpirun.sh ... build/train_gpt2 ... --resume auto
 # With scripts/mpirun.sh as the launcher, Ctrl-C saves a checkpoint and ends the job and this loop
 # (exit 0); with plain mpirun, Ctrl-C loses the work since the last checkpoint (see README).

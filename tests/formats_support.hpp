@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/generate.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "ops/gemm.hpp"
 #include "process_support.hpp"
 

@@ -5,6 +5,8 @@ GPT-2 conventions (Conv1D weights stored (in, out), y = x @ W + b; tanh GELU; La
 lm_head tied to wte). NumPy only; nothing of gpt2-mpi is imported.
 
   hf_gpt2_reference.py logits DIR TOKENS OUT   logits (T, vocab) float32 of the int32 tokens
+  hf_gpt2_reference.py tokenize DIR TEXT OUT   int32 tokens of the text file by DIR's vocab.json
+                                               and merges.txt, as transformers' GPT2Tokenizer
   hf_gpt2_reference.py write LLMC_FILE DIR     DIR as the Hub stores GPT-2: no "transformer."
                                                prefix, mask buffers, lm_head, two shards + index
 """
@@ -90,6 +92,60 @@ def logits(directory, tokens):
     return (x @ head.T).astype(np.float32)
 
 
+def bytes_to_unicode():
+    """GPT-2's printable spelling of each byte (transformers' bytes_to_unicode)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    spelled, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            spelled[b] = chr(b)
+        else:
+            spelled[b] = chr(256 + extra)
+            extra += 1
+    return spelled
+
+
+def bpe(word, ranks):
+    """transformers' GPT2Tokenizer.bpe: merge the lowest-ranked adjacent pair until none is left."""
+    word = list(word)
+    while len(word) > 1:
+        pairs = [(ranks.get((a, b), float("inf")), i) for i, (a, b) in enumerate(zip(word, word[1:]))]
+        rank, i = min(pairs)
+        if rank == float("inf"):
+            break
+        first, second = word[i], word[i + 1]
+        merged, j = [], 0
+        while j < len(word):
+            if j + 1 < len(word) and word[j] == first and word[j + 1] == second:
+                merged.append(first + second)
+                j += 2
+            else:
+                merged.append(word[j])
+                j += 1
+        word = merged
+    return word
+
+
+def tokenize(directory, text):
+    vocab = json.load(open(os.path.join(directory, "vocab.json"), encoding="utf-8"))
+    lines = open(os.path.join(directory, "merges.txt"), encoding="utf-8").read().split("\n")[1:-1]
+    ranks = {tuple(line.split()): rank for rank, line in enumerate(lines)}
+    spelled = bytes_to_unicode()
+    if ranks:
+        # GPT-2's pre-tokenizer needs Unicode classes (the regex module), which merges make matter.
+        import regex
+
+        words = regex.findall(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""", text)
+    else:
+        # Without merges every byte is a token whatever the pre-tokenizer splits: one word.
+        words = [text]
+    ids = []
+    for word in words:
+        for token in bpe("".join(spelled[b] for b in word.encode("utf-8")), ranks):
+            ids.append(vocab[token])  # KeyError: a byte the vocabulary has no token for
+    return np.array(ids, dtype="<i4")
+
+
 def write_safetensors(path, tensors):
     header, offset, blobs = {}, 0, []
     for name, array in tensors.items():
@@ -154,6 +210,9 @@ if __name__ == "__main__":
     if sys.argv[1] == "logits":
         tokens = np.fromfile(sys.argv[3], dtype="<i4")
         logits(sys.argv[2], tokens).tofile(sys.argv[4])
+    elif sys.argv[1] == "tokenize":
+        text = open(sys.argv[3], encoding="utf-8", newline="").read()
+        tokenize(sys.argv[2], text).tofile(sys.argv[4])
     elif sys.argv[1] == "write":
         write_hub_layout(sys.argv[2], sys.argv[3])
     else:

@@ -3,7 +3,8 @@
 //   node llama_cpp_check.mjs NODE_MODULES_DIR JOBS.json
 // JOBS.json: [{"model": PATH, "mode": M, "text": T | "ids": [...], "count": N}, ...] with mode
 //   tokenize  llama.cpp's token ids of text
-//   greedy    the next `count` tokens after ids, at temperature 0
+//   greedy    the next `count` tokens after ids, at temperature 0 (an end-of-generation token does
+//             not stop it: our generator has no such stop, and a char model's eos is its newline)
 //   teacher   llama.cpp's top-1 token after each prefix of ids
 // Prints a JSON list with one list of ids per job.
 import { readFileSync } from "node:fs";
@@ -26,7 +27,7 @@ for (const job of JSON.parse(readFileSync(jobsFile, "utf8"))) {
     const context = await model.createContext({ contextSize: model.trainContextSize, threads: 1 });
     const sequence = context.getSequence();
     if (job.mode === "greedy") {
-      for await (const token of sequence.evaluate(job.ids, { temperature: 0 })) {
+      for await (const token of sequence.evaluate(job.ids, { temperature: 0, yieldEogToken: true })) {
         out.push(token);
         if (out.length >= job.count) break;
       }

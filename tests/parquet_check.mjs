@@ -1,7 +1,7 @@
 // A third Parquet reader for tests/test_parquet.cpp: hyparquet (JavaScript, independent of DuckDB,
 // arrow-rs and this project) extracts each file's documents as src/data/parquet.hpp defines them.
 //   node parquet_check.mjs NODE_MODULES_DIR MANIFEST.json
-// For every readable file in the manifest (scripts/make_parquet_fixtures.mjs), prints one line:
+// For every readable file in the manifest (dev/make_parquet_fixtures.mjs), prints one line:
 // {"file": NAME, "documents": [TEXT, ...], "null_rows": N, "null_messages": M}.
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";

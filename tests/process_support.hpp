@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <chrono>
@@ -59,6 +60,36 @@ inline std::string build_path(const std::string& program) {
 // heads, a few tens of thousands of parameters (fast under the sanitizers, yet every code path).
 inline std::string small_model(int seq_len) {
     return " --n-layer 2 --n-head 2 --n-embd 32 --seq-len " + std::to_string(seq_len);
+}
+
+// `defaults` (" --flag value" or " --flag" words, none quoted) without the flags that `flags` (a
+// shell fragment) gives too: the programs refuse a flag given twice, so a test's own choice
+// replaces the default instead of following it. A default flag's value is every word up to the
+// next one that starts with "--".
+inline std::string without_given(const std::string& defaults, const std::string& flags) {
+    const auto gives = [&flags](const std::string& flag) {
+        for (std::size_t at = flags.find(flag); at != std::string::npos;
+             at = flags.find(flag, at + 1)) {
+            const bool starts = at == 0 || flags[at - 1] == ' ';
+            const std::size_t end = at + flag.size();
+            const bool ends = end == flags.size() || flags[end] == ' ' || flags[end] == '=';
+            if (starts && ends) return true;
+        }
+        return false;
+    };
+    std::string kept;
+    bool keeping = true;
+    std::size_t at = 0;
+    while (at < defaults.size()) {
+        const std::size_t start = defaults.find_first_not_of(' ', at);
+        if (start == std::string::npos) break;
+        const std::size_t end = std::min(defaults.find(' ', start), defaults.size());
+        const std::string word = defaults.substr(start, end - start);
+        if (word.starts_with("--")) keeping = !gives(word);
+        if (keeping) kept += " " + word;
+        at = end;
+    }
+    return kept;
 }
 
 // mpiexec with the flags a test on one small machine needs (more ranks than cores, root).

@@ -1,4 +1,4 @@
-// Reader for tests/data/gpt2_reference.bin, written by scripts/make_reference.py.
+// Reader for tests/data/gpt2_reference.bin, written by dev/make_reference.py.
 // Format (little-endian): "GPT2REF1", uint32 count, then per record: uint32 name length, name,
 // uint32 dtype (0 = float32, 1 = int32), uint32 ndim, int64 dims[ndim], raw C-order data.
 #pragma once

@@ -17,9 +17,9 @@ namespace fs = std::filesystem;
 
 const fs::path kSource = fs::path(GPT2_SOURCE_DIR) / "src";
 
-// The layer a file of src/ belongs to: its folder (apps/common/ is the cli layer).
+// The layer a file of src/ belongs to: its folder (apps/cli/ is the cli layer).
 std::string layer_of(const std::string& relative) {
-    if (relative.starts_with("apps/common/")) return "cli";
+    if (relative.starts_with("apps/cli/")) return "cli";
     if (relative.starts_with("apps/")) return "apps";
     return relative.substr(0, relative.find('/'));
 }

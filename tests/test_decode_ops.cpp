@@ -1,7 +1,9 @@
 // The decoding kernels of ops/ against plain scalar loops in double: the matrix-vector products
 // over fp32, bf16 and int8 rows (the dispatching overloads and the portable loop, at row counts
-// and lengths that leave vector and four-row tails), and one head's attention for a new token
-// (fp32 and bf16 caches) and for a prompt's rows, over lengths and head sizes that leave tails.
+// and lengths that leave vector and four-row tails), one head's attention for a new token (fp32
+// and bf16 caches) and for a prompt's rows, over lengths and head sizes that leave tails; and a
+// prompt's products with compact rows: activations split into bf16/int8 pieces, the pieces'
+// products (oneDNN, or its fallbacks) against the same double loop, and the int8 matmul exactly.
 //
 // Tolerances are worst-case rounding bounds, not fitted numbers: a float sum of K terms, in any
 // order, is within (K - 1) u sum|term| of the exact one (u = 2^-24, Higham's bound, with products
@@ -21,6 +23,7 @@
 #include "ops/bf16.hpp"
 #include "ops/decode_attention.hpp"
 #include "ops/decode_matvec.hpp"
+#include "ops/prompt_products.hpp"
 
 namespace gpt2 {
 namespace {
@@ -296,7 +299,7 @@ TEST(DecodeAttention, PromptRowsAreCausalAndMatchTheScalarLoop) {
     std::uint64_t seed = 500;
     for (const int hs : {7, 16, 64}) {
         for (const int pos0 : {0, 5}) {
-            for (const int M : {2, 31, 32, 33, 70}) {
+            for (const int M : {2, 63, 64, 65, 140}) {
                 const int C = 3 * hs, col = hs, maxT = pos0 + M + 3;
                 const HeadCacheCase<float> cache(hs, maxT, pos0 + M, seed += 3);
                 const std::vector<float> q =
@@ -304,8 +307,8 @@ TEST(DecodeAttention, PromptRowsAreCausalAndMatchTheScalarLoop) {
                 std::vector<float> scores(static_cast<std::size_t>(kPromptScoreRows) * maxT,
                                           kGarbage);
                 std::vector<float> out(static_cast<std::size_t>(M) * C, kGarbage);
-                attend_prompt_rows(out.data() + col, q.data() + col, cache.keys_t.data(),
-                                   cache.values.data(), scores.data(), M, pos0, C, hs, maxT);
+                attend_prompt_rows(out.data() + col, C, q.data() + col, C, cache.keys_t.data(),
+                                   cache.values.data(), scores.data(), M, pos0, hs, maxT);
                 for (int i = 0; i < M; ++i) {
                     const std::size_t row = static_cast<std::size_t>(i) * C;
                     ASSERT_TRUE(attention_matches(out.data() + row + col, q.data() + row + col,
@@ -314,6 +317,259 @@ TEST(DecodeAttention, PromptRowsAreCausalAndMatchTheScalarLoop) {
                     // The other heads' columns are not written.
                     ASSERT_EQ(out[row], kGarbage);
                     ASSERT_EQ(out[row + 2 * static_cast<std::size_t>(hs)], kGarbage);
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// prompt products
+
+// Rows of activations for the splits: magnitudes spread over six orders (activations are not all
+// alike), a zero row, and rows ldx = K + 3 apart with garbage between.
+std::vector<float> activation_rows(int M, int K, std::uint64_t seed) {
+    const int ldx = K + 3;
+    std::vector<float> x = normal_vector(static_cast<std::size_t>(M) * ldx, seed);
+    Rng rng(seed + 1);
+    for (int i = 0; i < M; ++i) {
+        const float row_scale = std::pow(10.0f, static_cast<float>(rng.below(7)) - 3.0f);
+        for (int k = 0; k < ldx; ++k) {
+            float& v = x[static_cast<std::size_t>(i) * ldx + k];
+            v = k < K ? v * row_scale * std::pow(2.0f, static_cast<float>(rng.below(9)) - 4.0f)
+                      : kGarbage;
+        }
+    }
+    if (M > 2) std::fill_n(x.begin() + 2L * ldx, K, 0.0f);  // row 2: zeros
+    return x;
+}
+
+// Splits rows [0, Mp) in two calls, as two workers would.
+template <typename Split>
+void split_in_two(const Split& split, int Mp) {
+    split(0, Mp / 3);
+    split(Mp / 3, Mp);
+}
+
+TEST(PromptProducts, Bf16PiecesSumToTheActivationsAndPadWithZeros) {
+    for (const int K : {1, 17, 64}) {
+        const int M = 5, Mp = 16, ldx = K + 3;
+        std::vector<float> x = activation_rows(M, K, 40 + K);
+        x[4L * ldx] = std::numeric_limits<float>::quiet_NaN();  // row 4: stays NaN
+        const std::size_t count = static_cast<std::size_t>(kBf16Pieces) * Mp * K;
+        std::vector<Bf16> pieces(count, to_bf16(kGarbage)), portable(count, to_bf16(kGarbage));
+        split_in_two(
+            [&](int i0, int i1) {
+                split_into_bf16_pieces(pieces.data(), x.data(), ldx, M, Mp, K, i0, i1);
+                split_into_bf16_pieces_portable(portable.data(), x.data(), ldx, M, Mp, K, i0, i1);
+            },
+            Mp);
+        for (std::size_t e = 0; e < count; ++e) {
+            ASSERT_EQ(static_cast<std::uint16_t>(pieces[e]),
+                      static_cast<std::uint16_t>(portable[e]))
+                << "K=" << K << ": the vector and portable splits differ at " << e;
+        }
+        ASSERT_TRUE(std::isnan(to_float(pieces[4L * K])));
+        for (int i = 0; i < Mp; ++i) {
+            for (int k = 0; k < K; ++k) {
+                if (i == 4 && k == 0) continue;
+                double sum = 0.0;
+                for (int p = 0; p < kBf16Pieces; ++p)
+                    sum += to_float(pieces[(static_cast<std::size_t>(p) * Mp + i) * K + k]);
+                const double v = i < M ? x[static_cast<std::size_t>(i) * ldx + k] : 0.0;
+                // Three pieces of 8 significant bits each: within 2^-24 |x|.
+                ASSERT_LE(std::abs(sum - v), 0x1p-24 * std::abs(v))
+                    << "K=" << K << " row " << i << " col " << k;
+            }
+        }
+    }
+}
+
+TEST(PromptProducts, Int8PiecesSumToTheActivationsWithTheirRowScales) {
+    for (const int K : {1, 17, 64, 300}) {
+        const int M = 6, Mp = 16, ldx = K + 3;
+        std::vector<float> x = activation_rows(M, K, 50 + K);
+        x[3L * ldx + K / 2] = std::numeric_limits<float>::infinity();  // row 3
+        x[4L * ldx] = std::numeric_limits<float>::quiet_NaN();         // row 4
+        const std::size_t count = static_cast<std::size_t>(kInt8Pieces) * Mp * K;
+        std::vector<std::int8_t> pieces(count, 99), portable(count, 99);
+        std::vector<float> scales(static_cast<std::size_t>(kInt8Pieces) * Mp, kGarbage);
+        std::vector<float> portable_scales = scales;
+        split_in_two(
+            [&](int i0, int i1) {
+                split_into_int8_pieces(pieces.data(), scales.data(), x.data(), ldx, M, Mp, K, i0,
+                                       i1);
+                split_into_int8_pieces_portable(portable.data(), portable_scales.data(), x.data(),
+                                                ldx, M, Mp, K, i0, i1);
+            },
+            Mp);
+        ASSERT_EQ(pieces, portable) << "K=" << K << ": the vector and portable splits differ";
+        for (std::size_t e = 0; e < scales.size(); ++e) {
+            ASSERT_TRUE(scales[e] == portable_scales[e] ||
+                        (std::isnan(scales[e]) && std::isnan(portable_scales[e])))
+                << "scale " << e;
+        }
+        for (int i = 0; i < Mp; ++i) {
+            const auto scale = [&](int p) { return scales[static_cast<std::size_t>(p) * Mp + i]; };
+            const auto piece = [&](int p, int k) {
+                return pieces[(static_cast<std::size_t>(p) * Mp + i) * K + k];
+            };
+            if (i == 3 || i == 4) {  // an infinity or a NaN: NaN scales, so NaN products
+                for (int p = 0; p < kInt8Pieces; ++p)
+                    ASSERT_TRUE(std::isnan(scale(p))) << "row " << i;
+                continue;
+            }
+            double max_abs = 0.0;
+            for (int k = 0; i < M && k < K; ++k)
+                max_abs =
+                    std::max(max_abs, std::abs(double{x[static_cast<std::size_t>(i) * ldx + k]}));
+            // Each piece refines the last one's rounding error 254-fold: the first scale is the
+            // row's largest magnitude over 127, the error left is half the last piece's step.
+            ASSERT_FLOAT_EQ(scale(0), static_cast<float>(max_abs / 127.0)) << "row " << i;
+            const double bound = 0.5 * scale(2) + 4 * kUnitRoundoff * max_abs;
+            for (int k = 0; k < K; ++k) {
+                double sum = 0.0;
+                for (int p = 0; p < kInt8Pieces; ++p) {
+                    ASSERT_LE(std::abs(piece(p, k)), 127) << "row " << i;
+                    sum += static_cast<double>(scale(p)) * piece(p, k);
+                }
+                const double v = i < M ? x[static_cast<std::size_t>(i) * ldx + k] : 0.0;
+                ASSERT_LE(std::abs(sum - v), bound) << "K=" << K << " row " << i << " col " << k;
+                if (max_abs == 0.0) {
+                    ASSERT_EQ(piece(0, k), 0) << "row " << i;
+                }
+            }
+        }
+    }
+}
+
+// M rows of activations times n weight rows through the pieces, against the double loop on the
+// activations themselves: the splits' bounds above carried through a dot product, plus fp32
+// rounding of the sums ((K + 8) u of the terms' magnitudes) and of the base.
+template <typename W>
+void check_pieces_product() {
+    constexpr bool int8 = std::is_same_v<W, std::int8_t>;
+    std::uint64_t seed = int8 ? 700 : 600;
+    for (const int M : {2, 17}) {
+        for (const int K : {1, 31, 64, 100}) {
+            for (const int n : {1, 5, 33}) {
+                for (const bool accumulate : {false, true}) {
+                    const int Mp = (M + 15) / 16 * 16, ldx = K + 3, ldo = n + 2;
+                    const std::vector<float> x = activation_rows(M, K, seed += 5);
+                    const std::vector<W> w =
+                        weights_from<W>(normal_vector(static_cast<std::size_t>(n) * K, seed + 1));
+                    std::vector<float> row_scales =
+                        normal_vector(static_cast<std::size_t>(n), seed + 2);
+                    for (float& s : row_scales)
+                        s = 0.01f + std::abs(s) * 0.02f;
+                    const std::vector<float> bias =
+                        normal_vector(static_cast<std::size_t>(n), seed + 3);
+                    std::vector<float> out =
+                        normal_vector(static_cast<std::size_t>(M) * ldo, seed + 4);
+                    const std::vector<float> before = out;
+                    constexpr int pieces_per_row = int8 ? kInt8Pieces : kBf16Pieces;
+                    std::vector<W> pieces(static_cast<std::size_t>(pieces_per_row) * Mp * K);
+                    std::vector<float> piece_scales(static_cast<std::size_t>(pieces_per_row) * Mp);
+                    if constexpr (int8) {
+                        split_into_int8_pieces(pieces.data(), piece_scales.data(), x.data(), ldx, M,
+                                               Mp, K, 0, Mp);
+                        std::vector<std::int32_t> scratch(static_cast<std::size_t>(pieces_per_row) *
+                                                          Mp * n);
+                        pieces_product(out.data(), ldo, pieces.data(), piece_scales.data(), M, Mp,
+                                       K, w.data(), row_scales.data(), n, bias.data(), accumulate,
+                                       scratch.data());
+                    } else {
+                        split_into_bf16_pieces(pieces.data(), x.data(), ldx, M, Mp, K, 0, Mp);
+                        std::vector<float> scratch(static_cast<std::size_t>(pieces_per_row) * Mp *
+                                                   n);
+                        pieces_product(out.data(), ldo, pieces.data(), M, Mp, K, w.data(), n,
+                                       bias.data(), accumulate, scratch.data());
+                    }
+                    for (int i = 0; i < M; ++i) {
+                        double max_abs = 0.0;
+                        for (int k = 0; k < K; ++k)
+                            max_abs = std::max(
+                                max_abs,
+                                std::abs(double{x[static_cast<std::size_t>(i) * ldx + k]}));
+                        for (int j = 0; j < ldo; ++j) {
+                            const std::size_t at = static_cast<std::size_t>(i) * ldo + j;
+                            if (j >= n) {
+                                ASSERT_EQ(out[at], before[at]) << "wrote past column n";
+                                continue;
+                            }
+                            double dot = 0.0, magnitude = 0.0, weights = 0.0;
+                            for (int k = 0; k < K; ++k) {
+                                const double wk = as_double(w[static_cast<std::size_t>(j) * K + k]);
+                                const double term = wk * x[static_cast<std::size_t>(i) * ldx + k];
+                                dot += term;
+                                magnitude += std::abs(term);
+                                weights += std::abs(wk);
+                            }
+                            const double scale =
+                                int8 ? row_scales[static_cast<std::size_t>(j)] : 1.0;
+                            const double base =
+                                (accumulate ? before[at] : 0.0) + bias[static_cast<std::size_t>(j)];
+                            const double expected = base + scale * dot;
+                            // The pieces' own error: 2^-24 |x| per bf16 term; for int8 half the
+                            // last piece's step per weight, max|x| / (127 * 254^2 * 2), and the
+                            // float sums of the piece products (each of magnitude up to max|x|
+                            // times the weights).
+                            const double pieces_error = int8 ? (max_abs / (127.0 * 254 * 254 * 2) +
+                                                                12 * kUnitRoundoff * max_abs) *
+                                                                   weights
+                                                             : 0x1p-24 * magnitude;
+                            const double bound =
+                                std::abs(scale) *
+                                    (pieces_error + (K + 8) * kUnitRoundoff * magnitude) +
+                                4 * kUnitRoundoff * (std::abs(base) + std::abs(expected));
+                            ASSERT_LE(std::abs(out[at] - expected), bound)
+                                << "M=" << M << " K=" << K << " n=" << n
+                                << " accumulate=" << accumulate << " row " << i << " col " << j;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(PromptProducts, Bf16PiecesTimesBf16RowsMatchTheDoubleLoop) {
+    check_pieces_product<Bf16>();
+}
+
+TEST(PromptProducts, Int8PiecesTimesScaledInt8RowsMatchTheDoubleLoop) {
+    check_pieces_product<std::int8_t>();
+}
+
+TEST(PromptProducts, TheInt8MatmulIsExact) {
+    std::uint64_t seed = 900;
+    for (const int M : {1, 16, 48}) {
+        for (const int N : {1, 7, 64}) {
+            for (const int K : {1, 63, 64, 300}) {
+                const int lda = K + 5, ldb = K + 1, ldc = N + 3;
+                const auto ints = [&](std::size_t count) {
+                    std::vector<std::int8_t> v(count);
+                    Rng rng(++seed);
+                    for (auto& e : v)
+                        e = static_cast<std::int8_t>(static_cast<int>(rng.below(255)) - 127);
+                    return v;
+                };
+                const std::vector<std::int8_t> a = ints(static_cast<std::size_t>(M) * lda);
+                const std::vector<std::int8_t> b = ints(static_cast<std::size_t>(N) * ldb);
+                std::vector<std::int32_t> c(static_cast<std::size_t>(M) * ldc, -1);
+                gemm_s8_nt(M, N, K, a.data(), lda, b.data(), ldb, c.data(), ldc);
+                for (int i = 0; i < M; ++i) {
+                    for (int j = 0; j < ldc; ++j) {
+                        std::int32_t expected = -1;  // past column N: untouched
+                        if (j < N) {
+                            expected = 0;
+                            for (int k = 0; k < K; ++k)
+                                expected += a[static_cast<std::size_t>(i) * lda + k] *
+                                            b[static_cast<std::size_t>(j) * ldb + k];
+                        }
+                        ASSERT_EQ(c[static_cast<std::size_t>(i) * ldc + j], expected)
+                            << "M=" << M << " N=" << N << " K=" << K << " at " << i << "," << j;
+                    }
                 }
             }
         }

@@ -112,8 +112,9 @@ TEST(DecodeWeights, LogitsOfA124MShapedModelStayCloseToFp32) {
 }
 
 TEST(DecodeWeights, ThePromptPathAgreesWithTheTokenPath) {
-    // Prefill runs GEMMs on rows widened from the compact copy, a step runs dot products on the
-    // compact rows themselves: the two must compute the same function.
+    // Prefill runs matrix products (on rows widened from the compact copy, or on activation
+    // pieces against the compact rows), a step runs dot products on the compact rows themselves:
+    // the two must compute the same function.
     Model model(ModelConfig{64, 97, 128, 2, 4, 64});
     init_parameters(model, 5);
     std::vector<std::int32_t> tokens;
@@ -121,12 +122,51 @@ TEST(DecodeWeights, ThePromptPathAgreesWithTheTokenPath) {
         tokens.push_back((i * 31 + 3) % 97);
     for (const WeightFormat format : {WeightFormat::Bf16, WeightFormat::Int8}) {
         const DecodeWeights compact(model, format);
-        const auto prefilled =
-            decode_logits(model, &compact, tokens, std::span<const std::int32_t>(), 2);
         const auto stepped = decode_logits(model, &compact, std::span(tokens).first(1),
                                            std::span(tokens).subspan(1), 2);
-        EXPECT_LT(relative_error(prefilled.back(), stepped.back()), 1e-5)
-            << weight_format_name(format);
+        for (const PromptProducts products : {PromptProducts::Widened, PromptProducts::Pieces}) {
+            ThreadPool pool(2);
+            KvCacheSession session(model, pool, 0, &compact, products);
+            const auto prefilled = session.prefill(tokens);
+            EXPECT_LT(relative_error(prefilled, stepped.back()), 1e-5)
+                << weight_format_name(format) << ", "
+                << (products == PromptProducts::Pieces ? "pieces" : "widened");
+        }
+    }
+}
+
+// A prompt's logits in bf16 and int8, both ways its products run (rows widened to the fp32 GEMM;
+// activations in pieces against the rows as stored), against token-by-token decoding (the compact
+// matrix-vector products), for prompts around the prompt forward's block edges and over several
+// chunks, with 1-3 workers. Within 1e-5 as the test above: both compute the same function.
+TEST(DecodeWeights, LongPromptsAgreeWithTheTokenPathInEveryWayAndThreadCount) {
+    Model model(ModelConfig{1024, 97, 128, 2, 2, 32});
+    init_parameters(model, 6);
+    std::vector<std::int32_t> tokens;
+    for (int i = 0; i < 1000; ++i)
+        tokens.push_back((i * 37 + 11) % 97);
+    const int lengths[] = {1, 63, 64, 65, 1000};
+    for (const WeightFormat format : {WeightFormat::Bf16, WeightFormat::Int8}) {
+        const DecodeWeights compact(model, format);
+        // Token by token: the logits after each of the prompts' last tokens.
+        const auto stepped = decode_logits(model, &compact, std::span(tokens).first(1),
+                                           std::span(tokens).subspan(1, 999), 1);
+        for (const PromptProducts products : {PromptProducts::Widened, PromptProducts::Pieces}) {
+            for (const int threads : {1, 2, 3}) {
+                ThreadPool pool(threads);
+                KvCacheSession session(model, pool, 0, &compact, products);
+                for (const int n : lengths) {
+                    const auto logits =
+                        session.prefill(std::span(tokens).first(static_cast<std::size_t>(n)));
+                    const double error =
+                        relative_error(logits, stepped[static_cast<std::size_t>(n - 1)]);
+                    EXPECT_LT(error, 1e-5)
+                        << weight_format_name(format) << ", "
+                        << (products == PromptProducts::Pieces ? "pieces" : "widened") << ", "
+                        << threads << " workers, prompt of " << n;
+                }
+            }
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 // Dropout (ops/dropout, and the model's four sites): the counter's statistics, the masks and the
 // gradient against PyTorch applying the same masks (tests/data/gpt2_dropout_reference.bin, from
-// scripts/make_reference.py), at every recompute level, and the same gradient however a batch is
+// dev/make_reference.py), at every recompute level, and the same gradient however a batch is
 // split into sequences.
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/model.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "ops/attention.hpp"
 #include "ops/dropout.hpp"
 #include "reference_fixture.hpp"

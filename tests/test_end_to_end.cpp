@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "process_support.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 
 namespace gpt2 {
 namespace {

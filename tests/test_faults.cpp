@@ -9,7 +9,7 @@
 #include "formats/checkpoint.hpp"
 #include "model/optimizer.hpp"
 #include "process_support.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 #include "train_run_fixture.hpp"
 
 namespace gpt2 {
@@ -21,10 +21,14 @@ using test::run_command;
 using test::ScratchDir;
 
 std::string train(const ScratchDir& dir, const std::string& extra) {
+    // `extra` replaces the flags it gives too (a flag given twice is refused).
     return test::build_path("train_gpt2") +
-           " --n-layer 2 --n-head 4 --n-embd 128 --seq-len 32 --batch-size 4 --threads 2"
-           " --val-every 0 --sample-every 0 --data " +
-           (dir / "corpus.txt") + " --out-dir " + (dir / "out") + " " + extra;
+           test::without_given(
+               " --n-layer 2 --n-head 4 --n-embd 128 --seq-len 32 --batch-size 4 --threads 2"
+               " --val-every 0 --sample-every 0 --data " +
+                   (dir / "corpus.txt") + " --out-dir " + (dir / "out"),
+               extra) +
+           " " + extra;
 }
 
 // The newest checkpoint listed must load and verify completely (model checksum and state).

@@ -22,7 +22,7 @@
 #include "formats/safetensors.hpp"
 #include "formats_support.hpp"
 #include "model/generate.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "ops/gemm.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
@@ -407,7 +407,7 @@ TEST(SpelledTokenizers, GptTwosFilesComeBackAsTheSameTokenizer) {
         ASSERT_EQ(spelled.tokens.at(id.get<std::size_t>()), spelling);
 }
 
-TEST(SpelledTokenizers, ATrainedBpeIsExportedExactlyAndACharTokenizerIsRefused) {
+TEST(SpelledTokenizers, ATrainedBpeIsExportedExactly) {
     std::string corpus;
     for (int i = 0; i < 200; ++i)
         corpus +=
@@ -422,18 +422,97 @@ TEST(SpelledTokenizers, ATrainedBpeIsExportedExactlyAndACharTokenizerIsRefused) 
     const std::string text = corpus.substr(0, 2000) + "unseen wörds <|endoftext|> 12345";
     EXPECT_EQ(loaded->encode(text), bpe->encode(text));
     EXPECT_EQ(loaded->vocab_size(), bpe->vocab_size());
+}
 
+// A char tokenizer is a byte-level BPE without merges or end-of-text: vocab.json spells its bytes
+// as GPT-2 does, merges.txt is empty, bos/eos/unk are null; reading the directory back gives the
+// same char tokenizer and weights.
+TEST(SpelledTokenizers, ACharTokenizerIsExportedAsABpeWithoutMergesAndReadBack) {
+    const std::string corpus = "First Citizen:\nBefore we proceed, hear me speak. naïve\t~\x01";
     const auto chars = make_char_tokenizer(corpus);
+    const SpelledBpe spelled = spell_byte_level_bpe(*chars);
+    EXPECT_FALSE(spelled.eot_id.has_value());
+    EXPECT_TRUE(spelled.merges.empty());
+    ASSERT_EQ(spelled.tokens.size(), static_cast<std::size_t>(chars->vocab_size()));
+    EXPECT_EQ(spelled.tokens[0], "\xC4\x81");  // byte 0x01 spelled U+0101
+    const auto id = [&](const std::string& text) {
+        return static_cast<std::size_t>(chars->encode(text).at(0));
+    };
+    EXPECT_EQ(spelled.tokens[id("\n")], "\xC4\x8A");  // U+010A
+    EXPECT_EQ(spelled.tokens[id(" ")], "\xC4\xA0");   // U+0120
+    EXPECT_EQ(spelled.tokens[id("~")], "~");
+    EXPECT_EQ(spelled.tokens[id("\xC3")], "\xC3\x83");  // the first byte of "ï": U+00C3
+
+    const ScratchDir dir("gpt2-formats-char");
+    const Model model = small_model(chars->vocab_size(), 18);
+    write_hugging_face_model(dir.path() / "hf", model, chars.get(), ElementType::F32);
+    const fs::path hf = dir.path() / "hf";
+    const json vocab = json::parse(read_text_file(hf / "vocab.json"));
+    ASSERT_EQ(vocab.size(), spelled.tokens.size());
+    for (std::size_t i = 0; i < spelled.tokens.size(); ++i)
+        EXPECT_EQ(vocab.at(spelled.tokens[i]), i);
+    EXPECT_EQ(read_text_file(hf / "merges.txt"), "#version: 0.2\n");
+    const json config = json::parse(read_text_file(hf / "config.json"));
+    EXPECT_TRUE(config.at("bos_token_id").is_null());
+    EXPECT_TRUE(config.at("eos_token_id").is_null());
+    EXPECT_EQ(config.at("vocab_size"), chars->vocab_size());
+    const json generation = json::parse(read_text_file(hf / "generation_config.json"));
+    EXPECT_TRUE(generation.at("eos_token_id").is_null());
+    const json tokenizer_config = json::parse(read_text_file(hf / "tokenizer_config.json"));
+    for (const char* key : {"bos_token", "eos_token", "unk_token"})
+        EXPECT_TRUE(tokenizer_config.at(key).is_null()) << key;
+    EXPECT_EQ(tokenizer_config.at("tokenizer_class"), "GPT2Tokenizer");
+
+    const LoadedModel back = load_model_file(hf);
+    expect_bitwise(back.model.weights(), model.weights());
+    ASSERT_TRUE(back.extras.has_value());
+    EXPECT_EQ(back.extras->tokenizer, chars->serialize());
+    // Files of that shape that are not a char tokenizer's (bytes out of order) are refused.
+    std::ofstream(hf / "vocab.json") << R"({"b": 0, "a": 1})";
+    EXPECT_NE(
+        load_error(hf).find("vocab.json: a char tokenizer's bytes must be in increasing order"),
+        std::string::npos)
+        << load_error(hf);
+    std::ofstream(hf / "vocab.json") << R"({"a": 0, "ab": 1})";
+    EXPECT_NE(load_error(hf).find("has no <|endoftext|> token, and is not a char tokenizer's "
+                                  "vocabulary either (token 1 is 2 bytes, not one)"),
+              std::string::npos)
+        << load_error(hf);
+}
+
+// Only a token of more than one byte keeps a char-kind tokenizer from the BPE form: the refusal
+// names it. (make_char_tokenizer's tokens are single bytes; this one is not.)
+TEST(SpelledTokenizers, ACharTokenOfSeveralBytesIsRefusedByName) {
+    class WideChars final : public Tokenizer {
+      public:
+        [[nodiscard]] TokenizerKind kind() const override { return TokenizerKind::Char; }
+        [[nodiscard]] int vocab_size() const override { return 3; }
+        [[nodiscard]] std::optional<int> eot_id() const override { return std::nullopt; }
+        [[nodiscard]] std::vector<std::int32_t> encode(std::string_view, EotInText) const override {
+            return {};
+        }
+        [[nodiscard]] std::string decode(std::span<const std::int32_t>) const override {
+            return {};
+        }
+        [[nodiscard]] std::string token_bytes(int id) const override {
+            return id == 2 ? "é" : std::string(1, static_cast<char>('a' + id));
+        }
+        [[nodiscard]] std::vector<std::uint8_t> serialize() const override { return {}; }
+    };
+    const WideChars wide;
     try {
-        write_hugging_face_model(dir.path() / "char", small_model(chars->vocab_size(), 18),
-                                 chars.get(), ElementType::F32);
-        ADD_FAILURE() << "a char tokenizer was written as vocab.json";
+        (void)spell_byte_level_bpe(wide);
+        ADD_FAILURE() << "a two-byte char token was spelled";
     } catch (const InputError& e) {
-        EXPECT_NE(std::string(e.what()).find("char tokenizer has no byte-level BPE form"),
+        EXPECT_NE(std::string(e.what()).find("char tokenizer: token 2 \"é\" is 2 bytes"),
                   std::string::npos)
             << e.what();
     }
-    EXPECT_FALSE(fs::exists(dir.path() / "char"));  // refused before anything was written
+    const ScratchDir dir("gpt2-formats-wide");
+    EXPECT_THROW(
+        write_hugging_face_model(dir.path() / "hf", small_model(3, 18), &wide, ElementType::F32),
+        InputError);
+    EXPECT_FALSE(fs::exists(dir.path() / "hf"));  // refused before anything was written
 }
 
 // ---- The other side's own code ---------------------------------------------------------------
@@ -478,6 +557,36 @@ TEST(IndependentReader, NumPysGpt2GivesOurLogitsAndWritesWhatWeReadBitwise) {
                       "train_gpt2 --dropout P sets it)"),
         std::string::npos)
         << notes[0];
+}
+
+// A char model's directory, read by NumPy alone: its vocab.json and merges.txt tokenize a text as
+// our char tokenizer does, and its weights give our logits for those tokens.
+TEST(IndependentReader, NumPyTokenizesACharModelsDirectoryAsWeDoAndGivesOurLogits) {
+    if (!has_numpy())
+        GTEST_SKIP()
+            << "no NumPy for /usr/bin/python3 (GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh installs it)";
+    // Within the model's 64 positions; "ï" is two tokens of its own.
+    const std::string text = "First Citizen:\nBefore we proceed, naïve me.\n\nAll: Speak!";
+    ASSERT_LE(text.size(), 64u);
+    const auto chars = make_char_tokenizer(text + "XYZ");
+    const ScratchDir dir("gpt2-formats-numpy-char");
+    const Model model = small_model(chars->vocab_size(), 24);
+    write_hugging_face_model(dir.path() / "hf", model, chars.get(), ElementType::F32);
+    std::ofstream(dir.path() / "text.txt", std::ios::binary) << text;
+    const auto t = run_command("/usr/bin/python3 " + kReference + " tokenize " + (dir / "hf") +
+                               " " + (dir / "text.txt") + " " + (dir / "tokens"));
+    ASSERT_EQ(t.exit_code, 0) << t.output;
+    const std::vector<std::uint8_t> token_bytes = read_file_bytes(dir.path() / "tokens");
+    std::vector<std::int32_t> tokens(token_bytes.size() / 4);
+    std::memcpy(tokens.data(), token_bytes.data(), token_bytes.size());
+    ASSERT_EQ(tokens, chars->encode(text));
+    const auto r = run_command("/usr/bin/python3 " + kReference + " logits " + (dir / "hf") + " " +
+                               (dir / "tokens") + " " + (dir / "logits"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<std::uint8_t> bytes = read_file_bytes(dir.path() / "logits");
+    std::vector<float> theirs(bytes.size() / 4);
+    std::memcpy(theirs.data(), bytes.data(), bytes.size());
+    EXPECT_TRUE(test::all_close(our_logits(model, tokens), theirs, 1e-4, 1e-5));
 }
 
 }  // namespace

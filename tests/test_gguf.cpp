@@ -21,7 +21,7 @@
 #include "formats/safetensors.hpp"
 #include "formats_support.hpp"
 #include "model/generate.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "ops/gemm.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
@@ -88,6 +88,8 @@ GgufFile read_gguf(const fs::path& path) {
                 std::memcpy(&v, take(4), 4);
                 return v;
             }
+            case 7:
+                return *take(1) != 0;
             case 8:
                 return str();
             case 9: {
@@ -164,6 +166,33 @@ TEST(Gguf, TheFileHoldsLlamaCppsNamesTheTokenizerAndQ8BlocksWithinHalfAStep) {
                 << block << "," << i;
         }
     }
+}
+
+// A char tokenizer is embedded as a BPE without merges: its bytes in GPT-2's spelling, all normal
+// tokens, and (having no end-of-text) its newline as llama.cpp's bos/eos, which it never adds.
+TEST(Gguf, ACharTokenizerIsEmbeddedAsABpeWithoutMerges) {
+    const ScratchDir dir("gpt2-formats-gguf-char");
+    const auto chars = make_char_tokenizer("ROMEO:\nO, she doth teach the torches to burn bright!");
+    const Model model = small_model(chars->vocab_size(), 25, 32);
+    write_gguf(dir.path() / "char.gguf", model, *chars, GgufWeights::Q8_0, "char");
+    const GgufFile f = read_gguf(dir.path() / "char.gguf");
+    const SpelledBpe spelled = spell_byte_level_bpe(*chars);
+    EXPECT_EQ(f.kv.at("tokenizer.ggml.model"), "gpt2");
+    EXPECT_EQ(f.kv.at("tokenizer.ggml.tokens"), json(spelled.tokens));
+    EXPECT_EQ(f.kv.at("tokenizer.ggml.tokens")[0], "\xC4\x8A");  // "\n", the smallest byte
+    EXPECT_EQ(f.kv.at("tokenizer.ggml.token_type"),
+              json(std::vector<int>(static_cast<std::size_t>(chars->vocab_size()), 1)));
+    EXPECT_EQ(f.kv.at("tokenizer.ggml.merges"), json::array());
+    EXPECT_EQ(f.kv.at("tokenizer.ggml.bos_token_id"), chars->encode("\n").at(0));
+    EXPECT_EQ(f.kv.at("tokenizer.ggml.eos_token_id"), chars->encode("\n").at(0));
+    EXPECT_EQ(f.kv.at("tokenizer.ggml.add_bos_token"), false);
+    EXPECT_EQ(f.tensors.at("token_embd.weight").ne,
+              (std::vector<std::uint64_t>{32, static_cast<std::uint64_t>(chars->vocab_size())}));
+    // Without a newline in the alphabet, token 0 (what inference starts from then).
+    const auto no_newline = make_char_tokenizer("abc");
+    write_gguf(dir.path() / "abc.gguf", small_model(3, 25, 32), *no_newline, GgufWeights::F32,
+               "abc");
+    EXPECT_EQ(read_gguf(dir.path() / "abc.gguf").kv.at("tokenizer.ggml.eos_token_id"), 0);
 }
 
 // A random model whose logits have clear winners (wte scaled up), so that greedy decoding by two
@@ -284,6 +313,74 @@ TEST(LlamaCpp, RunsOurGgufAsWeDo) {
         agree += theirs[4][t] == std::max_element(row, row + 50257) - row;
     }
     EXPECT_GE(agree * 10, forced.size() * 9) << agree << " of " << forced.size();
+}
+
+// The newcomer's path: a char model trained by train_gpt2, converted by convert_model to F32 GGUF.
+// llama.cpp tokenizes text as our char tokenizer does and continues a prompt greedily as our
+// generator does; scripts/llama_generate.sh, run from another directory, prints what
+// build/inference --temperature 0 prints.
+TEST(LlamaCpp, RunsATrainedCharModelsGgufAsWeDo) {
+    if (!fs::exists(kLlamaModules / "node-llama-cpp")) {
+        GTEST_SKIP() << "node-llama-cpp is not installed in " << kLlamaModules
+                     << " (GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh installs it)";
+    }
+    const ScratchDir dir("gpt2-formats-llama-char");
+    test::write_corpus(dir.path() / "corpus.txt", 20000);
+    const auto trained = run_command(
+        test::build_path("train_gpt2") + test::small_model(64) +
+        " --batch-size 4 --max-steps 60 --lr 1e-2 --threads 1 --val-every 0 --sample-every 0 "
+        "--data " +
+        (dir / "corpus.txt") + " --out-dir " + (dir / "out"));
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    const fs::path checkpoint = dir.path() / "out" / "model_000060.bin";
+    const auto converted = run_command(test::build_path("convert_model") + " " +
+                                       checkpoint.string() + " " + (dir / "char.gguf"));
+    ASSERT_EQ(converted.exit_code, 0) << converted.output;
+
+    const LoadedModel loaded = load_model_file(checkpoint);
+    const auto tokenizer = embedded_tokenizer(loaded);
+    ASSERT_EQ(tokenizer->kind(), TokenizerKind::Char);
+    const std::string prompt_text = "the king ";
+    const std::vector<std::int32_t> prompt = tokenizer->encode(prompt_text);
+    constexpr int kNew = 40;
+    std::vector<std::int32_t> ours = prompt;
+    Rng rng(1);
+    generate_recompute(loaded.model, ours, kNew, SamplingParams{0.0f, 0, 1.0f}, rng);
+    // The comparison means something only where our top-1 is clear of the runner-up by more than
+    // two implementations' float rounding: the trained model is that confident at every step.
+    const std::vector<float> logits = our_logits(loaded.model, ours);
+    const auto V = static_cast<std::size_t>(loaded.model.config.vocab_size);
+    for (std::size_t row = prompt.size() - 1; row + 1 < ours.size(); ++row) {
+        std::vector<float> v(logits.begin() + static_cast<long>(row * V),
+                             logits.begin() + static_cast<long>((row + 1) * V));
+        std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
+        ASSERT_GT(v[0] - v[1], 1e-3f) << "a near tie at position " << row;
+    }
+
+    const std::string text = "the king shall speak\nof love and war to thee my lord";
+    const json jobs = {
+        {{"model", dir / "char.gguf"}, {"mode", "tokenize"}, {"text", text}},
+        {{"model", dir / "char.gguf"}, {"mode", "greedy"}, {"ids", prompt}, {"count", kNew}},
+    };
+    const std::vector<std::vector<std::int32_t>> theirs = llama(dir.path(), jobs);
+    ASSERT_EQ(theirs.size(), jobs.size());
+    EXPECT_EQ(theirs[0], tokenizer->encode(text));
+    EXPECT_EQ(theirs[1], std::vector<std::int32_t>(ours.begin() + static_cast<long>(prompt.size()),
+                                                   ours.end()));
+
+    const auto inference =
+        run_command(test::build_path("inference") + " " + checkpoint.string() + " --prompt '" +
+                    prompt_text + "' --temperature 0 --max-new-tokens " + std::to_string(kNew) +
+                    " --no-stream --threads 1 --log-level warn");
+    ASSERT_EQ(inference.exit_code, 0) << inference.output;
+    EXPECT_EQ(inference.output, tokenizer->decode(ours) + "\n");
+    fs::create_directories(dir.path() / "elsewhere");
+    const auto generated =
+        run_command("cd " + (dir / "elsewhere") + " && " + std::string(GPT2_SOURCE_DIR) +
+                    "/scripts/llama_generate.sh ../char.gguf --prompt '" + prompt_text +
+                    "' --temperature 0 --max-new-tokens " + std::to_string(kNew));
+    ASSERT_EQ(generated.exit_code, 0) << generated.output;
+    EXPECT_EQ(generated.output, inference.output);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // GPT-2's tokenizer: ids checked against js-tiktoken's. The expected ids were made with
-//   node scripts/make_tokenizer_reference.mjs TEXT_FILE tests/data/tokenizer_gpt2_NAME.u16
+//   node dev/make_tokenizer_reference.mjs TEXT_FILE tests/data/tokenizer_gpt2_NAME.u16
 // for TEXT_FILE = ../shared/data/tinyshakespeare.txt and tests/data/tokenizer_stress.txt.
 // The stress text avoids U+0085, U+FEFF and U+180E, on which JavaScript's \s (js-tiktoken) and
 // PCRE2's \s disagree; it holds no invalid UTF-8, which JavaScript strings cannot carry (random
@@ -25,7 +25,7 @@ TEST(Gpt2Tokenizer, Basics) {
     EXPECT_TRUE(tokenizer.encode("").empty());
 }
 
-// Load speed is a benchmark figure (scripts/bench_tokenizer.sh), not a test assertion: CI
+// Load speed is a benchmark figure (dev/bench_tokenizer.sh), not a test assertion: CI
 // machines and sanitizer builds differ several-fold in speed.
 TEST(Gpt2Tokenizer, LoadsTheWholeVocabulary) {
     SKIP_WITHOUT(kGpt2Dir / "encoder.json");

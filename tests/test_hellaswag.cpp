@@ -1,6 +1,6 @@
 // HellaSwag as llm.c evaluates it: llm.c's evaluation-file format read and written byte for byte,
 // each ending's mean loss and the acc_norm of a tiny model equal to a PyTorch computation of the
-// same examples (scripts/make_hellaswag_reference.py) however the rows are split over workers, bad
+// same examples (dev/make_hellaswag_reference.py) however the rows are split over workers, bad
 // files refused naming file and example, and train_gpt2 --hellaswag logging the same accuracy
 // however the examples are split over ranks.
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include "core/file_io.hpp"
 #include "data/multiple_choice.hpp"
 #include "parallel/comm.hpp"
-#include "parallel/data_parallel.hpp"
+#include "parallel/worker_group.hpp"
 #include "process_support.hpp"
 #include "reference_fixture.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -147,16 +147,16 @@ TEST(HellaswagTraining, AccNormIsLoggedAndTheSameHoweverTheExamplesAreSplit) {
     const std::string common = test::build_path("train_gpt2") + test::small_model(16) +
                                " --val-every 2 --sample-every 0"
                                " --val-tokens 256 --max-steps 2 --checkpoint-every 0 --data " +
-                               (dir / "corpus.txt") + " --hellaswag " + (dir / "eval.bin");
+                               (dir / "corpus.txt");
     std::vector<double> accuracy;
     for (const std::string split :
          {"--threads 2 --batch-size 6", "np3 --threads 1 --batch-size 2"}) {
         const bool mpi = split.starts_with("np3");
         const std::string name = mpi ? "np3" : "np1";
-        const auto result =
-            run_command((mpi ? test::mpiexec(3) : std::string()) + common + " " +
-                        (mpi ? split.substr(4) : split) + " --out-dir " + (dir / name) +
-                        " --metrics-file " + (dir / (name + ".jsonl")));
+        const auto result = run_command((mpi ? test::mpiexec(3) : std::string()) + common + " " +
+                                        (mpi ? split.substr(4) : split) + " --hellaswag " +
+                                        (dir / "eval.bin") + " --out-dir " + (dir / name) +
+                                        " --metrics-file " + (dir / (name + ".jsonl")));
         ASSERT_EQ(result.exit_code, 0) << result.output;
         EXPECT_NE(result.output.find("hellaswag: 40 examples from"), std::string::npos)
             << result.output;

@@ -16,12 +16,12 @@
 #include "model/generate.hpp"
 #include "model/kv_cache.hpp"
 #include "model/optimizer.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "ops/gemm.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 
 #include "random_model.hpp"
 
@@ -181,7 +181,7 @@ TEST_F(InferenceProgram, TokenizerLargerThanModelVocabularyFails) {
 
 TEST_F(InferenceProgram, CheckpointWithoutTokenizerNeedsTheFlag) {
     const auto r = inference(path("no_tokenizer.bin") + " --max-new-tokens 5");
-    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.exit_code, 2) << r.output;  // the command line can fix it
     // GPT-2's tokenizer cannot fit its vocabulary: the rebuilt tokenizers are what is offered.
     EXPECT_NE(r.output.find("its vocabulary (" + std::to_string(tokenizer_->vocab_size()) +
                             " tokens) is not GPT-2's (50257): pass --tokenizer char|bpe "
@@ -461,6 +461,36 @@ TEST_F(InferenceProgram, CommandLineSpeaksWithTheCommonVoice) {
     EXPECT_EQ(quiet.output.find("loaded"), std::string::npos) << quiet.output;
     EXPECT_EQ(quiet.output.substr(0, 3), "not");
     EXPECT_EQ(quiet.output.size(), 3u + 7u + 1u) << quiet.output;
+}
+
+TEST_F(InferenceProgram, HelpShowsStreamingAsTheDefault) {
+    const auto help = inference("--help");
+    ASSERT_EQ(help.exit_code, 0) << help.output;
+    // CLI11's "--stream,--no-stream{false}" read as if streaming were off by default.
+    EXPECT_EQ(help.output.find("{false}"), std::string::npos) << help.output;
+    EXPECT_NE(help.output.find("print each token as it is generated (the default)"),
+              std::string::npos)
+        << help.output;
+    EXPECT_NE(help.output.find("  --no-stream "), std::string::npos) << help.output;
+    EXPECT_NE(help.output.find("print each sample when it is done"), std::string::npos)
+        << help.output;
+    EXPECT_NE(help.output.find("--tokenizer NAME "), std::string::npos) << help.output;
+    const auto both = inference(path("model.bin") + " --stream --no-stream");
+    EXPECT_EQ(both.exit_code, 2) << both.output;
+    EXPECT_EQ(both.output.rfind("error: --stream excludes --no-stream", 0), 0u) << both.output;
+}
+
+TEST_F(InferenceProgram, ATokenizerCorpusWithoutARebuiltTokenizerIsRefused) {
+    for (const std::string& args : {std::string(), std::string(" --tokenizer gpt2")}) {
+        const auto r = inference(path("model.bin") + " --max-new-tokens 5 --tokenizer-corpus " +
+                                 path("corpus.txt") + args);
+        EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+        EXPECT_EQ(r.output.rfind("error: --tokenizer-corpus is the text a char or bpe tokenizer is "
+                                 "rebuilt from",
+                                 0),
+                  0u)
+            << r.output;
+    }
 }
 
 TEST_F(InferenceProgram, FlagErrorUnderMpiIsPrintedOnce) {

@@ -32,6 +32,8 @@ TEST(Install, TheInstalledProgramsAndScriptsWorkFromAnyDirectory) {
          {"bin/train_gpt2", "bin/inference", "bin/prepare_data", "share/doc/gpt2-mpi/README.md",
           "share/gpt2-mpi/scripts/mpirun.sh", "share/gpt2-mpi/scripts/train_resilient.sh",
           "share/gpt2-mpi/scripts/plot_metrics.py", "share/gpt2-mpi/scripts/get_gpt2_tokenizer.sh",
+          "share/gpt2-mpi/scripts/get_gpt2_weights.sh", "share/gpt2-mpi/scripts/llama_generate.sh",
+          "share/gpt2-mpi/scripts/llama_generate.mjs",
           "share/gpt2-mpi/scripts/slurm/train_gpt2.sbatch"}) {
         EXPECT_TRUE(fs::exists(prefix / file)) << file;
     }
@@ -66,6 +68,21 @@ TEST(Install, TheInstalledProgramsAndScriptsWorkFromAnyDirectory) {
     EXPECT_NE(generate.output.find("the "), std::string::npos) << generate.output;
     EXPECT_EQ(run_command(bin + "train_gpt2 --version").output.rfind("train_gpt2 (gpt2-mpi) ", 0),
               0u);
+
+    // The model to llama.cpp with what was installed: convert_model, then llama_generate.sh with
+    // the copy of node-llama-cpp the install made (where the checkout has one to copy).
+    const auto converted = run_command(in_work + bin + "convert_model out/model_000003.bin m.gguf");
+    ASSERT_EQ(converted.exit_code, 0) << converted.output;
+    if (!fs::exists(kSource + "/.deps/llama-cpp/node_modules/node-llama-cpp")) {
+        GTEST_SKIP() << "node-llama-cpp is not installed in " << kSource
+                     << "/.deps (GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh installs it)";
+    }
+    EXPECT_TRUE(fs::exists(prefix / "share/gpt2-mpi/llama-cpp/node_modules/node-llama-cpp"));
+    const auto llama = run_command(in_work + prefix.string() +
+                                   "/share/gpt2-mpi/scripts/llama_generate.sh m.gguf --prompt "
+                                   "'the ' --max-new-tokens 8 --temperature 0");
+    ASSERT_EQ(llama.exit_code, 0) << llama.output;
+    EXPECT_EQ(llama.output.rfind("the ", 0), 0u) << llama.output;
 }
 
 TEST(SlurmJob, TheExampleIsValidBashAndTheCommandItSubmitsRuns) {
@@ -102,7 +119,7 @@ TEST(SlurmJob, TheExampleIsValidBashAndTheCommandItSubmitsRuns) {
     const auto dry =
         run_command("DRY_RUN=1 SLURM_CPUS_PER_TASK=1 TRAIN=" + test::build_path("train_gpt2") +
                     " DATA=" + (dir / "shards") + " OUT=" + (dir / "out") + " MODEL_FLAGS='" +
-                    kTiny + " --max-steps 2' bash " + job);
+                    test::without_given(kTiny, "--threads") + " --max-steps 2' bash " + job);
     ASSERT_EQ(dry.exit_code, 0) << dry.output;
     ASSERT_EQ(dry.output.rfind("srun --mpi=pmix --cpu-bind=none ", 0), 0u) << dry.output;
     // What srun would start on each node: run it as one rank here.

@@ -17,12 +17,12 @@
 #include "model/generate.hpp"
 #include "model/kv_cache.hpp"
 #include "model/optimizer.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "ops/gemm.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 
 #include "random_model.hpp"
 
@@ -114,23 +114,53 @@ INSTANTIATE_TEST_SUITE_P(Workers, KvCacheThreads, ::testing::Values(1, 2, 3),
                          });
 
 TEST(KvCache, LongPromptIsEncodedInChunks) {
-    // maxT above the session's 128-row chunk, so a prompt takes two forwards.
-    ModelConfig c = small_config(160);
+    // maxT above the session's 256-row chunk, so a prompt takes two forwards (the second of one
+    // row a token's forward).
+    ModelConfig c = small_config(300);
     c.num_layers = 1;
     c.channels = 32;
     c.num_heads = 2;
     const auto model = random_model(c, 13);
-    const auto tokens = random_tokens(160, c.vocab_size, 7);
+    const auto tokens = random_tokens(300, c.vocab_size, 7);
     const std::vector<float> expected = training_logits(*model, tokens);
     ThreadPool pool(2);
     KvCacheSession session(*model, pool);
-    for (const int n : {128, 129, 160}) {
+    for (const int n : {256, 257, 258, 300}) {
         const auto logits = session.prefill(std::span(tokens).first(static_cast<std::size_t>(n)));
         EXPECT_TRUE(logits_close(logits, row(expected, c, n - 1))) << "prefill of " << n;
     }
-    (void)session.prefill(std::span(tokens).first(130));
-    const auto logits = session.step(tokens[130]);
-    EXPECT_TRUE(logits_close(logits, row(expected, c, 130)));
+    (void)session.prefill(std::span(tokens).first(260));
+    const auto logits = session.step(tokens[260]);
+    EXPECT_TRUE(logits_close(logits, row(expected, c, 260)));
+}
+
+// A model whose context holds a 1000-token prompt and small enough that the training forward over
+// it takes milliseconds.
+ModelConfig long_context_config() {
+    ModelConfig c = small_config(1024);
+    c.channels = 32;
+    c.num_heads = 2;
+    return c;
+}
+
+// Prompts around the edges of the prompt forward's blocks (attention's 64 query rows, the 16-row
+// padding of compact products) and over several chunks (1000 tokens), then steps after one.
+TEST_P(KvCacheThreads, PrefillOfLongPromptsMatchesTrainingForward) {
+    const ModelConfig c = long_context_config();
+    const auto model = random_model(c, 14);
+    const auto tokens = random_tokens(1002, c.vocab_size, 9);
+    const std::vector<float> expected = training_logits(*model, tokens);
+    ThreadPool pool(GetParam());
+    KvCacheSession session(*model, pool);
+    for (const int n : {1, 63, 64, 65, 1000}) {
+        const auto logits = session.prefill(std::span(tokens).first(static_cast<std::size_t>(n)));
+        EXPECT_TRUE(logits_close(logits, row(expected, c, n - 1))) << "prefill of " << n;
+        EXPECT_EQ(session.length(), n);
+    }
+    for (int t = 1000; t < 1002; ++t) {
+        const auto logits = session.step(tokens[static_cast<std::size_t>(t)]);
+        EXPECT_TRUE(logits_close(logits, row(expected, c, t))) << "step at " << t;
+    }
 }
 
 // Greedy decoding with the recompute oracle under the session's window policy: the context before

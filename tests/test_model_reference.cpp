@@ -1,5 +1,5 @@
 // The model against PyTorch: every activation, the logits, the loss, every parameter gradient and
-// five clipped AdamW steps must match tests/data/gpt2_reference.bin (scripts/make_reference.py).
+// five clipped AdamW steps must match tests/data/gpt2_reference.bin (dev/make_reference.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,12 +9,13 @@
 #include <vector>
 
 #include "model/model.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "ops/kernels.hpp"
+#include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"
-#include "parallel/data_parallel.hpp"
 #include "reference_fixture.hpp"
 #include "test_support.hpp"
+#include "train/step.hpp"
 
 namespace gpt2 {
 namespace {
@@ -37,9 +38,9 @@ class ModelReference : public ::testing::Test {
         return TokenBatch{fixture_.at("inputs").i32, fixture_.at("targets").i32, B_, T_};
     }
     // The fixture's AdamW step: its hyperparameters and the whole batch as one micro-step.
-    [[nodiscard]] StepHyper adamw_hyper() const {
+    [[nodiscard]] StepRules adamw_rules() const {
         const auto& h = fixture_.at("adamw.hparams").f32;
-        return StepHyper{AdamWHyper{h[0], h[1], h[2], h[3], h[4]}, h[5]};
+        return StepRules{AdamWHyper{h[0], h[1], h[2], h[3], h[4]}, h[5]};
     }
     [[nodiscard]] StepBatch step_batch() const {
         const TokenBatch b = batch();
@@ -182,7 +183,7 @@ constexpr double kUnitRoundoff = 0x1p-24;
 constexpr double kGradientRtol = 1e-3;
 constexpr double kGradientAtol = 2e-6;
 
-// The tensors AdamW decays: the 2-D matrices (scripts/make_reference.py's DECAYED).
+// The tensors AdamW decays: the 2-D matrices (dev/make_reference.py's DECAYED).
 bool decayed(ParamTensor t) {
     return t == ParamTensor::wte || t == ParamTensor::wpe || t == ParamTensor::qkvw ||
            t == ParamTensor::attprojw || t == ParamTensor::fcw || t == ParamTensor::fcprojw;
@@ -288,7 +289,8 @@ TEST_P(ModelReferenceTraining, FiveClippedAdamWStepsMatchPyTorch) {
     AdamWState optimizer(layout.total());
     WorkerGroup workers(config_, GetParam(), B_, T_, false);
     const Communicator comm = Communicator::single_process();
-    const StepHyper hyper = adamw_hyper();
+    AllreduceExchange exchange(comm, model.layout.total(), 0);
+    const StepRules hyper = adamw_rules();
     const StepBatch step = step_batch();
     const auto& losses = fixture_.at("adamw.losses").f32;
     const auto& norms = fixture_.at("adamw.grad_norms").f32;
@@ -301,7 +303,7 @@ TEST_P(ModelReferenceTraining, FiveClippedAdamWStepsMatchPyTorch) {
         const std::vector<float> m(optimizer.m.data(), optimizer.m.data() + layout.total());
         const std::vector<float> v(optimizer.v.data(), optimizer.v.data() + layout.total());
         AdamWReference reference;
-        StepTestHooks hooks;
+        TestHooks hooks;
         hooks.inspect_gradient = [&](std::span<const float> gradient, double norm) {
             reference = adamw_reference(layout, p, m, v, gradient, hyper.adamw, hyper.grad_clip, t);
             EXPECT_NEAR(norm, reference.norm, 512 * kUnitRoundoff * reference.norm) << "step " << t;
@@ -310,7 +312,8 @@ TEST_P(ModelReferenceTraining, FiveClippedAdamWStepsMatchPyTorch) {
                     << "the step's summed gradient";
             }
         };
-        const StepMetrics metrics = train_step(model, optimizer, workers, comm, step, hyper, hooks);
+        const StepMetrics metrics =
+            train_step(TrainState{model, optimizer, workers, exchange}, step, hyper, hooks);
         EXPECT_NEAR(metrics.loss, losses[s], 2e-5 * losses[s]) << "step " << t;
         EXPECT_NEAR(metrics.grad_norm, norms[s], 2e-5 * norms[s]) << "step " << t;
         ASSERT_FALSE(metrics.skipped);
@@ -378,12 +381,14 @@ TEST_P(ModelReferenceTraining, FiveBf16StepsFollowPyTorchAndKeepTheBf16CopyFresh
     AdamWState optimizer(model.layout.total());
     WorkerGroup workers(config_, GetParam(), B_, T_, false, Precision::Bf16);
     const Communicator comm = Communicator::single_process();
-    const StepHyper hyper = adamw_hyper();
+    AllreduceExchange exchange(comm, model.layout.total(), 0);
+    const StepRules hyper = adamw_rules();
     const StepBatch step = step_batch();
     const auto& losses = fixture_.at("adamw.losses").f32;
     const auto& norms = fixture_.at("adamw.grad_norms").f32;
     for (std::size_t s = 0; s < losses.size(); ++s) {
-        const StepMetrics m = train_step(model, optimizer, workers, comm, step, hyper);
+        const StepMetrics m =
+            train_step(TrainState{model, optimizer, workers, exchange}, step, hyper);
         EXPECT_NEAR(m.loss, losses[s], 1e-2 * losses[s]) << "step " << s;
         EXPECT_NEAR(m.grad_norm, norms[s], 2e-2 * norms[s]) << "step " << s;
         for (std::size_t i = 0; i < model.params.size(); ++i) {

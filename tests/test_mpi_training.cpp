@@ -230,7 +230,8 @@ TEST(MpiTraining, BucketedOverlappedAllreduceTrainsAsOneAllreduce) {
 TEST(MpiTraining, RanksOnOneMachineShareTheWeightsAndTrainAsOneAllreduce) {
     const ScratchDir dir("gpt2-mpi-shared");
     test::write_corpus(dir.path() / "corpus.txt", 60000);
-    const std::string common = test::build_path("train_gpt2") + kModelFlags + " --data " +
+    const std::string common = test::build_path("train_gpt2") +
+                               test::without_given(kModelFlags, "--checkpoint-every") + " --data " +
                                (dir / "corpus.txt") + " --lr-decay-steps 20 --checkpoint-every 10";
     const auto run = [&](int ranks, int threads, int batch, int accum, const std::string& extra,
                          const std::string& name) {
@@ -293,7 +294,8 @@ TEST(MpiTraining, RanksOnOneMachineShareTheWeightsAndTrainAsOneAllreduce) {
 TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
     const ScratchDir dir("gpt2-mpi-machines");
     test::write_corpus(dir.path() / "corpus.txt", 60000);
-    const std::string base = test::build_path("train_gpt2") + kModelFlags + " --data " +
+    const std::string base = test::build_path("train_gpt2") +
+                             test::without_given(kModelFlags, "--checkpoint-every") + " --data " +
                              (dir / "corpus.txt") + " --lr-decay-steps 20 --checkpoint-every 10";
     const std::string common = base + " --threads 1";
     const auto run = [&](int ranks, int batch, const std::string& extra, const std::string& name) {
@@ -358,7 +360,7 @@ TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
         run(4, 3, "--max-steps 20 --simulate-machines 2 --inject-share-failure", "fallback");
     expect_logged(fallback,
                   "shared memory is off for this run (another machine could not map its "
-                  "shared memory): each rank keeps its own weights and a shard of the "
+                  "shared memory): each rank keeps its own weights and a slice of the "
                   "optimizer instead (ZeRO-1)");
     expect_logged(fallback, "ZeRO-1, one reduce-scatter after backward");
     expect_same("one", "fallback", 1e-5);
@@ -382,7 +384,8 @@ TEST(MpiTraining, RanksOnSeveralMachinesShareEachMachineAndAllreduceItsSlices) {
 TEST(MpiTraining, ResumingOnOtherRanksKeepsTheGlobalBatchOrSaysWhyNot) {
     const ScratchDir dir("gpt2-mpi-elastic");
     test::write_corpus(dir.path() / "corpus.txt", 60000);
-    const std::string common = test::build_path("train_gpt2") + kModelFlags + " --data " +
+    const std::string common = test::build_path("train_gpt2") +
+                               test::without_given(kModelFlags, "--checkpoint-every") + " --data " +
                                (dir / "corpus.txt") + " --lr-decay-steps 20 --checkpoint-every 10";
     const auto whole = run_command(mpiexec(1) + common + " --threads 2 --batch-size 8 " +
                                    "--max-steps 20 --out-dir " + (dir / "whole") +
@@ -428,7 +431,8 @@ TEST(MpiTraining, ResumingOnOtherRanksKeepsTheGlobalBatchOrSaysWhyNot) {
 TEST(MpiTraining, ZeroOneTrainsAsPlainAndItsCheckpointsMoveBetweenRankCounts) {
     const ScratchDir dir("gpt2-mpi-zero");
     test::write_corpus(dir.path() / "corpus.txt", 60000);
-    const std::string common = test::build_path("train_gpt2") + kModelFlags + " --data " +
+    const std::string common = test::build_path("train_gpt2") +
+                               test::without_given(kModelFlags, "--checkpoint-every") + " --data " +
                                (dir / "corpus.txt") + " --lr-decay-steps 20 --checkpoint-every 10";
     const auto run = [&](int ranks, int threads, int batch, const std::string& extra,
                          const std::string& name) {
@@ -441,12 +445,12 @@ TEST(MpiTraining, ZeroOneTrainsAsPlainAndItsCheckpointsMoveBetweenRankCounts) {
     };
     (void)run(2, 2, 6, "--max-steps 20", "plain");
     const std::string zero2 = run(2, 2, 6, "--max-steps 20 --zero 1", "zero2");
-    EXPECT_NE(zero2.find("AdamW moments (ZeRO-1: this rank's shard of 2)"), std::string::npos)
+    EXPECT_NE(zero2.find("AdamW moments (ZeRO-1: this rank's slice of 2)"), std::string::npos)
         << zero2;
     // Summed in tiny overlapped buckets, on 2 and 3 ranks, bitwise repeatable.
     const std::string buckets = run(2, 2, 6, "--max-steps 20 --zero 1 --bucket-mb 0.004", "zb2");
     EXPECT_NE(buckets.find("ZeRO-1, summed in buckets of 0.004 MiB while backward runs, each rank "
-                           "keeping its shard"),
+                           "keeping its slice"),
               std::string::npos)
         << buckets;
     (void)run(3, 1, 4, "--max-steps 20 --zero 1 --bucket-mb 0.004", "zb3");
@@ -476,7 +480,7 @@ TEST(MpiTraining, ZeroOneTrainsAsPlainAndItsCheckpointsMoveBetweenRankCounts) {
     EXPECT_NE(local.find("one allreduce after backward (--share-memory off)"), std::string::npos)
         << local;
     const std::string alone = run(1, 1, 6, "--max-steps 1 --zero 1", "alone");
-    EXPECT_NE(alone.find("--zero 1 with one rank: there is nothing to shard"), std::string::npos)
+    EXPECT_NE(alone.find("--zero 1 with one rank: there is nothing to slice"), std::string::npos)
         << alone;
     const auto bad_size = run_command(mpiexec(1) + common + " --bucket-mb lots");
     EXPECT_EQ(bad_size.exit_code, 2) << bad_size.output;
@@ -529,8 +533,11 @@ TEST_P(MpiFailure, EndsTheWholeJobQuicklyWithAClearMessage) {
                                " --max-steps 3 --batch-size 2 --threads 1 --out-dir " +
                                (dir / "out") + " --data " + (dir / "corpus.txt");
     const std::string train = test::build_path("train_gpt2");
-    const std::string command = "timeout 120 " + mpiexec(1) + train + common + " " + c.rank0_flags +
-                                " : -n 1 " + train + common + " " + c.rank1_flags;
+    // A rank's own flags replace the common ones (a flag given twice is refused).
+    const std::string command = "timeout 120 " + mpiexec(1) + train +
+                                test::without_given(common, c.rank0_flags) + " " + c.rank0_flags +
+                                " : -n 1 " + train + test::without_given(common, c.rank1_flags) +
+                                " " + c.rank1_flags;
     const auto result = run_command(command);
     if (c.expected_exit != 0) {
         EXPECT_EQ(result.exit_code, c.expected_exit) << result.output;

@@ -1,5 +1,5 @@
 // Parquet input (src/data/parquet*): the files in tests/data/parquet, written by DuckDB and
-// arrow-rs (scripts/make_parquet_fixtures.mjs, not by this project), give the documents DuckDB's
+// arrow-rs (dev/make_parquet_fixtures.mjs, not by this project), give the documents DuckDB's
 // reader extracts from them, byte for byte and in order, with the nulls it counts, and together
 // cover every codec, page version, string encoding and list spelling the reader handles;
 // prepare_data makes of them the shards it makes of the same documents as JSON Lines, resumes an
@@ -551,7 +551,7 @@ TEST(ParquetThirdReader, HyparquetExtractsFromFreshFilesWhatWeDo) {
     }
     const ScratchDir dir("gpt2-parquet-fresh");
     const auto made =
-        run_command("node " + std::string(GPT2_SOURCE_DIR) + "/scripts/make_parquet_fixtures.mjs " +
+        run_command("node " + std::string(GPT2_SOURCE_DIR) + "/dev/make_parquet_fixtures.mjs " +
                     dir.path().string() + " " + kModules.string());
     ASSERT_EQ(made.exit_code, 0) << made.output;
     const json manifest = read_manifest(dir.path());

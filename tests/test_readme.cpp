@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "checkout_support.hpp"
 #include "process_support.hpp"
 
 namespace gpt2 {
@@ -73,10 +74,14 @@ TEST(Readme, NamesNoFlagThatDoesNotExist) {
             real.insert(flag);
     }
     // The scripts' own flags: the `--flag)` cases of their argument loops.
-    for (const auto& entry :
-         std::filesystem::directory_iterator(std::string(GPT2_SOURCE_DIR) + "/scripts")) {
-        if (entry.path().extension() != ".sh") continue;
-        std::ifstream in(entry.path());
+    std::vector<fs::path> scripts;
+    for (const char* folder : {"/scripts", "/dev"}) {
+        for (const auto& entry : fs::directory_iterator(std::string(GPT2_SOURCE_DIR) + folder))
+            scripts.push_back(entry.path());
+    }
+    for (const fs::path& script : scripts) {
+        if (script.extension() != ".sh") continue;
+        std::ifstream in(script);
         const std::string text((std::istreambuf_iterator<char>(in)), {});
         const std::regex option_case(R"((--[a-z][a-z0-9-]*)\))");
         for (auto it = std::sregex_iterator(text.begin(), text.end(), option_case);
@@ -105,7 +110,9 @@ TEST(Readme, NamesNoFlagThatDoesNotExist) {
                                           "--install",
                                           "--build",
                                           "--batch",
-                                          "--summary"};
+                                          "--summary",
+                                          "--ignore-eos",  // llama-cli's, for a char model
+                                          "--max-step"};   // an example of a mistyped flag
     for (const std::string& flag : long_flags(manual())) {
         EXPECT_TRUE(real.count(flag) > 0 || others.count(flag) > 0)
             << "README.md or docs/ names " << flag << ", which no program accepts";
@@ -187,6 +194,66 @@ TEST(Readme, TheStepLineExampleHasTheShapeOfTheRealOne) {
     const std::string real = run.output.substr(at + 1, run.output.find('\n', at) - at - 1);
     const std::string documented = match[1].str();
     EXPECT_EQ(shape(documented.substr(documented.find(']') + 1)), shape(real)) << real;
+}
+
+// An example of a command and what it prints, as the manual shows them in a code block:
+// "$ COMMAND" and the lines after it.
+struct ShownCommand {
+    std::string command;
+    std::vector<std::string> output;
+};
+
+std::vector<ShownCommand> shown_commands(const std::string& text) {
+    std::vector<ShownCommand> shown;
+    std::istringstream lines(text);
+    bool in_block = false;
+    for (std::string line; std::getline(lines, line);) {
+        const std::string trimmed = line.substr(std::min(line.find_first_not_of(' '), line.size()));
+        if (trimmed.starts_with("```")) {
+            in_block = !in_block;
+            continue;
+        }
+        if (!in_block) continue;
+        if (trimmed.starts_with("$ ")) {
+            shown.push_back({trimmed.substr(2), {}});
+        } else if (!shown.empty() && !trimmed.empty()) {
+            shown.back().output.push_back(trimmed);
+        }
+    }
+    return shown;
+}
+
+// Every error the manual quotes after a command ("$ build/... " then "error: ...") is the line
+// the program prints today, run as shown in a checkout where the quick start's run is in out/.
+TEST(Readme, QuotedErrorsAreWhatTheCommandsPrintToday) {
+    const test::Checkout checkout("gpt2-readme-errors");
+    if (!checkout.has_corpus()) GTEST_SKIP() << "no data/tinyshakespeare.txt: run scripts/setup.sh";
+    // The quick start's checkpoint, shortened: the default model, saved as its step 600.
+    const auto trained = checkout.run(
+        "build/train_gpt2 --max-steps 2 --batch-size 4 --val-tokens 256 --out-dir out && "
+        "mv out/model_000002.bin out/model_000600.bin && "
+        "mv out/state_000002.bin out/state_000600.bin");
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    int checked = 0;
+    for (const ShownCommand& shown : shown_commands(manual())) {
+        const auto error =
+            std::find_if(shown.output.begin(), shown.output.end(),
+                         [](const std::string& l) { return l.starts_with("error:"); });
+        if (error == shown.output.end()) continue;
+        ++checked;
+        const auto result = checkout.run(shown.command);
+        EXPECT_NE(result.exit_code, 0) << shown.command;
+        std::string printed;
+        std::istringstream lines(result.output);
+        for (std::string line; std::getline(lines, line);) {
+            if (line.starts_with("error")) {
+                printed = line;
+                break;
+            }
+        }
+        EXPECT_EQ(printed, *error) << "$ " << shown.command << "\n" << result.output;
+    }
+    EXPECT_GE(checked, 5);
 }
 
 }  // namespace

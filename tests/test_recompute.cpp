@@ -11,12 +11,13 @@
 
 #include "core/random.hpp"
 #include "formats/checkpoint.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
+#include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"
-#include "parallel/data_parallel.hpp"
 #include "process_support.hpp"
 #include "train/memory_plan.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
+#include "train/step.hpp"
 
 namespace gpt2 {
 namespace {
@@ -99,14 +100,16 @@ std::pair<std::vector<double>, std::vector<float>> train_five_steps(int workers,
     AdamWState optimizer(model.layout.total());
     WorkerGroup group(kConfig, workers, B, kT, false, Precision::Fp32, recompute);
     const Communicator comm = Communicator::single_process();
+    AllreduceExchange exchange(comm, model.layout.total(), 0);
     std::vector<double> losses;
     for (int step = 0; step < 5; ++step) {
         const std::vector<std::int32_t> tokens =
             random_tokens(static_cast<std::size_t>(B) * kT + 1, 100 + static_cast<unsigned>(step));
         const std::span<const std::int32_t> all(tokens);
         const StepBatch batch{all.first(tokens.size() - 1), all.subspan(1), 1, B};
-        const StepHyper hyper{AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f};
-        losses.push_back(train_step(model, optimizer, group, comm, batch, hyper).loss);
+        const StepRules rules{AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f};
+        losses.push_back(
+            train_step(TrainState{model, optimizer, group, exchange}, batch, rules).loss);
     }
     return {losses,
             std::vector<float>(model.params.data(), model.params.data() + model.params.size())};

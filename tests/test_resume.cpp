@@ -12,7 +12,7 @@
 #include "formats/checkpoint.hpp"
 #include "model/spike_guard.hpp"
 #include "process_support.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 #include "train_run_fixture.hpp"
 
 namespace gpt2 {
@@ -27,12 +27,17 @@ using test::ScratchDir;
 std::string train_command(const ScratchDir& dir, const std::string& out, int ranks,
                           const std::string& extra) {
     const std::string launcher = ranks > 0 ? test::mpiexec(ranks) : "";
-    return launcher + test::build_path("train_gpt2") + test::small_model(32) +
-           " --batch-size 4 --lr 1e-3"
-           " --warmup-steps 3 --val-every 5 --val-tokens 256 --sample-every 0 --checkpoint-every 0"
-           " --seed 11 --data " +
-           (dir / "corpus.txt") + " --out-dir " + (dir / out) + " --metrics-file " +
-           (dir / (out + ".jsonl")) + " " + extra;
+    // `extra` replaces the flags it gives too (a flag given twice is refused).
+    return launcher + test::build_path("train_gpt2") +
+           test::without_given(
+               test::small_model(32) +
+                   " --batch-size 4 --lr 1e-3"
+                   " --warmup-steps 3 --val-every 5 --val-tokens 256 --sample-every 0"
+                   " --checkpoint-every 0 --seed 11 --data " +
+                   (dir / "corpus.txt") + " --out-dir " + (dir / out) + " --metrics-file " +
+                   (dir / (out + ".jsonl")),
+               extra) +
+           " " + extra;
 }
 
 bool same_params(const std::filesystem::path& a, const std::filesystem::path& b) {

@@ -1,13 +1,22 @@
 // The scripts users run: plot_metrics.py reads train_gpt2's metrics files (runs marked, the last
 // run's whole curve with the starts it resumed plotted by default, one clear error for anything
-// else), and setup.sh installs only what is missing, judging Node and Python modules by the
-// commands and modules present.
+// else), setup.sh installs only what is missing, judging Node and Python modules by the commands
+// and modules present, get_gpt2_weights.sh fetches a Hub model and writes llm.c's file (against
+// a local fake hub), and llama_generate.sh refuses a bad command line or a missing Node or package
+// in one line (its generation is checked against inference in test_gguf).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "core/file_io.hpp"
+#include "formats/checkpoint.hpp"
+#include "formats/hugging_face.hpp"
+#include "formats/model_file.hpp"
+#include "formats_support.hpp"
 #include "process_support.hpp"
+#include "test_support.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
 namespace {
@@ -46,19 +55,24 @@ TEST(PlotMetrics, TheLastRunsWholeCurveIsPlottedWithTheStartsItResumed) {
     if (!fs::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
     const ScratchDir dir("gpt2-plot-runs");
     test::write_corpus(dir.path() / "corpus.txt", 30000);
-    const std::string train = test::build_path("train_gpt2") +
-                              " --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --batch-size 2"
-                              " --val-every 2 --val-tokens 64 --sample-every 0 --max-steps 6"
-                              " --checkpoint-every 2 --data " +
-                              (dir / "corpus.txt") + " --metrics-file " + (dir / "m.jsonl") +
-                              " --out-dir ";
+    // `extra`'s flags replace the defaults they give (a flag given twice is refused).
+    const auto train = [&](const std::string& extra) {
+        return test::build_path("train_gpt2") +
+               test::without_given(
+                   " --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --batch-size 2"
+                   " --val-every 2 --val-tokens 64 --sample-every 0 --max-steps 6"
+                   " --checkpoint-every 2 --data " +
+                       (dir / "corpus.txt") + " --metrics-file " + (dir / "m.jsonl"),
+                   extra) +
+               " " + extra;
+    };
     // Run 1 fails at step 4 (a NaN gradient, --max-bad-steps 1) after its checkpoint at step 2
     // and its step 3; run 2 is another run in the same file; run 3 resumes run 1 from step 2.
     const auto crashed =
-        run_command(train + (dir / "a") + " --inject-nan-step 3 --max-bad-steps 1");
+        run_command(train("--out-dir " + (dir / "a") + " --inject-nan-step 3 --max-bad-steps 1"));
     ASSERT_EQ(crashed.exit_code, 1) << crashed.output;
-    ASSERT_EQ(run_command(train + (dir / "b") + " --max-steps 2").exit_code, 0);
-    ASSERT_EQ(run_command(train + (dir / "a") + " --resume auto").exit_code, 0);
+    ASSERT_EQ(run_command(train("--out-dir " + (dir / "b") + " --max-steps 2")).exit_code, 0);
+    ASSERT_EQ(run_command(train("--out-dir " + (dir / "a") + " --resume auto")).exit_code, 0);
     const auto whole = run_command(plot(dir / "m.jsonl") + " --summary");
     ASSERT_EQ(whole.exit_code, 0) << whole.output;
     EXPECT_NE(whole.output.find("run 1: steps 1-3, 2 validations"), std::string::npos)
@@ -133,6 +147,109 @@ TEST(Setup, NodeAndNpmAreJudgedByTheCommandsPresent) {
     ASSERT_EQ(with.exit_code, 0) << with.output;
     EXPECT_EQ(with.output.find(" nodejs"), std::string::npos) << with.output;
     EXPECT_EQ(with.output.find(" npm"), std::string::npos) << with.output;
+}
+
+// A PATH of links to the tools a script needs (and nothing else), for the missing-Node cases.
+fs::path tools_only(const fs::path& dir, std::initializer_list<const char*> tools) {
+    fs::create_directories(dir);
+    for (const char* tool : tools) {
+        const auto found = run_command(std::string("command -v ") + tool);
+        EXPECT_EQ(found.exit_code, 0) << tool;
+        fs::create_symlink(found.output.substr(0, found.output.find('\n')), dir / tool);
+    }
+    return dir;
+}
+
+TEST(LlamaGenerate, ABadCommandLineOrAMissingPieceIsOneErrorLine) {
+    const ScratchDir dir("gpt2-llama-generate");
+    const std::string script = kSource + "/scripts/llama_generate.sh";
+    std::ofstream(dir.path() / "m.gguf") << "GGUF and not much else";
+    std::ofstream(dir.path() / "text.gguf") << "not a model";
+    const auto fails = [&](const std::string& command, int code, const std::string& message) {
+        const auto r = run_command(command);
+        EXPECT_EQ(r.exit_code, code) << command << "\n" << r.output;
+        EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+        EXPECT_EQ(r.output.rfind("llama_generate.sh: ", 0), 0u) << r.output;
+        EXPECT_NE(r.output.find(message), std::string::npos) << command << "\n" << r.output;
+    };
+    const std::string model = " " + (dir / "m.gguf");
+    fails(script, 2, "no model file");
+    fails(script + model + " --prompt hi --bogus", 2, "unknown flag --bogus");
+    fails(script + model + " --prompt", 2, "--prompt needs a value");
+    fails(script + model + " --prompt hi --max-new-tokens ten", 2,
+          "--max-new-tokens must be a whole number >= 0, not 'ten'");
+    fails(script + model + " --temperature -1", 2, "--temperature must be a number >= 0");
+    fails(script + model + " --top-p 0", 2, "--top-p must be in (0, 1], not '0'");
+    fails(script + model + " --seed 4294967296", 2,
+          "--seed must be a whole number in 0..4294967295");
+    fails(script + model + model, 2, "one model file only");
+    fails(script + " " + (dir / "missing.gguf") + " --prompt hi", 1, "missing.gguf: no such file");
+    fails(script + " " + (dir / "text.gguf") + " --prompt hi", 1, "text.gguf: not a GGUF file");
+    // Without Node, or without the package where the script looks: what is missing and the fix.
+    const fs::path bin = tools_only(dir.path() / "bin", {"dirname", "head"});
+    fails("PATH=" + bin.string() + " /bin/bash " + script + model + " --prompt hi", 1,
+          "node (Node.js) not found; GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh installs it");
+    if (run_command("command -v node").exit_code == 0) {
+        fs::create_directories(dir.path() / "copy" / "scripts");
+        for (const char* file : {"llama_generate.sh", "llama_generate.mjs"})
+            fs::copy_file(kSource + "/scripts/" + file, dir.path() / "copy" / "scripts" / file);
+        fails("GPT2_LLAMA_CPP_DIR=" + (dir / "nowhere") + " /bin/bash " +
+                  (dir / "copy/scripts/llama_generate.sh") + model + " --prompt hi",
+              1,
+              "node-llama-cpp not found in $GPT2_LLAMA_CPP_DIR (" + (dir / "nowhere") + "), " +
+                  (dir / "copy/.deps/llama-cpp"));
+    }
+}
+
+// get_gpt2_weights.sh against a fake hub (a file:// folder holding a small exported model in the
+// Hub's file names): the files land in DIR, llm.c's file beside it holds the same weights, it works
+// from any directory, and a second run keeps what is there.
+TEST(GetGpt2Weights, DownloadsTheHubsFilesAndWritesLlmcsModelFile) {
+    const ScratchDir dir("gpt2-get-weights");
+    const auto chars = make_char_tokenizer("the king shall speak of love and war\n");
+    Model model(ModelConfig{16, chars->vocab_size(), pad_vocab(chars->vocab_size()), 1, 2, 32});
+    init_parameters(model, 27);
+    write_hugging_face_model(dir.path() / "hub", model, chars.get(), ElementType::F32);
+    fs::create_directories(dir.path() / "work");
+    const std::string script = "cd " + (dir / "work") + " && GPT2_HF_BASE_URL=file://" +
+                               (dir / "hub") + " " + kSource + "/scripts/get_gpt2_weights.sh";
+    const std::string convert = " --convert-model " + test::build_path("convert_model");
+    const auto r = run_command(script + convert);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (const char* file : {"config.json", "generation_config.json", "model.safetensors",
+                             "vocab.json", "merges.txt"}) {
+        EXPECT_EQ(read_file_bytes(dir.path() / "work/gpt2-hf" / file),
+                  read_file_bytes(dir.path() / "hub" / file))
+            << file;
+    }
+    const LoadedModel llmc = load_model_file(dir.path() / "work/gpt2_124M.bin");
+    EXPECT_FALSE(llmc.extras.has_value());  // a plain llm.c model file
+    formats_test::expect_bitwise(llmc.model.weights(), model.weights());
+    const auto again = run_command(script + convert);
+    ASSERT_EQ(again.exit_code, 0) << again.output;
+    EXPECT_NE(again.output.find("model.safetensors: already there"), std::string::npos)
+        << again.output;
+
+    // Another DIR puts llm.c's file beside it; a missing file on the hub is one error line.
+    const auto nested = run_command(script + " models/gpt2 " + convert);
+    ASSERT_EQ(nested.exit_code, 0) << nested.output;
+    EXPECT_TRUE(fs::exists(dir.path() / "work/models/gpt2_124M.bin"));
+    fs::remove(dir.path() / "hub" / "merges.txt");
+    const auto missing = run_command(script + " other" + convert);
+    EXPECT_EQ(missing.exit_code, 1) << missing.output;
+    EXPECT_EQ(missing.output.substr(missing.output.rfind("downloading")).find("\nget_gpt2_weights"),
+              missing.output.substr(missing.output.rfind("downloading")).find('\n'))
+        << "one error line after the last download: " << missing.output;
+    EXPECT_NE(missing.output.find("get_gpt2_weights.sh: file://" + (dir / "hub") +
+                                  "/merges.txt: download failed"),
+              std::string::npos)
+        << missing.output;
+    EXPECT_FALSE(fs::exists(dir.path() / "work/other/merges.txt"));
+    EXPECT_FALSE(fs::exists(dir.path() / "work/other/merges.txt.part"));
+    const auto bad = run_command(script + " --bogus");
+    EXPECT_EQ(bad.exit_code, 2) << bad.output;
+    EXPECT_NE(bad.output.find("get_gpt2_weights.sh: unknown flag --bogus"), std::string::npos)
+        << bad.output;
 }
 
 }  // namespace

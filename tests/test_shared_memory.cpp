@@ -12,9 +12,10 @@
 
 #include "core/random.hpp"
 #include "core/shared_memory.hpp"
+#include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"
-#include "parallel/data_parallel.hpp"
 #include "parallel/shared_replica.hpp"
+#include "train/step.hpp"
 
 namespace gpt2 {
 namespace {
@@ -101,13 +102,20 @@ Trained train_ten_steps(bool share, Precision precision, int unshare_at = -1) {
     WorkerGroup group(config, 2, B, T, false, precision);
     const Communicator comm = Communicator::single_process();
     const std::vector<Range> slices = {Range{0, P}};
+    std::unique_ptr<GradientExchange> exchange;
     if (share) {
         const float* own = model.params.data();
-        const std::string error = share_replica_memory(model, group, comm);
+        SharedGradients shared;
+        const std::string error = share_replica_memory(model, group, comm, shared);
         EXPECT_EQ(error, "");
         EXPECT_NE(model.params.data(), own);  // the weights moved into the mapping
-        EXPECT_EQ(group.rank_gradients().size(), 1u);
-        EXPECT_EQ(group.rank_gradients()[0], group.gradient().data());
+        auto exchanged =
+            std::make_unique<SharedMemoryExchange>(comm, std::move(shared), slices, nullptr, 0);
+        EXPECT_EQ(exchanged->rank_gradients().size(), 1u);
+        EXPECT_EQ(exchanged->rank_gradients()[0], group.gradient().data());
+        exchange = std::move(exchanged);
+    } else {
+        exchange = std::make_unique<AllreduceExchange>(comm, P, 0);
     }
     Rng rng(99);
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T + 1);
@@ -115,10 +123,12 @@ Trained train_ten_steps(bool share, Precision precision, int unshare_at = -1) {
     for (int step = 0; step < 10; ++step) {
         if (step == unshare_at) {
             const float* mapped = model.params.data();
+            const float* mapped_gradient = group.gradient().data();
             unshare_replica_memory(model, group);
+            exchange = std::make_unique<AllreduceExchange>(comm, P, 0);
             share = false;
             EXPECT_NE(model.params.data(), mapped);
-            EXPECT_TRUE(group.rank_gradients().empty());
+            EXPECT_NE(group.gradient().data(), mapped_gradient);
             EXPECT_EQ(model.params.size(), P);
             EXPECT_TRUE(std::all_of(group.gradient().begin(), group.gradient().end(),
                                     [](float g) { return g == 0.0f; }));
@@ -127,10 +137,9 @@ Trained train_ten_steps(bool share, Precision precision, int unshare_at = -1) {
             t = static_cast<std::int32_t>(rng.below(97));
         const std::span<const std::int32_t> all(tokens);
         const StepBatch batch{all.first(tokens.size() - 1), all.subspan(1), 1, B};
-        const StepHyper hyper{AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-5f, 0.1f}, 1.0f,
-                              share ? GradientExchange::SharedMemory : GradientExchange::Allreduce,
-                              0, share ? std::span<const Range>(slices) : std::span<const Range>()};
-        const StepMetrics m = train_step(model, optimizer, group, comm, batch, hyper);
+        const StepRules rules{AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-5f, 0.1f}, 1.0f};
+        const StepMetrics m =
+            train_step(TrainState{model, optimizer, group, *exchange}, batch, rules);
         EXPECT_FALSE(m.skipped);
         result.losses.push_back(m.loss);
     }

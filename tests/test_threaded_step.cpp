@@ -1,5 +1,5 @@
 // The threaded step with the communication thread, as ThreadSanitizer runs it
-// (scripts/sanitizers.sh): two workers per rank summing layer by layer while the rank's
+// (dev/sanitizers.sh): two workers per rank summing layer by layer while the rank's
 // communication thread allreduces buckets, the shared-memory step, and shared-memory slices
 // summed and allreduced in buckets across simulated machines. In the ordinary build the same runs
 // check that each path is taken and finishes.

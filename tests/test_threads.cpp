@@ -14,10 +14,11 @@
 #include <vector>
 
 #include "core/random.hpp"
+#include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"
-#include "parallel/data_parallel.hpp"
 #include "test_support.hpp"
 #include "threads/thread_pool.hpp"
+#include "train/step.hpp"
 
 namespace gpt2 {
 namespace {
@@ -45,6 +46,7 @@ TrainResult train_ten_steps(int workers, int B, Precision precision = Precision:
     AdamWState optimizer(model.layout.total());
     WorkerGroup group(config, workers, B, T, false, precision);
     const Communicator comm = Communicator::single_process();
+    AllreduceExchange exchange(comm, model.layout.total(), 0);
     Rng rng(99);
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * grad_accum * T + 1);
     TrainResult result;
@@ -54,8 +56,9 @@ TrainResult train_ten_steps(int workers, int B, Precision precision = Precision:
         const std::span<const std::int32_t> all(tokens);
         const StepBatch batch{all.first(tokens.size() - 1), all.subspan(1), grad_accum,
                               static_cast<std::int64_t>(B) * grad_accum};
-        const StepHyper hyper{AdamWHyper{kLr, 0.9f, 0.95f, kEps, 0.1f}, 1.0f};
-        const StepMetrics m = train_step(model, optimizer, group, comm, batch, hyper);
+        const StepRules rules{AdamWHyper{kLr, 0.9f, 0.95f, kEps, 0.1f}, 1.0f};
+        const StepMetrics m =
+            train_step(TrainState{model, optimizer, group, exchange}, batch, rules);
         EXPECT_FALSE(m.skipped);
         result.losses.push_back(m.loss);
     }

@@ -10,14 +10,14 @@
 
 #include "core/random.hpp"
 #include "parallel/comm.hpp"
-#include "parallel/data_parallel.hpp"
+#include "parallel/validation_loss.hpp"
 #include "random_model.hpp"
 #include "train_run_fixture.hpp"
 
 namespace gpt2 {
 namespace {
 
-// evaluate() itself: the same bits however the windows fall to workers (and contexts of any
+// validation_loss() itself: the same bits however the windows fall to workers (and contexts of any
 // batch size), and the mean loss of exactly the first `windows` consecutive windows.
 TEST(Evaluate, TheSameBitsForAnyWorkersAndTheMeanOfTheFirstWindows) {
     constexpr int T = 16;
@@ -42,7 +42,7 @@ TEST(Evaluate, TheSameBitsForAnyWorkersAndTheMeanOfTheFirstWindows) {
     for (const auto& [workers, batch] :
          std::vector<std::pair<int, int>>{{1, 1}, {2, 4}, {3, 3}, {3, 5}, {4, 2}}) {
         WorkerGroup group(config, workers, batch, T, false);
-        const Evaluation e = evaluate(*model, group, comm, kWindows, read);
+        const ValidationLoss e = validation_loss(*model, group, comm, kWindows, read);
         EXPECT_EQ(e.tokens, static_cast<std::int64_t>(kWindows * T));
         if (!first) {
             first = e.loss;
@@ -130,7 +130,9 @@ TEST_F(ValidationRun, TheLossIsTheSameBitsForAnyBatchThreadsAndRanks) {
 TEST_F(ValidationRun, ASplitTooShortForOneWindowTurnsValidationOffWithOneWarning) {
     // 30,000 characters x 0.0005: 15 validation tokens, fewer than 16 + 1.
     const auto short_split = train(
-        "--max-steps 3 --val-every 1 --val-fraction 0.0005" + kValFlags + outputs("short"), 2);
+        "--max-steps 3 --val-every 1 --val-fraction 0.0005 --val-tokens 400 --checkpoint-every 0" +
+            outputs("short"),
+        2);
     ASSERT_EQ(short_split.exit_code, 0) << short_split.output;
     EXPECT_EQ(test::count_of(short_split.output, "no validation: --data "), 1u)
         << short_split.output;

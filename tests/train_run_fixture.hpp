@@ -27,8 +27,10 @@ class TrainRun : public ::testing::Test {
     }
     [[nodiscard]] std::string path(const std::string& name) const { return *dir_ / name; }
     [[nodiscard]] std::string command(const std::string& flags, int ranks = 0) const {
+        // The test's own flags replace the fixture's (a flag given twice is refused).
         return (ranks > 0 ? mpiexec(ranks) : std::string()) + build_path("train_gpt2") +
-               train_run_flags() + " --data " + path("corpus.txt") + " " + flags;
+               without_given(train_run_flags() + " --data " + path("corpus.txt"), flags) + " " +
+               flags;
     }
     [[nodiscard]] ProcessResult train(const std::string& flags, int ranks = 0) const {
         return run_command(command(flags, ranks));

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "data/parallel_encoder.hpp"
 
 namespace gpt2 {
 
@@ -46,6 +45,7 @@ ShardStreamTotals stream_into_shards(DocumentReader& reader, const Tokenizer& to
                                      const ShardStreamOptions& options) {
     ShardStreamTotals totals;
     std::vector<DocumentPiece> batch;
+    std::vector<std::string_view> texts;
     std::vector<std::vector<std::int32_t>> encoded;
     std::vector<std::int32_t> tokens;
     std::exception_ptr read_error;
@@ -56,8 +56,11 @@ ShardStreamTotals stream_into_shards(DocumentReader& reader, const Tokenizer& to
             const ShardWriter& w = options.is_val(batch[i]) ? val : train;
             wanted[i] = !w.done_before(batch[i].index);
         }
-        encode_pieces(tokenizer, batch, std::span<const bool>(wanted.get(), batch.size()), encoded,
-                      options.threads, options.eot_in_text);
+        texts.clear();
+        for (const DocumentPiece& piece : batch)
+            texts.push_back(piece.text);
+        encode_texts(tokenizer, texts, encoded, options.threads, options.eot_in_text,
+                     std::span<const bool>(wanted.get(), batch.size()));
         for (std::size_t i = 0; i < batch.size(); ++i) {
             const DocumentPiece& p = batch[i];
             if (p.first) ++totals.documents;

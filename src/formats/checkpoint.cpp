@@ -189,4 +189,22 @@ LoadedModel load_checkpoint(const std::filesystem::path& path) {
     return loaded;
 }
 
+ModelFileKind model_file_kind(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) return ModelFileKind::Other;
+    const auto size = static_cast<std::size_t>(in.tellg());
+    std::int32_t magic = 0;
+    if (size < kHeaderBytes || !in.seekg(0) ||
+        !in.read(reinterpret_cast<char*>(&magic), sizeof(magic)) || magic != kLlmcModelMagic) {
+        return ModelFileKind::Other;
+    }
+    std::array<char, 8> footer{};
+    if (size >= kHeaderBytes + kFooterBytes &&
+        in.seekg(static_cast<std::streamoff>(size - kFooterBytes)) &&
+        in.read(footer.data(), footer.size()) && footer == kFooterMagic) {
+        return ModelFileKind::Checkpoint;
+    }
+    return ModelFileKind::PlainLlmc;
+}
+
 }  // namespace gpt2

@@ -44,4 +44,10 @@ std::filesystem::path save_llmc_model(const std::filesystem::path& path, const M
 // corrupt or of the wrong kind.
 [[nodiscard]] LoadedModel load_checkpoint(const std::filesystem::path& path);
 
+// What an existing file is, judged by its first and last bytes (the weights are not read): a plain
+// llm.c model file, one of our checkpoints (an llm.c model file ending in our trailer's footer),
+// or something else (a resume state, any other file, or no file).
+enum class ModelFileKind { PlainLlmc, Checkpoint, Other };
+[[nodiscard]] ModelFileKind model_file_kind(const std::filesystem::path& path);
+
 }  // namespace gpt2

@@ -13,7 +13,7 @@ namespace gpt2 {
 namespace {
 
 // GGUF's value types and ggml's tensor types (gguf.h, ggml.h).
-enum class Value : std::uint32_t { U32 = 4, I32 = 5, F32 = 6, String = 8, Array = 9 };
+enum class Value : std::uint32_t { U32 = 4, I32 = 5, F32 = 6, Bool = 7, String = 8, Array = 9 };
 enum class TensorType : std::uint32_t { F32 = 0, F16 = 1, Q8_0 = 8, Bf16 = 30 };
 // general.file_type: what most tensors are (llama_ftype).
 std::uint32_t file_type(GgufWeights w) {
@@ -75,8 +75,8 @@ void append_q8_0(std::vector<std::uint8_t>& out, std::span<const float> values) 
 
 namespace {
 
-// GPT-2's tokenizer spelled as llama.cpp's gpt2 tokenizer wants it, with one token per row of
-// the model's vocabulary; Q8_0 needs rows of whole blocks.
+// The tokenizer spelled as llama.cpp's gpt2 tokenizer wants it (a char tokenizer as a BPE without
+// merges), with one token per row of the model's vocabulary; Q8_0 needs rows of whole blocks.
 SpelledBpe checked_tokenizer(const std::filesystem::path& path, const Model& model,
                              const Tokenizer& tokenizer, GgufWeights weights) {
     SpelledBpe spelled;
@@ -161,6 +161,18 @@ std::vector<Tensor> gguf_tensors(const Model& model, GgufWeights weights) {
     return tensors;
 }
 
+// The id llama.cpp gets as bos and eos: the end-of-text token; for a char tokenizer, which has
+// none, the newline (id 0 without one), the token our generator starts from without a prompt.
+// llama.cpp's gpt2 tokenizer always has an eos (without the key, id 11), at which its front ends
+// stop generating: naming the newline makes that the end of a line rather than some character.
+std::uint32_t boundary_token(const SpelledBpe& spelled) {
+    if (spelled.eot_id) return static_cast<std::uint32_t>(*spelled.eot_id);
+    const std::string newline = "\xC4\x8A";  // byte 0x0A in GPT-2's spelling
+    const auto it = std::find(spelled.tokens.begin(), spelled.tokens.end(), newline);
+    return it == spelled.tokens.end() ? 0u
+                                      : static_cast<std::uint32_t>(it - spelled.tokens.begin());
+}
+
 // The metadata llama.cpp's gpt2 architecture reads, with the tokenizer embedded.
 struct KeyValues {
     Writer kv;
@@ -209,14 +221,21 @@ KeyValues gguf_metadata(const ModelConfig& c, const SpelledBpe& spelled, GgufWei
     kv.put(static_cast<std::uint32_t>(Value::I32));
     kv.put<std::uint64_t>(spelled.tokens.size());
     for (std::size_t id = 0; id < spelled.tokens.size(); ++id)
-        kv.put<std::int32_t>(static_cast<int>(id) == spelled.eot_id ? 3 : 1);
+        kv.put<std::int32_t>(spelled.eot_id && static_cast<int>(id) == *spelled.eot_id ? 3 : 1);
+    // llama.cpp wants the key even when there are no merges (a char tokenizer's export).
     key("tokenizer.ggml.merges", Value::Array);
     kv.put(static_cast<std::uint32_t>(Value::String));
     kv.put<std::uint64_t>(spelled.merges.size());
     for (const std::string& merge : spelled.merges)
         kv.string(merge);
-    put_u32("tokenizer.ggml.bos_token_id", static_cast<std::uint32_t>(spelled.eot_id));
-    put_u32("tokenizer.ggml.eos_token_id", static_cast<std::uint32_t>(spelled.eot_id));
+    const std::uint32_t boundary = boundary_token(spelled);
+    put_u32("tokenizer.ggml.bos_token_id", boundary);
+    put_u32("tokenizer.ggml.eos_token_id", boundary);
+    // Our tokenizers never add a token of their own to a text.
+    key("tokenizer.ggml.add_bos_token", Value::Bool);
+    kv.put<std::uint8_t>(0);
+    key("tokenizer.ggml.add_eos_token", Value::Bool);
+    kv.put<std::uint8_t>(0);
 
     return out;
 }

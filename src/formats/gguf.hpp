@@ -1,6 +1,7 @@
-// GGUF version 3 files for llama.cpp's "gpt2" architecture: metadata, GPT-2's byte-level BPE
-// tokenizer embedded, and the weights as F32, F16, BF16 or Q8_0 (ggml's 32-value blocks with an
-// f16 scale); 1-D tensors stay F32.
+// GGUF version 3 files for llama.cpp's "gpt2" architecture: metadata, the byte-level BPE
+// tokenizer embedded (GPT-2's, a trained one, or a char tokenizer as one without merges), and the
+// weights as F32, F16, BF16 or Q8_0 (ggml's 32-value blocks with an f16 scale); 1-D tensors stay
+// F32.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +22,9 @@ inline constexpr int kQ8Block = 32;
 // Appends the blocks of `values` (a multiple of 32 long) to out.
 void append_q8_0(std::vector<std::uint8_t>& out, std::span<const float> values);
 
-// Writes `path` atomically. The tokenizer must have a byte-level BPE form (gpt2, or a trained bpe
-// without duplicate spellings): InputError says why otherwise, before anything is written.
+// Writes `path` atomically. The tokenizer must have a byte-level BPE form (gpt2, char, or a
+// trained bpe without duplicate spellings): InputError says why otherwise, before anything is
+// written. A char tokenizer has no end-of-text: llama.cpp gets its newline as bos/eos.
 // Q8_0 needs the channel count to be a multiple of 32 (InputError otherwise).
 void write_gguf(const std::filesystem::path& path, const Model& model, const Tokenizer& tokenizer,
                 GgufWeights weights, const std::string& name);

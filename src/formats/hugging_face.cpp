@@ -1,6 +1,7 @@
 #include "formats/hugging_face.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -372,7 +373,7 @@ LoadedModel load_hugging_face_model(const fs::path& path, HuggingFaceNotes* note
     TensorReader reader(by_name, sources, config_path, c);
     read_weights(loaded.model, by_name, reader);
     if (fs::exists(sources.dir / "vocab.json", ec) && fs::exists(sources.dir / "merges.txt", ec)) {
-        const std::unique_ptr<Tokenizer> tokenizer = load_gpt2_tokenizer(sources.dir);
+        const std::unique_ptr<Tokenizer> tokenizer = load_spelled_tokenizer(sources.dir);
         if (tokenizer->vocab_size() > c.vocab_size) {
             throw InputError((sources.dir / "vocab.json").string() + ": " +
                              std::to_string(tokenizer->vocab_size()) + " tokens, but " +
@@ -387,8 +388,21 @@ LoadedModel load_hugging_face_model(const fs::path& path, HuggingFaceNotes* note
 
 namespace {
 
-// config.json of GPT2LMHeadModel for `c`, with no dropout (none was trained with).
-nlohmann::ordered_json hugging_face_config(const ModelConfig& c, int eot, ElementType type) {
+// The files an export writes: a directory holding only these is a previous export.
+constexpr std::string_view kConfigFile = "config.json";
+constexpr std::string_view kGenerationConfigFile = "generation_config.json";
+constexpr std::array<std::string_view, 3> kTokenizerFiles = {"vocab.json", "merges.txt",
+                                                             "tokenizer_config.json"};
+
+bool is_export_file(std::string_view name) {
+    return name == kModelFile || name == kConfigFile || name == kGenerationConfigFile ||
+           std::find(kTokenizerFiles.begin(), kTokenizerFiles.end(), name) != kTokenizerFiles.end();
+}
+
+// config.json of GPT2LMHeadModel for `c`, with no dropout (none was trained with); `eot` null for
+// a tokenizer without end-of-text.
+nlohmann::ordered_json hugging_face_config(const ModelConfig& c, const nlohmann::ordered_json& eot,
+                                           ElementType type) {
     const char* torch_dtype = type == ElementType::F32   ? "float32"
                               : type == ElementType::F16 ? "float16"
                                                          : "bfloat16";
@@ -483,10 +497,37 @@ void write_gpt2_tokenizer_files(const fs::path& dir, const SpelledBpe& spelled) 
 
 }  // namespace
 
+std::optional<std::string> hugging_face_output_conflict(const fs::path& dir) {
+    std::error_code ec;
+    const fs::file_status status = fs::status(dir, ec);
+    if (!fs::exists(status)) return std::nullopt;
+    if (!fs::is_directory(status))
+        return "exists and is not a directory (a Hugging Face model is one)";
+    std::vector<std::string> foreign;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (!is_export_file(name) || !it->is_regular_file()) foreign.push_back(name);
+    }
+    if (ec) return "cannot be listed: " + ec.message();
+    if (foreign.empty()) return std::nullopt;
+    std::sort(foreign.begin(), foreign.end());
+    constexpr std::size_t kNamed = 3;
+    std::string names;
+    for (std::size_t i = 0; i < std::min(foreign.size(), kNamed); ++i)
+        names += (i ? ", " : "") + foreign[i];
+    if (foreign.size() > kNamed)
+        names += " and " + std::to_string(foreign.size() - kNamed) + " more";
+    return "holds files a Hugging Face export does not write (" + names + ")";
+}
+
 void write_hugging_face_model(const fs::path& dir, const Model& model, const Tokenizer* tokenizer,
                               ElementType type) {
     const ModelConfig& c = model.config;
     // Everything that can be refused is decided before the first file is written.
+    if (const auto conflict = hugging_face_output_conflict(dir)) {
+        throw InputError(dir.string() + " " + *conflict + ": " +
+                         std::string(kHuggingFaceOutputAdvice));
+    }
     std::optional<SpelledBpe> spelled;
     if (tokenizer != nullptr) {
         try {
@@ -503,13 +544,25 @@ void write_hugging_face_model(const fs::path& dir, const Model& model, const Tok
     if (!fs::is_directory(dir, ec)) {
         throw InputError(dir.string() + ": cannot create the output directory");
     }
-    const int eot = spelled ? spelled->eot_id : c.vocab_size - 1;
+    // Without a tokenizer the last id is taken for end-of-text, as in GPT-2's vocabulary; a
+    // tokenizer without one (char) gets null: transformers then generates to max_new_tokens.
+    const nlohmann::ordered_json eot = !spelled          ? nlohmann::ordered_json(c.vocab_size - 1)
+                                       : spelled->eot_id ? nlohmann::ordered_json(*spelled->eot_id)
+                                                         : nlohmann::ordered_json(nullptr);
     write_safetensors(dir / kModelFile, hugging_face_tensors(model, type), {{"format", "pt"}});
-    write_json(dir / "config.json", hugging_face_config(c, eot, type));
-    write_json(dir / "generation_config.json", {{"bos_token_id", eot}, {"eos_token_id", eot}});
-    if (!spelled) return;
+    write_json(dir / kConfigFile, hugging_face_config(c, eot, type));
+    write_json(dir / kGenerationConfigFile, {{"bos_token_id", eot}, {"eos_token_id", eot}});
+    if (!spelled) {
+        // A previous export's tokenizer files would be read as this model's tokenizer.
+        for (const std::string_view name : kTokenizerFiles)
+            fs::remove(dir / name, ec);
+        return;
+    }
     write_gpt2_tokenizer_files(dir, *spelled);
-    const std::string eot_text = spelled->tokens[static_cast<std::size_t>(eot)];
+    const nlohmann::ordered_json eot_text =
+        spelled->eot_id
+            ? nlohmann::ordered_json(spelled->tokens[static_cast<std::size_t>(*spelled->eot_id)])
+            : nlohmann::ordered_json(nullptr);
     write_json(dir / "tokenizer_config.json", {{"add_prefix_space", false},
                                                {"bos_token", eot_text},
                                                {"eos_token", eot_text},

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "formats/checkpoint.hpp"
@@ -33,9 +34,23 @@ struct HuggingFaceNotes {
 
 // Writes `dir` as save_pretrained would: config.json, generation_config.json, model.safetensors
 // (`type` F32, F16 or BF16; rows of the padded vocabulary dropped) and, when `tokenizer` is given,
-// vocab.json, merges.txt and tokenizer_config.json. The tokenizer must have a byte-level BPE form
-// (spell_byte_level_bpe) or InputError says why, before anything is written.
+// vocab.json, merges.txt and tokenizer_config.json (a char tokenizer as a BPE without merges, its
+// bos/eos/unk null: it has no end-of-text token). The tokenizer must have a byte-level BPE form
+// (spell_byte_level_bpe) and `dir` must be able to take the export
+// (hugging_face_output_conflict), or InputError says why before anything is written. Files of a
+// previous export that this one does not write (its tokenizer files) are removed.
 void write_hugging_face_model(const std::filesystem::path& dir, const Model& model,
                               const Tokenizer* tokenizer, ElementType type);
+
+// Why `dir` cannot take a Hugging Face export, or nullopt when it can: it is missing, empty, or
+// holds only files an export writes (a previous export, replaced). Otherwise what follows the
+// directory's name in an error, naming what is there ("holds files a Hugging Face export does not
+// write (model_000600.bin, ...)"): a directory of checkpoints or anything else is never written
+// into.
+[[nodiscard]] std::optional<std::string> hugging_face_output_conflict(
+    const std::filesystem::path& dir);
+// What such an error advises.
+inline constexpr std::string_view kHuggingFaceOutputAdvice =
+    "name a new or empty directory (a previous export's is replaced)";
 
 }  // namespace gpt2

@@ -1,12 +1,15 @@
 #include "formats/model_file.hpp"
 
 #include <algorithm>
-#include <charconv>
+#include <array>
+#include <fstream>
 #include <map>
+#include <optional>
 
 #include "core/error.hpp"
 #include "formats/gguf.hpp"
 #include "formats/hugging_face.hpp"
+#include "formats/resume_state.hpp"
 
 namespace gpt2 {
 
@@ -67,13 +70,7 @@ std::string write_as_gguf(const ModelOutput& output, const Model& model, const T
 }
 
 std::string write_as_hugging_face(const ModelOutput& output, const Model& model,
-                                  const Tokenizer* tokenizer, const std::filesystem::path& input) {
-    if (tokenizer != nullptr && tokenizer->kind() == TokenizerKind::Char && !output.weights_only) {
-        throw InputError(
-            input.string() +
-            ": its char tokenizer has no Hugging Face form (GPT-2's tokenizer classes are "
-            "byte-level BPE): pass --weights-only to write the weights without tokenizer files");
-    }
+                                  const Tokenizer* tokenizer) {
     const ElementType type = output.dtype == "f32"   ? ElementType::F32
                              : output.dtype == "f16" ? ElementType::F16
                                                      : ElementType::Bf16;
@@ -86,21 +83,15 @@ std::string write_as_hugging_face(const ModelOutput& output, const Model& model,
 }  // namespace
 
 namespace {
-// The model files of a run's --out-dir (model_N.bin, N all digits), newest step first.
+// The model files of a run's --out-dir (model_N.bin), newest step first.
 std::vector<std::pair<std::int64_t, std::filesystem::path>> checkpoint_models(
     const std::filesystem::path& dir) {
     std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-        const std::string name = entry.path().filename().string();
-        if (!name.starts_with("model_") || !name.ends_with(".bin") || name.size() <= 10) continue;
-        const std::string_view digits(name.data() + 6, name.size() - 10);
-        std::int64_t step = 0;
-        const auto [end, error] =
-            std::from_chars(digits.data(), digits.data() + digits.size(), step);
-        if (error == std::errc() && end == digits.data() + digits.size()) {
-            found.emplace_back(step, entry.path());
-        }
+        if (!entry.path().filename().string().starts_with("model_")) continue;
+        if (const auto step = checkpoint_step(entry.path()))
+            found.emplace_back(*step, entry.path());
     }
     std::sort(found.begin(), found.end(),
               [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -145,7 +136,58 @@ OutputFormat output_format(const std::filesystem::path& path, std::string_view t
     return OutputFormat::HuggingFace;
 }
 
-void check_model_output(const ModelOutput& output, const std::filesystem::path& input) {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The directory a Hugging Face output at `path` writes: DIR/model.safetensors is DIR.
+fs::path hugging_face_directory(const fs::path& path) {
+    if (path.extension() != ".safetensors") return path;
+    if (path.filename() != "model.safetensors") {
+        throw UsageError(path.string() +
+                         ": a Hugging Face model is a directory whose weights are "
+                         "model.safetensors beside config.json: name the directory, or "
+                         "DIR/model.safetensors to write the files into DIR");
+    }
+    return path.has_parent_path() ? path.parent_path() : fs::path(".");
+}
+
+// Why a file output may not replace what is at `path`, or nullopt: only a previous output of the
+// same format is replaced, so a checkpoint (or anything else) given as OUT is never overwritten.
+std::optional<std::string> file_output_conflict(const fs::path& path, OutputFormat format) {
+    std::error_code ec;
+    const fs::file_status status = fs::status(path, ec);
+    if (!fs::exists(status)) return std::nullopt;
+    const std::string name = path.string();
+    const std::string advice =
+        ": name another file (an existing one is replaced only when it is "
+        "a previous conversion's)";
+    if (!fs::is_regular_file(status)) return name + " exists and is not a file" + advice;
+    if (format == OutputFormat::Gguf) {
+        std::array<char, 4> magic{};
+        std::ifstream in(path, std::ios::binary);
+        if (in.read(magic.data(), magic.size()) && std::string_view(magic.data(), 4) == "GGUF") {
+            return std::nullopt;
+        }
+        return name + " exists and is not a GGUF file" + advice;
+    }
+    switch (model_file_kind(path)) {
+        case ModelFileKind::PlainLlmc:
+            return std::nullopt;
+        case ModelFileKind::Checkpoint:
+            return name +
+                   " is a checkpoint (it carries its tokenizer and configuration), which "
+                   "convert_model never overwrites" +
+                   advice;
+        case ModelFileKind::Other:
+            break;
+    }
+    return name + " exists and is not an llm.c model file" + advice;
+}
+
+}  // namespace
+
+ModelOutput checked_model_output(ModelOutput output, const std::filesystem::path& input) {
     const std::string format = format_name(output.format);
     const std::vector<std::string> allowed = dtypes(output.format);
     if (std::find(allowed.begin(), allowed.end(), output.dtype) == allowed.end()) {
@@ -159,33 +201,73 @@ void check_model_output(const ModelOutput& output, const std::filesystem::path& 
         throw UsageError("--weights-only applies to Hugging Face output only (" + format +
                          " is written as it is)");
     }
-    std::error_code ec;
-    if (std::filesystem::exists(output.path, ec) &&
-        std::filesystem::equivalent(input, output.path, ec)) {
-        throw UsageError(output.path.string() + ": the output is the input");
+    if (!output.name.empty() && output.format != OutputFormat::Gguf) {
+        throw UsageError("--name sets general.name of GGUF output only; " + format +
+                         " output has no name to set");
     }
+    const fs::path given = output.path;
+    if (output.format == OutputFormat::HuggingFace) output.path = hugging_face_directory(given);
+    std::error_code ec;
+    for (const fs::path& path : {given, output.path}) {
+        if (fs::exists(path, ec) && fs::equivalent(input, path, ec)) {
+            throw UsageError(given.string() + ": the output is the input");
+        }
+    }
+    if (output.format != OutputFormat::HuggingFace) {
+        if (const auto conflict = file_output_conflict(output.path, output.format)) {
+            throw UsageError(*conflict);
+        }
+    } else if (const auto conflict = hugging_face_output_conflict(output.path)) {
+        const std::string advice = ": " + std::string(kHuggingFaceOutputAdvice);
+        if (given == output.path) throw UsageError(given.string() + " " + *conflict + advice);
+        throw UsageError(given.string() + ": the Hugging Face files go beside it, into " +
+                         output.path.string() + ", which " + *conflict + advice);
+    }
+    return output;
 }
 
 OutputTokenizer output_tokenizer(const LoadedModel& loaded, const std::filesystem::path& input,
-                                 const std::filesystem::path& tokenizer_dir) {
+                                 const TokenizerDir& dir, const ModelOutput& output) {
     OutputTokenizer out;
     if (loaded.extras && !loaded.extras->tokenizer.empty()) {
-        out.tokenizer = deserialize_tokenizer(loaded.extras->tokenizer);
-        out.origin = "the input's own";
-        if (!tokenizer_dir.empty()) {
-            throw UsageError("--tokenizer-dir " + tokenizer_dir.string() + ": " + input.string() +
+        if (dir.given) {
+            throw UsageError("--tokenizer-dir " + dir.path.string() + ": " + input.string() +
                              " carries its own tokenizer; leave out --tokenizer-dir");
         }
-    } else if (!tokenizer_dir.empty()) {
-        out.tokenizer = load_gpt2_tokenizer(tokenizer_dir);
-        out.origin = "GPT-2's from " + tokenizer_dir.string();
-        if (out.tokenizer->vocab_size() != loaded.model.config.vocab_size) {
-            throw InputError("--tokenizer-dir " + tokenizer_dir.string() + ": " +
+        out.tokenizer = deserialize_tokenizer(loaded.extras->tokenizer);
+        out.origin = "the input's own";
+        return out;
+    }
+    const int vocab_size = loaded.model.config.vocab_size;
+    if (dir.given) {
+        out.tokenizer = load_gpt2_tokenizer(dir.path);
+        out.origin = "GPT-2's from " + dir.path.string();
+        if (out.tokenizer->vocab_size() != vocab_size) {
+            throw InputError("--tokenizer-dir " + dir.path.string() + ": " +
                              std::to_string(out.tokenizer->vocab_size()) +
                              " tokens, but the model has a vocabulary of " +
-                             std::to_string(loaded.model.config.vocab_size));
+                             std::to_string(vocab_size));
         }
+        return out;
     }
+    // The default directory, as the other programs use it: GPT-2's tokenizer for a model of
+    // GPT-2's vocabulary, here only where the output holds a tokenizer.
+    const bool holds_tokenizer =
+        output.format == OutputFormat::Gguf ||
+        (output.format == OutputFormat::HuggingFace && !output.weights_only);
+    if (!holds_tokenizer || vocab_size != kGpt2VocabSize) return out;
+    try {
+        out.tokenizer = load_gpt2_tokenizer(dir.path);
+    } catch (const InputError& e) {
+        throw InputError(input.string() +
+                         " has no tokenizer and GPT-2's vocabulary, and GPT-2's tokenizer " +
+                         "could not be loaded from " + dir.path.string() +
+                         " (the default --tokenizer-dir): " + e.what() +
+                         (output.format == OutputFormat::HuggingFace
+                              ? "; --weights-only writes the directory without tokenizer files"
+                              : ""));
+    }
+    out.origin = "GPT-2's from " + dir.path.string();
     return out;
 }
 
@@ -194,7 +276,7 @@ std::string write_model_file(const ModelOutput& output, const Model& model,
                              std::vector<std::string>& notes) {
     if (output.format == OutputFormat::Llmc) return write_as_llmc(output, model, tokenizer, notes);
     if (output.format == OutputFormat::Gguf) return write_as_gguf(output, model, tokenizer, input);
-    return write_as_hugging_face(output, model, tokenizer, input);
+    return write_as_hugging_face(output, model, tokenizer);
 }
 
 }  // namespace gpt2

@@ -29,32 +29,46 @@ enum class OutputFormat { HuggingFace, Gguf, Llmc };
 
 // A conversion's output, as convert_model's flags give it.
 struct ModelOutput {
-    std::filesystem::path path;
+    std::filesystem::path path;  // Hugging Face: the directory (see checked_model_output)
     OutputFormat format = OutputFormat::HuggingFace;
     std::string dtype = "f32";  // f32 | f16 | bf16 | q8_0, as far as the format has it
     bool weights_only = false;  // Hugging Face output without tokenizer files
     std::string name;           // GGUF's general.name (empty: the path's stem)
 };
 
-// UsageError, before anything is read, for an output no format can give: a dtype the format does
-// not have, --weights-only for other than Hugging Face, the output being `input`.
-void check_model_output(const ModelOutput& output, const std::filesystem::path& input);
+// `output` checked before anything is read, with a Hugging Face output's path made the directory
+// it writes: DIR/model.safetensors means DIR (the files go beside it, as our reader and
+// transformers read them). UsageError for an output no format can give or that would overwrite
+// something else: a dtype the format does not have, --weights-only for other than Hugging Face,
+// --name for other than GGUF, the output being `input`, another *.safetensors name, a directory
+// holding files a Hugging Face export does not write (checkpoints, say), an existing file that is
+// not a previous output of the same format (a checkpoint is never overwritten).
+[[nodiscard]] ModelOutput checked_model_output(ModelOutput output,
+                                               const std::filesystem::path& input);
 
-// The tokenizer a conversion writes: the input's own, else GPT-2's from `tokenizer_dir` (empty:
-// none). UsageError for a directory given for an input that has its own, InputError for one whose
-// vocabulary is not the model's.
+// Where a conversion's tokenizer comes from: the input's own, else GPT-2's from `dir`. `given`:
+// the command line names `dir`; otherwise it is the default (data/gpt2), used only for an input of
+// GPT-2's vocabulary without a tokenizer and an output that holds one.
+struct TokenizerDir {
+    std::filesystem::path path;
+    bool given = false;
+};
+
+// The tokenizer a conversion writes (null: none). UsageError for a directory given for an input
+// that has its own; InputError for one whose vocabulary is not the model's, or a default one that
+// cannot be loaded where it is needed.
 struct OutputTokenizer {
     std::unique_ptr<Tokenizer> tokenizer;  // null: none
     std::string origin;                    // for the log: "the input's own", "GPT-2's from DIR"
 };
 [[nodiscard]] OutputTokenizer output_tokenizer(const LoadedModel& loaded,
                                                const std::filesystem::path& input,
-                                               const std::filesystem::path& tokenizer_dir);
+                                               const TokenizerDir& dir, const ModelOutput& output);
 
 // Writes `model` (read from `input`, which errors name) as `output` asks, with `tokenizer` (null:
 // none) where the format holds one; InputError, before anything is written, for a GGUF file
-// without a tokenizer or a char tokenizer in Hugging Face files. Returns what was written, for the
-// log ("GGUF v3, ..."); `notes` receives what the output leaves out that a user may want.
+// without a tokenizer. Returns what was written, for the log ("GGUF v3, ..."); `notes` receives
+// what the output leaves out that a user may want.
 std::string write_model_file(const ModelOutput& output, const Model& model,
                              const Tokenizer* tokenizer, const std::filesystem::path& input,
                              std::vector<std::string>& notes);

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "ops/gemm.hpp"
 
 namespace gpt2 {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/aligned_buffer.hpp"
@@ -18,6 +19,17 @@
 #include "threads/thread_pool.hpp"
 
 namespace gpt2 {
+
+// How a session with compact weights runs a prompt's matrix products: widening the rows to fp32 for
+// the fp32 GEMM, or splitting the activations into bf16/int8 pieces multiplied by the rows as
+// stored (ops/prompt_products.hpp: oneDNN's AMX kernels, several times the fp32 GEMM's rate). Both
+// compute what a token's matrix-vector products compute, so a prompt's logits agree with
+// token-by-token decoding either way.
+enum class PromptProducts {
+    Auto,     // pieces where oneDNN runs bf16/int8 on AMX, widened rows elsewhere
+    Widened,  // compact rows widened to fp32, fp32 GEMM (OpenBLAS)
+    Pieces,   // activations in bf16/int8 pieces against the rows as stored (oneDNN)
+};
 
 // One generation context: per-layer K and V caches (maxT x C each, stored per head) plus scratch
 // for a chunk of rows, all allocated in the constructor; prefill() and step() never allocate.
@@ -31,19 +43,23 @@ namespace gpt2 {
 // maxT/2 tokens of context. slide_keep = maxT re-encodes the full last maxT tokens on every
 // token once the window is full, which reproduces generate_recompute exactly (at its cost).
 //
-// Threading: one pool.run() per forward; inside it each layer is four phases separated by a
-// barrier (qkv + attention split by head; attention projection, MLP up and MLP down split by
-// output column), then the LM head split by vocabulary row. LayerNorms are recomputed by every
-// worker into its own scratch rather than paying another synchronisation.
+// Threading: one pool.run() per forward. A token's forward (one position, matrix-vector products)
+// is four phases per layer separated by a barrier (qkv + attention split by head; attention
+// projection, MLP up and MLP down split by output column), then the LM head split by vocabulary
+// row. A prompt's forward (a chunk of positions, matrix products) is five: qkv split by column,
+// the cache writes and attention by head, then the three by column as for a token. LayerNorms are
+// recomputed by every worker into its own scratch rather than paying another synchronisation.
 class KvCacheSession {
   public:
     // slide_keep: tokens kept when the window slides, in [1, maxT]; 0 means maxT/2 (at least 1).
     // `compact`, when given, holds the matrices in bf16 or int8 and is what the products read,
     // and the K/V cache is then kept in bf16 (half the bytes each token's attention reads);
-    // activations, LayerNorms and biases stay fp32. The model, the pool and
-    // `compact` must outlive the session.
+    // activations, LayerNorms and biases stay fp32. `prompt` chooses how a prompt's products run
+    // with compact weights (ignored without). The model, the pool and `compact` must outlive the
+    // session.
     KvCacheSession(const Model& model, ThreadPool& pool, int slide_keep = 0,
-                   const DecodeWeights* compact = nullptr);
+                   const DecodeWeights* compact = nullptr,
+                   PromptProducts prompt = PromptProducts::Auto);
     ~KvCacheSession();
     KvCacheSession(const KvCacheSession&) = delete;
     KvCacheSession& operator=(const KvCacheSession&) = delete;
@@ -62,15 +78,41 @@ class KvCacheSession {
     // Times the window has slid since construction.
     [[nodiscard]] int slides() const { return slides_; }
     [[nodiscard]] const ModelConfig& config() const { return model_.config; }
+    // How this session's prompts run their products: Widened or Pieces with compact weights
+    // (Auto resolved), Widened meaning the fp32 GEMM for fp32 weights.
+    [[nodiscard]] PromptProducts prompt_products() const { return prompt_products_; }
+    // The same for the log, naming the kernels: "int8 pieces, oneDNN AMX-INT8", ...
+    [[nodiscard]] std::string prompt_products_name() const;
     // Bytes of the K/V caches and the scratch.
     [[nodiscard]] std::size_t memory_bytes() const {
-        return (kv_.size() + scratch_.size()) * sizeof(float) + kv_bf16_.size() * sizeof(Bf16);
+        return (kv_.size() + scratch_.size()) * sizeof(float) + kv_bf16_.size() * sizeof(Bf16) +
+               pieces_bf16_.size() * sizeof(Bf16) + pieces_int8_.size() +
+               products_s32_.size() * sizeof(std::int32_t);
     }
 
   private:
-    // Forward over `tokens` (at most chunk_rows_) at positions length().., appending their K/V;
-    // with `logits`, the logits after the last one land in logits_.
-    void forward_rows(std::span<const std::int32_t> tokens, bool logits);
+    // One worker's scratch: its LayerNorm of one row, attention scores, and what its products
+    // with compact weights need.
+    struct WorkerScratch {
+        float* ln = nullptr;                   // (C) a token's (or a prompt's last row's)
+        float* ln_stats = nullptr;             // its mean and rstd
+        float* scores = nullptr;               // (kPromptScoreRows, maxT)
+        float* weight_rows = nullptr;          // Widened: (kFp32RowsPerGemm, 4C) rows in fp32
+        float* stage = nullptr;                // bf16 cache: (2, maxT * hs) a head's cache in fp32
+        float* attention_floats = nullptr;     // bf16 attention: its scores and outputs
+        Bf16* attention_pieces = nullptr;      // bf16 attention: its pieces
+        float* products_f32 = nullptr;         // Pieces, bf16: partial products
+        std::int32_t* products_s32 = nullptr;  // Pieces, int8: partial products
+    };
+
+    // One token at position length(), appending its K/V; the logits after it land in logits_.
+    void forward_token(std::int32_t token);
+    // A prompt chunk (at most chunk_rows_ tokens, at least 2) at positions length().., appending
+    // their K/V; with `logits`, the logits after the last one land in logits_.
+    void forward_prompt(std::span<const std::int32_t> tokens, bool logits);
+    // Runs forward(worker) on every worker, releasing the others from the barrier if one fails.
+    template <typename Forward>
+    void run_workers(Forward&& forward);
     // Clears the cache and encodes window_ from position 0 in chunks.
     void encode_window();
     void check_token(std::int32_t token) const;
@@ -81,28 +123,33 @@ class KvCacheSession {
     int slide_keep_;
     int chunk_rows_;  // rows of scratch: prompts are encoded in chunks of this many positions
     int workers_;
+    PromptProducts prompt_products_;
+    // A prompt's attention with bf16 products on the bf16 cache (AMX; or pieces asked for), not
+    // the fp32 GEMM on a staging copy.
+    bool bf16_attention_;
     std::unique_ptr<WorkerBarrier> barrier_;
     int slides_ = 0;
     std::vector<std::int32_t> context_;  // capacity maxT, reserved once
     std::vector<std::int32_t> window_;   // staging for a slide, capacity maxT
     // [L][keys, values][NH][maxT * hs]: per layer and head, the keys transposed (hs, maxT) and
     // the values (maxT, hs), so one query reads both as contiguous streams.
-    AlignedBuffer<float> kv_;       // fp32 weights: the cache in fp32
-    AlignedBuffer<Bf16> kv_bf16_;   // compact weights: the same layout in bf16
-    AlignedBuffer<float> scratch_;  // the arrays below
-    float* x_ = nullptr;            // (rows, C) residual stream
-    float* q_ = nullptr;            // (rows, C) queries
-    float* atty_ = nullptr;         // (rows, C) attention outputs
-    float* fch_ = nullptr;          // (rows, 4C) MLP hidden, GELU applied in place
-    float* logits_ = nullptr;       // (V)
-    float* ln_ = nullptr;           // [workers] (rows, C): each worker's LayerNorm output
-    float* ln_stats_ = nullptr;     // [workers] (2 * rows): its means and rstds
-    float* scores_ = nullptr;       // [workers] (attention row block, maxT)
-    // [workers] (64, 4C): compact weight rows copied to fp32 for a prompt's GEMMs
-    float* weight_rows_fp32_ = nullptr;
-    std::size_t weight_rows_fp32_stride_ = 0;
-    float* stage_ = nullptr;  // [workers] (2, maxT * hs): a head's bf16 cache in fp32, for prompts
-    std::size_t stage_stride_ = 0;
+    AlignedBuffer<float> kv_;                   // fp32 weights: the cache in fp32
+    AlignedBuffer<Bf16> kv_bf16_;               // compact weights: the same layout in bf16
+    AlignedBuffer<float> scratch_;              // the arrays below and the workers' float scratch
+    AlignedBuffer<Bf16> pieces_bf16_;           // a prompt input's bf16 pieces
+    AlignedBuffer<std::int8_t> pieces_int8_;    // a prompt input's int8 pieces
+    AlignedBuffer<std::int32_t> products_s32_;  // the workers' int8 products
+    float* x_ = nullptr;                        // (rows, C) residual stream
+    float* qkv_ = nullptr;                      // (rows, 3C) queries, keys and values
+    float* atty_ = nullptr;                     // (rows, C) attention outputs
+    float* fch_ = nullptr;                      // (rows, 4C) MLP hidden, GELU applied in place
+    float* logits_ = nullptr;                   // (V)
+    float* ln_ = nullptr;                       // (rows, C) a prompt's LayerNorm output
+    float* ln_stats_ = nullptr;                 // (2 * rows) its means and rstds
+    // Pieces, int8: the scales of the pieces (kInt8Pieces * rows); the pieces themselves, of an
+    // input at most 4C long, are in pieces_bf16_ or pieces_int8_.
+    float* piece_scales_ = nullptr;
+    std::vector<WorkerScratch> worker_scratch_;
 };
 
 // What one generate_kv() call did; seconds are wall time.

@@ -152,17 +152,33 @@ void init_parameters(Model& model, std::uint64_t seed, ThreadPool* pool) {
               wte.end(), 0.0f);
 }
 
+namespace {
+struct Preset {
+    std::string_view name;
+    int L, NH, C, maxT;
+};
+constexpr std::array<Preset, 6> kPresets = {{{"gpt2-124M", 12, 12, 768, 1024},
+                                             {"gpt2-350M", 24, 16, 1024, 1024},
+                                             {"gpt2-774M", 36, 20, 1280, 1024},
+                                             {"gpt2-1558M", 48, 25, 1600, 1024},
+                                             {"d6", 6, 6, 384, 256},
+                                             {"char-small", 4, 4, 256, 256}}};
+}  // namespace
+
+std::vector<std::string> preset_names() {
+    std::vector<std::string> names;
+    for (const Preset& p : kPresets)
+        names.emplace_back(p.name);
+    return names;
+}
+
+bool is_gpt2_preset(std::string_view name) {
+    return name.starts_with("gpt2-") &&
+           std::any_of(kPresets.begin(), kPresets.end(),
+                       [name](const Preset& p) { return p.name == name; });
+}
+
 ModelConfig preset_config(std::string_view name, int vocab_size) {
-    struct Preset {
-        std::string_view name;
-        int L, NH, C, maxT;
-    };
-    static constexpr std::array<Preset, 6> kPresets = {{{"gpt2-124M", 12, 12, 768, 1024},
-                                                        {"gpt2-350M", 24, 16, 1024, 1024},
-                                                        {"gpt2-774M", 36, 20, 1280, 1024},
-                                                        {"gpt2-1558M", 48, 25, 1600, 1024},
-                                                        {"d6", 6, 6, 384, 256},
-                                                        {"char-small", 4, 4, 256, 256}}};
     for (const Preset& p : kPresets) {
         if (p.name == name) {
             return ModelConfig{p.maxT, vocab_size, pad_vocab(vocab_size), p.L, p.NH, p.C};

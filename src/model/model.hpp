@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/aligned_buffer.hpp"
 #include "ops/bf16.hpp"
@@ -130,6 +131,12 @@ void set_precision(Model& model, Precision precision);
 
 class ThreadPool;
 
+// A layer's twelve tensors, ln1w .. fcprojb in layout (and LayerView) order: the i-th of them.
+inline constexpr int kLayerTensors = 12;
+[[nodiscard]] constexpr ParamTensor layer_tensor(int i) {
+    return static_cast<ParamTensor>(static_cast<int>(ParamTensor::ln1w) + i);
+}
+
 // Pointers to layer l's twelve tensors inside a flat buffer laid out as `layout`: F = const float
 // for weights, float for gradients. Forward/backward and the KV-cache generator share it.
 template <typename F>
@@ -154,6 +161,11 @@ void init_parameters(Model& model, std::uint64_t seed, ThreadPool* pool = nullpt
 
 // Named model shapes (gpt2-124M, ...). Throws InputError for an unknown name.
 [[nodiscard]] ModelConfig preset_config(std::string_view name, int vocab_size);
+// The presets' names, in the order --help lists them.
+[[nodiscard]] std::vector<std::string> preset_names();
+// Whether `name` is one of GPT-2's own presets (gpt2-124M ... gpt2-1558M), whose vocabulary is
+// GPT-2's tokenizer's; the others (d6, char-small) are shapes for any tokenizer.
+[[nodiscard]] bool is_gpt2_preset(std::string_view name);
 
 // FLOPs of one forward+backward over one token with a context of T (for MFU): 6 per
 // multiply-accumulate'd parameter plus attention's score and value products.

@@ -20,7 +20,7 @@ struct AdamWHyper {
 };
 
 // The moments of the parameters [first, first + count) of the flat layout (all of them, or one
-// rank's shard under ZeRO-1), and the number of updates made so far.
+// rank's slice under ZeRO-1), and the number of updates made so far.
 struct AdamWState {
     AlignedBuffer<float> m;
     AlignedBuffer<float> v;

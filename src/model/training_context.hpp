@@ -1,7 +1,6 @@
 // ThreadLocalTrainingContext: everything one worker writes during forward and backward (its
 // activations, backward scratch and its gradient window), allocated once, so workers never share
-// writable memory and need no lock, and only what backward cannot cheaply recompute; and
-// forward_backward, which writes the gradient section by section through a GradientSink.
+// writable memory and need no lock, and only what backward cannot cheaply recompute.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +28,13 @@ struct ContextPart {
                                                      Recompute recompute);
 [[nodiscard]] std::size_t context_bytes(const ModelConfig& config, int max_batch, int seq_len,
                                         Precision precision, Recompute recompute);
+
+// Floats of one layer's twelve gradient tensors, and a view of them laid out in LayerView order
+// from `slot` on (how a gradient window holds one layer).
+[[nodiscard]] std::size_t layer_gradient_floats(const ModelConfig& config);
+[[nodiscard]] LayerView<float> layer_slot_view(const ModelConfig& config, float* slot);
+// A gradient window: the head section (Vp*C + 2C) or two layer slots, whichever is larger.
+[[nodiscard]] std::size_t gradient_window_floats(const ModelConfig& config);
 
 class ThreadLocalTrainingContext {
   public:
@@ -103,91 +109,5 @@ class ThreadLocalTrainingContext {
     int stored_layers_ = 0;
     AlignedBuffer<float> arena_;
 };
-
-// Dropout in a training step (rate 0: none), where GPT-2 applies it: the embeddings' sum, the
-// attention probabilities, the attention and MLP projections' outputs. Masks are keyed by the
-// run's seed, the step and each sequence's index in the step (ops/dropout.hpp), so every split of
-// a step over workers, ranks and micro-steps draws the same masks.
-struct Dropout {
-    float rate = 0.0f;
-    std::uint64_t seed = 0;
-    std::uint64_t step = 0;
-};
-
-// One worker's part of a micro-batch: B sequences of T tokens, row-major; `first_sequence` is the
-// index of its first sequence in the step (the sequences are consecutive), which keys dropout.
-struct TokenBatch {
-    std::span<const std::int32_t> inputs;
-    std::span<const std::int32_t> targets;
-    int B = 0;
-    int T = 0;
-    Dropout dropout{};
-    std::uint64_t first_sequence = 0;
-};
-
-// Where forward_backward writes the gradient. Backward produces it in three kinds of section, in
-// this order, and reports each one as soon as it is written:
-//   head        dwte from the LM head (dense, Vp x C), dlnfw, dlnfb            then head_done()
-//   layer l     the layer's twelve tensors, for l = L-1 down to 0              then layer_done(l)
-//   embeddings  dresidual at the input: the token rows of dwte and dwpe        embeddings(...)
-// Every kernel accumulates (+=) into what the sink hands out. A sink may hand each worker a small
-// window that it reduces across workers at every report (parallel/layerwise_reduction.hpp), or
-// one full gradient (FullGradient).
-class GradientSink {
-  public:
-    struct Head {
-        float* dwte;   // (Vp, C)
-        float* dlnfw;  // (C)
-        float* dlnfb;  // (C)
-    };
-    virtual ~GradientSink() = default;
-    [[nodiscard]] virtual Head head() = 0;
-    virtual void head_done() = 0;
-    [[nodiscard]] virtual LayerView<float> layer(int l) = 0;
-    virtual void layer_done(int l) = 0;
-    // dresidual (B*T, C): the gradient of the embeddings' sum for `batch`.
-    virtual void embeddings(const float* dresidual, const TokenBatch& batch) = 0;
-};
-
-// The whole gradient in one flat buffer laid out as the model's parameters.
-class FullGradient final : public GradientSink {
-  public:
-    FullGradient(const Model& model, std::span<float> grads);
-    [[nodiscard]] Head head() override;
-    void head_done() override {}
-    [[nodiscard]] LayerView<float> layer(int l) override;
-    void layer_done(int /*l*/) override {}
-    void embeddings(const float* dresidual, const TokenBatch& batch) override;
-
-  private:
-    const Model& model_;
-    std::span<float> grads_;
-};
-
-// Floats of one layer's twelve gradient tensors, and a view of them laid out in LayerView order
-// from `slot` on (how a gradient window holds one layer).
-[[nodiscard]] std::size_t layer_gradient_floats(const ModelConfig& config);
-[[nodiscard]] LayerView<float> layer_slot_view(const ModelConfig& config, float* slot);
-// A gradient window: the head section (Vp*C + 2C) or two layer slots, whichever is larger.
-[[nodiscard]] std::size_t gradient_window_floats(const ModelConfig& config);
-
-// Forward and backward over the batch: returns the SUM of the per-token losses and accumulates
-// through `sink` the gradient of (dloss * that sum). Passing dloss = 1/(tokens in the whole
-// optimizer step) makes the sum over all workers, micro-batches and ranks the gradient of the
-// mean loss, with no rescaling pass afterwards.
-[[nodiscard]] double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
-                                      const TokenBatch& batch, float dloss, GradientSink& sink);
-// The same into one full gradient buffer (model.layout.total() floats).
-[[nodiscard]] double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
-                                      const TokenBatch& batch, float dloss, std::span<float> grads);
-
-// Forward only: the sum of the per-token losses (for validation), without dropout whatever the
-// batch asks. Gradients are untouched.
-[[nodiscard]] double forward_loss(const Model& model, ThreadLocalTrainingContext& ctx,
-                                  const TokenBatch& batch);
-
-// Forward up to the final LayerNorm (ctx.acts filled for the batch, dropped as it asks); exposed
-// for tests.
-void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const TokenBatch& batch);
 
 }  // namespace gpt2

@@ -44,6 +44,21 @@ Bf16Backend bf16_backend() {
     return backend;
 }
 
+bool int8_products_native() {
+    static const bool native = [] {
+        if (bf16_backend() == Bf16Backend::Fp32Emulated) return false;  // forced, or no AVX-512
+        switch (dnnl::get_effective_cpu_isa()) {
+            case dnnl::cpu_isa::avx512_core_vnni:
+            case dnnl::cpu_isa::avx512_core_bf16:
+            case dnnl::cpu_isa::avx512_core_amx:
+                return true;
+            default:
+                return false;
+        }
+    }();
+    return native;
+}
+
 const char* bf16_backend_name(Bf16Backend backend) {
     switch (backend) {
         case Bf16Backend::Amx:
@@ -61,16 +76,21 @@ const char* bf16_backend_name(Bf16Backend backend) {
 namespace {
 enum class Layout { Nt, Nn, Tn };
 
+// The operands' type: bf16 into fp32, or int8 into int32 (prompt products with int8 weights).
+enum class Operands { Bf16, Int8 };
+
 // Everything that makes two products need different primitives.
 struct ProductShape {
     Layout layout;
     int M, N, K, lda, ldb, ldc;
     bool accumulate;
+    Operands operands = Operands::Bf16;
     friend bool operator==(const ProductShape&, const ProductShape&) = default;
 };
 struct ProductShapeHash {
     std::size_t operator()(const ProductShape& s) const {
-        std::size_t h = static_cast<std::size_t>(s.layout) * 2 + (s.accumulate ? 1 : 0);
+        std::size_t h = (static_cast<std::size_t>(s.layout) * 2 + (s.accumulate ? 1 : 0)) * 2 +
+                        static_cast<std::size_t>(s.operands);
         for (const int v : {s.M, s.N, s.K, s.lda, s.ldb, s.ldc})
             h = h * 1000003u ^ static_cast<std::size_t>(v);
         return h;
@@ -111,7 +131,7 @@ class ThreadProducts {
         return slot ? &*slot : nullptr;
     }
 
-    void run(const Product& p, const void* a, const void* b, float* c) {
+    void run(const Product& p, const void* a, const void* b, void* c) {
         p.a.set_data_handle(const_cast<void*>(a));
         p.b.set_data_handle(const_cast<void*>(b));
         p.c.set_data_handle(c);
@@ -128,9 +148,11 @@ class ThreadProducts {
         using dt = dnnl::memory::data_type;
         const dims a_strides = s.layout == Layout::Tn ? dims{1, s.lda} : dims{s.lda, 1};
         const dims b_strides = s.layout == Layout::Nt ? dims{1, s.ldb} : dims{s.ldb, 1};
-        const dnnl::memory::desc a_md({s.M, s.K}, dt::bf16, a_strides);
-        const dnnl::memory::desc b_md({s.K, s.N}, dt::bf16, b_strides);
-        const dnnl::memory::desc c_md({s.M, s.N}, dt::f32, dims{s.ldc, 1});
+        const bool int8 = s.operands == Operands::Int8;
+        const dt operand = int8 ? dt::s8 : dt::bf16;
+        const dnnl::memory::desc a_md({s.M, s.K}, operand, a_strides);
+        const dnnl::memory::desc b_md({s.K, s.N}, operand, b_strides);
+        const dnnl::memory::desc c_md({s.M, s.N}, int8 ? dt::s32 : dt::f32, dims{s.ldc, 1});
         dnnl::primitive_attr attr;
         if (s.accumulate) {
             dnnl::post_ops ops;
@@ -214,6 +236,31 @@ void gemm_bf16_nn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, in
 void gemm_bf16_tn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
                   float* C, int ldc) {
     product(Layout::Tn, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_s8_nt(int M, int N, int K, const std::int8_t* A, int lda, const std::int8_t* B, int ldb,
+                std::int32_t* C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K > 0 && bf16_backend() != Bf16Backend::Fp32Emulated) {
+        ThreadProducts& products = thread_products();
+        const ProductShape shape{Layout::Nt, M, N, K, lda, ldb, ldc, false, Operands::Int8};
+        if (const Product* p = products.find_or_create(shape)) {
+            products.run(*p, A, B, C);
+            return;
+        }
+    }
+    // No oneDNN int8 kernel here (AVX2 has none for signed operands on both sides): the same
+    // integers by a plain loop, exact whatever the order.
+    for (int i = 0; i < M; ++i) {
+        const std::int8_t* a = A + static_cast<long>(i) * lda;
+        for (int j = 0; j < N; ++j) {
+            const std::int8_t* b = B + static_cast<long>(j) * ldb;
+            std::int32_t sum = 0;
+            for (int k = 0; k < K; ++k)
+                sum += static_cast<std::int32_t>(a[k]) * b[k];
+            C[static_cast<long>(i) * ldc + j] = sum;
+        }
+    }
 }
 
 }  // namespace gpt2

@@ -1,6 +1,7 @@
-// bf16 matrix products for mixed-precision training: bf16 operands, fp32 accumulation and fp32
-// results, run on the calling thread through oneDNN (AMX or AVX512_BF16 where the CPU has them),
-// or emulated with the fp32 GEMM on bf16-rounded operands where oneDNN cannot run bf16.
+// bf16 matrix products for mixed-precision training (and for prompts with compact weights): bf16
+// operands, fp32 accumulation and fp32 results, run on the calling thread through oneDNN (AMX or
+// AVX512_BF16 where the CPU has them), or emulated with the fp32 GEMM on bf16-rounded operands
+// where oneDNN cannot run bf16; and int8 products into exact int32 for prompts with int8 weights.
 #pragma once
 
 #include <cstddef>
@@ -48,5 +49,14 @@ void gemm_bf16_nn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, in
 // C(M,N) = A(K,M)^T * B(K,N) + beta * C
 void gemm_bf16_tn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
                   float* C, int ldc);
+
+// C(M,N) = A(M,K) * B(N,K)^T over int8 operands, exact in int32 (|C| < 2^31 needs K < 2^17):
+// oneDNN's int8 matmul (AMX-INT8 or AVX512-VNNI), or a plain loop where it has none or
+// GPT2_BF16_GEMM=emulate is set (the same integers, slowly).
+void gemm_s8_nt(int M, int N, int K, const std::int8_t* A, int lda, const std::int8_t* B, int ldb,
+                std::int32_t* C, int ldc);
+// Whether oneDNN runs gemm_s8_nt here with AVX512-VNNI or AMX-INT8 instructions (not with its
+// slower int8 code for AVX-512 alone, nor the plain loop, nor under GPT2_BF16_GEMM=emulate).
+[[nodiscard]] bool int8_products_native();
 
 }  // namespace gpt2

@@ -1,9 +1,9 @@
 #include "ops/peak_flops.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
+#include "core/clock.hpp"
 #include "ops/gemm.hpp"
 
 #if defined(__x86_64__)
@@ -101,14 +101,13 @@ FmaPeak measure_fma_peak() {
                                         : isa == Isa::Avx2 ? 8
                                                            : 4);
     // Grow the loop until one run takes about 2 ms, then keep the fastest of five.
-    using Clock = std::chrono::steady_clock;
     long iterations = 1000;
     double best = 0.0;
     volatile float sink = 0.0f;  // keeps the chains from being optimised away
     for (int runs = 0; runs < 5;) {
         const auto start = Clock::now();
         sink = sink + run(iterations);
-        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        const double seconds = seconds_since(start);
         if (seconds < 1e-3 && iterations < (1L << 40)) {
             iterations *= 4;
             continue;

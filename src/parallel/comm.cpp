@@ -67,7 +67,7 @@ MPI_Comm comm_of(const std::shared_ptr<const Handle>& handle) {
 }  // namespace
 
 #if defined(__SANITIZE_ADDRESS__)
-// Under AddressSanitizer (scripts/sanitizers.sh): Open MPI keeps allocations in its plugins until
+// Under AddressSanitizer (dev/sanitizers.sh): Open MPI keeps allocations in its plugins until
 // exit, and LeakSanitizer can attribute them to Open MPI (tests/lsan.supp) only when it records
 // every allocation's full stack, which makes allocation several times slower. Only the processes
 // that can start MPI (those that link this file) record full stacks; the environment still wins.
@@ -264,17 +264,17 @@ void Communicator::allgather(std::span<const std::int32_t> mine,
 
 namespace {
 // MPI's int counts and displacements of the shards (checked: each must fit).
-struct ShardCounts {
+struct SliceCounts {
     std::vector<int> counts, displacements;
 };
-ShardCounts shard_counts(std::span<const Range> shards, int world) {
-    if (shards.size() != static_cast<std::size_t>(world)) {
-        throw std::invalid_argument("ZeRO shards: one per rank is needed");
+SliceCounts slice_counts(std::span<const Range> slices, int world) {
+    if (slices.size() != static_cast<std::size_t>(world)) {
+        throw std::invalid_argument("ZeRO slices: one per rank is needed");
     }
-    ShardCounts c;
-    for (const Range& r : shards) {
+    SliceCounts c;
+    for (const Range& r : slices) {
         if (r.end < r.begin || r.end > static_cast<std::size_t>(INT_MAX)) {
-            throw std::invalid_argument("ZeRO shards: beyond 2^31 elements");
+            throw std::invalid_argument("ZeRO slices: beyond 2^31 elements");
         }
         c.counts.push_back(static_cast<int>(r.end - r.begin));
         c.displacements.push_back(static_cast<int>(r.begin));
@@ -283,45 +283,45 @@ ShardCounts shard_counts(std::span<const Range> shards, int world) {
 }
 }  // namespace
 
-void Communicator::reduce_scatter_sum(std::span<float> data, std::span<const Range> shards) const {
+void Communicator::reduce_scatter_sum(std::span<float> data, std::span<const Range> slices) const {
     if (size_ == 1) return;
-    const ShardCounts c = shard_counts(shards, size_);
-    // In place, MPI leaves the rank's sum at the start of the buffer: move it to the shard.
+    const SliceCounts c = slice_counts(slices, size_);
+    // In place, MPI leaves the rank's sum at the start of the buffer: move it to the slice.
     check(MPI_Reduce_scatter(MPI_IN_PLACE, data.data(), c.counts.data(), MPI_FLOAT, MPI_SUM,
                              comm_of(handle_)),
           "MPI_Reduce_scatter");
-    const Range mine = shards[static_cast<std::size_t>(rank_)];
+    const Range mine = slices[static_cast<std::size_t>(rank_)];
     std::memmove(data.data() + mine.begin, data.data(), (mine.end - mine.begin) * sizeof(float));
 }
 
-void Communicator::allgather_shards(std::span<float> data, std::span<const Range> shards) const {
+void Communicator::allgather_slices(std::span<float> data, std::span<const Range> slices) const {
     if (size_ == 1) return;
-    const ShardCounts c = shard_counts(shards, size_);
+    const SliceCounts c = slice_counts(slices, size_);
     check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), c.counts.data(),
                          c.displacements.data(), MPI_FLOAT, comm_of(handle_)),
           "MPI_Allgatherv");
 }
 
-void Communicator::scatter_shards(std::span<const float> full, std::span<float> mine,
-                                  std::span<const Range> shards) const {
+void Communicator::scatter_slices(std::span<const float> full, std::span<float> mine,
+                                  std::span<const Range> slices) const {
     if (size_ == 1) {
         std::copy(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(mine.size()),
                   mine.begin());
         return;
     }
-    const ShardCounts c = shard_counts(shards, size_);
+    const SliceCounts c = slice_counts(slices, size_);
     check(MPI_Scatterv(full.data(), c.counts.data(), c.displacements.data(), MPI_FLOAT, mine.data(),
                        static_cast<int>(mine.size()), MPI_FLOAT, 0, comm_of(handle_)),
           "MPI_Scatterv");
 }
 
-void Communicator::gather_shards(std::span<const float> mine, std::span<float> full,
-                                 std::span<const Range> shards) const {
+void Communicator::gather_slices(std::span<const float> mine, std::span<float> full,
+                                 std::span<const Range> slices) const {
     if (size_ == 1) {
         std::copy(mine.begin(), mine.end(), full.begin());
         return;
     }
-    const ShardCounts c = shard_counts(shards, size_);
+    const SliceCounts c = slice_counts(slices, size_);
     check(MPI_Gatherv(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT, full.data(),
                       c.counts.data(), c.displacements.data(), MPI_FLOAT, 0, comm_of(handle_)),
           "MPI_Gatherv");

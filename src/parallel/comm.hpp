@@ -52,16 +52,16 @@ class Communicator {
     // In-place elementwise sum across ranks.
     void allreduce_sum(std::span<float> data) const;
     void allreduce_sum(std::span<double> data) const;
-    // ZeRO-1: `shards` (one per rank, in order, covering `data`) say which part each rank owns.
-    // Sums `data` across ranks into this rank's shard (the rest of `data` is left undefined).
-    void reduce_scatter_sum(std::span<float> data, std::span<const Range> shards) const;
-    // Every rank's shard of `data` to every rank, in place.
-    void allgather_shards(std::span<float> data, std::span<const Range> shards) const;
-    // Rank 0's `full` (ignored elsewhere) to each rank's `mine` (its shard's size), and back.
-    void scatter_shards(std::span<const float> full, std::span<float> mine,
-                        std::span<const Range> shards) const;
-    void gather_shards(std::span<const float> mine, std::span<float> full,
-                       std::span<const Range> shards) const;
+    // ZeRO-1: `slices` (one per rank, in order, covering `data`) say which part each rank owns.
+    // Sums `data` across ranks into this rank's slice (the rest of `data` is left undefined).
+    void reduce_scatter_sum(std::span<float> data, std::span<const Range> slices) const;
+    // Every rank's slice of `data` to every rank, in place.
+    void allgather_slices(std::span<float> data, std::span<const Range> slices) const;
+    // Rank 0's `full` (ignored elsewhere) to each rank's `mine` (its slice's size), and back.
+    void scatter_slices(std::span<const float> full, std::span<float> mine,
+                        std::span<const Range> slices) const;
+    void gather_slices(std::span<const float> mine, std::span<float> full,
+                       std::span<const Range> slices) const;
     // Every rank's `mine` (the same size on all), concatenated in rank order into `all`.
     void allgather(std::span<const float> mine, std::span<float> all) const;
     void allgather(std::span<const std::int32_t> mine, std::span<std::int32_t> all) const;

@@ -43,16 +43,6 @@ class GradientBuckets {
     std::size_t filled_ = 0;
 };
 
-// The group's overlap state with its communication thread for `comm`, kept across steps.
-OverlapState& overlap_state(WorkerGroup& workers, const Communicator& comm) {
-    std::unique_ptr<OverlapState>& state = workers.overlap_state();
-    if (!state) state = std::make_unique<OverlapState>();
-    if (!state->allreduce || &state->allreduce->communicator() != &comm) {
-        state->allreduce = std::make_unique<BackgroundAllreduce>(comm);
-    }
-    return *state;
-}
-
 std::size_t rows_per_micro_batch(const WorkerGroup& workers) {
     return static_cast<std::size_t>(workers.batch_size()) *
            static_cast<std::size_t>(workers.seq_len());
@@ -101,7 +91,7 @@ GradientPass overlap_with_backward(const Model& model, WorkerGroup& workers, Ove
                                    const std::function<void()>& on_part,
                                    GradientBuckets::Send send) {
     LayerwiseReduction& reduction = workers.reduction();
-    BackgroundAllreduce& allreduce = *state.allreduce;
+    BackgroundAllreduce& allreduce = state.allreduce;
     const bool defer = defer_embeddings(model, workers, world);
     reduction.set_deferred_embeddings(defer);
     GradientPass pass;
@@ -137,14 +127,13 @@ GradientPass overlap_with_backward(const Model& model, WorkerGroup& workers, Ove
 }
 }  // namespace
 
-GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers,
-                                  const Communicator& comm, const StepBatch& batch,
-                                  std::size_t bucket_floats) {
-    OverlapState& state = overlap_state(workers, comm);
+GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers, OverlapState& state,
+                                  const StepBatch& batch, std::size_t bucket_floats) {
     const std::span<float> gradient = workers.gradient();
-    return overlap_with_backward(model, workers, state, comm, batch, bucket_floats, gradient,
-                                 Range{0, gradient.size()}, {}, [&](std::vector<Range> ranges) {
-                                     state.allreduce->enqueue(gradient.data(), std::move(ranges));
+    return overlap_with_backward(model, workers, state, state.allreduce.communicator(), batch,
+                                 bucket_floats, gradient, Range{0, gradient.size()}, {},
+                                 [&](std::vector<Range> ranges) {
+                                     state.allreduce.enqueue(gradient.data(), std::move(ranges));
                                  });
 }
 
@@ -154,12 +143,13 @@ static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free);
 // Each part completed on this rank raises its count in the shared memory; a bucket's sum starts
 // once every rank of the machine has counted that far. Every rank adds the world's deferred
 // embedding rows that fall in its slice.
-GradientPass overlapped_slices(const Model& model, WorkerGroup& workers, const Communicator& comm,
-                               const MachineGroups& machines, const StepBatch& batch, Range owned,
-                               std::size_t bucket_floats) {
-    OverlapState& state = overlap_state(workers, machines.across);
-    const std::span<float* const> all = workers.rank_gradients();
-    const std::span<std::uint64_t* const> progress = workers.rank_progress();
+GradientPass overlapped_slices(const Model& model, WorkerGroup& workers, OverlapState& state,
+                               const Communicator& world, const MachineGroups& machines,
+                               const StepBatch& batch, Range owned, std::size_t bucket_floats,
+                               std::span<float* const> rank_gradients,
+                               std::span<std::uint64_t* const> rank_progress) {
+    const std::span<float* const> all = rank_gradients;
+    const std::span<std::uint64_t* const> progress = rank_progress;
     const std::atomic_ref<std::uint64_t> mine(
         *progress[static_cast<std::size_t>(machines.machine.rank())]);
     const std::uint64_t before = mine.load(std::memory_order_relaxed);
@@ -174,10 +164,10 @@ GradientPass overlapped_slices(const Model& model, WorkerGroup& workers, const C
             });
         };
         auto sum_machine = [all, ranges] { sum_shared_ranges(all, ranges); };
-        state.allreduce->enqueue(all[0], std::move(ranges), std::move(every_rank_has_it),
-                                 std::move(sum_machine));
+        state.allreduce.enqueue(all[0], std::move(ranges), std::move(every_rank_has_it),
+                                std::move(sum_machine));
     };
-    return overlap_with_backward(model, workers, state, comm, batch, bucket_floats,
+    return overlap_with_backward(model, workers, state, world, batch, bucket_floats,
                                  std::span<float>(all[0], model.layout.total()), owned, count_part,
                                  send);
 }

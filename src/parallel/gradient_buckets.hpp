@@ -4,7 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
+#include <span>
 #include <vector>
 
 #include "core/range.hpp"
@@ -14,27 +14,32 @@
 
 namespace gpt2 {
 
-// Kept across steps (WorkerGroup::overlap_state): the communication thread, and the last
-// micro-batch's embedding rows, this rank's and every rank's.
+// What an overlapping exchange keeps across steps: the communication thread that sums buckets
+// across `comm`, and the last micro-batch's embedding rows, this rank's and every rank's.
 struct OverlapState {
-    std::unique_ptr<BackgroundAllreduce> allreduce;
+    explicit OverlapState(const Communicator& comm) : allreduce(comm) {}
+    BackgroundAllreduce allreduce;
     std::vector<float> rows, all_rows;
     std::vector<std::int32_t> tokens, all_tokens;
 };
 
-// The whole gradient allreduced across `comm` in buckets of `bucket_floats` as backward completes
-// its parts; on return workers.gradient() holds the sum.
+// The whole gradient allreduced across the state's communicator in buckets of `bucket_floats` as
+// backward completes its parts; on return workers.gradient() holds the sum.
 [[nodiscard]] GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers,
-                                                const Communicator& comm, const StepBatch& batch,
+                                                OverlapState& state, const StepBatch& batch,
                                                 std::size_t bucket_floats);
 
 // Shared memory on several machines: as each part of the gradient is complete on this rank, the
-// communication thread waits until every rank of the machine has it, sums this rank's slice
-// (`owned`) of it over their buffers into the machine's sum (rank 0's buffer) and allreduces it,
-// in buckets, with the ranks that own the same slice on the other machines.
+// communication thread (the state's, across machines) waits until every rank of the machine has
+// it (`rank_progress`, in the shared memory), sums this rank's slice (`owned`) of it over their
+// buffers (`rank_gradients`) into the machine's sum (rank 0's buffer) and allreduces it, in
+// buckets, with the ranks that own the same slice on the other machines. `world` gathers the
+// embedding rows.
 [[nodiscard]] GradientPass overlapped_slices(const Model& model, WorkerGroup& workers,
-                                             const Communicator& comm,
+                                             OverlapState& state, const Communicator& world,
                                              const MachineGroups& machines, const StepBatch& batch,
-                                             Range owned, std::size_t bucket_floats);
+                                             Range owned, std::size_t bucket_floats,
+                                             std::span<float* const> rank_gradients,
+                                             std::span<std::uint64_t* const> rank_progress);
 
 }  // namespace gpt2

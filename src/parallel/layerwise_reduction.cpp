@@ -1,9 +1,9 @@
 #include "parallel/layerwise_reduction.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <stdexcept>
 
+#include "core/clock.hpp"
 #include "threads/thread_pool.hpp"
 
 namespace gpt2 {
@@ -11,11 +11,6 @@ namespace gpt2 {
 namespace {
 // Floats summed over all windows at once: the rank's block stays in L1 while every window adds.
 constexpr std::size_t kSumBlock = 2048;
-
-ParamTensor layer_tensor(std::size_t i) {
-    return static_cast<ParamTensor>(static_cast<int>(ParamTensor::ln1w) + static_cast<int>(i));
-}
-constexpr std::size_t kLayerTensors = 12;
 
 Range range_of(const ParameterLayout& layout, ParamTensor t) {
     return Range{layout.offset(t), layout.offset(t) + layout.size(t)};
@@ -60,7 +55,7 @@ LayerwiseReduction::LayerwiseReduction(const ModelConfig& config,
         std::vector<Piece> pieces;
         std::vector<Range> ranges;
         std::size_t in_slot = 0;
-        for (std::size_t i = 0; i < kLayerTensors; ++i) {
+        for (int i = 0; i < kLayerTensors; ++i) {
             const ParamTensor t = layer_tensor(i);
             const std::size_t per_layer = layout_.size(t) / L;
             const std::size_t at = layout_.offset(t) + per_layer * l;
@@ -176,28 +171,12 @@ void LayerwiseReduction::pack_embedding_rows(std::span<float> rows, std::span<st
 
 // ---- WorkerSink -----------------------------------------------------------------------------
 
-namespace {
-class Stopwatch {
-  public:
-    explicit Stopwatch(double& total) : total_(total) {}
-    ~Stopwatch() {
-        total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    }
-    Stopwatch(const Stopwatch&) = delete;
-    Stopwatch& operator=(const Stopwatch&) = delete;
-
-  private:
-    double& total_;
-    std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
-}  // namespace
-
 LayerwiseReduction::WorkerSink::WorkerSink(LayerwiseReduction& reduction, int worker,
                                            const GradientReady* ready)
     : r_(reduction), w_(worker), ready_(ready != nullptr && *ready ? ready : nullptr) {}
 
 void LayerwiseReduction::WorkerSink::wait() {
-    const Stopwatch watch(seconds_at_barriers_);
+    const ScopedTimer watch(seconds_at_barriers_);
     r_.barrier_.arrive_and_wait();
 }
 
@@ -227,7 +206,7 @@ GradientSink::Head LayerwiseReduction::WorkerSink::head() {
 
 void LayerwiseReduction::WorkerSink::head_done() {
     {
-        const Stopwatch watch(seconds_);
+        const ScopedTimer watch(seconds_);
         wait();
         r_.sum_part(r_.head_pieces_, 0, w_);
         wait();  // the windows are free for layer slots only when every part is summed
@@ -247,12 +226,12 @@ LayerView<float> LayerwiseReduction::WorkerSink::layer(int l) {
 
 void LayerwiseReduction::WorkerSink::layer_done(int l) {
     {
-        const Stopwatch watch(seconds_);
+        const ScopedTimer watch(seconds_);
         wait();
     }
     // Every worker summed its part of layer l+1 before computing layer l.
     if (l + 1 < r_.config_.num_layers) announce(CompletedGradient::Part::Layer, l + 1);
-    const Stopwatch watch(seconds_);
+    const ScopedTimer watch(seconds_);
     r_.sum_part(r_.layer_pieces_[static_cast<std::size_t>(l)],
                 static_cast<std::size_t>(l % 2) * r_.layer_slot_floats_, w_);
 }
@@ -261,13 +240,13 @@ void LayerwiseReduction::WorkerSink::embeddings(const float* dresidual, const To
     r_.worker_rows_[static_cast<std::size_t>(w_)] =
         WorkerRows{dresidual, batch.inputs.data(), batch.B};
     {
-        const Stopwatch watch(seconds_);
+        const ScopedTimer watch(seconds_);
         wait();
     }
     if (r_.config_.num_layers > 0) announce(CompletedGradient::Part::Layer, 0);
     if (deferring()) return;  // the rows stay in the contexts for pack_embedding_rows
     {
-        const Stopwatch watch(seconds_);
+        const ScopedTimer watch(seconds_);
         r_.sum_embedding_rows_part(std::span<const WorkerRows>(r_.worker_rows_)
                                        .first(static_cast<std::size_t>(r_.contributors_)),
                                    batch.T, w_, r_.gradient_.span(), Range{0, r_.gradient_.size()});

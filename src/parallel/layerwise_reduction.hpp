@@ -10,7 +10,7 @@
 
 #include "core/aligned_buffer.hpp"
 #include "model/model.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "threads/barrier.hpp"
 #include "threads/thread_pool.hpp"
 

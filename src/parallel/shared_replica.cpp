@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 namespace gpt2 {
@@ -10,7 +11,8 @@ namespace {
 constexpr std::size_t kSumBlock = 4096;  // floats per block of the shared-memory sum
 }  // namespace
 
-std::string share_replica_memory(Model& model, WorkerGroup& workers, const Communicator& comm) {
+std::string share_replica_memory(Model& model, WorkerGroup& workers, const Communicator& comm,
+                                 SharedGradients& shared_gradients) {
     const std::size_t P = model.layout.total();
     const std::size_t ranks = static_cast<std::size_t>(comm.size());
     // Page-aligned parts: the weights, their bf16 copy, one gradient per rank, and each rank's
@@ -48,13 +50,11 @@ std::string share_replica_memory(Model& model, WorkerGroup& workers, const Commu
         model.params_bf16 = AlignedBuffer<Bf16>(weights_bf16, bf16_count, shared.mapping);
     workers.reduction().adopt_gradient(
         AlignedBuffer<float>(gradients[static_cast<std::size_t>(comm.rank())], P, shared.mapping));
-    workers.set_rank_gradients(std::move(gradients));
-    workers.set_rank_progress(std::move(progress));
+    shared_gradients = SharedGradients{std::move(gradients), std::move(progress)};
     return {};
 }
 
 void unshare_replica_memory(Model& model, WorkerGroup& workers) {
-    if (workers.rank_gradients().empty()) return;
     AlignedBuffer<float> weights(model.params.size());
     std::copy(model.params.data(), model.params.data() + model.params.size(), weights.data());
     AlignedBuffer<Bf16> weights_bf16(model.params_bf16.size());
@@ -63,8 +63,6 @@ void unshare_replica_memory(Model& model, WorkerGroup& workers) {
     model.params = std::move(weights);
     model.params_bf16 = std::move(weights_bf16);
     workers.reduction().adopt_gradient(AlignedBuffer<float>(model.params.size()));  // zero
-    workers.set_rank_gradients({});
-    workers.set_rank_progress({});
 }
 
 void sum_shared_ranges(std::span<float* const> all, std::span<const Range> ranges) {
@@ -83,12 +81,73 @@ void sum_shared_ranges(std::span<float* const> all, std::span<const Range> range
     }
 }
 
-void sum_shared_gradients(WorkerGroup& workers, Range owned) {
-    workers.pool().run([&](int w) {
-        const Range part = split_range(owned.end - owned.begin, w, workers.size());
-        const Range mine{owned.begin + part.begin, owned.begin + part.end};
-        sum_shared_ranges(workers.rank_gradients(), std::span(&mine, 1));
-    });
+using namespace exchange_detail;
+
+SharedMemoryExchange::SharedMemoryExchange(const Communicator& world, SharedGradients shared,
+                                           std::vector<Range> slices, const MachineGroups* machines,
+                                           std::size_t bucket_floats)
+    : world_(world),
+      shared_(std::move(shared)),
+      slices_(std::move(slices)),
+      machines_(machines),
+      bucket_floats_(bucket_floats) {
+    if (slices_.size() != static_cast<std::size_t>(world.size()) ||
+        shared_.buffers.size() != static_cast<std::size_t>(machine().size())) {
+        throw std::invalid_argument(
+            "SharedMemoryExchange: one slice per rank and one mapped gradient per machine rank");
+    }
+    if (bucket_floats_ > 0) {
+        if (machines_ == nullptr) {
+            throw std::invalid_argument("SharedMemoryExchange: buckets only across machines");
+        }
+        overlap_ = std::make_unique<OverlapState>(machines_->across);
+    }
+}
+
+GradientPass SharedMemoryExchange::backward(const Model& model, WorkerGroup& workers,
+                                            const StepBatch& batch, bool overlap) {
+    overlapped_ = overlap && overlap_ != nullptr;
+    if (!overlapped_) return accumulate_gradients(model, workers, batch);
+    return overlapped_slices(model, workers, *overlap_, world_, *machines_, batch, owned(),
+                             bucket_floats_, shared_.buffers, shared_.progress);
+}
+
+std::span<float> SharedMemoryExchange::finish(WorkerGroup& workers) {
+    // Every rank's gradient is complete (in buckets: the slices are summed), and no rank updates
+    // the weights while another may still read them.
+    machine().barrier();
+    const std::span<float> sum(shared_.buffers[0], workers.gradient().size());
+    if (!overlapped_) {
+        const Range mine = owned();
+        workers.pool().run([&](int w) {
+            const Range part = split_range(mine.end - mine.begin, w, workers.size());
+            const Range piece{mine.begin + part.begin, mine.begin + part.end};
+            sum_shared_ranges(shared_.buffers, std::span(&piece, 1));
+        });
+        if (machines_ != nullptr) {
+            machines_->across.allreduce_sum(sum.subspan(mine.begin, mine.end - mine.begin));
+        }
+    }
+    return sum;
+}
+
+double SharedMemoryExchange::norm_squared(std::span<float> gradient, WorkerGroup& workers) {
+    // Across machines every machine holds every slice: the first machine's count, so that every
+    // machine clips by the very same number whatever its ranks' thread counts.
+    const double mine = owned_norm_squared(gradient, owned(), workers, false);
+    const bool counts = machines_ == nullptr || machines_->on_first;
+    return world_.allreduce_sum(counts ? mine : 0.0);
+}
+
+void SharedMemoryExchange::update(Model& model, AdamWState& optimizer, std::span<float> gradient,
+                                  const AdamWHyper& hyper, float clip, WorkerGroup& workers) {
+    update_owned(model, optimizer, gradient, owned(), hyper, clip, workers);
+    machine().barrier();  // every slice of the weights is updated before anyone's next forward
+}
+
+void SharedMemoryExchange::discard(std::span<float> gradient, WorkerGroup& workers) {
+    clear_owned(gradient, owned(), workers);
+    machine().barrier();  // nobody starts the next step on a shared buffer still in use
 }
 
 }  // namespace gpt2

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "parallel/gradient_buckets.hpp"  // OverlapState, destroyed with the group
-
 namespace gpt2 {
 
 namespace {
@@ -28,8 +26,6 @@ WorkerGroup::WorkerGroup(const ModelConfig& config, int workers, int batch_size,
       contexts_(make_contexts(config, workers, batch_size, seq_len, precision, recompute)),
       reduction_(config, contexts_, std::min(workers, batch_size)),
       partials_(static_cast<std::size_t>(workers)) {}
-
-WorkerGroup::~WorkerGroup() = default;
 
 TokenBatch worker_sequences(std::span<const std::int32_t> inputs,
                             std::span<const std::int32_t> targets, std::size_t offset, int B, int T,

@@ -4,13 +4,12 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <vector>
 
 #include "core/range.hpp"
 #include "model/model.hpp"
-#include "model/training_context.hpp"
+#include "model/forward_backward.hpp"
 #include "parallel/layerwise_reduction.hpp"
 #include "threads/thread_pool.hpp"
 
@@ -21,9 +20,6 @@ struct alignas(64) WorkerPartial {
     double value = 0.0;
     double seconds_at_barriers = 0.0;  // accumulate_gradients: waiting for the other workers
 };
-
-// What the overlapped exchange keeps across steps (gradient_buckets.hpp).
-struct OverlapState;
 
 // A rank's compute: the thread pool, one ThreadLocalTrainingContext per worker and the rank's one
 // full gradient buffer, which the workers sum into (and after the exchange holds the global
@@ -36,7 +32,6 @@ class WorkerGroup {
     // sets what the contexts store (model.hpp).
     WorkerGroup(const ModelConfig& config, int workers, int batch_size, int seq_len, bool pin,
                 Precision precision = Precision::Fp32, Recompute recompute = Recompute::Cheap);
-    ~WorkerGroup();
     WorkerGroup(const WorkerGroup&) = delete;
     WorkerGroup& operator=(const WorkerGroup&) = delete;
 
@@ -59,17 +54,6 @@ class WorkerGroup {
     }
     // Per-worker scalars (loss sums, squared norms), allocated once.
     [[nodiscard]] std::span<WorkerPartial> partials() { return partials_; }
-    // After share_replica_memory: every rank's gradient buffer (this rank's is gradient()), in
-    // rank order, all mapped here; empty otherwise.
-    [[nodiscard]] std::span<float* const> rank_gradients() const { return rank_gradients_; }
-    void set_rank_gradients(std::vector<float*> all) { rank_gradients_ = std::move(all); }
-    // After share_replica_memory: every rank's count of gradient parts it has completed since
-    // sharing began (in rank order, in the shared memory; only its own rank increases it), so
-    // that a rank can sum its slice of a part as soon as every rank has it. Empty otherwise.
-    [[nodiscard]] std::span<std::uint64_t* const> rank_progress() const { return rank_progress_; }
-    void set_rank_progress(std::vector<std::uint64_t*> all) { rank_progress_ = std::move(all); }
-    // The overlapped exchange's state, created by its first step.
-    [[nodiscard]] std::unique_ptr<OverlapState>& overlap_state() { return overlap_state_; }
 
   private:
     int batch_size_;
@@ -78,9 +62,6 @@ class WorkerGroup {
     std::vector<ThreadLocalTrainingContext> contexts_;
     LayerwiseReduction reduction_;  // after contexts_: it gives them their gradient windows
     std::vector<WorkerPartial> partials_;
-    std::vector<float*> rank_gradients_;
-    std::vector<std::uint64_t*> rank_progress_;
-    std::unique_ptr<OverlapState> overlap_state_;
 };
 
 // This rank's tokens for one optimizer step: grad_accum micro-batches of B x T, consecutive.

@@ -1,5 +1,5 @@
 // Byte-level BPE shared by the bpe and gpt2 kinds: merge-rank encoding over GPT-2's pre-tokens and
-// validation of merge tables (the pre-tokenizer is in bpe_shared.hpp, training in
+// validation of merge tables (the pre-tokenizer is in pretokenizer.hpp, training in
 // bpe_training.cpp).
 #include <algorithm>
 #include <array>
@@ -14,14 +14,14 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "tokenizer/bpe_shared.hpp"
-#include "tokenizer/internal.hpp"
+#include "tokenizer/pretokenizer.hpp"
+#include "tokenizer/kinds.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
 namespace {
 
-using namespace detail;  // the shared pieces of bpe_shared.hpp
+using namespace detail;  // the shared pieces of pretokenizer.hpp
 
 // Scratch space for merging one piece, reused across pieces to avoid allocations.
 struct MergeScratch {

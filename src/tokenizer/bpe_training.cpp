@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "tokenizer/bpe_shared.hpp"
+#include "tokenizer/pretokenizer.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {

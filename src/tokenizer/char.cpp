@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "core/error.hpp"
-#include "tokenizer/internal.hpp"
+#include "tokenizer/kinds.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
@@ -99,6 +99,19 @@ std::unique_ptr<Tokenizer> make_char_tokenizer(std::string_view corpus) {
 }
 
 namespace detail {
+
+std::unique_ptr<Tokenizer> make_char_from_alphabet(std::string alphabet, const std::string& where) {
+    if (alphabet.empty()) throw InputError(where + ": a char tokenizer needs at least one byte");
+    for (std::size_t i = 1; i < alphabet.size(); ++i) {
+        if (static_cast<unsigned char>(alphabet[i - 1]) >=
+            static_cast<unsigned char>(alphabet[i])) {
+            throw InputError(where + ": a char tokenizer's bytes must be in increasing order; " +
+                             byte_name(static_cast<unsigned char>(alphabet[i])) + " at index " +
+                             std::to_string(i) + " is not");
+        }
+    }
+    return std::make_unique<CharTokenizer>(std::move(alphabet));
+}
 
 std::unique_ptr<Tokenizer> deserialize_char(ByteReader& reader) {
     const std::uint32_t size = reader.count("char alphabet size", 1);

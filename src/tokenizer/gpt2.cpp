@@ -1,16 +1,18 @@
 // Loads GPT-2's tokenizer from OpenAI's encoder.json (token string -> id) and vocab.bpe (merges by
 // rank), or Hugging Face's vocab.json and merges.txt (the same data under other names), undoing
-// GPT-2's byte-to-printable-character mapping so tokens become raw bytes; and spells a byte-level
-// BPE back in that form for the exporters.
+// GPT-2's byte-to-printable-character mapping so tokens become raw bytes (or, for a char
+// tokenizer's export, the char tokenizer); and spells a byte-level BPE back in that form for the
+// exporters.
 #include <array>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_map>
 
 #include "core/error.hpp"
 #include "core/file_io.hpp"
-#include "tokenizer/internal.hpp"
+#include "tokenizer/kinds.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
@@ -96,13 +98,22 @@ constexpr std::array<std::uint16_t, 256> kByteToUnicode = make_byte_to_unicode()
     return read_text_file(path);
 }
 
-}  // namespace
+// What GPT-2's two files hold: each token's raw bytes by id (<|endoftext|> as its text), the
+// end-of-text id if there is one, and the merges by rank.
+struct BpeFiles {
+    std::filesystem::path encoder_path;
+    std::vector<std::string> vocab;
+    std::optional<int> eot_id;
+    std::vector<std::pair<std::int32_t, std::int32_t>> merges;
+};
 
-std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir) {
+BpeFiles read_bpe_files(const std::filesystem::path& dir) {
     // OpenAI's names first; Hugging Face's where only those exist.
     const bool hugging_face = !std::filesystem::exists(dir / "encoder.json") &&
                               std::filesystem::exists(dir / "vocab.json");
-    const std::filesystem::path encoder_path = dir / (hugging_face ? "vocab.json" : "encoder.json");
+    BpeFiles files;
+    files.encoder_path = dir / (hugging_face ? "vocab.json" : "encoder.json");
+    const std::filesystem::path& encoder_path = files.encoder_path;
     const std::filesystem::path merges_path = dir / (hugging_face ? "merges.txt" : "vocab.bpe");
     const std::string encoder_text = read_tokenizer_file(encoder_path);
     const std::string merges_text = read_tokenizer_file(merges_path);
@@ -117,11 +128,11 @@ std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir)
         throw InputError(encoder_path.string() + ": expected a JSON object of token -> id");
     }
     const std::size_t vocab_size = encoder.size();
-    std::vector<std::string> vocab(vocab_size);
+    std::vector<std::string>& vocab = files.vocab;
+    vocab.resize(vocab_size);
     std::vector<bool> assigned(vocab_size, false);
     std::unordered_map<std::string_view, std::int32_t> id_of_spelling;
     id_of_spelling.reserve(vocab_size);
-    std::optional<int> eot_id;
     for (const auto& [spelling, value] : encoder.items()) {
         if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
             value.get<std::int64_t>() >= static_cast<std::int64_t>(vocab_size)) {
@@ -135,17 +146,14 @@ std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir)
         }
         assigned[id] = true;
         if (spelling == detail::kEndOfText) {
-            eot_id = id;
+            files.eot_id = id;
             vocab[id] = spelling;
         } else {
             vocab[id] = unmap_token(spelling, encoder_path.string());
         }
         id_of_spelling.emplace(spelling, id);
     }
-    if (!eot_id) throw InputError(encoder_path.string() + ": has no <|endoftext|> token");
 
-    std::vector<std::pair<std::int32_t, std::int32_t>> merges;
-    merges.reserve(vocab_size);
     std::size_t line_number = 0;
     for (std::size_t pos = 0; pos < merges_text.size();) {
         std::size_t end = merges_text.find('\n', pos);
@@ -169,21 +177,62 @@ std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir)
             }
             return it->second;
         };
-        merges.emplace_back(lookup(line.substr(0, space)), lookup(line.substr(space + 1)));
+        files.merges.emplace_back(lookup(line.substr(0, space)), lookup(line.substr(space + 1)));
     }
+    return files;
+}
+
+std::unique_ptr<Tokenizer> make_gpt2_style(BpeFiles files, const std::filesystem::path& dir) {
+    if (!files.eot_id)
+        throw InputError(files.encoder_path.string() + ": has no <|endoftext|> token");
     try {
-        return detail::make_gpt2_style_bpe(std::move(vocab), std::move(merges), *eot_id);
+        return detail::make_gpt2_style_bpe(std::move(files.vocab), std::move(files.merges),
+                                           *files.eot_id);
     } catch (const InputError& e) {
         throw InputError(dir.string() + ": " + e.what());
     }
 }
 
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir) {
+    return make_gpt2_style(read_bpe_files(dir), dir);
+}
+
+std::unique_ptr<Tokenizer> load_spelled_tokenizer(const std::filesystem::path& dir) {
+    BpeFiles files = read_bpe_files(dir);
+    if (files.eot_id || !files.merges.empty()) return make_gpt2_style(std::move(files), dir);
+    // No end-of-text and no merges: a char tokenizer's export, if every token is one byte.
+    std::string alphabet;
+    for (std::size_t id = 0; id < files.vocab.size(); ++id) {
+        if (files.vocab[id].size() != 1) {
+            throw InputError(files.encoder_path.string() +
+                             ": has no <|endoftext|> token, and is not a char tokenizer's "
+                             "vocabulary either (token " +
+                             std::to_string(id) + " is " + std::to_string(files.vocab[id].size()) +
+                             " bytes, not one)");
+        }
+        alphabet += files.vocab[id];
+    }
+    return detail::make_char_from_alphabet(std::move(alphabet), files.encoder_path.string());
+}
+
 SpelledBpe spell_byte_level_bpe(const Tokenizer& tokenizer) {
     const std::string_view kind = tokenizer_kind_name(tokenizer.kind());
     if (tokenizer.kind() == TokenizerKind::Char) {
-        throw InputError(
-            "the char tokenizer has no byte-level BPE form (it maps only the corpus's own bytes to "
-            "ids; any other byte has no token)");
+        // Each token one byte, no merges, no end-of-text: the BPE's initial symbols are the
+        // tokens, whatever pieces the pre-tokenizer cuts.
+        SpelledBpe spelled;
+        for (int id = 0; id < tokenizer.vocab_size(); ++id) {
+            const std::string raw = tokenizer.token_bytes(id);
+            if (raw.size() != 1) {
+                throw InputError("char tokenizer: token " + std::to_string(id) + " \"" + raw +
+                                 "\" is " + std::to_string(raw.size()) +
+                                 " bytes; a byte-level BPE without merges has one-byte tokens");
+            }
+            spelled.tokens.push_back(map_token(raw));
+        }
+        return spelled;
     }
     // The serialized form holds the merges (and, for gpt2, the vocabulary): read them back.
     const std::vector<std::uint8_t> bytes = tokenizer.serialize();
@@ -202,7 +251,7 @@ SpelledBpe spell_byte_level_bpe(const Tokenizer& tokenizer) {
     std::unordered_map<std::string, int> id_of;
     for (int id = 0; id < vocab_size; ++id) {
         const std::string raw = tokenizer.token_bytes(id);
-        const std::string token = id == spelled.eot_id ? raw : map_token(raw);
+        const std::string token = id == *spelled.eot_id ? raw : map_token(raw);
         if (const auto [it, fresh] = id_of.emplace(token, id); !fresh) {
             // A trained BPE may make the same bytes by two merges; by-spelling formats cannot.
             throw InputError(std::string(kind) + " tokenizer: tokens " +

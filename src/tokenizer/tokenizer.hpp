@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -40,6 +41,9 @@ class Tokenizer {
 };
 
 [[nodiscard]] std::string_view tokenizer_kind_name(TokenizerKind kind);
+// The kinds by the names the programs' --tokenizer flags take (char, bpe, gpt2): the one place a
+// name becomes a kind (the programs hand it to their command-line parser).
+[[nodiscard]] std::map<std::string, TokenizerKind> tokenizer_kinds_by_name();
 
 // The sorted set of bytes that occur in the corpus (65 symbols for tinyshakespeare).
 [[nodiscard]] std::unique_ptr<Tokenizer> make_char_tokenizer(std::string_view corpus);
@@ -53,6 +57,10 @@ inline constexpr int kGpt2VocabSize = 50257;
 // GPT-2's tokenizer from encoder.json and vocab.bpe in dir, or from Hugging Face's vocab.json and
 // merges.txt (the same data) where dir has no encoder.json.
 [[nodiscard]] std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir);
+// The tokenizer those files spell (what a Hugging Face directory carries): GPT-2's kind of BPE as
+// load_gpt2_tokenizer reads it, or, for files without <|endoftext|> and without merges whose tokens
+// are single bytes in byte order (how a char tokenizer is exported), that char tokenizer.
+[[nodiscard]] std::unique_ptr<Tokenizer> load_spelled_tokenizer(const std::filesystem::path& dir);
 
 // A byte-level BPE as GPT-2's files, Hugging Face and GGUF spell it: each token's bytes in GPT-2's
 // printable alphabet (<|endoftext|> as itself), indexed by id, and the merges by rank as
@@ -60,10 +68,12 @@ inline constexpr int kGpt2VocabSize = 50257;
 struct SpelledBpe {
     std::vector<std::string> tokens;
     std::vector<std::string> merges;
-    int eot_id = 0;
+    std::optional<int> eot_id;  // none for a char tokenizer
 };
-// For gpt2 and trained bpe tokenizers; InputError saying why for a char tokenizer, or a trained
-// one in which two merges make the same bytes (spellings cannot tell such tokens apart).
+// For gpt2 and trained bpe tokenizers, and for a char tokenizer, which is a byte-level BPE without
+// merges or end-of-text (each of its tokens is one byte: any text of its alphabet splits into the
+// same ids whatever the pre-tokenizer does). InputError saying why for a trained bpe in which two
+// merges make the same bytes (spellings cannot tell such tokens apart).
 [[nodiscard]] SpelledBpe spell_byte_level_bpe(const Tokenizer& tokenizer);
 [[nodiscard]] std::unique_ptr<Tokenizer> deserialize_tokenizer(std::span<const std::uint8_t> bytes);
 
@@ -79,6 +89,15 @@ struct SpelledBpe {
 // - bpe training picks the most frequent pair, ties broken by the smallest (left id, right id);
 //   it stops early (a smaller vocabulary) if no pair is left to merge.
 // - encode() is const and thread-safe.
+
+// The one pool that encodes on several threads: out[i] = tokenizer.encode(texts[i], eot) for every
+// i (with `wanted`, only where wanted[i]; the others are left empty), on up to `threads` threads,
+// the calling one among them. The first exception a text throws stops the others and is rethrown.
+// on_progress, if set, is called on the calling thread with the bytes of the texts encoded so far.
+void encode_texts(const Tokenizer& tokenizer, std::span<const std::string_view> texts,
+                  std::vector<std::vector<std::int32_t>>& out, int threads, EotInText eot,
+                  std::span<const bool> wanted = {},
+                  const std::function<void(std::size_t bytes_done)>& on_progress = {});
 
 // Encodes text as a sequence of independently encoded blocks (cut only where the pre-tokenizer
 // always splits, so the result equals tokenizer.encode(text)), on up to `threads` threads.

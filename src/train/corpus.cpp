@@ -17,9 +17,16 @@ namespace {
 std::unique_ptr<Tokenizer> build_tokenizer(const TrainOptions& o, const TokenizerChoice& choice,
                                            std::string_view text) {
     if (!choice.from_checkpoint.empty()) return deserialize_tokenizer(choice.from_checkpoint);
-    if (choice.kind == "gpt2") return load_gpt2_tokenizer(o.tokenizer_dir);
-    if (choice.kind == "bpe") return train_bpe_tokenizer(text, o.vocab_size);
+    if (choice.kind == TokenizerKind::Gpt2) return load_gpt2_tokenizer(o.data.tokenizer_dir);
+    if (choice.kind == TokenizerKind::Bpe) return train_bpe_tokenizer(text, o.data.vocab_size);
     return make_char_tokenizer(text);
+}
+
+// The tokenizer a GPT-2 preset brought without --tokenizer, which the user did not name.
+void log_implied_tokenizer(const TrainOptions& o, const TokenizerChoice& choice) {
+    if (!choice.preset_implies) return;
+    spdlog::info("tokenizer: {} from {}, as --model {} implies (GPT-2's vocabulary)",
+                 tokenizer_kind_name(choice.kind), o.data.tokenizer_dir, o.model.preset);
 }
 
 std::string read_corpus(const std::string& path) {
@@ -39,26 +46,29 @@ void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
     std::vector<std::int64_t> counts(2, 0);
     if (comm.is_root()) {
         const auto start = Clock::now();
-        const std::string text = read_corpus(o.data);
+        const std::string text = read_corpus(o.data.data);
         corpus.tokenizer = build_tokenizer(o, choice, text);
-        TokenSplit split = split_tokens(
-            corpus.tokenizer->encode(text, parse_eot_in_text(o.eot_in_text)), o.val_fraction);
+        log_implied_tokenizer(o, choice);
+        TokenSplit split =
+            split_tokens(corpus.tokenizer->encode(text, parse_eot_in_text(o.data.eot_in_text)),
+                         o.data.val_fraction);
         corpus.train = std::move(split.train);
         corpus.val = std::move(split.val);
         tokenizer_bytes = corpus.tokenizer->serialize();
         spdlog::info(
             "corpus {}: {} bytes -> {} train + {} val tokens ({} tokenizer, vocab {}) in {:.2f} s",
-            o.data, with_commas(static_cast<double>(text.size())),
+            o.data.data, with_commas(static_cast<double>(text.size())),
             with_commas(static_cast<double>(corpus.train.size())),
             with_commas(static_cast<double>(corpus.val.size())),
             tokenizer_kind_name(corpus.tokenizer->kind()), corpus.tokenizer->vocab_size(),
             seconds_since(start));
         // A validation split too short for one window only turns validation off (the training
         // loop says so).
-        if (corpus.train.size() <= static_cast<std::size_t>(o.seq_len)) {
-            throw InputError(
-                "--data " + o.data + ": too short: " + std::to_string(corpus.train.size()) +
-                " train tokens, training needs more than --seq-len " + std::to_string(o.seq_len));
+        if (corpus.train.size() <= static_cast<std::size_t>(o.batch.seq_len)) {
+            throw InputError("--data " + o.data.data +
+                             ": too short: " + std::to_string(corpus.train.size()) +
+                             " train tokens, training needs more than --seq-len " +
+                             std::to_string(o.batch.seq_len));
         }
         counts = {static_cast<std::int64_t>(corpus.train.size()),
                   static_cast<std::int64_t>(corpus.val.size())};
@@ -90,33 +100,44 @@ void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
         // The shards' own tokenizer (prepare_data writes tokenizer.bin beside them) unless a
         // checkpoint brings one; GPT-2's tokenizer needs no corpus, so --tokenizer gpt2 also works.
         const std::filesystem::path beside =
-            expand_shard_pattern(o.train_data).front().parent_path() / "tokenizer.bin";
+            expand_shard_pattern(o.data.train_data).front().parent_path() / "tokenizer.bin";
         if (!choice.from_checkpoint.empty()) {
             corpus.tokenizer = deserialize_tokenizer(choice.from_checkpoint);
             spdlog::info("tokenizer: {} (the checkpoint's own)",
                          tokenizer_kind_name(corpus.tokenizer->kind()));
         } else if (std::filesystem::exists(beside)) {
             corpus.tokenizer = deserialize_tokenizer(read_file_bytes(beside));
-            const std::string kind(tokenizer_kind_name(corpus.tokenizer->kind()));
-            if (o.was_given("tokenizer") && kind != o.tokenizer) {
-                throw UsageError("--tokenizer " + o.tokenizer + " contradicts the shards' " +
-                                 beside.string() + " (" + kind +
+            const TokenizerKind shards_kind = corpus.tokenizer->kind();
+            const std::string kind(tokenizer_kind_name(shards_kind));
+            if (o.was_given("tokenizer") && shards_kind != o.data.tokenizer) {
+                throw UsageError("--tokenizer " +
+                                 std::string(tokenizer_kind_name(o.data.tokenizer)) +
+                                 " contradicts the shards' " + beside.string() + " (" + kind +
                                  ", the tokenizer the shards were made with): drop --tokenizer");
             }
+            if (choice.preset_implies && shards_kind != choice.kind) {
+                throw UsageError("--model " + o.model.preset +
+                                 " is a GPT-2 shape for GPT-2's tokenizer, "
+                                 "but the shards' " +
+                                 beside.string() + " is " + kind +
+                                 ": prepare the shards with --tokenizer gpt2, or give the shape "
+                                 "with --n-layer/--n-head/--n-embd");
+            }
             spdlog::info("tokenizer: {} from {} (the shards' own)", kind, beside.string());
-        } else if (choice.kind == "gpt2") {
-            corpus.tokenizer = load_gpt2_tokenizer(o.tokenizer_dir);
+        } else if (choice.kind == TokenizerKind::Gpt2) {
+            corpus.tokenizer = load_gpt2_tokenizer(o.data.tokenizer_dir);
+            log_implied_tokenizer(o, choice);
         } else {
-            throw InputError("--train-data " + o.train_data + ": no " + beside.string() +
+            throw InputError("--train-data " + o.data.train_data + ": no " + beside.string() +
                              " (prepare_data writes it) and --tokenizer is not gpt2");
         }
         tokenizer_bytes = corpus.tokenizer->serialize();
     }
     comm.broadcast_vector(tokenizer_bytes);
     if (!comm.is_root()) corpus.tokenizer = deserialize_tokenizer(tokenizer_bytes);
-    for (const auto& path : expand_shard_pattern(o.train_data))
+    for (const auto& path : expand_shard_pattern(o.data.train_data))
         corpus.train_shards.emplace_back(path);
-    for (const auto& path : expand_shard_pattern(o.val_data))
+    for (const auto& path : expand_shard_pattern(o.data.val_data))
         corpus.val_shards.emplace_back(path);
     const int vocab = corpus.tokenizer->vocab_size();
     for (auto* shards : {&corpus.train_shards, &corpus.val_shards}) {
@@ -126,11 +147,11 @@ void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
                 .add(shard.tokens());
         }
     }
-    const auto T = static_cast<std::uint64_t>(o.seq_len);
+    const auto T = static_cast<std::uint64_t>(o.batch.seq_len);
     // Validation shards too short for one window only turn validation off (the training loop
     // says so).
-    if (corpus.train_store.num_windows(o.seq_len) == 0) {
-        throw InputError("--train-data " + o.train_data +
+    if (corpus.train_store.num_windows(o.batch.seq_len) == 0) {
+        throw InputError("--train-data " + o.data.train_data +
                          ": shards hold fewer than --seq-len+1 = " + std::to_string(T + 1) +
                          " tokens");
     }
@@ -140,7 +161,7 @@ void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
 
 void prepare_corpus(const TrainOptions& o, const Communicator& comm, const TokenizerChoice& choice,
                     Corpus& corpus) {
-    if (o.train_data.empty()) {
+    if (o.data.train_data.empty()) {
         prepare_text_corpus(o, comm, choice, corpus);
     } else {
         prepare_shard_corpus(o, comm, choice, corpus);

@@ -49,14 +49,15 @@ std::string what_would_fit(const TrainOptions& o, const ModelConfig& config, con
                            int moment_parts, int ranks,
                            const std::optional<AvailableMemory>& available) {
     const auto need_for = [&](int workers, int batch, Recompute level) {
-        return memory_need(config, workers, batch, o.seq_len, o.precision, level, moment_parts);
+        return memory_need(config, workers, batch, o.batch.seq_len, o.compute.precision, level,
+                           moment_parts);
     };
     std::vector<std::string> options;
     if (need.recompute == Recompute::Cheap &&
-        fits(need_for(need.workers, o.batch_size, Recompute::Layers), ranks, available)) {
+        fits(need_for(need.workers, o.batch.batch_size, Recompute::Layers), ranks, available)) {
         options.push_back("--recompute layers");
     }
-    for (int batch = o.batch_size - 1; batch >= 1; --batch) {
+    for (int batch = o.batch.batch_size - 1; batch >= 1; --batch) {
         if (fits(need_for(need.workers, batch, need.recompute), ranks, available)) {
             options.push_back(
                 fmt::format("--batch-size {} (with --grad-accum to keep the tokens "
@@ -66,7 +67,7 @@ std::string what_would_fit(const TrainOptions& o, const ModelConfig& config, con
         }
     }
     for (int workers = need.workers - 1; workers >= 1; --workers) {
-        if (fits(need_for(workers, o.batch_size, need.recompute), ranks, available)) {
+        if (fits(need_for(workers, o.batch.batch_size, need.recompute), ranks, available)) {
             options.push_back(fmt::format("--threads {}", workers));
             break;
         }
@@ -89,11 +90,11 @@ MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm, const Co
     plan.ranks_on_machine = machine.size();
     plan.available = available_memory();
     const auto need_for = [&](Recompute level) {
-        return memory_need(config, workers, o.batch_size, o.seq_len, o.precision, level,
-                           moment_parts);
+        return memory_need(config, workers, o.batch.batch_size, o.batch.seq_len,
+                           o.compute.precision, level, moment_parts);
     };
-    Recompute level = o.recompute.value_or(Recompute::Cheap);
-    if (!o.recompute) {
+    Recompute level = o.compute.recompute.value_or(Recompute::Cheap);
+    if (!o.compute.recompute) {
         // The least recomputation that fits on every machine.
         plan.chosen_automatically = true;
         const bool cheap_fits =

@@ -7,26 +7,12 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "formats/resume_state.hpp"
 #include "parallel/model_broadcast.hpp"
 
 namespace gpt2 {
 
 namespace {
-
-// The shape the flags ask for: a preset, with any explicitly given dimension overriding it, or
-// the dimensions alone.
-ModelConfig requested_model(const TrainOptions& o, int vocab_size) {
-    if (o.model.empty()) {
-        const int maxT = o.block_size > 0 ? o.block_size : o.seq_len;
-        return ModelConfig{maxT, vocab_size, pad_vocab(vocab_size), o.n_layer, o.n_head, o.n_embd};
-    }
-    ModelConfig c = preset_config(o.model, vocab_size);
-    if (o.was_given("n-layer")) c.num_layers = o.n_layer;
-    if (o.was_given("n-head")) c.num_heads = o.n_head;
-    if (o.was_given("n-embd")) c.channels = o.n_embd;
-    if (o.block_size > 0) c.max_seq_len = o.block_size;
-    return c;
-}
 
 // Shape flags given alongside weights must agree with them: the shape comes from the weights.
 void check_shape_flags(const TrainOptions& o, const ModelConfig& loaded,
@@ -36,17 +22,17 @@ void check_shape_flags(const TrainOptions& o, const ModelConfig& loaded,
                          describe(loaded) + "); the shape comes from the weights: drop the flag");
     };
     if (o.was_given("model")) {
-        const ModelConfig preset = preset_config(o.model, loaded.vocab_size);
+        const ModelConfig preset = preset_config(o.model.preset, loaded.vocab_size);
         if (preset.num_layers != loaded.num_layers || preset.num_heads != loaded.num_heads ||
             preset.channels != loaded.channels) {
-            refuse("--model " + o.model, "another shape");
+            refuse("--model " + o.model.preset, "another shape");
         }
     }
     const std::array<std::tuple<const char*, int, int>, 4> dims = {{
-        {"n-layer", o.n_layer, loaded.num_layers},
-        {"n-head", o.n_head, loaded.num_heads},
-        {"n-embd", o.n_embd, loaded.channels},
-        {"block-size", o.block_size, loaded.max_seq_len},
+        {"n-layer", o.model.num_layers, loaded.num_layers},
+        {"n-head", o.model.num_heads, loaded.num_heads},
+        {"n-embd", o.model.channels, loaded.channels},
+        {"block-size", o.model.block_size, loaded.max_seq_len},
     }};
     for (const auto& [flag, value, actual] : dims) {
         if (o.was_given(flag) && value != actual) {
@@ -58,6 +44,41 @@ void check_shape_flags(const TrainOptions& o, const ModelConfig& loaded,
 
 }  // namespace
 
+void check_flags_against_start(const TrainOptions& o, const StartPoint& start) {
+    if (!start.model) {
+        // Fresh after --resume auto found nothing: the flags' shape, as validate_train_options
+        // checks it when no weights are named.
+        const ModelConfig requested = requested_model(o, 1);
+        if (requested.max_seq_len < o.batch.seq_len) {
+            throw UsageError("--seq-len " + std::to_string(o.batch.seq_len) +
+                             " exceeds the block size " + std::to_string(requested.max_seq_len) +
+                             " of --model " + o.model.preset +
+                             " (its position embeddings): give a shorter --seq-len, or a "
+                             "--block-size of at least " +
+                             std::to_string(o.batch.seq_len));
+        }
+        return;
+    }
+    const ModelConfig& loaded = start.model->model.config;
+    check_shape_flags(o, loaded, start.source);
+    if (loaded.max_seq_len < o.batch.seq_len) {
+        throw UsageError("--seq-len " + std::to_string(o.batch.seq_len) +
+                         " exceeds the block size " + std::to_string(loaded.max_seq_len) + " of " +
+                         start.source + " (its position embeddings): give a --seq-len of at most " +
+                         std::to_string(loaded.max_seq_len));
+    }
+    if (start.state_file.empty()) return;
+    // Resuming counts the data position in sequences of the checkpoint's length (run_plan refuses
+    // another one too, but only after the corpus is read and the model built).
+    const std::optional<std::int32_t> resumed = read_state_seq_len(start.state_file);
+    if (resumed && *resumed != o.batch.seq_len) {
+        throw UsageError("--seq-len " + std::to_string(o.batch.seq_len) +
+                         " differs from the sequence length " + std::to_string(*resumed) + " of " +
+                         start.source + " (a resumed run keeps it): give --seq-len " +
+                         std::to_string(*resumed));
+    }
+}
+
 // Rank 0 decides the shape (from the weights, or from the flags) and every rank agrees.
 ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, const StartPoint& start,
                            const Tokenizer& tokenizer) {
@@ -66,7 +87,6 @@ ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, cons
     if (comm.is_root()) {
         if (start.model) {
             const ModelConfig& loaded = start.model->model.config;
-            check_shape_flags(o, loaded, start.source);
             if (loaded.vocab_size != vocab) {
                 throw UsageError(start.source + ": the model's vocabulary (" +
                                  std::to_string(loaded.vocab_size) + ") is not the " +
@@ -74,23 +94,19 @@ ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, cons
                                  " tokenizer's (" + std::to_string(vocab) +
                                  "): these weights cannot be trained with it");
             }
-            if (loaded.max_seq_len < o.seq_len) {
-                throw InputError("--seq-len " + std::to_string(o.seq_len) +
-                                 " exceeds the block size " + std::to_string(loaded.max_seq_len) +
-                                 " of " + start.source);
-            }
             spdlog::info("{}: model {}, tokenizer {} (vocab {})", start.source, describe(loaded),
                          tokenizer_kind_name(tokenizer.kind()), vocab);
             decided = loaded;
         } else {
             const ModelConfig requested = requested_model(o, vocab);
-            if (!o.model.empty()) {
+            if (!o.model.preset.empty()) {
                 std::string overrides;
                 for (const char* flag : {"n-layer", "n-head", "n-embd", "block-size"}) {
                     if (o.was_given(flag)) overrides += std::string(" --") + flag;
                 }
                 if (!overrides.empty()) {
-                    spdlog::info("model: preset {} with{} given explicitly", o.model, overrides);
+                    spdlog::info("model: preset {} with{} given explicitly", o.model.preset,
+                                 overrides);
                 }
             }
             decided = requested;
@@ -98,8 +114,9 @@ ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, cons
     }
     const ModelConfig config = broadcast_config(comm, decided);
     validate_config(config, "model");
-    if (config.max_seq_len < o.seq_len) {
-        throw InputError("--seq-len " + std::to_string(o.seq_len) + " exceeds --block-size " +
+    if (config.max_seq_len <
+        o.batch.seq_len) {  // checked before the corpus was read; kept as a guard
+        throw UsageError("--seq-len " + std::to_string(o.batch.seq_len) + " exceeds --block-size " +
                          std::to_string(config.max_seq_len));
     }
     return config;

@@ -10,8 +10,13 @@
 
 namespace gpt2 {
 
-// Collective. Throws UsageError/InputError (on rank 0) for flags that contradict the weights, a
-// vocabulary the tokenizer does not have, or a --seq-len beyond the block size.
+// Rank 0, before the corpus is read: UsageError for shape flags that contradict the weights the
+// run starts from, or a --seq-len beyond the block size of those weights (or, starting fresh, of
+// the shape the flags ask for).
+void check_flags_against_start(const TrainOptions& o, const StartPoint& start);
+
+// Collective. Throws UsageError/InputError (on rank 0) for a vocabulary the tokenizer does not
+// have, or a model shape that cannot be (check_flags_against_start has checked the flags).
 [[nodiscard]] ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm,
                                          const StartPoint& start, const Tokenizer& tokenizer);
 

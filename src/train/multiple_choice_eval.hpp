@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "data/multiple_choice.hpp"
+#include "model/forward_backward.hpp"
 #include "model/model.hpp"
-#include "model/training_context.hpp"
 #include "parallel/comm.hpp"
-#include "parallel/data_parallel.hpp"
+#include "parallel/worker_group.hpp"
 
 namespace gpt2 {
 

@@ -1,69 +1,141 @@
 #include "train/options.hpp"
 
 #include "core/error.hpp"
+#include "formats/resume_state.hpp"
 
 namespace gpt2 {
+
+ModelConfig requested_model(const TrainOptions& o, int vocab_size) {
+    if (o.model.preset.empty()) {
+        const int maxT = o.model.block_size > 0 ? o.model.block_size : o.batch.seq_len;
+        return ModelConfig{maxT,
+                           vocab_size,
+                           pad_vocab(vocab_size),
+                           o.model.num_layers,
+                           o.model.num_heads,
+                           o.model.channels};
+    }
+    ModelConfig c = preset_config(o.model.preset, vocab_size);
+    if (o.was_given("n-layer")) c.num_layers = o.model.num_layers;
+    if (o.was_given("n-head")) c.num_heads = o.model.num_heads;
+    if (o.was_given("n-embd")) c.channels = o.model.channels;
+    if (o.model.block_size > 0) c.max_seq_len = o.model.block_size;
+    return c;
+}
+
+TokenizerKind requested_tokenizer(const TrainOptions& o) {
+    if (!o.was_given("tokenizer") && is_gpt2_preset(o.model.preset)) return TokenizerKind::Gpt2;
+    return o.data.tokenizer;
+}
+
+namespace {
+
+// The shape the flags ask for, when no weights are named (their shape would come first): its
+// dimensions and --seq-len within its block size, before anything is read or allocated.
+void validate_requested_model(const TrainOptions& o) {
+    const ModelConfig c = requested_model(o, 1);
+    const std::string preset =
+        o.model.preset.empty() ? std::string() : " (--model " + o.model.preset + ")";
+    if (c.channels % c.num_heads != 0) {
+        throw InputError("--n-embd " + std::to_string(c.channels) +
+                         " is not divisible by --n-head " + std::to_string(c.num_heads) + preset);
+    }
+    validate_config(c, "the model --model/--n-layer/--n-head/--n-embd/--block-size ask for");
+    if (o.batch.seq_len > c.max_seq_len) {
+        throw InputError("--seq-len " + std::to_string(o.batch.seq_len) +
+                         " exceeds the block size " + std::to_string(c.max_seq_len) +
+                         " of --model " + o.model.preset +
+                         " (its position embeddings): give a shorter --seq-len, or a --block-size "
+                         "of at least " +
+                         std::to_string(o.batch.seq_len));
+    }
+}
+
+}  // namespace
 
 void validate_train_options(const TrainOptions& o, int world_size) {
     const auto require = [](bool ok, const std::string& message) {
         if (!ok) throw InputError(message);
     };
-    require(o.batch_size > 0, "--batch-size must be positive");
-    require(o.seq_len > 0, "--seq-len must be positive");
-    require(o.max_steps > 0, "--max-steps must be positive");
-    require(o.grad_accum >= 0, "--grad-accum must not be negative");
-    require(o.total_batch_tokens >= 0, "--total-batch-tokens must not be negative");
-    require(o.threads >= 0, "--threads must not be negative");
-    require(o.threads == 0 || o.threads <= o.batch_size,
-            "--threads " + std::to_string(o.threads) + " exceeds --batch-size " +
-                std::to_string(o.batch_size) + ": every worker needs at least one sequence");
-    require(o.n_layer > 0 && o.n_head > 0 && o.n_embd > 0,
+    require(o.batch.batch_size > 0, "--batch-size must be positive");
+    require(o.batch.seq_len > 0, "--seq-len must be positive");
+    require(o.optimizer.max_steps > 0, "--max-steps must be positive");
+    require(o.batch.grad_accum >= 0, "--grad-accum must not be negative");
+    require(o.batch.total_batch_tokens >= 0, "--total-batch-tokens must not be negative");
+    require(o.parallel.threads >= 0, "--threads must not be negative");
+    require(o.parallel.threads == 0 || o.parallel.threads <= o.batch.batch_size,
+            "--threads " + std::to_string(o.parallel.threads) + " exceeds --batch-size " +
+                std::to_string(o.batch.batch_size) + ": every worker needs at least one sequence");
+    require(o.model.num_layers > 0 && o.model.num_heads > 0 && o.model.channels > 0,
             "--n-layer, --n-head and --n-embd must be positive");
-    require(!o.model.empty() || o.n_embd % o.n_head == 0, "--n-embd must be divisible by --n-head");
-    require(o.block_size == 0 || o.block_size >= o.seq_len,
+    require(o.model.block_size == 0 || o.model.block_size >= o.batch.seq_len,
             "--block-size must be at least --seq-len");
-    require(o.lr > 0.0f, "--lr must be positive");
-    require(o.min_lr >= 0.0f && o.min_lr <= o.lr, "--min-lr must be between 0 and --lr");
-    require(o.warmup_steps >= 0, "--warmup-steps must not be negative");
-    require(o.lr_decay_steps >= 0, "--lr-decay-steps must not be negative");
-    require(o.beta1 >= 0.0f && o.beta1 < 1.0f, "--beta1 must be in [0, 1)");
-    require(o.dropout >= 0.0f && o.dropout < 1.0f, "--dropout must be in [0, 1)");
-    require(o.beta2 >= 0.0f && o.beta2 < 1.0f, "--beta2 must be in [0, 1)");
-    require(o.eps > 0.0f, "--eps must be positive");
-    require(o.weight_decay >= 0.0f, "--weight-decay must not be negative");
-    require(o.grad_clip >= 0.0f, "--grad-clip must not be negative");
-    require(o.zero == 0 || o.zero == 1, "--zero must be 0 or 1");
-    require(o.simulate_machines == 0 || world_size % o.simulate_machines == 0,
+    require(o.optimizer.lr > 0.0f, "--lr must be positive");
+    require(o.optimizer.min_lr >= 0.0f && o.optimizer.min_lr <= o.optimizer.lr,
+            "--min-lr must be between 0 and --lr");
+    require(o.optimizer.warmup_steps >= 0, "--warmup-steps must not be negative");
+    require(o.optimizer.lr_decay_steps >= 0, "--lr-decay-steps must not be negative");
+    require(o.optimizer.beta1 >= 0.0f && o.optimizer.beta1 < 1.0f, "--beta1 must be in [0, 1)");
+    require(o.optimizer.dropout >= 0.0f && o.optimizer.dropout < 1.0f,
+            "--dropout must be in [0, 1)");
+    require(o.optimizer.beta2 >= 0.0f && o.optimizer.beta2 < 1.0f, "--beta2 must be in [0, 1)");
+    require(o.optimizer.eps > 0.0f, "--eps must be positive");
+    require(o.optimizer.weight_decay >= 0.0f, "--weight-decay must not be negative");
+    require(o.optimizer.grad_clip >= 0.0f, "--grad-clip must not be negative");
+    require(o.parallel.zero == 0 || o.parallel.zero == 1, "--zero must be 0 or 1");
+    require(o.test.simulate_machines == 0 || world_size % o.test.simulate_machines == 0,
             "--simulate-machines must divide the number of ranks");
-    require(o.val_fraction > 0.0 && o.val_fraction < 1.0, "--val-fraction must be in (0, 1)");
-    require(o.val_every >= 0, "--val-every must not be negative");
-    require(o.val_tokens >= o.seq_len, "--val-tokens " + std::to_string(o.val_tokens) +
-                                           " is less than --seq-len " + std::to_string(o.seq_len) +
-                                           ": validation needs at least one window of --seq-len "
-                                           "tokens");
-    require(o.sample_every >= 0 && o.sample_tokens >= 0,
+    require(o.data.val_fraction > 0.0 && o.data.val_fraction < 1.0,
+            "--val-fraction must be in (0, 1)");
+    require(o.eval.val_every >= 0, "--val-every must not be negative");
+    require(o.eval.val_tokens >= o.batch.seq_len,
+            "--val-tokens " + std::to_string(o.eval.val_tokens) + " is less than --seq-len " +
+                std::to_string(o.batch.seq_len) +
+                ": validation needs at least one window of --seq-len "
+                "tokens");
+    require(o.eval.sample_every >= 0 && o.eval.sample_tokens >= 0,
             "--sample-every/--max-new-tokens must not be negative");
-    require(o.checkpoint_every >= 0, "--checkpoint-every must not be negative");
-    require(o.checkpoint_minutes >= 0.0, "--checkpoint-minutes must not be negative");
-    require(o.keep_checkpoints >= 0, "--keep-checkpoints must not be negative");
-    require(o.max_bad_steps > 0, "--max-bad-steps must be positive");
-    require(o.check_replicas >= 0, "--check-replicas must not be negative");
-    require(o.benchmark >= 0, "--benchmark must not be negative");
-    require(o.peak_gflops >= 0.0, "--peak-gflops must be >= 0 (0: measured at start-up)");
-    require(o.vocab_size >= 257 || o.tokenizer != "bpe",
+    require(o.checkpoints.checkpoint_every >= 0, "--checkpoint-every must not be negative");
+    require(o.checkpoints.checkpoint_minutes >= 0.0, "--checkpoint-minutes must not be negative");
+    require(o.checkpoints.keep_checkpoints >= 0, "--keep-checkpoints must not be negative");
+    require(o.safety.max_bad_steps > 0, "--max-bad-steps must be positive");
+    require(o.safety.check_replicas >= 0, "--check-replicas must not be negative");
+    require(o.compute.benchmark >= 0, "--benchmark must not be negative");
+    require(o.compute.peak_gflops >= 0.0, "--peak-gflops must be >= 0 (0: measured at start-up)");
+    require(o.data.vocab_size >= 257 || o.data.tokenizer != TokenizerKind::Bpe,
             "--vocab-size must be at least 257 for --tokenizer bpe (256 bytes + end-of-text)");
-    require(o.train_data.empty() == o.val_data.empty(), "--train-data and --val-data go together");
-    require(o.grad_accum == 0 || o.total_batch_tokens == 0,
+    require(o.data.train_data.empty() == o.data.val_data.empty(),
+            "--train-data and --val-data go together");
+    require(o.batch.grad_accum == 0 || o.batch.total_batch_tokens == 0,
             "--grad-accum and --total-batch-tokens both set: give one");
-    require(o.init_from.empty() || o.resume.empty() || o.resume == "auto",
-            "--init-from and --resume FILE both name the weights to start from: give one "
-            "(--resume auto --init-from X resumes if --out-dir holds a checkpoint, else starts "
-            "from X)");
-    if (o.total_batch_tokens > 0) {
+    require(!o.was_given("data") || o.data.train_data.empty(),
+            "--data and --train-data both name the training text: give one (--data: a text file "
+            "tokenized at start-up; --train-data: prepare_data's shards)");
+    require(!o.was_given("val-fraction") || o.data.train_data.empty(),
+            "--val-fraction splits --data; with --train-data the validation tokens are "
+            "--val-data's: drop --val-fraction");
+    require(o.checkpoints.resume.empty() || o.checkpoints.resume == "auto" ||
+                checkpoint_step(o.checkpoints.resume).has_value(),
+            "--resume " + o.checkpoints.resume + ": expected 'auto' or a state_NNNNNN.bin file");
+    if (is_gpt2_preset(o.model.preset) && o.was_given("tokenizer") &&
+        o.data.tokenizer != TokenizerKind::Gpt2) {
+        throw InputError("--tokenizer " + std::string(tokenizer_kind_name(o.data.tokenizer)) +
+                         " contradicts --model " + o.model.preset +
+                         ": GPT-2's shapes are for GPT-2's tokenizer (vocabulary 50257; the "
+                         "preset implies --tokenizer gpt2); drop --tokenizer, or give the shape "
+                         "with --n-layer/--n-head/--n-embd");
+    }
+    if (o.model.init_from.empty() && o.checkpoints.resume.empty()) validate_requested_model(o);
+    require(
+        o.model.init_from.empty() || o.checkpoints.resume.empty() || o.checkpoints.resume == "auto",
+        "--init-from and --resume FILE both name the weights to start from: give one "
+        "(--resume auto --init-from X resumes if --out-dir holds a checkpoint, else starts "
+        "from X)");
+    if (o.batch.total_batch_tokens > 0) {
         const std::int64_t per_micro =
-            static_cast<std::int64_t>(o.batch_size) * o.seq_len * world_size;
-        require(o.total_batch_tokens % per_micro == 0,
-                "--total-batch-tokens " + std::to_string(o.total_batch_tokens) +
+            static_cast<std::int64_t>(o.batch.batch_size) * o.batch.seq_len * world_size;
+        require(o.batch.total_batch_tokens % per_micro == 0,
+                "--total-batch-tokens " + std::to_string(o.batch.total_batch_tokens) +
                     " is not a multiple of batch-size x seq-len x ranks = " +
                     std::to_string(per_micro));
     }

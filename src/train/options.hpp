@@ -12,110 +12,142 @@
 
 #include "model/model.hpp"
 #include "model/schedule.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
 
+// The groups follow train_gpt2 --help's option groups.
 struct TrainOptions {
     // Model shape (a preset or explicit dimensions), or weights to start from.
-    std::string model;  // preset name; empty: use the explicit dimensions below
-    int n_layer = 4;
-    int n_head = 4;
-    int n_embd = 128;
-    int block_size = 0;  // maxT; 0: the sequence length
-    std::string init_from;
+    struct Model {
+        std::string preset;  // --model; empty: the dimensions below
+        int num_layers = 4;  // --n-layer
+        int num_heads = 4;   // --n-head
+        int channels = 128;  // --n-embd
+        int block_size = 0;  // maxT; 0: the preset's, else the sequence length
+        std::string init_from;
+    } model;
 
     // Data and tokenizer.
-    std::string data = "data/tinyshakespeare.txt";
-    std::string train_data;  // llm.c shard glob (instead of --data)
-    std::string val_data;
-    std::string tokenizer = "char";
-    int vocab_size = 4096;  // for --tokenizer bpe
-    std::string tokenizer_dir = "data/gpt2";
-    std::string eot_in_text = "token";  // a literal <|endoftext|> in --data: token | text
-    double val_fraction = 0.1;
-    bool no_shuffle = false;
+    struct Data {
+        std::string data = "data/tinyshakespeare.txt";
+        std::string train_data;  // llm.c shard glob (instead of --data)
+        std::string val_data;
+        TokenizerKind tokenizer = TokenizerKind::Char;
+        int vocab_size = 4096;  // for --tokenizer bpe
+        std::string tokenizer_dir = "data/gpt2";
+        std::string eot_in_text = "token";  // a literal <|endoftext|> in --data: token | text
+        double val_fraction = 0.1;
+        bool no_shuffle = false;
+    } data;
 
     // Batch.
-    int batch_size = 64;  // per rank, per micro-step
-    int seq_len = 64;
-    int grad_accum = 0;                   // 0: derived from total_batch_tokens, else 1
-    std::int64_t total_batch_tokens = 0;  // 0: B * T * ranks * grad_accum
+    struct Batch {
+        int batch_size = 64;  // per rank, per micro-step
+        int seq_len = 64;
+        int grad_accum = 0;                   // 0: derived from total_batch_tokens, else 1
+        std::int64_t total_batch_tokens = 0;  // 0: B * T * ranks * grad_accum
+    } batch;
 
-    // Optimisation.
-    float lr = 3e-3f;
-    float min_lr = 3e-4f;
-    int warmup_steps = 30;
-    LrSchedule schedule = LrSchedule::Cosine;
-    float weight_decay = 0.1f;
-    float beta1 = 0.9f;
-    float beta2 = 0.95f;
-    float eps = 1e-8f;
-    float grad_clip = 1.0f;
-    // Dropout rate where GPT-2 applies it (model/training_context.hpp's Dropout); 0: none.
-    float dropout = 0.0f;
-    int max_steps = 600;
-    // Steps the schedule decays over; 0: --max-steps of the run's first start. Stored in the
-    // checkpoint, so resuming with a larger --max-steps keeps the learning rate where it was.
-    int lr_decay_steps = 0;
+    // The optimizer, its schedule and the run's length.
+    struct Optimizer {
+        float lr = 3e-3f;
+        float min_lr = 3e-4f;
+        int warmup_steps = 30;
+        LrSchedule schedule = LrSchedule::Cosine;
+        // Steps the schedule decays over; 0: --max-steps of the run's first start. Stored in the
+        // checkpoint, so resuming with a larger --max-steps keeps the learning rate where it was.
+        int lr_decay_steps = 0;
+        float weight_decay = 0.1f;
+        float beta1 = 0.9f;
+        float beta2 = 0.95f;
+        float eps = 1e-8f;
+        float grad_clip = 1.0f;
+        // Dropout rate where GPT-2 applies it (model/forward_backward.hpp's Dropout); 0: none.
+        float dropout = 0.0f;
+        int max_steps = 600;
+    } optimizer;
 
-    // Evaluation, samples, checkpoints.
-    int val_every = 100;
-    // The validation set: the first this many tokens of the validation data, in whole windows of
-    // seq_len (the same set, and the same loss, on any launch). 32,768: the cost of the default
-    // run's validation before it was fixed (8 micro-batches of 64 x 64).
-    std::int64_t val_tokens = 32768;
-    int sample_every = 200;
-    int sample_tokens = 200;
-    int checkpoint_every = 200;
-    // Also checkpoint when this many minutes have passed since the start or the last checkpoint
-    // (rank 0's clock, decided for every rank at the same step); 0: off.
-    double checkpoint_minutes = 30.0;
-    int keep_checkpoints = 3;
-    std::string out_dir = "out";
-    std::string resume;  // "", "auto" or a path
-    int max_bad_steps = 5;
-    int check_replicas = 0;
+    // Validation, HellaSwag and samples.
+    struct Evaluation {
+        int val_every = 100;
+        // The validation set: the first this many tokens of the validation data, in whole windows
+        // of seq_len (the same set, and the same loss, on any launch). 32,768: the cost of the
+        // default run's validation before it was fixed (8 micro-batches of 64 x 64).
+        std::int64_t val_tokens = 32768;
+        // llm.c's HellaSwag file (hellaswag_val.bin) for acc_norm, every eval_every steps (0: with
+        // each validation).
+        std::string hellaswag;
+        int eval_every = 0;
+        int sample_every = 200;
+        int sample_tokens = 200;
+    } eval;
 
-    // Machine and logging.
-    std::uint64_t seed = 1337;
-    int threads = 0;  // 0: the CPUs in this process's affinity mask
-    bool pin_threads = false;
-    // MiB of gradient (with shared memory across machines: of each rank's slice) per allreduce
-    // bucket, sent while backward runs (0: one allreduce, or ZeRO-1's reduce-scatter, after it);
-    // negative: auto, 25 when the ranks span several machines and no --zero (on one machine the
-    // copies compete with the workers for the same cores, measured slower), else 0.
-    double bucket_mb = -1.0;
-    // Ranks on one machine share one copy of the weights and sum the gradient in shared memory
-    // (no --zero; on one machine, no buckets); false: off.
-    bool share_memory = true;
-    // ZeRO stage: 0, or 1 (each rank keeps and updates only its shard of the AdamW moments).
-    int zero = 0;
-    Precision precision = Precision::Fp32;  // of the matrix products
-    // What backward recomputes instead of storing (model.hpp); empty: auto, the least that fits
-    // in the memory available.
-    std::optional<Recompute> recompute;
+    // Checkpoints and resume.
+    struct Checkpoints {
+        int checkpoint_every = 200;
+        // Also checkpoint when this many minutes have passed since the start or the last
+        // checkpoint (rank 0's clock, decided for every rank at the same step); 0: off.
+        double checkpoint_minutes = 30.0;
+        int keep_checkpoints = 3;
+        std::string out_dir = "out";
+        std::string resume;  // "", "auto" or a path
+    } checkpoints;
+
+    // Steps that go wrong: non-finite or spiking ones skipped, replicas compared.
+    struct Safety {
+        int max_bad_steps = 5;
+        // Skip the update when the loss's (gradient norm's) z-score against the last 128 steps
+        // exceeds this (0: never), as llm.c's -sl / -sg.
+        double skip_loss_z = 0.0;
+        double skip_norm_z = 0.0;
+        int check_replicas = 0;
+    } safety;
+
+    // Worker threads and ranks: how a step is divided and how the gradient travels.
+    struct Parallel {
+        int threads = 0;  // worker threads per rank; 0: the CPUs in this process's affinity mask
+        bool pin_threads = false;
+        // MiB of gradient (with shared memory across machines: of each rank's slice) per
+        // allreduce bucket, sent while backward runs (0: one allreduce, or ZeRO-1's
+        // reduce-scatter, after it); negative: auto, 25 when the ranks span several machines and
+        // no --zero (on one machine the copies compete with the workers for the same cores,
+        // measured slower), else 0.
+        double bucket_mb = -1.0;
+        // Ranks on one machine share one copy of the weights and sum the gradient in shared memory
+        // (no --zero; on one machine, no buckets); false: off.
+        bool share_memory = true;
+        // ZeRO stage: 0, or 1 (each rank keeps and updates only its slice of the AdamW moments).
+        int zero = 0;
+    } parallel;
+
+    // Precision, memory and speed.
+    struct Compute {
+        Precision precision = Precision::Fp32;  // of the matrix products
+        // What backward recomputes instead of storing (model.hpp); empty: auto, the least that
+        // fits in the memory available.
+        std::optional<Recompute> recompute;
+        double peak_gflops = 0.0;  // one core's fp32 peak, the MFU yardstick (0: measured)
+        int benchmark = 0;         // >0: time this many steps after warm-up and report
+    } compute;
+
+    std::uint64_t seed = 1337;  // initialisation, data order, dropout masks and samples
     std::string log_level = "info";
     std::string metrics_file;
-    double peak_gflops = 0.0;    // one core's fp32 peak, the MFU yardstick (0: measured)
-    int benchmark = 0;           // >0: time this many steps after warm-up and report
-    int inject_nan_step = -1;    // test hook: poison the gradient at this step
-    int inject_spike_step = -1;  // test hook: scale the gradient by 10^4 at this step
-    // Test hook: treat the ranks as this many machines of consecutive ranks (0: as MPI sees them).
-    int simulate_machines = 0;
-    // Test hook: machines other than the first report that they could not share memory.
-    bool inject_share_failure = false;
-    // Test hook: the --checkpoint-minutes clock advances this many minutes per step (0: real time).
-    double test_minutes_per_step = 0.0;
-    // Skip the update when the loss's (gradient norm's) z-score against the last 128 steps
-    // exceeds this (0: never), as llm.c's -sl / -sg.
-    double skip_loss_z = 0.0;
-    // llm.c's HellaSwag file (hellaswag_val.bin) for acc_norm, every eval_every steps (0: with
-    // each validation).
-    std::string hellaswag;
-    int eval_every = 0;
-    double skip_norm_z = 0.0;
-    int stop_at_step = -1;  // test hook: behave as if SIGTERM arrived during this step
-    std::int64_t mpi_chunk_elements = 0;  // test hook: elements per MPI call (0: default)
+
+    // The hidden flags tests drive the program with (never needed by a user).
+    struct TestHooks {
+        int inject_nan_step = -1;    // poison the gradient at this step
+        int inject_spike_step = -1;  // scale the gradient by 10^4 at this step
+        int stop_at_step = -1;       // behave as if SIGTERM arrived during this step
+        // Treat the ranks as this many machines of consecutive ranks (0: as MPI sees them).
+        int simulate_machines = 0;
+        // Machines other than the first report that they could not share memory.
+        bool inject_share_failure = false;
+        // The --checkpoint-minutes clock advances this many minutes per step (0: real time).
+        double minutes_per_step = 0.0;
+        std::int64_t mpi_chunk_elements = 0;  // elements per MPI call (0: default)
+    } test;
 
     // How the options were given: the flags set explicitly (on the command line or in the
     // config file, by their long name without dashes, e.g. "n-layer"), and the config file.
@@ -124,7 +156,17 @@ struct TrainOptions {
     [[nodiscard]] bool was_given(const std::string& flag) const { return given.count(flag) > 0; }
 };
 
-// Cross-flag checks independent of the data (throws InputError naming the flag).
+// Cross-flag checks independent of the data (throws InputError naming the flag): also the model
+// the flags ask for (a known preset, a valid shape, --seq-len within its block size) when no
+// weights are named, and --tokenizer against a GPT-2 preset.
 void validate_train_options(const TrainOptions& options, int world_size);
+
+// The model shape the flags ask for: a preset, with any explicitly given dimension overriding it,
+// or the dimensions alone; its block size is --block-size, else the preset's, else --seq-len.
+[[nodiscard]] ModelConfig requested_model(const TrainOptions& options, int vocab_size);
+
+// The tokenizer kind a run uses when neither weights nor shards bring one: --tokenizer if given,
+// else gpt2 for one of GPT-2's presets (--model gpt2-124M...), else the default (char).
+[[nodiscard]] TokenizerKind requested_tokenizer(const TrainOptions& options);
 
 }  // namespace gpt2

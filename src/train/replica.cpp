@@ -4,7 +4,10 @@
 
 #include <algorithm>
 
+#include "parallel/allreduce.hpp"
 #include "parallel/model_broadcast.hpp"
+#include "parallel/shared_replica.hpp"
+#include "parallel/zero.hpp"
 #include "threads/thread_pool.hpp"
 
 namespace gpt2 {
@@ -16,37 +19,24 @@ std::size_t bucket_floats(double bucket_mb) {
     return std::max<std::size_t>(1, static_cast<std::size_t>(bucket_mb * 1024.0 * 1024.0 / 4.0));
 }
 
-// The one way this run's steps exchange the gradient, once sharing has succeeded or not.
-GradientExchange settled_exchange(const Exchange& e, const Replica& replica,
-                                  const Communicator& comm) {
-    if (comm.size() == 1) return GradientExchange::Allreduce;
-    const bool buckets = e.bucket_mb > 0.0;
-    if (e.share_memory && e.share_error.empty()) {
-        return buckets && e.across_machines() ? GradientExchange::SharedMemoryBuckets
-                                              : GradientExchange::SharedMemory;
-    }
-    if (!replica.update_slices.empty()) {
-        return buckets ? GradientExchange::ZeroBuckets : GradientExchange::ZeroReduceScatter;
-    }
-    return buckets ? GradientExchange::AllreduceBuckets : GradientExchange::Allreduce;
-}
 }  // namespace
 
-Exchange choose_exchange(const TrainOptions& o, const Communicator& comm) {
-    Exchange e;
-    e.machines = std::make_shared<const MachineGroups>(comm, o.simulate_machines);
+ExchangePlan plan_exchange(const TrainOptions& o, const Communicator& comm) {
+    ExchangePlan e;
+    e.machines = std::make_shared<const MachineGroups>(comm, o.test.simulate_machines);
     const MachineGroups& m = *e.machines;
     // Several ranks on every machine (as many on each) can share each machine's memory; one rank
     // per machine has nothing to share and overlaps its allreduce with backward instead.
-    const bool can_share = o.share_memory && m.machine.size() > 1 && m.uniform && o.zero == 0;
+    const bool can_share =
+        o.parallel.share_memory && m.machine.size() > 1 && m.uniform && o.parallel.zero == 0;
     // Across machines the gradient (or, with shared memory, each rank's slice of it) travels in
     // 25 MiB buckets while backward runs. ZeRO-1's own default is one reduce-scatter after
     // backward: in 25 MiB buckets it measured within 1% of that over 1 Gbit/s (the parameters'
     // allgather after the update stays exposed).
     // Buckets need MPI calls from the communication thread: without that thread level, auto
     // keeps one allreduce after backward.
-    const bool buckets = m.machines > 1 && o.zero == 0 && comm.serialized_threads();
-    e.bucket_mb = o.bucket_mb >= 0.0 ? o.bucket_mb : buckets ? 25.0 : 0.0;
+    const bool buckets = m.machines > 1 && o.parallel.zero == 0 && comm.serialized_threads();
+    e.bucket_mb = o.parallel.bucket_mb >= 0.0 ? o.parallel.bucket_mb : buckets ? 25.0 : 0.0;
     // On one machine, buckets asked for replace sharing.
     e.share_memory = can_share && (e.bucket_mb == 0.0 || m.machines > 1);
     return e;
@@ -63,23 +53,24 @@ const AdamWState& full_optimizer(const Replica& replica, const Communicator& com
     const Range given = replica.checkpoint_slice(comm);
     for (const auto& [mine, full] : {std::pair{&replica.optimizer.m, &gathered->m},
                                      std::pair{&replica.optimizer.v, &gathered->v}}) {
-        comm.gather_shards(mine->span().first(given.end - given.begin), full->span(),
-                           replica.checkpoint_shards);
+        comm.gather_slices(mine->span().first(given.end - given.begin), full->span(),
+                           replica.checkpoint_slices);
     }
     return *gathered;
 }
 
 std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator& comm,
                                        const ModelConfig& config, StartPoint& start,
-                                       Exchange& exchange) {
+                                       ExchangePlan& exchange) {
     std::int32_t have_weights = comm.is_root() && start.model ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&have_weights, 1));
-    const int workers = o.threads > 0 ? o.threads : std::min(available_cpus(), o.batch_size);
+    const int workers = o.parallel.threads > 0 ? o.parallel.threads
+                                               : std::min(available_cpus(), o.batch.batch_size);
     const MachineGroups& machines = *exchange.machines;
     // Who holds how much of the AdamW moments (a failed share falls back to the same slices).
-    const int moment_parts = exchange.share_memory ? machines.machine.size()
-                             : o.zero == 1         ? comm.size()
-                                                   : 1;
+    const int moment_parts = exchange.share_memory  ? machines.machine.size()
+                             : o.parallel.zero == 1 ? comm.size()
+                                                    : 1;
     auto replica = std::make_unique<Replica>(
         config, workers, o, plan_memory(o, comm, machines.machine, config, workers, moment_parts));
     if (have_weights) {
@@ -92,11 +83,12 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
     } else {
         init_parameters(replica->model, o.seed, &replica->workers.pool());
     }
-    set_precision(replica->model, o.precision);  // the bf16 copy of the weights, if any
+    set_precision(replica->model, o.compute.precision);  // the bf16 copy of the weights, if any
+    SharedGradients shared;
     if (exchange.share_memory) {
         exchange.share_error =
-            share_replica_memory(replica->model, replica->workers, machines.machine);
-        if (o.inject_share_failure && !machines.on_first && exchange.share_error.empty()) {
+            share_replica_memory(replica->model, replica->workers, machines.machine, shared);
+        if (o.test.inject_share_failure && !machines.on_first && exchange.share_error.empty()) {
             exchange.share_error = "--inject-share-failure";
         }
         // A machine that could not share makes every machine train without sharing.
@@ -105,7 +97,7 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
                 exchange.share_error = "another machine could not map its shared memory";
             }
             unshare_replica_memory(replica->model, replica->workers);
-            if (o.bucket_mb < 0.0) exchange.bucket_mb = 0.0;  // ZeRO-1's own default
+            if (o.parallel.bucket_mb < 0.0) exchange.bucket_mb = 0.0;  // ZeRO-1's own default
         }
     }
     if (exchange.share_memory && exchange.share_error.empty()) {
@@ -114,66 +106,66 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
         replica->set_slices(comm, machines.machine.rank(), machines.machine.size(),
                             machines.on_first);
         if (machines.machines > 1) replica->copies_across = &machines.across;
-    } else if (o.zero == 1 || exchange.share_memory) {
+    } else if (o.parallel.zero == 1 || exchange.share_memory) {
         // ZeRO-1 (asked for, or where sharing failed: the same slices, nothing shared).
         replica->set_slices(comm, comm.rank(), comm.size(), true);
     } else {
         replica->set_slices(comm, 0, 1, true);
     }
-    exchange.kind = settled_exchange(exchange, *replica, comm);
+    // The one way this run's steps exchange the gradient, now that sharing has worked or not.
+    const std::size_t buckets = comm.size() > 1 ? bucket_floats(exchange.bucket_mb) : 0;
+    if (exchange.shared()) {
+        replica->exchange =
+            std::make_unique<SharedMemoryExchange>(comm, std::move(shared), replica->update_slices,
+                                                   exchange.across_machines() ? &machines : nullptr,
+                                                   exchange.across_machines() ? buckets : 0);
+    } else if (!replica->update_slices.empty()) {
+        replica->exchange = std::make_unique<ZeroExchange>(comm, replica->update_slices, buckets);
+    } else {
+        replica->exchange =
+            std::make_unique<AllreduceExchange>(comm, replica->model.layout.total(), buckets);
+    }
     return replica;
 }
 
-StepHyper step_hyper(const Exchange& exchange, const Replica& replica, const AdamWHyper& adamw,
-                     float grad_clip) {
-    return StepHyper{adamw,
-                     grad_clip,
-                     exchange.kind,
-                     bucket_floats(exchange.bucket_mb),
-                     replica.update_slices,
-                     exchange.across_machines() ? exchange.machines.get() : nullptr};
-}
-
-std::string describe_exchange(const Exchange& exchange, const TrainOptions& o,
-                              const Communicator& comm) {
-    const int machine_ranks = exchange.machines->machine.size();
-    switch (exchange.kind) {
-        case GradientExchange::SharedMemory:
-        case GradientExchange::SharedMemoryBuckets:
-            if (!exchange.across_machines()) {
-                return fmt::format(
-                    "gradient across ranks: shared memory, each rank sums and updates 1/{} of the "
-                    "weights (auto: ranks on one machine)",
-                    comm.size());
-            }
+std::string describe_exchange(const ExchangePlan& plan, const Replica& replica,
+                              const TrainOptions& o, const Communicator& comm) {
+    if (comm.size() == 1) return {};
+    const bool buckets = plan.bucket_mb > 0.0;
+    if (plan.shared()) {
+        const int machine_ranks = plan.machines->machine.size();
+        if (!plan.across_machines()) {
             return fmt::format(
-                "gradient across ranks: shared memory on each machine, each rank sums and "
-                "updates 1/{} of the weights, and its slice is summed across the {} machines {} "
-                "(auto: {} ranks on each machine)",
-                machine_ranks, exchange.machines->machines,
-                exchange.kind == GradientExchange::SharedMemoryBuckets
-                    ? fmt::format("in buckets of {} MiB while backward runs", exchange.bucket_mb)
+                "gradient across ranks: shared memory, each rank sums and updates 1/{} of the "
+                "weights (auto: ranks on one machine)",
+                comm.size());
+        }
+        return fmt::format(
+            "gradient across ranks: shared memory on each machine, each rank sums and updates 1/{} "
+            "of the weights, and its slice is summed across the {} machines {} (auto: {} ranks on "
+            "each machine)",
+            machine_ranks, plan.machines->machines,
+            buckets ? fmt::format("in buckets of {} MiB while backward runs", plan.bucket_mb)
                     : std::string("in one allreduce after backward"),
-                machine_ranks);
-        case GradientExchange::ZeroBuckets:
-            return fmt::format(
-                "gradient across ranks: ZeRO-1, summed in buckets of {} MiB while backward runs, "
-                "each rank keeping its shard",
-                exchange.bucket_mb);
-        case GradientExchange::ZeroReduceScatter:
-            return "gradient across ranks: ZeRO-1, one reduce-scatter after backward";
-        case GradientExchange::AllreduceBuckets:
-            return fmt::format(
-                "gradient across ranks: buckets of {} MiB, summed while backward runs{}",
-                exchange.bucket_mb, o.bucket_mb < 0.0 ? " (auto: ranks on several machines)" : "");
-        case GradientExchange::Allreduce:
-            if (comm.size() == 1) return {};
-            return fmt::format("gradient across ranks: one allreduce after backward{}",
-                               !o.share_memory     ? " (--share-memory off)"
-                               : o.bucket_mb < 0.0 ? " (auto: ranks on one machine)"
-                                                   : " (--bucket-mb 0)");
+            machine_ranks);
     }
-    return {};
+    if (!replica.update_slices.empty()) {
+        return buckets ? fmt::format(
+                             "gradient across ranks: ZeRO-1, summed in buckets of {} MiB while "
+                             "backward runs, each rank keeping its slice",
+                             plan.bucket_mb)
+                       : std::string(
+                             "gradient across ranks: ZeRO-1, one reduce-scatter after backward");
+    }
+    if (buckets) {
+        return fmt::format("gradient across ranks: buckets of {} MiB, summed while backward runs{}",
+                           plan.bucket_mb,
+                           o.parallel.bucket_mb < 0.0 ? " (auto: ranks on several machines)" : "");
+    }
+    return fmt::format("gradient across ranks: one allreduce after backward{}",
+                       !o.parallel.share_memory     ? " (--share-memory off)"
+                       : o.parallel.bucket_mb < 0.0 ? " (auto: ranks on one machine)"
+                                                    : " (--bucket-mb 0)");
 }
 
 }  // namespace gpt2

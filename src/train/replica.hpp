@@ -1,5 +1,6 @@
-// This rank's replica for a run: how the ranks exchange the gradient, the model (loaded weights
-// received from rank 0, or initialised), the worker threads and the optimizer's slice.
+// This rank's replica for a run: the model (loaded weights received from rank 0, or initialised),
+// the worker threads, the optimizer's slice, and the gradient exchange the run builds from the
+// flags and where the ranks run (the one place that chooses among the strategies).
 #pragma once
 
 #include <memory>
@@ -10,40 +11,38 @@
 #include "model/model.hpp"
 #include "model/optimizer.hpp"
 #include "parallel/comm.hpp"
-#include "parallel/data_parallel.hpp"
-#include "parallel/shared_replica.hpp"
+#include "parallel/gradient_exchange.hpp"
+#include "parallel/worker_group.hpp"
 #include "train/memory_plan.hpp"
 #include "train/options.hpp"
 #include "train/start_point.hpp"
 
 namespace gpt2 {
 
-// How the ranks sum the gradient, decided once from the flags and where the ranks run
-// (choose_exchange), and settled when the replica is built (sharing memory may fail).
-struct Exchange {
+// How the ranks will sum the gradient, decided once from the flags and where the ranks run
+// (plan_exchange), and settled when the replica is built (sharing memory may fail).
+struct ExchangePlan {
     double bucket_mb = 0.0;     // --bucket-mb with auto resolved
     bool share_memory = false;  // the ranks of each machine train one copy of the weights
     std::string share_error;    // why sharing failed (the run goes on as ZeRO-1)
-    // Where the ranks run; shared by copies so that steps can point at its communicators.
+    // Where the ranks run; the exchange points at its communicators.
     std::shared_ptr<const MachineGroups> machines;
-    // What every step does (build_replica decides it).
-    GradientExchange kind = GradientExchange::Allreduce;
+    // The ranks of each machine share their memory (asked for, and it worked).
+    [[nodiscard]] bool shared() const { return share_memory && share_error.empty(); }
     // Shared memory on several machines: slices also travel between machines.
-    [[nodiscard]] bool across_machines() const {
-        return share_memory && share_error.empty() && machines->machines > 1;
-    }
+    [[nodiscard]] bool across_machines() const { return shared() && machines->machines > 1; }
 };
 
 // Collective: where the ranks run, and what the flags ask for.
-[[nodiscard]] Exchange choose_exchange(const TrainOptions& o, const Communicator& comm);
+[[nodiscard]] ExchangePlan plan_exchange(const TrainOptions& o, const Communicator& comm);
 
 // This rank's replica: the model, its optimizer state and the worker threads with their contexts.
 // Under --zero 1 or shared memory the optimizer holds only this rank's slice of the moments.
 struct Replica {
     Replica(const ModelConfig& config, int num_workers, const TrainOptions& o, MemoryPlan plan)
         : memory(std::move(plan)),
-          workers(config, num_workers, o.batch_size, o.seq_len, o.pin_threads, o.precision,
-                  memory.need.recompute),
+          workers(config, num_workers, o.batch.batch_size, o.batch.seq_len, o.parallel.pin_threads,
+                  o.compute.precision, memory.need.recompute),
           model(config) {}
     MemoryPlan memory;  // decided before the workers' contexts were allocated
     WorkerGroup workers;
@@ -53,8 +52,10 @@ struct Replica {
     // The slices a checkpoint gathers the moments from: update_slices, except that with shared
     // memory on several machines every machine holds them all, so only world rank 0's machine
     // gives them (the other ranks' slices are empty here).
-    std::vector<Range> checkpoint_shards;
+    std::vector<Range> checkpoint_slices;
     AdamWState optimizer{0};
+    // How a step sums the gradient across ranks (built last: it may own the shared memory).
+    std::unique_ptr<GradientExchange> exchange;
     // Shared memory on several machines: the ranks on other machines that hold this rank's slice,
     // world rank 0's machine first. Null otherwise.
     const Communicator* copies_across = nullptr;
@@ -64,13 +65,13 @@ struct Replica {
                                      : update_slices[static_cast<std::size_t>(comm.rank())];
     }
     [[nodiscard]] Range checkpoint_slice(const Communicator& comm) const {
-        return checkpoint_shards[static_cast<std::size_t>(comm.rank())];
+        return checkpoint_slices[static_cast<std::size_t>(comm.rank())];
     }
     // Sizes the optimizer for this rank's part: `slice` of `parts` equal slices (one part: all).
     void set_slices(const Communicator& comm, int slice, int parts, bool gives_checkpoint) {
         const std::size_t P = model.layout.total();
         update_slices.clear();
-        checkpoint_shards.clear();
+        checkpoint_slices.clear();
         if (parts > 1) {
             // Every rank's slice index, and whether it gives the checkpoint, in one value.
             const std::vector<std::uint64_t> all =
@@ -78,7 +79,7 @@ struct Replica {
             for (const std::uint64_t value : all) {
                 const Range r = split_range(P, static_cast<int>(value / 2), parts);
                 update_slices.push_back(r);
-                checkpoint_shards.push_back(value % 2 != 0 ? r : Range{r.begin, r.begin});
+                checkpoint_slices.push_back(value % 2 != 0 ? r : Range{r.begin, r.begin});
             }
         }
         const Range mine = owned(comm, P);
@@ -87,24 +88,20 @@ struct Replica {
 };
 
 // Collective: the replica with the start point's weights (rank 0's, broadcast) or fresh ones,
-// memory shared where `exchange` says so (falling back to ZeRO-1 slices when any machine cannot
-// share), and `exchange.kind` settled.
+// memory shared where `plan` says so (falling back to ZeRO-1 slices when any machine cannot share,
+// recorded in plan.share_error), and its gradient exchange.
 [[nodiscard]] std::unique_ptr<Replica> build_replica(const TrainOptions& o,
                                                      const Communicator& comm,
                                                      const ModelConfig& config, StartPoint& start,
-                                                     Exchange& exchange);
+                                                     ExchangePlan& plan);
 
 // The full moments on rank 0 (for a checkpoint) from every rank's slice; without slices the
 // optimizer itself. Every rank calls it.
 [[nodiscard]] const AdamWState& full_optimizer(const Replica& replica, const Communicator& comm,
                                                std::unique_ptr<AdamWState>& gathered);
 
-// The step's exchange settings for `exchange` and this replica.
-[[nodiscard]] StepHyper step_hyper(const Exchange& exchange, const Replica& replica,
-                                   const AdamWHyper& adamw, float grad_clip);
-
 // The log line saying how the gradient travels between ranks (empty for one rank).
-[[nodiscard]] std::string describe_exchange(const Exchange& exchange, const TrainOptions& o,
-                                            const Communicator& comm);
+[[nodiscard]] std::string describe_exchange(const ExchangePlan& plan, const Replica& replica,
+                                            const TrainOptions& o, const Communicator& comm);
 
 }  // namespace gpt2

@@ -13,9 +13,10 @@
 #include "core/utf8.hpp"
 #include "data/windows.hpp"
 #include "formats/checkpoint.hpp"
+#include "formats/resume_state.hpp"
 #include "model/generate.hpp"
 #include "ops/gemm.hpp"
-#include "parallel/data_parallel.hpp"
+#include "parallel/validation_loss.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "train/checkpoint_clock.hpp"
 #include "train/corpus.hpp"
@@ -23,10 +24,10 @@
 #include "train/model_shape.hpp"
 #include "train/multiple_choice_eval.hpp"
 #include "train/replica.hpp"
-#include "train/resume_state.hpp"
 #include "train/run_plan.hpp"
 #include "train/run_report.hpp"
 #include "train/start_point.hpp"
+#include "train/step.hpp"
 #include "train/stop_signal.hpp"
 #include "train/text_format.hpp"
 
@@ -37,20 +38,20 @@ namespace {
 // --hellaswag: rank 0 reads the file, every rank gets its bytes (only rank 0 needs the file).
 std::vector<MultipleChoiceExample> load_hellaswag(const TrainOptions& o, const Communicator& comm,
                                                   int vocab_size) {
-    if (o.hellaswag.empty()) return {};
+    if (o.eval.hellaswag.empty()) return {};
     std::vector<std::uint8_t> bytes;
-    if (comm.is_root()) bytes = read_file_bytes(o.hellaswag);
+    if (comm.is_root()) bytes = read_file_bytes(o.eval.hellaswag);
     comm.broadcast_vector(bytes);
-    std::vector<MultipleChoiceExample> examples = parse_multiple_choice(bytes, o.hellaswag);
+    std::vector<MultipleChoiceExample> examples = parse_multiple_choice(bytes, o.eval.hellaswag);
     if (const std::int32_t top = max_token(examples); top >= vocab_size) {
-        throw InputError("--hellaswag " + o.hellaswag + ": token " + std::to_string(top) +
+        throw InputError("--hellaswag " + o.eval.hellaswag + ": token " + std::to_string(top) +
                          " is outside the model's vocabulary of " + std::to_string(vocab_size) +
                          " (the file was made with another tokenizer; llm.c's is for GPT-2's)");
     }
     if (comm.is_root()) {
-        spdlog::info("hellaswag: {} examples from {}, {}", examples.size(), o.hellaswag,
-                     o.eval_every > 0 ? fmt::format("every {} steps", o.eval_every)
-                                      : std::string("with each validation"));
+        spdlog::info("hellaswag: {} examples from {}, {}", examples.size(), o.eval.hellaswag,
+                     o.eval.eval_every > 0 ? fmt::format("every {} steps", o.eval.eval_every)
+                                           : std::string("with each validation"));
     }
     return examples;
 }
@@ -60,7 +61,8 @@ std::vector<MultipleChoiceExample> load_hellaswag(const TrainOptions& o, const C
 class TrainingLoop {
   public:
     TrainingLoop(const TrainOptions& o, const Communicator& comm, const Corpus& corpus,
-                 Replica& replica, RunPlan& plan, const Exchange& exchange, double startup_seconds);
+                 Replica& replica, RunPlan& plan, const ExchangePlan& exchange,
+                 double startup_seconds);
     void log_banner() const;
     void log_memory() const;
     void log_precision() const;
@@ -73,6 +75,13 @@ class TrainingLoop {
         bool checkpoint_due = false;  // --checkpoint-minutes
     };
     [[nodiscard]] StepOutcome step(std::int64_t step, int& bad_steps, double& ema_seconds);
+    // The hidden --inject-* flags' fault for `step`, if any.
+    [[nodiscard]] TestHooks test_hooks(std::int64_t step) const {
+        return TestHooks{.fault = step == o_.test.inject_nan_step     ? InjectedFault::NanGradient
+                                  : step == o_.test.inject_spike_step ? InjectedFault::GradientSpike
+                                                                      : InjectedFault::None,
+                         .inspect_gradient = {}};
+    }
     void count_skipped(const StepMetrics& m, std::int64_t completed, int& bad_steps);
     void log_step(const StepMetrics& m, std::int64_t completed, float lr, double seconds,
                   double ema_seconds);
@@ -93,7 +102,7 @@ class TrainingLoop {
     const bool benchmark_;
     const std::int64_t last_step_;
     const std::int64_t tokens_per_step_;
-    const Exchange exchange_;
+    const ExchangePlan exchange_;
     const double flops_per_step_;
     const MfuYardstick yardstick_;
     const double peak_gflops_;
@@ -115,39 +124,41 @@ class TrainingLoop {
 constexpr int kBenchmarkWarmup = 2;
 
 TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, const Corpus& corpus,
-                           Replica& replica, RunPlan& plan, const Exchange& exchange,
+                           Replica& replica, RunPlan& plan, const ExchangePlan& exchange,
                            double startup_seconds)
     : o_(o),
       comm_(comm),
       corpus_(corpus),
       replica_(replica),
       plan_(plan),
-      B_(o.batch_size),
-      T_(o.seq_len),
-      benchmark_(o.benchmark > 0),
-      last_step_(benchmark_ ? plan.first_step + o.benchmark + kBenchmarkWarmup : o.max_steps),
-      tokens_per_step_(plan.global_sequences * o.seq_len),
+      B_(o.batch.batch_size),
+      T_(o.batch.seq_len),
+      benchmark_(o.compute.benchmark > 0),
+      last_step_(benchmark_ ? plan.first_step + o.compute.benchmark + kBenchmarkWarmup
+                            : o.optimizer.max_steps),
+      tokens_per_step_(plan.global_sequences * o.batch.seq_len),
       exchange_(exchange),
-      flops_per_step_(training_flops_per_token(replica.model.config, o.seq_len) *
+      flops_per_step_(training_flops_per_token(replica.model.config, o.batch.seq_len) *
                       static_cast<double>(tokens_per_step_)),
       yardstick_(mfu_yardstick(o, cores_in_use(comm, replica.workers.size()))),
       peak_gflops_(yardstick_.per_core * yardstick_.cores),
-      schedule_{o.schedule, o.lr, o.min_lr, o.warmup_steps, plan.decay_steps},
+      schedule_{o.optimizer.schedule, o.optimizer.lr, o.optimizer.min_lr, o.optimizer.warmup_steps,
+                plan.decay_steps},
       run_config_(config_json(o, replica.model.config, comm.size(), replica.workers.size())),
       startup_seconds_(startup_seconds),
       inputs_(static_cast<std::size_t>(plan.grad_accum) * B_ * T_),
       targets_(inputs_.size()),
-      train_sampler_(corpus.train_store, T_, o.seed, !o.no_shuffle),
-      val_windows_(std::min(static_cast<std::uint64_t>(o.val_tokens / o.seq_len),
-                            corpus.val_store.num_windows(o.seq_len))),
+      train_sampler_(corpus.train_store, T_, o.seed, !o.data.no_shuffle),
+      val_windows_(std::min(static_cast<std::uint64_t>(o.eval.val_tokens / o.batch.seq_len),
+                            corpus.val_store.num_windows(o.batch.seq_len))),
       metrics_(comm.is_root() ? o.metrics_file : ""),
       hellaswag_(load_hellaswag(o, comm, replica.model.config.vocab_size)),
-      checkpoint_clock_(o.checkpoint_minutes, o.test_minutes_per_step) {
+      checkpoint_clock_(o.checkpoints.checkpoint_minutes, o.test.minutes_per_step) {
     if (comm.is_root() && !benchmark_) {
         std::error_code ec;
-        std::filesystem::create_directories(o.out_dir, ec);
-        if (ec || !std::filesystem::is_directory(o.out_dir)) {
-            throw InputError("--out-dir " + o.out_dir + ": cannot create directory (" +
+        std::filesystem::create_directories(o.checkpoints.out_dir, ec);
+        if (ec || !std::filesystem::is_directory(o.checkpoints.out_dir)) {
+            throw InputError("--out-dir " + o.checkpoints.out_dir + ": cannot create directory (" +
                              ec.message() + ")");
         }
     }
@@ -171,8 +182,7 @@ void TrainingLoop::log_memory() const {
     const WorkerGroup& workers = replica_.workers;
     const int W = workers.size();
     const Model& model = replica_.model;
-    const bool shared = exchange_.kind == GradientExchange::SharedMemory ||
-                        exchange_.kind == GradientExchange::SharedMemoryBuckets;
+    const bool shared = exchange_.shared();
     const int machine_ranks = exchange_.machines->machine.size();
     const int with_window = workers.contributing_workers() - 1;
     const std::string windows =
@@ -194,7 +204,7 @@ void TrainingLoop::log_memory() const {
         human_bytes(static_cast<double>(replica_.optimizer.m.size() * 8)),
         replica_.update_slices.empty() ? std::string()
         : shared                       ? fmt::format(" (this rank's slice of {})", machine_ranks)
-                 : fmt::format(" (ZeRO-1: this rank's shard of {})", comm_.size()),
+                 : fmt::format(" (ZeRO-1: this rank's slice of {})", comm_.size()),
         startup_seconds_ * 1e3);
 }
 
@@ -228,11 +238,11 @@ void TrainingLoop::log_banner() const {
     spdlog::info("ranks x workers {} x {} | batch {} x {} per rank, grad accum {} | {} tokens/step",
                  comm_.size(), W, B_, T_, plan_.grad_accum,
                  with_commas(static_cast<double>(tokens_per_step_)));
-    if (o_.dropout > 0.0f) {
+    if (o_.optimizer.dropout > 0.0f) {
         spdlog::info(
             "dropout {} on the embeddings, the attention probabilities and the attention "
             "and MLP outputs (training steps only)",
-            o_.dropout);
+            o_.optimizer.dropout);
     }
     log_memory();
     for (const std::string& line : describe_memory(replica_.memory))
@@ -245,16 +255,16 @@ void TrainingLoop::log_banner() const {
             "{} keeps them all busy",
             B_, W, fewer, B_ / W, B_ / W + 1, W);
     }
-    if (comm_.size() == 1 && o_.zero == 1) {
-        spdlog::warn("--zero 1 with one rank: there is nothing to shard, the optimizer is whole");
+    if (comm_.size() == 1 && o_.parallel.zero == 1) {
+        spdlog::warn("--zero 1 with one rank: there is nothing to slice, the optimizer is whole");
     }
     if (!exchange_.share_error.empty()) {
         spdlog::warn(
             "shared memory is off for this run ({}): each rank keeps its own weights and a "
-            "shard of the optimizer instead (ZeRO-1)",
+            "slice of the optimizer instead (ZeRO-1)",
             exchange_.share_error);
     }
-    if (const std::string line = describe_exchange(exchange_, o_, comm_); !line.empty()) {
+    if (const std::string line = describe_exchange(exchange_, replica_, o_, comm_); !line.empty()) {
         spdlog::info("{}", line);
     }
     spdlog::info("data: {} train windows, {} val windows of {} tokens",
@@ -271,9 +281,9 @@ void TrainingLoop::log_banner() const {
 }
 
 int TrainingLoop::run() {
-    if (plan_.first_step == 0 && !benchmark_ && o_.val_every > 0) {
+    if (plan_.first_step == 0 && !benchmark_ && o_.eval.val_every > 0) {
         validate(0);
-        if (o_.eval_every == 0) evaluate_hellaswag(0);
+        if (o_.eval.eval_every == 0) evaluate_hellaswag(0);
     }
     double ema_seconds = 0.0;
     int bad_steps = 0;
@@ -285,15 +295,18 @@ int TrainingLoop::run() {
             continue;
         }
         const bool last = completed == last_step_;
-        const bool validating = (o_.val_every > 0 && completed % o_.val_every == 0) || last;
+        const bool validating =
+            (o_.eval.val_every > 0 && completed % o_.eval.val_every == 0) || last;
         if (validating) validate(completed);
-        if ((o_.eval_every == 0 && validating) ||
-            (o_.eval_every > 0 && (completed % o_.eval_every == 0 || last))) {
+        if ((o_.eval.eval_every == 0 && validating) ||
+            (o_.eval.eval_every > 0 && (completed % o_.eval.eval_every == 0 || last))) {
             evaluate_hellaswag(completed);
         }
-        if (o_.sample_every > 0 && (completed % o_.sample_every == 0 || last)) sample(completed);
-        if ((o_.checkpoint_every > 0 && completed % o_.checkpoint_every == 0) || last ||
-            outcome.stop || outcome.checkpoint_due) {
+        if (o_.eval.sample_every > 0 && (completed % o_.eval.sample_every == 0 || last))
+            sample(completed);
+        if ((o_.checkpoints.checkpoint_every > 0 &&
+             completed % o_.checkpoints.checkpoint_every == 0) ||
+            last || outcome.stop || outcome.checkpoint_due) {
             save(completed);
         }
         if (outcome.stop) {
@@ -309,22 +322,27 @@ int TrainingLoop::run() {
 TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
                                              double& ema_seconds) {
     const auto t0 = Clock::now();
+    // The batch: this rank's windows of the step's global batch, the same for any split of it
+    // over ranks, micro-steps and workers.
     train_sampler_.fill_step(static_cast<std::uint64_t>(step), comm_.rank(), comm_.size(), B_,
                              plan_.grad_accum, inputs_, targets_);
-    const StepHyper hyper = step_hyper(
-        exchange_, replica_,
-        AdamWHyper{learning_rate(schedule_, step), o_.beta1, o_.beta2, o_.eps, o_.weight_decay},
-        o_.grad_clip);
+    const StepBatch batch{inputs_,
+                          targets_,
+                          plan_.grad_accum,
+                          plan_.global_sequences,
+                          comm_.rank(),
+                          comm_.size(),
+                          Dropout{o_.optimizer.dropout, o_.seed, static_cast<std::uint64_t>(step)}};
+    // The step's rules: the schedule's learning rate, clipping, and the spike policy.
+    const StepRules rules{
+        AdamWHyper{learning_rate(schedule_, step), o_.optimizer.beta1, o_.optimizer.beta2,
+                   o_.optimizer.eps, o_.optimizer.weight_decay},
+        o_.optimizer.grad_clip, &plan_.spikes};
+    // Forward/backward over the workers, the exchange, the norm, the verdict, clipping and the
+    // update, in that order (train/step.cpp).
     const StepMetrics m = train_step(
-        replica_.model, replica_.optimizer, replica_.workers, comm_,
-        StepBatch{inputs_, targets_, plan_.grad_accum, plan_.global_sequences, comm_.rank(),
-                  comm_.size(), Dropout{o_.dropout, o_.seed, static_cast<std::uint64_t>(step)}},
-        hyper,
-        StepTestHooks{.fault = step == o_.inject_nan_step     ? InjectedFault::NanGradient
-                               : step == o_.inject_spike_step ? InjectedFault::GradientSpike
-                                                              : InjectedFault::None,
-                      .inspect_gradient = {}},
-        &plan_.spikes);
+        TrainState{replica_.model, replica_.optimizer, replica_.workers, *replica_.exchange}, batch,
+        rules, test_hooks(step));
     const double seconds = seconds_since(t0);
     const std::int64_t completed = step + 1;
     count_skipped(m, completed, bad_steps);
@@ -332,8 +350,9 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
     if (benchmark_ && step >= plan_.first_step + kBenchmarkWarmup) {
         step_ms_.push_back(seconds * 1e3);
     }
-    log_step(m, completed, hyper.adamw.lr, seconds, ema_seconds);
-    if (o_.check_replicas > 0 && completed % o_.check_replicas == 0) check_replicas(completed);
+    log_step(m, completed, rules.adamw.lr, seconds, ema_seconds);
+    if (o_.safety.check_replicas > 0 && completed % o_.safety.check_replicas == 0)
+        check_replicas(completed);
     // One collective per step: any rank's stop signal and rank 0's checkpoint clock, as
     // signal * 2 + due (a stop saves anyway, so the clock's bit may be outweighed).
     checkpoint_clock_.step_done();
@@ -341,7 +360,7 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
                               (comm_.is_root() && checkpoint_clock_.due() ? 1 : 0);
     const std::int64_t all = comm_.allreduce_max(mine);
     const int signal = static_cast<int>(all / 2);
-    return StepOutcome{signal != 0 || completed == o_.stop_at_step, signal, all % 2 == 1};
+    return StepOutcome{signal != 0 || completed == o_.test.stop_at_step, signal, all % 2 == 1};
 }
 
 // A skipped step is counted and reported; too many in a row end the run (keeping the last good
@@ -353,18 +372,19 @@ void TrainingLoop::count_skipped(const StepMetrics& m, std::int64_t completed, i
     }
     ++bad_steps;
     if (m.spike) {
-        const bool loss_spike = o_.skip_loss_z > 0 && m.loss_z && *m.loss_z > o_.skip_loss_z;
+        const bool loss_spike =
+            o_.safety.skip_loss_z > 0 && m.loss_z && *m.loss_z > o_.safety.skip_loss_z;
         spdlog::warn("step {}: {} z-score {:+.1f} above {} {}: update skipped ({} in a row)",
                      completed, loss_spike ? "loss" : "gradient norm",
                      loss_spike ? *m.loss_z : m.norm_z.value_or(0.0),
                      loss_spike ? "--skip-loss-z" : "--skip-norm-z",
-                     loss_spike ? o_.skip_loss_z : o_.skip_norm_z, bad_steps);
+                     loss_spike ? o_.safety.skip_loss_z : o_.safety.skip_norm_z, bad_steps);
     } else {
         spdlog::warn(
             "step {}: non-finite loss {} or gradient norm {}: update skipped ({} in a row)",
             completed, m.loss, m.grad_norm, bad_steps);
     }
-    if (bad_steps >= o_.max_bad_steps) {
+    if (bad_steps >= o_.safety.max_bad_steps) {
         throw InputError(
             "stopping: " + std::to_string(bad_steps) +
             " skipped steps in a row (non-finite or spikes, --max-bad-steps); " +
@@ -414,10 +434,10 @@ void TrainingLoop::log_step(const StepMetrics& m, std::int64_t completed, float 
 // What validation covers, once: the tokens, or why there is none.
 void TrainingLoop::log_validation_set() const {
     if (!comm_.is_root()) return;
-    const std::string split = o_.train_data.empty()
+    const std::string split = o_.data.train_data.empty()
                                   ? fmt::format("--data {}'s validation split (--val-fraction {})",
-                                                o_.data, o_.val_fraction)
-                                  : "--val-data " + o_.val_data;
+                                                o_.data.data, o_.data.val_fraction)
+                                  : "--val-data " + o_.data.val_data;
     if (val_windows_ == 0) {
         spdlog::warn(
             "no validation: {} holds {} tokens, fewer than one window of --seq-len {} + 1; the "
@@ -426,16 +446,16 @@ void TrainingLoop::log_validation_set() const {
         return;
     }
     const std::uint64_t tokens = val_windows_ * static_cast<std::uint64_t>(T_);
-    spdlog::info(
-        "validation: the first {} tokens of {}, {} windows of {}{}",
-        with_commas(static_cast<double>(tokens)), split,
-        with_commas(static_cast<double>(val_windows_)), T_,
-        tokens < static_cast<std::uint64_t>(o_.val_tokens)
-            ? fmt::format(" (--val-tokens {}: {})", with_commas(static_cast<double>(o_.val_tokens)),
-                          val_windows_ < corpus_.val_store.num_windows(T_)
-                              ? "rounded down to whole windows"
-                              : "more than the validation data holds")
-            : std::string());
+    spdlog::info("validation: the first {} tokens of {}, {} windows of {}{}",
+                 with_commas(static_cast<double>(tokens)), split,
+                 with_commas(static_cast<double>(val_windows_)), T_,
+                 tokens < static_cast<std::uint64_t>(o_.eval.val_tokens)
+                     ? fmt::format(" (--val-tokens {}: {})",
+                                   with_commas(static_cast<double>(o_.eval.val_tokens)),
+                                   val_windows_ < corpus_.val_store.num_windows(T_)
+                                       ? "rounded down to whole windows"
+                                       : "more than the validation data holds")
+                     : std::string());
 }
 
 void TrainingLoop::validate(std::int64_t completed) {
@@ -443,14 +463,15 @@ void TrainingLoop::validate(std::int64_t completed) {
     const auto t0 = Clock::now();
     const TokenStore& store = corpus_.val_store;
     const int T = T_;
-    const Evaluation val =
-        evaluate(replica_.model, replica_.workers, comm_, val_windows_,
-                 [&store, T](std::uint64_t window, std::span<std::int32_t> inputs,
-                             std::span<std::int32_t> targets) {
-                     store.copy_window(window, T, inputs, targets);
-                 });
-    spdlog::info("step {}/{} | val loss {:.4f} ({} tokens) | {:.0f} ms", completed, o_.max_steps,
-                 val.loss, with_commas(static_cast<double>(val.tokens)), seconds_since(t0) * 1e3);
+    const ValidationLoss val =
+        validation_loss(replica_.model, replica_.workers, comm_, val_windows_,
+                        [&store, T](std::uint64_t window, std::span<std::int32_t> inputs,
+                                    std::span<std::int32_t> targets) {
+                            store.copy_window(window, T, inputs, targets);
+                        });
+    spdlog::info("step {}/{} | val loss {:.4f} ({} tokens) | {:.0f} ms", completed,
+                 o_.optimizer.max_steps, val.loss, with_commas(static_cast<double>(val.tokens)),
+                 seconds_since(t0) * 1e3);
     metrics_.write(
         {{"type", "val"}, {"step", completed}, {"val_loss", val.loss}, {"val_tokens", val.tokens}});
 }
@@ -461,7 +482,7 @@ void TrainingLoop::evaluate_hellaswag(std::int64_t completed) {
     const MultipleChoiceScore score =
         evaluate_multiple_choice(replica_.model, replica_.workers, comm_, hellaswag_);
     spdlog::info("step {}/{} | hellaswag acc_norm {:.4f} ({}/{}{}) | {:.0f} ms", completed,
-                 o_.max_steps, score.accuracy(), score.correct, score.scored,
+                 o_.optimizer.max_steps, score.accuracy(), score.correct, score.scored,
                  score.too_long > 0
                      ? fmt::format(", {} longer than --seq-len {} left out", score.too_long, T_)
                      : std::string(),
@@ -474,7 +495,7 @@ void TrainingLoop::evaluate_hellaswag(std::int64_t completed) {
 }
 
 void TrainingLoop::sample(std::int64_t completed) {
-    if (!comm_.is_root() || o_.sample_tokens == 0) return;
+    if (!comm_.is_root() || o_.eval.sample_tokens == 0) return;
     std::vector<std::int32_t> tokens;
     if (const auto eot = corpus_.tokenizer->eot_id()) {
         tokens.push_back(*eot);
@@ -488,7 +509,7 @@ void TrainingLoop::sample(std::int64_t completed) {
         tokens.push_back(input[0]);
     }
     const std::size_t prompt = tokens.size();
-    generate_recompute(replica_.model, tokens, o_.sample_tokens, SamplingParams{},
+    generate_recompute(replica_.model, tokens, o_.eval.sample_tokens, SamplingParams{},
                        plan_.sample_rng);
     const std::string text =
         corpus_.tokenizer->decode(std::span<const std::int32_t>(tokens).subspan(prompt));
@@ -501,7 +522,7 @@ void TrainingLoop::save(std::int64_t completed) {
     const AdamWState& optimizer = full_optimizer(replica_, comm_, gathered);
     if (!comm_.is_root()) return;
     const auto t0 = Clock::now();
-    const std::filesystem::path out_dir = o_.out_dir;
+    const std::filesystem::path out_dir = o_.checkpoints.out_dir;
     const auto path =
         save_checkpoint(model_path(out_dir, completed), replica_.model,
                         CheckpointExtras{corpus_.tokenizer->serialize(), run_config_});
@@ -518,7 +539,7 @@ void TrainingLoop::save(std::int64_t completed) {
     save_resume_state(state_path(out_dir, completed), state, replica_.model.config, optimizer);
     last_checkpoint_ = path;
     checkpoint_clock_.saved();
-    prune_checkpoints(out_dir, o_.keep_checkpoints, plan_.run_id);
+    prune_checkpoints(out_dir, o_.checkpoints.keep_checkpoints, plan_.run_id);
     metrics_.sync();
     spdlog::info("checkpoint {} ({:.2f} s)", path.string(), seconds_since(t0));
 }
@@ -562,10 +583,14 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     StartPoint start;
     TokenizerChoice tokenizer_choice;
     // A mistyped --hellaswag is found before the corpus is read and tokenized, not after.
-    if (comm.is_root() && !o.hellaswag.empty() && !std::filesystem::is_regular_file(o.hellaswag)) {
-        throw InputError("--hellaswag " + o.hellaswag + ": no such file");
+    if (comm.is_root() && !o.eval.hellaswag.empty() &&
+        !std::filesystem::is_regular_file(o.eval.hellaswag)) {
+        throw InputError("--hellaswag " + o.eval.hellaswag + ": no such file");
     }
-    if (comm.is_root()) choose_start(o, start, tokenizer_choice);
+    if (comm.is_root()) {
+        choose_start(o, start, tokenizer_choice);
+        check_flags_against_start(o, start);
+    }
     Corpus corpus;
     prepare_corpus(o, comm, tokenizer_choice, corpus);
     const ModelConfig config = agree_on_model(o, comm, start, *corpus.tokenizer);
@@ -576,14 +601,14 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     }
 
     const auto build_start = Clock::now();
-    Exchange exchange = choose_exchange(o, comm);
+    ExchangePlan exchange = plan_exchange(o, comm);
     const std::unique_ptr<Replica> replica = build_replica(o, comm, config, start, exchange);
     RunPlan plan = plan_run(o, comm, start, *replica);
-    if (plan.resumed && plan.first_step >= o.max_steps && o.benchmark == 0) {
+    if (plan.resumed && plan.first_step >= o.optimizer.max_steps && o.compute.benchmark == 0) {
         spdlog::warn(
             "nothing to do: the checkpoint is at step {} and --max-steps is {} (raise "
             "--max-steps to train further)",
-            plan.first_step, o.max_steps);
+            plan.first_step, o.optimizer.max_steps);
         return 0;
     }
     if (comm.is_root()) warn_about_schedule(o, plan);

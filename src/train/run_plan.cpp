@@ -8,16 +8,17 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 
 namespace gpt2 {
 
 namespace {
 int derived_grad_accum(const TrainOptions& o, int world) {
-    if (o.grad_accum > 0) return o.grad_accum;
-    if (o.total_batch_tokens > 0) {
-        return static_cast<int>(o.total_batch_tokens /
-                                (static_cast<std::int64_t>(o.batch_size) * o.seq_len * world));
+    if (o.batch.grad_accum > 0) return o.batch.grad_accum;
+    if (o.batch.total_batch_tokens > 0) {
+        return static_cast<int>(
+            o.batch.total_batch_tokens /
+            (static_cast<std::int64_t>(o.batch.batch_size) * o.batch.seq_len * world));
     }
     return 1;
 }
@@ -37,16 +38,16 @@ void read_resume_on_root(const TrainOptions& o, const Communicator& comm, const 
     replica.optimizer.step = loaded.step;
     // Elastic resume: another number of ranks (or --batch-size) keeps the checkpoint's
     // global batch through the number of micro-steps, unless the user fixed that.
-    const std::int64_t per_micro_step = static_cast<std::int64_t>(o.batch_size) * comm.size();
-    const bool accum_is_free = o.grad_accum == 0 && o.total_batch_tokens == 0;
-    if (accum_is_free && resume.seq_len == o.seq_len &&
+    const std::int64_t per_micro_step = static_cast<std::int64_t>(o.batch.batch_size) * comm.size();
+    const bool accum_is_free = o.batch.grad_accum == 0 && o.batch.total_batch_tokens == 0;
+    if (accum_is_free && resume.seq_len == o.batch.seq_len &&
         resume.sequences_per_step != plan.global_sequences) {
         if (resume.sequences_per_step % per_micro_step != 0) {
             throw UsageError(
                 "--resume " + start.state_file.string() + ": the checkpoint's global " +
                 "batch is " + std::to_string(resume.sequences_per_step) +
                 " sequences per step, which " + std::to_string(comm.size()) +
-                " ranks x --batch-size " + std::to_string(o.batch_size) + " = " +
+                " ranks x --batch-size " + std::to_string(o.batch.batch_size) + " = " +
                 std::to_string(per_micro_step) +
                 " per micro-step does not divide; choose ranks x --batch-size dividing " +
                 std::to_string(resume.sequences_per_step));
@@ -55,19 +56,19 @@ void read_resume_on_root(const TrainOptions& o, const Communicator& comm, const 
         spdlog::info(
             "elastic resume: {} ranks x batch {} x grad accum {} keeps the checkpoint's "
             "{} sequences per step",
-            comm.size(), o.batch_size, header[3], resume.sequences_per_step);
+            comm.size(), o.batch.batch_size, header[3], resume.sequences_per_step);
     }
     const std::int64_t global = per_micro_step * header[3];
-    if (resume.sequences_per_step != global || resume.seq_len != o.seq_len) {
+    if (resume.sequences_per_step != global || resume.seq_len != o.batch.seq_len) {
         throw UsageError("--resume " + start.state_file.string() + ": the checkpoint used " +
                          std::to_string(resume.sequences_per_step) + " sequences of " +
                          std::to_string(resume.seq_len) + " tokens per step; this run uses " +
-                         std::to_string(global) + " of " + std::to_string(o.seq_len) +
+                         std::to_string(global) + " of " + std::to_string(o.batch.seq_len) +
                          " (keep the global batch to resume)");
     }
     if (resume.lr_decay_steps > 0 && !o.was_given("lr-decay-steps")) {
         header[2] = resume.lr_decay_steps;
-        if (header[2] != o.max_steps) {
+        if (header[2] != o.optimizer.max_steps) {
             spdlog::info(
                 "schedule: {} steps, as the run started with (--lr-decay-steps "
                 "changes it)",
@@ -97,8 +98,8 @@ void distribute_moments(const Communicator& comm, Replica& replica,
                         replica.optimizer.m.span()},
               std::pair{full_moments ? full_moments->v.span() : no_moments,
                         replica.optimizer.v.span()}}) {
-            comm.scatter_shards(full, mine.first(given.end - given.begin),
-                                replica.checkpoint_shards);
+            comm.scatter_slices(full, mine.first(given.end - given.begin),
+                                replica.checkpoint_slices);
             // Shared memory on several machines: world rank 0's machine received the
             // slices; each passes its own to the ranks holding it elsewhere.
             if (replica.copies_across != nullptr) replica.copies_across->broadcast(mine);
@@ -111,17 +112,19 @@ RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoi
                  Replica& replica) {
     RunPlan plan;
     plan.grad_accum = derived_grad_accum(o, comm.size());
-    plan.global_sequences = static_cast<std::int64_t>(o.batch_size) * comm.size() * plan.grad_accum;
+    plan.global_sequences =
+        static_cast<std::int64_t>(o.batch.batch_size) * comm.size() * plan.grad_accum;
     plan.sample_rng = Rng::derived(o.seed, 0x5a3e);
-    plan.spikes.max_loss_z = o.skip_loss_z;
-    plan.spikes.max_norm_z = o.skip_norm_z;
+    plan.spikes.max_loss_z = o.safety.skip_loss_z;
+    plan.spikes.max_norm_z = o.safety.skip_norm_z;
     std::int32_t resuming = comm.is_root() && !start.state_file.empty() ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&resuming, 1));
     plan.resumed = resuming != 0;
     std::unique_ptr<AdamWState> full_moments;  // rank 0, --zero 1: the checkpoint's moments
     // first step, AdamW step, schedule length, micro-steps per step
-    std::array<std::int64_t, 4> header{0, 0, o.lr_decay_steps > 0 ? o.lr_decay_steps : o.max_steps,
-                                       plan.grad_accum};
+    std::array<std::int64_t, 4> header{
+        0, 0, o.optimizer.lr_decay_steps > 0 ? o.optimizer.lr_decay_steps : o.optimizer.max_steps,
+        plan.grad_accum};
     if (comm.is_root()) {
         std::random_device entropy;
         plan.run_id = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy() ^ 1;
@@ -140,17 +143,19 @@ RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoi
     replica.optimizer.step = header[1];
     plan.decay_steps = header[2];
     plan.grad_accum = static_cast<int>(header[3]);
-    plan.global_sequences = static_cast<std::int64_t>(o.batch_size) * comm.size() * plan.grad_accum;
+    plan.global_sequences =
+        static_cast<std::int64_t>(o.batch.batch_size) * comm.size() * plan.grad_accum;
     return plan;
 }
 
 void warn_about_schedule(const TrainOptions& o, const RunPlan& plan) {
-    if (o.warmup_steps > o.max_steps || o.warmup_steps >= plan.decay_steps) {
+    if (o.optimizer.warmup_steps > o.optimizer.max_steps ||
+        o.optimizer.warmup_steps >= plan.decay_steps) {
         spdlog::warn(
             "--warmup-steps {} is not shorter than the run ({} steps, schedule over {}): "
             "the learning rate {} --lr before the end",
-            o.warmup_steps, o.max_steps, plan.decay_steps,
-            o.warmup_steps > o.max_steps ? "never reaches" : "only reaches");
+            o.optimizer.warmup_steps, o.optimizer.max_steps, plan.decay_steps,
+            o.optimizer.warmup_steps > o.optimizer.max_steps ? "never reaches" : "only reaches");
     }
 }
 

@@ -34,16 +34,16 @@ std::string config_json(const TrainOptions& o, const ModelConfig& c, int world, 
                   {"num_layers", c.num_layers},
                   {"num_heads", c.num_heads},
                   {"channels", c.channels}};
-    j["training"] = {{"data", o.train_data.empty() ? o.data : o.train_data},
-                     {"tokenizer", o.tokenizer},
-                     {"batch_size", o.batch_size},
-                     {"seq_len", o.seq_len},
-                     {"lr", o.lr},
-                     {"min_lr", o.min_lr},
-                     {"warmup_steps", o.warmup_steps},
-                     {"weight_decay", o.weight_decay},
-                     {"grad_clip", o.grad_clip},
-                     {"max_steps", o.max_steps},
+    j["training"] = {{"data", o.data.train_data.empty() ? o.data.data : o.data.train_data},
+                     {"tokenizer", tokenizer_kind_name(o.data.tokenizer)},
+                     {"batch_size", o.batch.batch_size},
+                     {"seq_len", o.batch.seq_len},
+                     {"lr", o.optimizer.lr},
+                     {"min_lr", o.optimizer.min_lr},
+                     {"warmup_steps", o.optimizer.warmup_steps},
+                     {"weight_decay", o.optimizer.weight_decay},
+                     {"grad_clip", o.optimizer.grad_clip},
+                     {"max_steps", o.optimizer.max_steps},
                      {"seed", o.seed},
                      {"ranks", world},
                      {"threads", workers}};
@@ -127,7 +127,8 @@ void MetricsFile::sync() {
 }
 
 MfuYardstick mfu_yardstick(const TrainOptions& o, int cores) {
-    if (o.peak_gflops > 0.0) return MfuYardstick{o.peak_gflops, cores, "--peak-gflops"};
+    if (o.compute.peak_gflops > 0.0)
+        return MfuYardstick{o.compute.peak_gflops, cores, "--peak-gflops"};
     const FmaPeak peak = measure_fma_peak();
     return MfuYardstick{peak.gflops, cores, fmt::format("{} measured on one core", peak.isa)};
 }

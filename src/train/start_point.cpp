@@ -5,8 +5,8 @@
 #include "core/error.hpp"
 #include "formats/model_file.hpp"
 #include "formats/model_tokenizer.hpp"
+#include "formats/resume_state.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/resume_state.hpp"
 
 namespace gpt2 {
 
@@ -15,13 +15,14 @@ namespace {
 // A fresh run must not share --out-dir with another run's checkpoints: its pruning would mix
 // lineages and a later --resume auto would pick whichever is newest.
 void refuse_foreign_checkpoints(const TrainOptions& o) {
-    const std::vector<std::string> names = checkpoint_file_names(o.out_dir);
+    const std::vector<std::string> names = checkpoint_file_names(o.checkpoints.out_dir);
     if (names.empty()) return;
     std::string listed;
     for (std::size_t i = 0; i < names.size() && i < 4; ++i)
         listed += (i > 0 ? ", " : "") + names[i];
     if (names.size() > 4) listed += ", ... (" + std::to_string(names.size()) + " files)";
-    throw UsageError("--out-dir " + o.out_dir + " already holds checkpoints (" + listed +
+    throw UsageError("--out-dir " + o.checkpoints.out_dir + " already holds checkpoints (" +
+                     listed +
                      "): continue that run with --resume auto, or give another or an empty "
                      "--out-dir");
 }
@@ -29,23 +30,29 @@ void refuse_foreign_checkpoints(const TrainOptions& o) {
 StartPoint load_init_from(const TrainOptions& o) {
     StartPoint start;
     std::vector<std::string> notes;
-    start.model = load_model_file(o.init_from, &notes);
+    start.model = load_model_file(o.model.init_from, &notes);
     for (const std::string& note : notes)
         spdlog::info("{}", note);
-    start.source = "--init-from " + o.init_from;
+    start.source = "--init-from " + o.model.init_from;
     return start;
 }
 
 StartPoint find_start(const TrainOptions& o) {
-    if (o.resume == "auto") {
-        for (const std::int64_t step : list_checkpoints(o.out_dir)) {
+    if (o.checkpoints.resume == "auto") {
+        std::vector<std::filesystem::path> not_ours;
+        const std::vector<std::int64_t> steps = list_checkpoints(o.checkpoints.out_dir, &not_ours);
+        for (const std::filesystem::path& file : not_ours) {
+            spdlog::warn("{}: not a checkpoint of ours (step number out of range), skipped",
+                         file.string());
+        }
+        for (const std::int64_t step : steps) {
             try {
                 StartPoint start;
-                start.model = load_checkpoint(model_path(o.out_dir, step));
-                start.state_file = state_path(o.out_dir, step);
+                start.model = load_checkpoint(model_path(o.checkpoints.out_dir, step));
+                start.state_file = state_path(o.checkpoints.out_dir, step);
                 start.source = "--resume " + start.state_file.string();
-                if (!o.init_from.empty()) {
-                    spdlog::info("--init-from {} not used: resuming from {}", o.init_from,
+                if (!o.model.init_from.empty()) {
+                    spdlog::info("--init-from {} not used: resuming from {}", o.model.init_from,
                                  start.state_file.string());
                 }
                 return start;
@@ -53,29 +60,29 @@ StartPoint find_start(const TrainOptions& o) {
                 spdlog::warn("skipping checkpoint at step {}: {}", step, e.what());
             }
         }
-        if (!o.init_from.empty()) {
+        if (!o.model.init_from.empty()) {
             spdlog::info("--resume auto: no checkpoint in {}; starting from --init-from {}",
-                         o.out_dir, o.init_from);
+                         o.checkpoints.out_dir, o.model.init_from);
             return load_init_from(o);
         }
-        spdlog::info("--resume auto: no checkpoint in {}, starting fresh", o.out_dir);
+        spdlog::info("--resume auto: no checkpoint in {}, starting fresh", o.checkpoints.out_dir);
         return {};
     }
-    if (!o.resume.empty()) {
-        const auto step = checkpoint_step(o.resume);
+    if (!o.checkpoints.resume.empty()) {
+        const auto step = checkpoint_step(o.checkpoints.resume);
         if (!step) {
-            throw InputError("--resume " + o.resume +
+            throw InputError("--resume " + o.checkpoints.resume +
                              ": expected 'auto' or a state_NNNNNN.bin file");
         }
-        const std::filesystem::path dir = std::filesystem::path(o.resume).parent_path();
+        const std::filesystem::path dir = std::filesystem::path(o.checkpoints.resume).parent_path();
         StartPoint start;
         start.model = load_checkpoint(model_path(dir, *step));
         start.state_file = state_path(dir, *step);
-        start.source = "--resume " + o.resume;
+        start.source = "--resume " + o.checkpoints.resume;
         return start;
     }
-    if (o.benchmark == 0) refuse_foreign_checkpoints(o);
-    if (!o.init_from.empty()) return load_init_from(o);
+    if (o.compute.benchmark == 0) refuse_foreign_checkpoints(o);
+    if (!o.model.init_from.empty()) return load_init_from(o);
     return {};
 }
 
@@ -84,8 +91,11 @@ StartPoint find_start(const TrainOptions& o) {
 // with the checkpoint's own), a tokenizer-less file of a vocabulary that is not GPT-2's.
 TokenizerChoice choose_tokenizer(const TrainOptions& o, const StartPoint& start) {
     TokenizerChoice choice;
-    choice.kind = o.tokenizer;
-    choice.reason = o.was_given("tokenizer") ? "--tokenizer" : "default --tokenizer";
+    choice.kind = requested_tokenizer(o);
+    choice.preset_implies = !o.was_given("tokenizer") && choice.kind != o.data.tokenizer;
+    choice.reason = o.was_given("tokenizer") ? "--tokenizer"
+                    : choice.preset_implies  ? "as --model " + o.model.preset + " implies"
+                                             : "default --tokenizer";
     if (!start.model) return choice;
     if (start.model->extras && start.model->extras->tokenizer.empty()) {
         throw InputError(start.source + ": the checkpoint has no tokenizer");
@@ -93,22 +103,26 @@ TokenizerChoice choose_tokenizer(const TrainOptions& o, const StartPoint& start)
     switch (model_tokenizer_source(*start.model, o.was_given("tokenizer"))) {
         case ModelTokenizerSource::Embedded: {
             choice.from_checkpoint = start.model->extras->tokenizer;
-            const std::string kind(tokenizer_kind_name(embedded_tokenizer(*start.model)->kind()));
-            if (o.was_given("tokenizer") && kind != o.tokenizer) {
-                throw UsageError("--tokenizer " + o.tokenizer + " contradicts " + start.source +
-                                 ", whose tokenizer is " + kind +
+            const TokenizerKind kind = embedded_tokenizer(*start.model)->kind();
+            if (o.was_given("tokenizer") && kind != o.data.tokenizer) {
+                throw UsageError("--tokenizer " +
+                                 std::string(tokenizer_kind_name(o.data.tokenizer)) +
+                                 " contradicts " + start.source + ", whose tokenizer is " +
+                                 std::string(tokenizer_kind_name(kind)) +
                                  " (the weights only make sense with it): drop --tokenizer");
             }
             choice.kind = kind;
             choice.reason = "the checkpoint's own";
+            choice.preset_implies = false;
             break;
         }
         case ModelTokenizerSource::Requested:
             break;  // --tokenizer, built from the corpus
         case ModelTokenizerSource::Gpt2:
-            choice.kind = "gpt2";
+            choice.kind = TokenizerKind::Gpt2;
+            choice.preset_implies = false;
             choice.reason = "GPT-2's, for a plain llm.c model file of vocabulary 50257 (from " +
-                            o.tokenizer_dir + ")";
+                            o.data.tokenizer_dir + ")";
             break;
         case ModelTokenizerSource::Unknown:
             throw UsageError(start.source +
@@ -127,7 +141,7 @@ void choose_start(const TrainOptions& o, StartPoint& start, TokenizerChoice& cho
     start = find_start(o);
     choice = choose_tokenizer(o, start);
     if (choice.from_checkpoint.empty()) {
-        spdlog::debug("tokenizer: {} ({})", choice.kind, choice.reason);
+        spdlog::debug("tokenizer: {} ({})", tokenizer_kind_name(choice.kind), choice.reason);
     }
     if (start.model && !start.model->extras && choice.reason.starts_with("GPT-2")) {
         spdlog::info("{}: no tokenizer in the file; using {}", start.source, choice.reason);

@@ -24,8 +24,10 @@ struct StartPoint {
 // own (serialized), or one of --tokenizer's kinds. Flags that contradict the weights are refused.
 struct TokenizerChoice {
     std::vector<std::uint8_t> from_checkpoint;
-    std::string kind = "char";
+    TokenizerKind kind = TokenizerKind::Char;
     std::string reason;  // for the log: why this tokenizer
+    bool preset_implies =
+        false;  // gpt2 because --model is one of GPT-2's presets (the log says so)
 };
 
 // Finds the start and chooses the tokenizer (rank 0 only); logs what it chose. Flags that

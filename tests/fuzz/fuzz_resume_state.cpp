@@ -2,7 +2,7 @@
 #include <cstdint>
 
 #include "fuzz_support.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include "formats/checkpoint.hpp"
 #include "formats/hugging_face.hpp"
 #include "fuzz_support.hpp"
-#include "train/resume_state.hpp"
+#include "formats/resume_state.hpp"
 
 namespace fs = std::filesystem;
 

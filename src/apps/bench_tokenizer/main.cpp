@@ -1,5 +1,5 @@
 // bench_tokenizer: measures GPT-2 tokenizer loading and encoding speed and BPE training time on a
-// text file (scripts/bench_tokenizer.sh compares the figures with js-tiktoken's).
+// text file (dev/bench_tokenizer.sh compares the figures with js-tiktoken's).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 #include "core/error.hpp"
 #include "formats/model_file.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -25,22 +25,21 @@ struct Options {
     fs::path output;
     std::string to;  // hf | gguf | llmc; empty: from the output's name
     std::string dtype = "f32";
-    fs::path tokenizer_dir;
+    gpt2::TokenizerDir tokenizer_dir{"data/gpt2", false};
     bool weights_only = false;
     std::string name;
     std::string log_level = "info";
 };
 
 int run(const Options& o) {
-    const gpt2::ModelOutput output{o.output, gpt2::output_format(o.output, o.to), o.dtype,
-                                   o.weights_only, o.name};
-    gpt2::check_model_output(output, o.input);
+    const gpt2::ModelOutput output = gpt2::checked_model_output(
+        {o.output, gpt2::output_format(o.output, o.to), o.dtype, o.weights_only, o.name}, o.input);
     std::vector<std::string> notes;
     const gpt2::LoadedModel loaded = gpt2::load_model_file(o.input, &notes);
     for (const std::string& note : notes)
         spdlog::info("{}", note);
     const gpt2::OutputTokenizer tokenizer =
-        gpt2::output_tokenizer(loaded, o.input, o.tokenizer_dir);
+        gpt2::output_tokenizer(loaded, o.input, o.tokenizer_dir, output);
     spdlog::info("read {}: {}, tokenizer {}", o.input.string(), gpt2::describe(loaded.model.config),
                  tokenizer.tokenizer
                      ? std::string(gpt2::tokenizer_kind_name(tokenizer.tokenizer->kind())) + " (" +
@@ -49,7 +48,7 @@ int run(const Options& o) {
     std::vector<std::string> written_notes;
     const std::string written = gpt2::write_model_file(
         output, loaded.model, tokenizer.tokenizer.get(), o.input, written_notes);
-    spdlog::info("wrote {}: {}", o.output.string(), written);
+    spdlog::info("wrote {}: {}", output.path.string(), written);
     for (const std::string& note : written_notes)
         spdlog::info("{}", note);
     return app::kExitOk;
@@ -69,7 +68,8 @@ int main(int argc, char** argv) {
         ->required();
     cli.add_option("OUT", o.output,
                    "NAME.gguf: GGUF; NAME.bin: llm.c's model file; anything else: a Hugging Face "
-                   "directory")
+                   "directory (DIR/model.safetensors: the directory DIR); an existing OUT is "
+                   "replaced only when it is a previous conversion's")
         ->required();
     cli.add_option("--to", o.to, "hf | gguf | llmc: the output format, whatever OUT's name")
         ->check(CLI::IsMember({"hf", "gguf", "llmc"}).description(""));
@@ -78,15 +78,18 @@ int main(int argc, char** argv) {
                    "f32/bf16); 1-D GGUF tensors stay f32")
         ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}).description(""))
         ->capture_default_str();
-    cli.add_option("--tokenizer-dir", o.tokenizer_dir,
+    cli.add_option("--tokenizer-dir", o.tokenizer_dir.path,
                    "GPT-2's tokenizer files (encoder.json + vocab.bpe, or vocab.json + merges.txt) "
-                   "for an input that carries no tokenizer");
+                   "for an input of GPT-2's vocabulary that carries no tokenizer")
+        ->type_name("DIR")
+        ->capture_default_str();
     cli.add_flag("--weights-only", o.weights_only,
-                 "Hugging Face output without tokenizer files (for a tokenizer that has no "
-                 "Hugging Face form)");
+                 "Hugging Face output without tokenizer files (vocab.json, merges.txt, "
+                 "tokenizer_config.json)");
     cli.add_option("--name", o.name, "general.name in a GGUF file (default: OUT's stem)");
     app::add_common_flags(cli, o.log_level);
     if (const auto code = app::parse_command_line(cli, argc, argv)) return *code;
+    o.tokenizer_dir.given = cli.get_option("--tokenizer-dir")->count() > 0;
     app::setup_logging(o.log_level, app::LogStream::Stderr);
     try {
         return run(o);

@@ -16,7 +16,7 @@
 #include <variant>
 #include <vector>
 
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 #include "apps/inference/options.hpp"
 #include "apps/inference/prompts.hpp"
 #include "apps/inference/samples.hpp"
@@ -25,13 +25,13 @@
 #include "formats/checkpoint.hpp"
 #include "formats/model_file.hpp"
 #include "formats/model_tokenizer.hpp"
+#include "formats/resume_state.hpp"
 #include "model/decode_weights.hpp"
 #include "model/kv_cache.hpp"
 #include "ops/gemm.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/model_broadcast.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/resume_state.hpp"
 
 namespace {
 
@@ -61,12 +61,14 @@ struct Named {
 
 // The tokenizer --tokenizer asks for.
 Named requested_tokenizer(const Options& o, int vocab_size) {
-    if (o.tokenizer == "gpt2") {
+    const std::optional<gpt2::TokenizerKind> kind = o.tokenizer_kind();
+    if (kind == gpt2::TokenizerKind::Gpt2) {
         return {gpt2::load_gpt2_tokenizer(o.tokenizer_dir), "from " + o.tokenizer_dir};
     }
     const std::vector<std::uint8_t> corpus = gpt2::read_file_bytes(o.tokenizer_corpus);
-    auto tokenizer = o.tokenizer == "char" ? gpt2::make_char_tokenizer(as_text(corpus))
-                                           : gpt2::train_bpe_tokenizer(as_text(corpus), vocab_size);
+    auto tokenizer = kind == gpt2::TokenizerKind::Char
+                         ? gpt2::make_char_tokenizer(as_text(corpus))
+                         : gpt2::train_bpe_tokenizer(as_text(corpus), vocab_size);
     return {std::move(tokenizer), "rebuilt from " + o.tokenizer_corpus};
 }
 
@@ -132,7 +134,7 @@ Named choose_tokenizer(const Options& o, const gpt2::LoadedModel& file) {
             break;
     }
     // GPT-2's tokenizer cannot fit this vocabulary, so only the rebuilt ones are offered.
-    throw gpt2::InputError(o.checkpoint + ": has no tokenizer, and its vocabulary (" +
+    throw gpt2::UsageError(o.checkpoint + ": has no tokenizer, and its vocabulary (" +
                            std::to_string(V) + " tokens) is not GPT-2's (" +
                            std::to_string(gpt2::kGpt2VocabSize) +
                            "): pass --tokenizer char|bpe --tokenizer-corpus FILE (the text "
@@ -230,6 +232,7 @@ int run(const Options& o, const gpt2::Communicator& world) {
     spdlog::info("KV cache + scratch {:.1f} MiB, {} working rank(s) of {} x {} thread(s)",
                  static_cast<double>(session.memory_bytes()) / (1 << 20), comm.size(), world.size(),
                  pool.size());
+    spdlog::info("prompts as matrix products: {}", session.prompt_products_name());
 
     if (o.interactive) {
         std::uint64_t lines_read = 0;

@@ -5,7 +5,7 @@
 #include <iostream>
 #include <optional>
 
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 #include "core/error.hpp"
 
 namespace gpt2::inference {
@@ -41,9 +41,14 @@ void add_sampling_flags(CLI::App& app, Options& o) {
     app.add_option("--seed", o.seed, "sample m draws from a stream derived from (seed, m)");
     app.add_option("--num-samples", o.num_samples, "samples per prompt (shared between ranks)")
         ->check(app::positive());
-    app.add_flag("--stream,!--no-stream", o.stream,
-                 "print each token as it is generated (the default; --no-stream prints each "
-                 "sample when it is done)");
+    // Two flags rather than CLI11's "--stream,!--no-stream", whose help reads as if streaming
+    // were off by default ("--stream,--no-stream{false}").
+    auto* stream = app.add_flag_callback(
+        "--stream", [&o] { o.stream = true; }, "print each token as it is generated (the default)");
+    app.add_flag_callback(
+           "--no-stream", [&o] { o.stream = false; },
+           "print each sample when it is done instead of token by token")
+        ->excludes(stream);
     app.add_flag("--interactive", o.interactive,
                  "read prompts from stdin, one per line, until end of file (a line that "
                  "cannot be encoded is reported and skipped)")
@@ -66,7 +71,8 @@ void add_model_flags(CLI::App& app, Options& o) {
                    "for a model file without a tokenizer: gpt2 (from --tokenizer-dir), or char | "
                    "bpe (rebuilt from --tokenizer-corpus); none: a checkpoint's own, or gpt2 for "
                    "a model of GPT-2's vocabulary (50257)")
-        ->check(CLI::IsMember({"char", "bpe", "gpt2"}));
+        ->check(CLI::IsMember(gpt2::tokenizer_kinds_by_name()).description(""))
+        ->type_name("NAME");
     app.add_option("--tokenizer-dir", o.tokenizer_dir,
                    "directory with GPT-2's encoder.json and vocab.bpe")
         ->type_name("DIR");
@@ -81,10 +87,18 @@ void add_model_flags(CLI::App& app, Options& o) {
 }
 
 void validate(const Options& o) {
-    const bool rebuilt = o.tokenizer == "char" || o.tokenizer == "bpe";
+    const std::optional<gpt2::TokenizerKind> kind = o.tokenizer_kind();
+    const bool rebuilt = kind == gpt2::TokenizerKind::Char || kind == gpt2::TokenizerKind::Bpe;
     if (rebuilt && o.tokenizer_corpus.empty()) {
         throw InputError("--tokenizer " + o.tokenizer +
                          " needs --tokenizer-corpus FILE (its source text)");
+    }
+    if (!rebuilt && !o.tokenizer_corpus.empty()) {
+        throw InputError(
+            "--tokenizer-corpus is the text a char or bpe tokenizer is rebuilt from: " +
+            (o.tokenizer.empty() ? std::string("give --tokenizer char|bpe with it")
+                                 : "--tokenizer " + o.tokenizer + " does not use it") +
+            ", or drop it");
     }
 }
 

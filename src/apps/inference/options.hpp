@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 
 #include "model/decode_weights.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace gpt2::inference {
 
@@ -26,7 +28,12 @@ struct Options {
     bool stream = true;
     bool interactive = false;
     int threads = 0;
-    std::string tokenizer;
+    std::string tokenizer;  // empty: none given
+    // --tokenizer's kind, when given.
+    [[nodiscard]] std::optional<gpt2::TokenizerKind> tokenizer_kind() const {
+        if (tokenizer.empty()) return std::nullopt;
+        return gpt2::tokenizer_kinds_by_name().at(tokenizer);
+    }
     std::string tokenizer_dir = "data/gpt2";
     std::string tokenizer_corpus;
     std::string log_level = "info";

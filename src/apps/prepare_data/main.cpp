@@ -18,7 +18,7 @@
 #include <variant>
 #include <vector>
 
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 #include "apps/prepare_data/options.hpp"
 #include "apps/prepare_data/progress_line.hpp"
 #include "core/clock.hpp"
@@ -95,14 +95,14 @@ void check_flags(const Options& o) {
             o.val_fraction, o.val_documents));
     }
     for (const char* flag : {"--vocab-size", "--bpe-sample-mb"}) {
-        if (o.tokenizer != "bpe" && o.has(flag)) {
+        if (o.tokenizer != gpt2::TokenizerKind::Bpe && o.has(flag)) {
             spdlog::warn("{} only applies to --tokenizer bpe; ignored", flag);
         }
     }
-    if (o.tokenizer != "gpt2" && o.has("--tokenizer-dir")) {
+    if (o.tokenizer != gpt2::TokenizerKind::Gpt2 && o.has("--tokenizer-dir")) {
         spdlog::warn("--tokenizer-dir only applies to --tokenizer gpt2; ignored");
     }
-    if (o.tokenizer == "char" && o.has("--eot-in-text")) {
+    if (o.tokenizer == gpt2::TokenizerKind::Char && o.has("--eot-in-text")) {
         spdlog::warn(
             "--eot-in-text does not apply to --tokenizer char, which has no end-of-text token (a "
             "literal <|endoftext|> is its characters); ignored");
@@ -158,7 +158,7 @@ std::unique_ptr<gpt2::Tokenizer> load_gpt2(const Options& o) {
 // llm.c's HellaSwag evaluation file (--hellaswag) in --out-dir: --name.bin, by default named after
 // the JSONL (hellaswag_val.jsonl: hellaswag_val.bin, the name scripts/get_hellaswag.sh gives).
 void build_hellaswag(const Options& o) {
-    if (o.tokenizer != "gpt2") {
+    if (o.tokenizer != gpt2::TokenizerKind::Gpt2) {
         throw gpt2::UsageError("--hellaswag needs --tokenizer gpt2 (the models it evaluates)");
     }
     const auto tokenizer = load_gpt2(o);
@@ -210,9 +210,10 @@ gpt2::DocumentReader open_reader(const Options& o, const gpt2::CorpusSplit& corp
 // alphabet from a pass over the whole corpus, BPE trained on the first --bpe-sample-mb of
 // documents (the corpus may not fit in memory).
 std::unique_ptr<gpt2::Tokenizer> make_tokenizer(const Options& o, const gpt2::CorpusSplit& corpus) {
-    if (o.tokenizer == "gpt2") return load_gpt2(o);
-    gpt2::DocumentReader reader = open_reader(o, corpus, o.tokenizer == "char");
-    if (o.tokenizer == "char") return gpt2::make_char_tokenizer(gpt2::read_alphabet(reader));
+    if (o.tokenizer == gpt2::TokenizerKind::Gpt2) return load_gpt2(o);
+    gpt2::DocumentReader reader = open_reader(o, corpus, o.tokenizer == gpt2::TokenizerKind::Char);
+    if (o.tokenizer == gpt2::TokenizerKind::Char)
+        return gpt2::make_char_tokenizer(gpt2::read_alphabet(reader));
     const gpt2::BpeSample sample = gpt2::read_bpe_sample(
         reader, static_cast<std::size_t>(o.bpe_sample_mb * 1e6), !corpus.one_text());
     const auto start = Clock::now();
@@ -238,8 +239,8 @@ struct Record {
 
 gpt2::PreparationSettings settings_of(const Options& o) {
     gpt2::PreparationSettings s;
-    s.tokenizer = o.tokenizer;
-    if (o.tokenizer == "bpe") {
+    s.tokenizer = gpt2::tokenizer_kind_name(o.tokenizer);
+    if (o.tokenizer == gpt2::TokenizerKind::Bpe) {
         s.vocab_size = o.vocab_size;
         s.bpe_sample_mb = o.bpe_sample_mb;
     }
@@ -504,7 +505,7 @@ int run(const Options& o) {
     std::unique_ptr<gpt2::Tokenizer> tokenizer_owner;
     if (earlier) {
         tokenizer_owner = recorded_tokenizer(o, *earlier, record);
-    } else if (o.tokenizer == "gpt2") {
+    } else if (o.tokenizer == gpt2::TokenizerKind::Gpt2) {
         tokenizer_owner = load_gpt2(o);
     }
     const gpt2::CorpusSplit corpus(std::move(files), {o.val_fraction, o.val_documents, o.text_field,

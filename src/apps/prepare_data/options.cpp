@@ -5,7 +5,7 @@
 #include <optional>
 #include <string_view>
 
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 
 namespace gpt2::prepare_data {
 
@@ -32,7 +32,7 @@ void add_corpus_flags(CLI::App& cli, Options& o) {
 void add_tokenizer_flags(CLI::App& cli, Options& o) {
     cli.add_option("--tokenizer", o.tokenizer, "char | bpe | gpt2")
         ->required()
-        ->check(CLI::IsMember({"char", "bpe", "gpt2"}).description(""))
+        ->transform(CLI::CheckedTransformer(gpt2::tokenizer_kinds_by_name()).description(""))
         ->type_name("NAME");
     cli.add_option("--vocab-size", o.vocab_size,
                    "BPE vocabulary: 256 bytes + merges + <|endoftext|> (257..65536)")

@@ -8,6 +8,8 @@
 #include <variant>
 #include <vector>
 
+#include "tokenizer/tokenizer.hpp"
+
 namespace gpt2::prepare_data {
 
 struct Options {
@@ -19,7 +21,7 @@ struct Options {
     std::string text_flag =
         "--text-field";  // as the user spelled it (--jsonl-field, the older name)
     bool skip_bad_lines = false;
-    std::string tokenizer;
+    gpt2::TokenizerKind tokenizer = gpt2::TokenizerKind::Char;
     int vocab_size = 4096;
     std::filesystem::path tokenizer_dir = "data/gpt2";
     double bpe_sample_mb = 256;

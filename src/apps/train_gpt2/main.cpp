@@ -7,7 +7,7 @@
 #include <new>
 #include <variant>
 
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 #include "apps/train_gpt2/options.hpp"
 #include "core/error.hpp"
 #include "ops/gemm.hpp"
@@ -66,8 +66,8 @@ int main(int argc, char** argv) {
         auto agreed = agree_on_options(argc, argv, comm);
         if (const int* code = std::get_if<int>(&agreed)) return *code;
         const auto& options = std::get<gpt2::TrainOptions>(agreed);
-        if (options.mpi_chunk_elements > 0) {
-            comm.set_max_chunk_elements(static_cast<std::size_t>(options.mpi_chunk_elements));
+        if (options.test.mpi_chunk_elements > 0) {
+            comm.set_max_chunk_elements(static_cast<std::size_t>(options.test.mpi_chunk_elements));
         }
         gpt2::app::setup_logging(options.log_level, gpt2::app::LogStream::Stdout, comm.rank(),
                                  comm.size());

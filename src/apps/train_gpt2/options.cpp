@@ -3,13 +3,19 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <optional>
 
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 #include "core/error.hpp"
+#include "model/model.hpp"
 
 namespace gpt2 {
 
@@ -20,32 +26,6 @@ std::string trim(std::string_view text) {
     if (first == std::string_view::npos) return {};
     const auto last = text.find_last_not_of(" \t\r");
     return std::string(text.substr(first, last - first + 1));
-}
-
-// The closest known flag, for "did you mean" (edit distance at most 2).
-std::string closest_flag(const std::string& key, const std::set<std::string>& known) {
-    std::string best;
-    std::size_t best_distance = 3;
-    for (const std::string& candidate : known) {
-        std::vector<std::size_t> row(candidate.size() + 1);
-        for (std::size_t j = 0; j < row.size(); ++j)
-            row[j] = j;
-        for (std::size_t i = 1; i <= key.size(); ++i) {
-            std::size_t diagonal = row[0];
-            row[0] = i;
-            for (std::size_t j = 1; j <= candidate.size(); ++j) {
-                const std::size_t above = row[j];
-                row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                                   diagonal + (key[i - 1] == candidate[j - 1] ? 0 : 1)});
-                diagonal = above;
-            }
-        }
-        if (row.back() < best_distance) {
-            best_distance = row.back();
-            best = candidate;
-        }
-    }
-    return best;
 }
 
 // The value part of `key = value`: quoted strings keep everything inside the quotes; a bare value
@@ -85,21 +65,7 @@ bool config_may_set(const std::string& flag) {
     return flag != "config" && flag != "help" && flag != "version";
 }
 
-// The long name of every option of `app` (and of its option groups), without dashes.
-void collect_flags(const CLI::App& app, std::set<std::string>& known,
-                   std::set<std::string>& switches) {
-    for (const CLI::Option* option : app.get_options()) {
-        for (const std::string& name : option->get_lnames()) {
-            known.insert(name);
-            if (option->get_expected_min() == 0) switches.insert(name);
-        }
-    }
-    for (const CLI::App* group : app.get_subcommands([](const CLI::App*) { return true; })) {
-        collect_flags(*group, known, switches);
-    }
-}
-
-// The --config path on the command line (last one wins), if any.
+// The --config path on the command line, if any (the last; parse_arguments refuses a second).
 std::optional<std::string> config_path(int argc, char** argv) {
     std::optional<std::string> path;
     for (int i = 1; i < argc; ++i) {
@@ -115,11 +81,22 @@ std::optional<std::string> config_path(int argc, char** argv) {
 
 }  // namespace
 
-std::vector<std::string> read_config_file(const std::string& path,
-                                          const std::set<std::string>& known_flags,
-                                          const std::set<std::string>& switches) {
+std::vector<std::string> read_config_file(const std::string& path, const CLI::App& app) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+        throw InputError("--config " + path +
+                         " is a directory; give a file of 'flag = value' lines");
+    }
     std::ifstream file(path);
-    if (!file) throw InputError("--config " + path + ": cannot open");
+    if (!file) {
+        throw InputError("--config " + path + ": cannot open (" + std::strerror(errno) + ")");
+    }
+    std::vector<std::string> candidates;
+    for (const std::string& name : app::long_flag_names(app, false)) {
+        if (config_may_set(name)) candidates.push_back(name);
+    }
+    // The line that set each option, so that a second one is refused (aliases are one option).
+    std::map<const CLI::Option*, std::pair<int, std::string>> set_at;
     std::vector<std::string> args;
     std::string line;
     for (int number = 1; std::getline(file, line); ++number) {
@@ -138,16 +115,27 @@ std::vector<std::string> read_config_file(const std::string& path,
         if (key.starts_with("--")) key = key.substr(2);
         std::replace(key.begin(), key.end(), '_', '-');
         if (key.empty()) throw InputError(where + ": no flag name before '='");
-        if (known_flags.count(key) == 0 || !config_may_set(key)) {
-            const std::string suggestion = closest_flag(key, known_flags);
-            throw InputError(where + ": unknown key '" + key + "'" +
-                             (suggestion.empty() || !config_may_set(suggestion)
-                                  ? std::string()
-                                  : " (did you mean '" + suggestion + "'?)"));
+        const CLI::Option* option = config_may_set(key) && !key.starts_with("-")
+                                        ? app.get_option_no_throw("--" + key)
+                                        : nullptr;
+        if (option == nullptr) {
+            const std::string suggestion = app::closest_name(key, candidates);
+            throw InputError(
+                where + ": unknown key '" + key + "'" +
+                (suggestion.empty() ? std::string() : " (did you mean '" + suggestion + "'?)"));
         }
+        if (const auto earlier = set_at.find(option); earlier != set_at.end()) {
+            const auto& [earlier_line, earlier_key] = earlier->second;
+            throw InputError(where + ": '" + key + "' is already set on line " +
+                             std::to_string(earlier_line) +
+                             (earlier_key == key ? std::string()
+                                                 : " (as '" + earlier_key + "', the same flag)") +
+                             "; give it once");
+        }
+        set_at.emplace(option, std::pair{number, key});
         const std::string value =
             parse_value(trim(std::string_view(text).substr(equals + 1)), where + " (" + key + ")");
-        if (switches.count(key) > 0) {
+        if (option->get_expected_min() == 0) {  // a switch
             if (value == "true") {
                 args.push_back("--" + key);
             } else if (value != "false") {
@@ -159,7 +147,9 @@ std::vector<std::string> read_config_file(const std::string& path,
         args.push_back("--" + key);
         args.push_back(value);
     }
-    if (file.bad()) throw InputError("--config " + path + ": read error");
+    if (file.bad()) {
+        throw InputError("--config " + path + ": cannot read (" + std::strerror(errno) + ")");
+    }
     return args;
 }
 
@@ -168,129 +158,153 @@ namespace {
 // The flags, one group per concern (as --help shows them).
 void add_model_flags(CLI::App& app, TrainOptions& o) {
     auto* model = app.add_option_group("Model");
-    model->add_option("--model", o.model,
-                      "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, d6, char-small; "
-                      "--n-layer/--n-head/--n-embd given with it override the preset");
-    model->add_option("--n-layer", o.n_layer, "transformer blocks (L)")->check(app::positive());
-    model->add_option("--n-head", o.n_head, "attention heads (NH)")->check(app::positive());
-    model->add_option("--n-embd", o.n_embd, "channels (C)")->check(app::positive());
     model
-        ->add_option("--block-size", o.block_size,
-                     "max context (position embeddings); 0: --seq-len")
+        ->add_option("--model", o.model.preset,
+                     "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M (GPT-2's shapes, with "
+                     "GPT-2's tokenizer unless weights or shards bring one), d6, char-small "
+                     "(shapes for any --tokenizer); --n-layer/--n-head/--n-embd/--block-size "
+                     "given with it override the preset")
+        ->check(app::one_of(preset_names(), "preset"))
+        ->type_name("PRESET");
+    model
+        ->add_option("--n-layer", o.model.num_layers,
+                     "transformer blocks (L; with --model: the preset's)")
+        ->check(app::positive());
+    model
+        ->add_option("--n-head", o.model.num_heads,
+                     "attention heads (NH; with --model: the preset's)")
+        ->check(app::positive());
+    model->add_option("--n-embd", o.model.channels, "channels (C; with --model: the preset's)")
+        ->check(app::positive());
+    model
+        ->add_option("--block-size", o.model.block_size,
+                     "max context (position embeddings); 0: the preset's with --model, else "
+                     "--seq-len")
         ->check(app::at_least(0));
-    model->add_option("--init-from", o.init_from,
+    model->add_option("--init-from", o.model.init_from,
                       "start from an llm.c model file, our checkpoint or a Hugging Face GPT-2 "
                       "(directory or model.safetensors): its shape and tokenizer");
 }
 
 void add_data_flags(CLI::App& app, TrainOptions& o) {
     auto* data = app.add_option_group("Data");
-    data->add_option("--data", o.data, "plain-text corpus (read and tokenized by rank 0)");
-    data->add_option("--train-data", o.train_data, "llm.c token shards (glob), instead of --data");
-    data->add_option("--val-data", o.val_data, "llm.c validation shards (glob)");
-    data->add_option("--tokenizer", o.tokenizer,
-                     "char | bpe | gpt2 (a checkpoint's or the shards' own tokenizer comes first)")
-        ->check(CLI::IsMember({"char", "bpe", "gpt2"}).description(""))
-        ->type_name("NAME");
-    data->add_option("--vocab-size", o.vocab_size,
+    data->add_option("--data", o.data.data, "plain-text corpus (read and tokenized by rank 0)");
+    data->add_option("--train-data", o.data.train_data,
+                     "llm.c token shards (glob), instead of --data");
+    data->add_option("--val-data", o.data.val_data, "llm.c validation shards (glob)");
+    data->add_option("--tokenizer", o.data.tokenizer,
+                     "char | bpe | gpt2 (a checkpoint's or the shards' own tokenizer comes first; "
+                     "default: gpt2 with a gpt2-* --model, else char)")
+        ->transform(CLI::CheckedTransformer(tokenizer_kinds_by_name()).description(""))
+        ->type_name("NAME")
+        ->default_str("");  // depends on --model: the description says how
+    data->add_option("--vocab-size", o.data.vocab_size,
                      "vocabulary of the trained BPE (--tokenizer bpe)")
         ->check(app::at_least(257));
-    data->add_option("--tokenizer-dir", o.tokenizer_dir,
+    data->add_option("--tokenizer-dir", o.data.tokenizer_dir,
                      "directory with encoder.json and vocab.bpe");
-    data->add_option("--eot-in-text", o.eot_in_text,
+    data->add_option("--eot-in-text", o.data.eot_in_text,
                      "a literal <|endoftext|> in --data: token (the end-of-text token, documents "
                      "separated) | text (ordinary characters, as llm.c's encode_ordinary)")
         ->check(CLI::IsMember({"token", "text"}).description(""))
         ->type_name("MODE");
-    data->add_option("--val-fraction", o.val_fraction,
+    data->add_option("--val-fraction", o.data.val_fraction,
                      "last fraction of --data used for validation");
-    data->add_flag("--no-shuffle", o.no_shuffle, "visit windows in file order (as llm.c does)");
+    data->add_flag("--no-shuffle", o.data.no_shuffle,
+                   "visit windows in file order (as llm.c does)");
 }
 
 void add_batch_flags(CLI::App& app, TrainOptions& o) {
     auto* batch = app.add_option_group("Batch");
-    batch->add_option("--batch-size,-b", o.batch_size, "sequences per rank per micro-step (B)")
+    batch
+        ->add_option("--batch-size,-b", o.batch.batch_size, "sequences per rank per micro-step (B)")
         ->check(app::positive());
-    batch->add_option("--seq-len,-t", o.seq_len, "tokens per sequence (T)")->check(app::positive());
-    batch->add_option("--grad-accum", o.grad_accum, "micro-steps per optimizer step (0: derive)")
+    batch->add_option("--seq-len,-t", o.batch.seq_len, "tokens per sequence (T)")
+        ->check(app::positive());
+    batch
+        ->add_option("--grad-accum", o.batch.grad_accum,
+                     "micro-steps per optimizer step (0: derive)")
         ->check(app::at_least(0));
     batch
-        ->add_option("--total-batch-tokens", o.total_batch_tokens,
+        ->add_option("--total-batch-tokens", o.batch.total_batch_tokens,
                      "tokens per optimizer step over all ranks; derives --grad-accum")
         ->check(app::at_least(0));
 }
 
 void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule) {
     auto* opt = app.add_option_group("Optimizer");
-    opt->add_option("--lr", o.lr, "peak learning rate")->check(app::positive());
-    opt->add_option("--min-lr", o.min_lr, "final learning rate of the decay")
+    opt->add_option("--lr", o.optimizer.lr, "peak learning rate")->check(app::positive());
+    opt->add_option("--min-lr", o.optimizer.min_lr, "final learning rate of the decay")
         ->check(app::at_least(0));
-    opt->add_option("--warmup-steps", o.warmup_steps, "linear warmup steps")
+    opt->add_option("--warmup-steps", o.optimizer.warmup_steps, "linear warmup steps")
         ->check(app::at_least(0));
     opt->add_option("--schedule", schedule, "cosine | linear | constant")
         ->check(CLI::IsMember({"cosine", "linear", "constant"}).description(""))
         ->type_name("NAME");
-    opt->add_option("--lr-decay-steps", o.lr_decay_steps,
+    opt->add_option("--lr-decay-steps", o.optimizer.lr_decay_steps,
                     "steps the schedule spans (0: --max-steps when the run starts; kept on "
                     "resume)")
         ->check(app::at_least(0));
-    opt->add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay (2-D weights)")
+    opt->add_option("--weight-decay", o.optimizer.weight_decay,
+                    "AdamW decoupled weight decay (2-D weights)")
         ->check(app::at_least(0));
-    opt->add_option("--beta1", o.beta1, "AdamW beta1, in [0, 1)");
-    opt->add_option("--beta2", o.beta2, "AdamW beta2, in [0, 1)");
-    opt->add_option("--eps", o.eps, "AdamW epsilon")->check(app::positive());
-    opt->add_option("--grad-clip", o.grad_clip, "max global gradient norm (0: off)")
+    opt->add_option("--beta1", o.optimizer.beta1, "AdamW beta1, in [0, 1)");
+    opt->add_option("--beta2", o.optimizer.beta2, "AdamW beta2, in [0, 1)");
+    opt->add_option("--eps", o.optimizer.eps, "AdamW epsilon")->check(app::positive());
+    opt->add_option("--grad-clip", o.optimizer.grad_clip, "max global gradient norm (0: off)")
         ->check(app::at_least(0));
-    opt->add_option("--dropout", o.dropout,
+    opt->add_option("--dropout", o.optimizer.dropout,
                     "dropout rate, in [0, 1), on the embeddings, the attention probabilities and "
                     "the attention and MLP outputs (training steps only; 0: none)");
-    opt->add_option("--max-steps", o.max_steps, "optimizer steps to train")->check(app::positive());
+    opt->add_option("--max-steps", o.optimizer.max_steps, "optimizer steps to train")
+        ->check(app::positive());
 }
 
 // Evaluation, samples, checkpoints and resume, the skip policy.
 void add_progress_flags(CLI::Option_group* run, TrainOptions& o) {
-    run->add_option("--val-every", o.val_every, "validate every N steps (0: only at the end)")
+    run->add_option("--val-every", o.eval.val_every, "validate every N steps (0: only at the end)")
         ->check(app::at_least(0));
-    run->add_option("--val-tokens", o.val_tokens,
+    run->add_option("--val-tokens", o.eval.val_tokens,
                     "validate on the first N tokens of the validation data, in whole windows of "
                     "--seq-len (the same loss for any batch size, threads and ranks)")
         ->check(app::positive());
-    run->add_option("--sample-every", o.sample_every, "print a sample every N steps (0: never)")
+    run->add_option("--sample-every", o.eval.sample_every,
+                    "print a sample every N steps (0: never)")
         ->check(app::at_least(0));
-    run->add_option("--max-new-tokens,--sample-tokens", o.sample_tokens,
+    run->add_option("--max-new-tokens,--sample-tokens", o.eval.sample_tokens,
                     "tokens per printed sample (as inference's --max-new-tokens)")
         ->check(app::at_least(0));
-    run->add_option("--checkpoint-every", o.checkpoint_every,
+    run->add_option("--checkpoint-every", o.checkpoints.checkpoint_every,
                     "checkpoint every N steps (0: only at the end)")
         ->check(app::at_least(0));
-    run->add_option("--checkpoint-minutes", o.checkpoint_minutes,
+    run->add_option("--checkpoint-minutes", o.checkpoints.checkpoint_minutes,
                     "also checkpoint when this many minutes have passed since the last one (0: "
                     "off)")
         ->check(app::at_least(0.0));
-    run->add_option("--keep-checkpoints", o.keep_checkpoints,
+    run->add_option("--keep-checkpoints", o.checkpoints.keep_checkpoints,
                     "checkpoints of this run kept in --out-dir (0: all)")
         ->check(app::at_least(0));
-    run->add_option("--out-dir", o.out_dir, "where checkpoints go");
-    run->add_option("--resume", o.resume,
+    run->add_option("--out-dir", o.checkpoints.out_dir, "where checkpoints go");
+    run->add_option("--resume", o.checkpoints.resume,
                     "'auto' (newest checkpoint in --out-dir, else --init-from or fresh) or a "
                     "state_N.bin file");
-    run->add_option("--max-bad-steps", o.max_bad_steps,
+    run->add_option("--max-bad-steps", o.safety.max_bad_steps,
                     "stop after this many skipped steps in a row (non-finite or spikes)")
         ->check(app::positive());
-    run->add_option("--hellaswag", o.hellaswag,
+    run->add_option("--hellaswag", o.eval.hellaswag,
                     "llm.c's HellaSwag file (data/hellaswag/hellaswag_val.bin from "
                     "scripts/get_hellaswag.sh): log acc_norm");
-    run->add_option("--eval-every", o.eval_every,
+    run->add_option("--eval-every", o.eval.eval_every,
                     "HellaSwag every N steps (0: with each validation, and at the end)")
         ->check(app::at_least(0));
-    run->add_option("--skip-loss-z", o.skip_loss_z,
+    run->add_option("--skip-loss-z", o.safety.skip_loss_z,
                     "skip the update when the loss is this many standard deviations above the "
                     "last 128 steps (0: never; llm.c's -sl)")
         ->check(app::at_least(0));
-    run->add_option("--skip-norm-z", o.skip_norm_z,
+    run->add_option("--skip-norm-z", o.safety.skip_norm_z,
                     "the same for the gradient norm (0: never; llm.c's -sg)")
         ->check(app::at_least(0));
-    run->add_option("--check-replicas", o.check_replicas,
+    run->add_option("--check-replicas", o.safety.check_replicas,
                     "compare parameter checksums across ranks every K steps")
         ->check(app::at_least(0));
 }
@@ -299,10 +313,10 @@ void add_progress_flags(CLI::Option_group* run, TrainOptions& o) {
 void add_machine_flags(CLI::Option_group* run, TrainOptions& o, std::string& precision,
                        std::string& bucket_mb, std::string& share_memory, std::string& recompute) {
     run->add_option("--seed", o.seed, "seed for initialisation, data order and samples");
-    run->add_option("--threads", o.threads,
+    run->add_option("--threads", o.parallel.threads,
                     "worker threads per rank (0: CPUs in the affinity mask)")
         ->check(app::at_least(0));
-    run->add_flag("--pin-threads", o.pin_threads, "bind each worker thread to one CPU");
+    run->add_flag("--pin-threads", o.parallel.pin_threads, "bind each worker thread to one CPU");
     run->add_option("--bucket-mb", bucket_mb,
                     "with several ranks: MiB of gradient per allreduce bucket, sent while backward "
                     "runs (with shared memory on several machines: of each rank's slice); 0: one "
@@ -327,8 +341,8 @@ void add_machine_flags(CLI::Option_group* run, TrainOptions& o, std::string& pre
                     "rank takes part in the allreduce")
         ->check(CLI::IsMember({"auto", "off"}).description(""))
         ->type_name("auto|off");
-    run->add_option("--zero", o.zero,
-                    "ZeRO stage: 1 shards the AdamW moments and the update over the ranks "
+    run->add_option("--zero", o.parallel.zero,
+                    "ZeRO stage: 1 slices the AdamW moments and the update over the ranks "
                     "(reduce-scatter, then allgather of the parameters); 0: every rank keeps all")
         ->check(CLI::IsMember({0, 1}).description(""))
         ->type_name("0|1");
@@ -349,30 +363,32 @@ void add_machine_flags(CLI::Option_group* run, TrainOptions& o, std::string& pre
 void add_reporting_flags(CLI::Option_group* run, TrainOptions& o) {
     run->add_option("--metrics-file", o.metrics_file,
                     "append one JSON object per step/eval (a 'run' record starts each run)");
-    run->add_option("--peak-gflops", o.peak_gflops,
+    run->add_option("--peak-gflops", o.compute.peak_gflops,
                     "one core's fp32 peak GFLOP/s, the MFU yardstick (0: measured at start-up "
                     "with the GEMM kernels' instructions)")
         ->check(app::at_least(0));
-    run->add_option("--benchmark", o.benchmark, "time N steps after warm-up, print figures, exit")
+    run->add_option("--benchmark", o.compute.benchmark,
+                    "time N steps after warm-up, print figures, exit")
         ->check(app::at_least(0));
-    run->add_option("--inject-nan-step", o.inject_nan_step,
+    run->add_option("--inject-nan-step", o.test.inject_nan_step,
                     "testing: poison the gradient at this step")
         ->group("");
-    run->add_option("--inject-spike-step", o.inject_spike_step,
+    run->add_option("--inject-spike-step", o.test.inject_spike_step,
                     "testing: scale the gradient by 10^4 at this step")
         ->group("");
-    run->add_option("--stop-at-step", o.stop_at_step,
+    run->add_option("--stop-at-step", o.test.stop_at_step,
                     "testing: act as if SIGTERM came at this step")
         ->group("");
-    run->add_option("--mpi-chunk-elements", o.mpi_chunk_elements, "testing: elements per MPI call")
+    run->add_option("--mpi-chunk-elements", o.test.mpi_chunk_elements,
+                    "testing: elements per MPI call")
         ->group("");
-    run->add_flag("--inject-share-failure", o.inject_share_failure,
+    run->add_flag("--inject-share-failure", o.test.inject_share_failure,
                   "testing: machines other than the first cannot share memory")
         ->group("");
-    run->add_option("--test-minutes-per-step", o.test_minutes_per_step,
+    run->add_option("--test-minutes-per-step", o.test.minutes_per_step,
                     "testing: the --checkpoint-minutes clock advances this much per step")
         ->group("");
-    run->add_option("--simulate-machines", o.simulate_machines,
+    run->add_option("--simulate-machines", o.test.simulate_machines,
                     "testing: treat the ranks as N machines of consecutive ranks")
         ->check(app::at_least(0))
         ->group("");
@@ -392,7 +408,8 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     TrainOptions o;
     CLI::App app{"gpt2-mpi: train a GPT-2 on CPUs (run under mpirun -np N for several ranks)",
                  "train_gpt2"};
-    // A flag given twice (or in --config and on the command line): the last one wins.
+    // A flag in --config and again on the command line: the command line wins (a flag given twice
+    // on the command line is refused by parse_arguments).
     app.option_defaults()->always_capture_default()->multi_option_policy(
         CLI::MultiOptionPolicy::TakeLast);
     app::add_common_flags(app, o.log_level);
@@ -415,42 +432,30 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     // The config file's flags go first, so that the command line overrides them.
     std::vector<std::string> args;
     if (const auto path = config_path(argc, argv)) {
-        std::set<std::string> known, switches;
-        collect_flags(app, known, switches);
         try {
-            args = read_config_file(*path, known, switches);
+            args = read_config_file(*path, app);
         } catch (const InputError& e) {
             if (speaker) std::cerr << app::error_line(e.what()) << std::endl;
             return app::kExitBadFlags;
         }
         o.config_file = *path;
     }
-    // CLI11 parses a reversed vector of the arguments after the program name.
-    std::vector<std::string> reversed(argv + 1, argv + argc);
-    reversed.insert(reversed.begin(), args.begin(), args.end());
-    std::reverse(reversed.begin(), reversed.end());
-    try {
-        app.parse(reversed);
-    } catch (const CLI::ParseError& e) {
-        if (!speaker) return e.get_exit_code() == 0 ? app::kExitOk : app::kExitBadFlags;
-        const int code = app.exit(e);
-        return code == 0 ? app::kExitOk : app::kExitBadFlags;
+    const std::size_t from_config = args.size();
+    args.insert(args.end(), argv + 1, argv + argc);
+    if (const std::optional<int> code = app::parse_arguments(app, args, from_config, speaker)) {
+        return *code;
     }
-    o.schedule = schedule == "linear"     ? LrSchedule::Linear
-                 : schedule == "constant" ? LrSchedule::Constant
-                                          : LrSchedule::Cosine;
-    o.precision = precision == "bf16" ? Precision::Bf16 : Precision::Fp32;
-    o.bucket_mb = bucket_mb == "auto" ? -1.0 : std::strtod(bucket_mb.c_str(), nullptr);
-    o.share_memory = share_memory == "auto";
+    o.optimizer.schedule = schedule == "linear"     ? LrSchedule::Linear
+                           : schedule == "constant" ? LrSchedule::Constant
+                                                    : LrSchedule::Cosine;
+    o.compute.precision = precision == "bf16" ? Precision::Bf16 : Precision::Fp32;
+    o.parallel.bucket_mb = bucket_mb == "auto" ? -1.0 : std::strtod(bucket_mb.c_str(), nullptr);
+    o.parallel.share_memory = share_memory == "auto";
     if (recompute != "auto") {
-        o.recompute = recompute == "layers" ? Recompute::Layers : Recompute::Cheap;
+        o.compute.recompute = recompute == "layers" ? Recompute::Layers : Recompute::Cheap;
     }
-    std::set<std::string> known, switches;
-    collect_flags(app, known, switches);
-    for (const std::string& flag : known) {
-        if (app.get_option_no_throw("--" + flag) != nullptr) {
-            if (app.get_option("--" + flag)->count() > 0) o.given.insert(flag);
-        }
+    for (const std::string& flag : app::long_flag_names(app, true)) {
+        if (app.get_option("--" + flag)->count() > 0) o.given.insert(flag);
     }
     return o;
 }

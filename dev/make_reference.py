@@ -1,0 +1,347 @@
+#!/usr/bin/python3
+"""Write tests/data/gpt2_reference.bin, an independent PyTorch reference for the C++ GPT-2.
+
+The model is GPT-2 as defined by OpenAI / nanoGPT (pre-LN blocks, tanh-GELU, tied wte/lm_head),
+written here from scratch in plain torch ops so that every intermediate activation can be
+recorded. A tiny random configuration is used (V=101 padded to Vp=128, maxT=16, L=2, NH=4, C=64,
+B=3, T=16) and the file records: the config, the flat parameter vector in llm.c order, a batch of
+inputs/targets, the logits, the loss, the flat gradient, per-layer activations, and 5 steps of
+AdamW with gradient clipping on the same batch.
+
+It also writes tests/data/gpt2_dropout_reference.bin: the same model and batch trained with
+dropout (rate 0.25 at GPT-2's four sites), its masks drawn by a NumPy transcription of the
+counter in src/ops/dropout.hpp (so the C++ side can check its masks and then its gradients), the
+loss and the gradient.
+
+Regenerate (deterministic: two runs give identical bytes):
+
+    /usr/bin/python3 dev/make_reference.py            # writes both files in tests/data
+    /usr/bin/python3 dev/make_reference.py -o out.bin # the first somewhere else
+
+File format (little-endian): 8-byte magic "GPT2REF1", uint32 record count, then per record:
+uint32 name length, name bytes (ASCII, no NUL), uint32 dtype (0 = float32, 1 = int32),
+uint32 ndim, int64 dims[ndim], raw data (prod(dims) elements, C order). Scalars have ndim 0.
+"""
+
+import argparse
+import math
+import struct
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+# ---- configuration ---------------------------------------------------------------------------
+MAX_T, V, VP, L, NH, C = 16, 101, 128, 2, 4, 64
+B, T = 3, 16
+SEED = 1337
+LN_EPS = 1e-5
+
+# AdamW + clipping. max_grad_norm must be below the step-1 pre-clip norm (asserted below) so that
+# the clipping path is actually exercised; with these weights the pre-clip norms are ~2, so the
+# usual 1.0 clips on every step.
+LR, BETA1, BETA2, ADAM_EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.95, 1e-8, 0.1
+MAX_GRAD_NORM = 1.0
+ADAM_STEPS = 5
+
+# Parameter tensors in llm.c order: (name, shape, kind). kind selects the random init:
+# "w" = normal(0, 0.02) (Linear weights, embeddings, Linear biases), "lnw" = 1 + normal(0, 0.1),
+# "lnb" = normal(0, 0.1). Non-trivial biases / LayerNorm params make sure those paths matter.
+PARAM_SPECS = [
+    ("wte", (VP, C), "w"),
+    ("wpe", (MAX_T, C), "w"),
+    ("ln1w", (L, C), "lnw"),
+    ("ln1b", (L, C), "lnb"),
+    ("qkvw", (L, 3 * C, C), "w"),
+    ("qkvb", (L, 3 * C), "w"),
+    ("attprojw", (L, C, C), "w"),
+    ("attprojb", (L, C), "w"),
+    ("ln2w", (L, C), "lnw"),
+    ("ln2b", (L, C), "lnb"),
+    ("fcw", (L, 4 * C, C), "w"),
+    ("fcb", (L, 4 * C), "w"),
+    ("fcprojw", (L, C, 4 * C), "w"),
+    ("fcprojb", (L, C), "w"),
+    ("lnfw", (C,), "lnw"),
+    ("lnfb", (C,), "lnb"),
+]
+# Only the 2-D matrices are weight-decayed (biases and LayerNorm parameters are not).
+DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
+
+
+def init_params():
+    """Random parameters, drawn in layout order from the global (seeded) generator."""
+    params = {}
+    for name, shape, kind in PARAM_SPECS:
+        if kind == "w":
+            t = torch.randn(shape) * 0.02
+        elif kind == "lnw":
+            t = 1.0 + torch.randn(shape) * 0.1
+        else:
+            t = torch.randn(shape) * 0.1
+        params[name] = t
+    # Padding rows of the vocabulary never correspond to a token: keep them exactly zero.
+    params["wte"][V:].zero_()
+    return {n: t.requires_grad_(True) for n, t in params.items()}
+
+
+def flatten(tensors):
+    """Concatenate per-parameter tensors (dict in PARAM_SPECS order) into one flat vector."""
+    return torch.cat([tensors[name].detach().reshape(-1) for name, _, _ in PARAM_SPECS])
+
+
+# ---- dropout: the counter of src/ops/dropout.hpp, transcribed -----------------------------------
+DROPOUT_RATE = 0.25  # exact in float32
+DROPOUT_SEED, DROPOUT_STEP, DROPOUT_FIRST_SEQUENCE = 1337, 7, 5
+SITES = {"embeddings": 0, "attention": 1, "attention_output": 2, "mlp_output": 3}
+MASK64 = (1 << 64) - 1
+
+
+def mix64(x):
+    """MurmurHash3's 64-bit finalizer (the keys), on a Python int."""
+    x ^= x >> 33
+    x = (x * 0xFF51AFD7ED558CCD) & MASK64
+    x ^= x >> 33
+    x = (x * 0xC4CEB9FE1A85EC53) & MASK64
+    return x ^ (x >> 33)
+
+
+def mix32(x):
+    """MurmurHash3's 32-bit finalizer (each element's draw), on a NumPy uint32 array."""
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint32(16))
+        x = x * np.uint32(0x85EBCA6B)
+        x = x ^ (x >> np.uint32(13))
+        x = x * np.uint32(0xC2B2AE35)
+        return x ^ (x >> np.uint32(16))
+
+
+def keep_mask(layer, site, count):
+    """(B, count) 0/1 float32: element e of the batch's sequence b kept or not."""
+    site_key = mix64((mix64((mix64(DROPOUT_SEED) + DROPOUT_STEP) & MASK64) + layer * 4 + SITES[site])
+                     & MASK64)
+    threshold = math.floor(DROPOUT_RATE * 2**32)
+    rows = []
+    for b in range(B):
+        seq = DROPOUT_FIRST_SEQUENCE + b
+        seq_key = mix64((site_key + seq * 0xD1B54A32D192ED03) & MASK64)
+        low, high = np.uint32(seq_key & 0xFFFFFFFF), np.uint32(seq_key >> 32)
+        with np.errstate(over="ignore"):
+            bits = mix32(mix32(np.arange(count, dtype=np.uint32) + low) ^ high)
+        rows.append((bits >= np.uint32(threshold)).astype(np.float32))
+    return np.stack(rows)
+
+
+def dropout_masks():
+    """Every site's masks, shaped as the tensors they multiply."""
+    masks = {"embeddings": torch.from_numpy(keep_mask(0, "embeddings", T * C).reshape(B, T, C))}
+    for site, shape in [("attention", (B, NH, T, T)), ("attention_output", (B, T, C)),
+                        ("mlp_output", (B, T, C))]:
+        count = int(np.prod(shape[1:]))
+        masks[site] = torch.stack([torch.from_numpy(keep_mask(l, site, count).reshape(shape))
+                                   for l in range(L)])
+    return masks
+
+
+def forward(p, idx, targets, acts=None, masks=None):
+    """GPT-2 forward pass. Returns (logits[B,T,V], loss). Fills `acts` (dict of lists) if given.
+    With `masks` (dropout_masks()), drops where GPT-2 does, kept values scaled by 1/(1-rate)."""
+    b, t = idx.shape
+    hs = C // NH
+    scale = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(1.0 - DROPOUT_RATE,
+                                                                   dtype=torch.float32)
+
+    def drop(value, mask):
+        return value if masks is None else value * (mask * scale)
+
+    def rec(name, value):
+        if acts is not None:
+            acts.setdefault(name, []).append(value.detach().clone())
+
+    x = p["wte"][idx] + p["wpe"][torch.arange(t)]  # (B,T,C)
+    x = drop(x, None if masks is None else masks["embeddings"])
+    if acts is not None:
+        acts["encoded"] = x.detach().clone()
+    causal = torch.tril(torch.ones(t, t, dtype=torch.bool))
+    for l in range(L):
+        # --- attention sub-block ---
+        h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], LN_EPS)
+        rec("ln1", h)
+        qkv = F.linear(h, p["qkvw"][l], p["qkvb"][l])  # (B,T,3C), columns ordered q | k | v
+        rec("qkv", qkv)
+        q, k, v = qkv.split(C, dim=2)
+        # (B,T,C) -> (B,NH,T,hs): head h owns channels [h*hs, (h+1)*hs) of q, k and v.
+        q, k, v = (z.view(b, t, NH, hs).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        att = drop(att, None if masks is None else masks["attention"][l])
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, C)  # heads re-concatenated
+        rec("atty", y)
+        y = F.linear(y, p["attprojw"][l], p["attprojb"][l])
+        rec("attproj", y)
+        x = x + drop(y, None if masks is None else masks["attention_output"][l])
+        rec("residual2", x)
+        # --- MLP sub-block ---
+        h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], LN_EPS)
+        rec("ln2", h)
+        h = F.linear(h, p["fcw"][l], p["fcb"][l])
+        rec("fch", h)
+        h = F.gelu(h, approximate="tanh")
+        rec("fch_gelu", h)
+        h = F.linear(h, p["fcprojw"][l], p["fcprojb"][l])
+        rec("fcproj", h)
+        x = x + drop(h, None if masks is None else masks["mlp_output"][l])
+        rec("residual3", x)
+    x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], LN_EPS)
+    if acts is not None:
+        acts["lnf"] = x.detach().clone()
+    # Tied lm_head over the padded vocabulary, then drop the padding columns before the loss so
+    # that the padded rows of wte receive exactly zero gradient.
+    logits = (x @ p["wte"].t())[..., :V]
+    loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    return logits, loss
+
+
+def write_fixture(path, records):
+    """Serialize [(name, np.ndarray)] in the GPT2REF1 format."""
+    dtypes = {np.dtype(np.float32): 0, np.dtype(np.int32): 1}
+    with open(path, "wb") as f:
+        f.write(b"GPT2REF1")
+        f.write(struct.pack("<I", len(records)))
+        for name, arr in records:
+            # Not np.ascontiguousarray: it turns 0-d scalars into shape (1,).
+            arr = np.asarray(arr)
+            raw_name = name.encode("ascii")
+            f.write(struct.pack("<I", len(raw_name)))
+            f.write(raw_name)
+            f.write(struct.pack("<II", dtypes[arr.dtype], arr.ndim))
+            f.write(struct.pack(f"<{arr.ndim}q", *arr.shape))
+            f.write(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes(order="C"))
+
+
+def write_dropout_fixture(path):
+    """The same model and batch with dropout: masks, loss and gradient."""
+    torch.manual_seed(SEED)
+    params = init_params()
+    idx = torch.randint(0, V, (B, T))
+    targets = torch.randint(0, V, (B, T))
+    params0 = flatten(params)
+    masks = dropout_masks()
+    _, loss = forward(params, idx, targets, masks=masks)
+    loss.backward()
+    grads = flatten({n: t.grad for n, t in params.items()})
+
+    def f32(t):
+        return np.asarray(t.detach().numpy(), dtype=np.float32)
+
+    records = [
+        ("config", np.array([MAX_T, V, VP, L, NH, C, B, T], dtype=np.int32)),
+        ("dropout.rate", np.array(DROPOUT_RATE, dtype=np.float32)),
+        ("dropout.key", np.array([DROPOUT_SEED, DROPOUT_STEP, DROPOUT_FIRST_SEQUENCE],
+                                 dtype=np.int32)),
+        ("params", f32(params0)),
+        ("inputs", idx.numpy().astype(np.int32)),
+        ("targets", targets.numpy().astype(np.int32)),
+    ]
+    records += [("mask." + site, f32(masks[site])) for site in SITES]
+    records += [("loss", np.array(loss.item(), dtype=np.float32)), ("grads", f32(grads))]
+    write_fixture(path, records)
+    kept = {site: float(masks[site].mean()) for site in SITES}
+    print(f"wrote {path} ({path.stat().st_size} bytes): loss {loss.item():.7f}, kept {kept}")
+
+
+def main():
+    default_out = Path(__file__).resolve().parent.parent / "tests" / "data" / "gpt2_reference.bin"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-o", "--output", type=Path, default=default_out)
+    args = parser.parse_args()
+
+    torch.manual_seed(SEED)
+    torch.set_num_threads(1)  # deterministic reductions
+    torch.use_deterministic_algorithms(True)
+
+    params = init_params()
+    idx = torch.randint(0, V, (B, T))
+    targets = torch.randint(0, V, (B, T))
+    params0 = flatten(params)
+
+    # ---- forward + backward at the initial parameters, with activations ----
+    acts = {}
+    logits, loss = forward(params, idx, targets, acts)
+    loss.backward()
+    grads0 = flatten({n: t.grad for n, t in params.items()})
+    assert torch.all(grads0[V * C : VP * C] == 0), "padded wte rows must get zero gradient"
+    for n in params:
+        params[n].grad = None
+
+    # ---- AdamW with clipping on the same batch ----
+    names = [n for n, _, _ in PARAM_SPECS]
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": [params[n] for n in names if n in DECAYED], "weight_decay": WEIGHT_DECAY},
+            {"params": [params[n] for n in names if n not in DECAYED], "weight_decay": 0.0},
+        ],
+        lr=LR,
+        betas=(BETA1, BETA2),
+        eps=ADAM_EPS,
+        foreach=False,
+    )
+    losses, norms = [], []
+    for step in range(ADAM_STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        _, step_loss = forward(params, idx, targets)
+        step_loss.backward()
+        # clip_grad_norm_ returns the pre-clip total L2 norm and scales by
+        # min(1, max_norm / (norm + 1e-6)).
+        norm = torch.nn.utils.clip_grad_norm_([params[n] for n in names], MAX_GRAD_NORM)
+        losses.append(step_loss.item())
+        norms.append(norm.item())
+        optimizer.step()
+    assert norms[0] > MAX_GRAD_NORM, "max_grad_norm must be low enough that step 1 clips"
+    assert losses[0] == loss.item()
+    params_after = flatten(params)
+    assert torch.all(params_after[V * C : VP * C] == 0), "padded wte rows must stay zero"
+
+    def f32(t):
+        return np.asarray(t.detach().numpy(), dtype=np.float32)
+
+    def stacked(name):  # per-layer list -> (L,B,T,X)
+        return f32(torch.stack(acts[name]))
+
+    records = [
+        ("config", np.array([MAX_T, V, VP, L, NH, C, B, T], dtype=np.int32)),
+        ("params", f32(params0)),
+        ("inputs", idx.numpy().astype(np.int32)),
+        ("targets", targets.numpy().astype(np.int32)),
+        ("logits", f32(logits)),
+        ("loss", np.array(loss.item(), dtype=np.float32)),
+        ("grads", f32(grads0)),
+        ("act.encoded", f32(acts["encoded"])),
+    ]
+    for name in ["ln1", "qkv", "atty", "attproj", "residual2", "ln2", "fch", "fch_gelu",
+                 "fcproj", "residual3"]:
+        records.append(("act." + name, stacked(name)))
+    records += [
+        ("act.lnf", f32(acts["lnf"])),
+        ("adamw.hparams",
+         np.array([LR, BETA1, BETA2, ADAM_EPS, WEIGHT_DECAY, MAX_GRAD_NORM], dtype=np.float32)),
+        ("adamw.losses", np.array(losses, dtype=np.float32)),
+        ("adamw.grad_norms", np.array(norms, dtype=np.float32)),
+        ("adamw.params_after", f32(params_after)),
+    ]
+
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    write_fixture(args.output, records)
+    write_dropout_fixture(args.output.parent / "gpt2_dropout_reference.bin")
+    print(f"wrote {args.output} ({args.output.stat().st_size} bytes, {len(records)} records)")
+    for name, arr in records:
+        print(f"  {name:20s} {'int32' if arr.dtype == np.int32 else 'float32'} {list(arr.shape)}")
+    print(f"  num_params {params0.numel()}")
+    print(f"  loss {loss.item():.7f}")
+    print(f"  adamw losses     {[f'{x:.7f}' for x in losses]}")
+    print(f"  adamw grad norms {[f'{x:.7f}' for x in norms]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Sanitizer builds: ThreadSanitizer over the threaded tests (build-tsan/), and
+# AddressSanitizer + UndefinedBehaviorSanitizer over the unit tests (build-asan/).
+set -euo pipefail
+# --help: this header.
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+  exit 0
+fi
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+unset OPENBLAS_CORETYPE  # the kernels a user of this CPU gets (src/ops/gemm.hpp), not inherited ones
+jobs=$(nproc)
+
+# -O1 -g1: a third of -O2 -g's compile time under the sanitizers (the builds are most of CI's time),
+# and line tables are all a report needs.
+flags=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
+# ThreadSanitizer: the pool and the layer-by-layer reduction, the threaded step against PyTorch,
+# the shared-memory step in one process, and train_gpt2 under mpiexec with two workers per rank
+# beside the communication thread (buckets, shared memory, slices in buckets across simulated
+# machines). Open MPI's libraries are not instrumented; tests/tsan.supp holds the reports inside
+# them, nothing else.
+cmake -S . -B build-tsan "${flags[@]}" -DGPT2_SANITIZE=thread
+cmake --build build-tsan -j "$jobs" --target test_threads test_model_reference test_shared_memory \
+  test_threaded_step train_gpt2
+# With the CPU's own OpenBLAS kernels, and where it has AVX-512 with the AVX2 family as well: the
+# -O1 build's summation orders differ from the Release build's.
+tsan_families=("")
+grep -qw avx512f /proc/cpuinfo && tsan_families+=(Haswell)
+for family in "${tsan_families[@]}"; do
+  GPT2_OPENBLAS_CORETYPE="$family" \
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
+    ctest --test-dir build-tsan --output-on-failure -j "$jobs" \
+    -R "^threads\.|^model_reference\.Workers|^shared_memory\.SharedReplica|^threaded_step\."
+done
+
+# AddressSanitizer + UBSan over the whole suite, with leak checking. Open MPI keeps allocations
+# in its plugins until exit: the plugins stay loaded, and the processes that start MPI record full
+# allocation stacks (src/parallel/comm.cpp asks for it), so that those leaks are attributed to Open
+# MPI (tests/lsan.supp) while our own code stays checked. Full stacks make allocation several
+# times slower: the three program-heavy test sets run without leak checking (tests/CMakeLists.txt),
+# and the suite runs one test per core.
+cmake -S . -B build-asan "${flags[@]}" -DGPT2_SANITIZE=address
+cmake --build build-asan -j "$jobs"
+# The README's commands as written (quick_start.*: training runs on the real corpus, several
+# minutes under ASan) run in the ordinary suite; the programs they start are checked here by the
+# other tests.
+OMPI_MCA_mca_base_component_disable_dlclose=1 \
+ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" \
+LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0" \
+UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -E '^quick_start\.'
+

@@ -1,0 +1,277 @@
+#include "formats/resume_state.hpp"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "core/bytes.hpp"
+#include "core/error.hpp"
+#include "formats/checkpoint.hpp"
+
+namespace gpt2 {
+
+namespace {
+// Version 3 adds the loss-spike windows (SpikeGuard) to the header.
+// Version 2 writes its header field by field and adds the lineage and the schedule length.
+// Version 1 was the raw bytes of a struct (4 padding bytes after the model shape); it is still
+// read, field by field, so checkpoints of earlier builds resume.
+constexpr std::array<char, 8> kStateMagicV1 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '1'};
+constexpr std::array<char, 8> kStateMagicV2 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '2'};
+constexpr std::array<char, 8> kStateMagicV3 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '3'};
+constexpr std::size_t kHeaderBytesV1 = 112;
+constexpr std::size_t kHeaderBytesV2 = 124;
+constexpr std::size_t kWindowBytes = 8 + 8 * SpikeWindow::kWindow;
+constexpr std::size_t kHeaderBytesV3 = kHeaderBytesV2 + 2 * kWindowBytes;
+
+void put_window(ByteWriter& out, const SpikeWindow& w) {
+    out.put(w.count);
+    out.put(w.next);
+    for (const double v : w.values)
+        out.put(v);
+}
+
+SpikeWindow get_window(ByteReader& in, const std::string& name, const char* what) {
+    SpikeWindow w;
+    w.count = in.get<std::uint32_t>(what);
+    w.next = in.get<std::uint32_t>(what);
+    for (double& v : w.values)
+        v = in.get<double>(what);
+    if (w.count > SpikeWindow::kWindow || w.next >= SpikeWindow::kWindow) {
+        throw InputError(name + ": " + what + " holds " + std::to_string(w.count) +
+                         " values at position " + std::to_string(w.next) + " (at most " +
+                         std::to_string(SpikeWindow::kWindow) + ")");
+    }
+    return w;
+}
+
+std::span<const std::uint8_t> bytes_of(const void* p, std::size_t n) {
+    return {static_cast<const std::uint8_t*>(p), n};
+}
+
+struct StateHeader {
+    ResumeState state;
+    std::array<std::int32_t, 6> config{};
+    std::uint64_t num_params = 0;
+    std::int64_t adam_step = 0;
+    std::size_t bytes = 0;  // header size in the file
+};
+
+// Parses whichever version's header `bytes` starts with.
+StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string& name) {
+    if (bytes.size() < 8) throw InputError(name + ": truncated resume state");
+    std::array<char, 8> magic{};
+    std::memcpy(magic.data(), bytes.data(), 8);
+    const bool v1 = magic == kStateMagicV1;
+    const bool v3 = magic == kStateMagicV3;
+    if (!v1 && !v3 && magic != kStateMagicV2) {
+        throw InputError(name + ": not a resume state file (bad magic)");
+    }
+    ByteReader in(bytes, name + " (resume state header)");
+    in.skip(8, "magic");
+    StateHeader h;
+    h.state.step = in.get<std::int64_t>("step");
+    h.state.seed = in.get<std::uint64_t>("seed");
+    h.state.sequences_per_step = in.get<std::int64_t>("sequences per step");
+    h.state.seq_len = in.get<std::int32_t>("sequence length");
+    h.config = in.get_array<std::int32_t, 6>("model shape");
+    if (v1) in.skip(4, "padding");  // the struct's padding
+    h.num_params = in.get<std::uint64_t>("parameter count");
+    h.adam_step = in.get<std::int64_t>("AdamW step");
+    h.state.sample_rng = in.get_array<std::uint64_t, 4>("sampling RNG");
+    if (!v1) {
+        h.state.run_id = in.get<std::uint64_t>("run id");
+        h.state.lr_decay_steps = in.get<std::int64_t>("schedule length");
+    }
+    if (v3) {
+        h.state.loss_window = get_window(in, name, "loss-spike window");
+        h.state.norm_window = get_window(in, name, "gradient-norm-spike window");
+    }
+    h.bytes = in.offset();
+    if (h.bytes != (v1 ? kHeaderBytesV1 : v3 ? kHeaderBytesV3 : kHeaderBytesV2)) {
+        throw std::logic_error("resume state header size mismatch");
+    }
+    return h;
+}
+}  // namespace
+
+void save_resume_state(const std::filesystem::path& path, const ResumeState& state,
+                       const ModelConfig& config, const AdamWState& optimizer) {
+    ByteWriter out;
+    for (const char c : kStateMagicV3)
+        out.put(c);
+    out.put(state.step);
+    out.put(state.seed);
+    out.put(state.sequences_per_step);
+    out.put(state.seq_len);
+    out.put_array(to_shape_ints(config));
+    out.put(static_cast<std::uint64_t>(optimizer.m.size()));
+    out.put(optimizer.step);
+    out.put_array(state.sample_rng);
+    out.put(state.run_id);
+    out.put(state.lr_decay_steps);
+    put_window(out, state.loss_window);
+    put_window(out, state.norm_window);
+    const std::span<const std::uint8_t> header(out.bytes());
+    const auto m = bytes_of(optimizer.m.data(), optimizer.m.size() * sizeof(float));
+    const auto v = bytes_of(optimizer.v.data(), optimizer.v.size() * sizeof(float));
+    const std::uint64_t sum = checksum64(v, checksum64(m, checksum64(header)));
+    const std::array pieces = {header, m, v, bytes_of(&sum, sizeof(sum))};
+    write_file_atomically(path, pieces);
+}
+
+ResumeState load_resume_state(const std::filesystem::path& path, const ModelConfig& config,
+                              AdamWState& optimizer) {
+    const std::vector<std::uint8_t> bytes = read_file_bytes(path);
+    const std::string name = path.string();
+    const StateHeader h = parse_header(bytes, name);
+    const std::size_t floats = optimizer.m.size() * sizeof(float);
+    const std::size_t expected = h.bytes + 2 * floats + sizeof(std::uint64_t);
+    if (h.config != to_shape_ints(config) || h.num_params != optimizer.m.size()) {
+        throw InputError(name + ": resume state is for another model shape than " +
+                         describe(config));
+    }
+    if (bytes.size() != expected) {
+        throw InputError(name + ": resume state has " + std::to_string(bytes.size()) +
+                         " bytes, expected " + std::to_string(expected) +
+                         " (truncated or corrupt)");
+    }
+    std::uint64_t stored = 0;
+    std::memcpy(&stored, bytes.data() + expected - sizeof(stored), sizeof(stored));
+    // Chained over the same three pieces the writer hashed.
+    const std::span<const std::uint8_t> all(bytes);
+    const std::uint64_t sum =
+        checksum64(all.subspan(h.bytes + floats, floats),
+                   checksum64(all.subspan(h.bytes, floats), checksum64(all.first(h.bytes))));
+    if (sum != stored) {
+        throw InputError(name + ": checksum mismatch, the resume state is corrupt");
+    }
+    std::memcpy(optimizer.m.data(), bytes.data() + h.bytes, floats);
+    std::memcpy(optimizer.v.data(), bytes.data() + h.bytes + floats, floats);
+    optimizer.step = h.adam_step;
+    return h.state;
+}
+
+std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path) {
+    std::ifstream file(path, std::ios::binary);
+    std::array<std::uint8_t, kHeaderBytesV3> header{};
+    file.read(reinterpret_cast<char*>(header.data()), header.size());
+    try {
+        const StateHeader h = parse_header(
+            std::span<const std::uint8_t>(header.data(), static_cast<std::size_t>(file.gcount())),
+            path.string());
+        if (h.state.run_id == 0) return std::nullopt;
+        return h.state.run_id;
+    } catch (const InputError&) {
+        return std::nullopt;
+    }
+}
+
+std::optional<std::int32_t> read_state_seq_len(const std::filesystem::path& path) {
+    std::ifstream file(path, std::ios::binary);
+    std::array<std::uint8_t, kHeaderBytesV3> header{};
+    file.read(reinterpret_cast<char*>(header.data()), header.size());
+    try {
+        return parse_header(std::span<const std::uint8_t>(header.data(),
+                                                          static_cast<std::size_t>(file.gcount())),
+                            path.string())
+            .state.seq_len;
+    } catch (const InputError&) {
+        return std::nullopt;
+    }
+}
+
+bool is_resume_state_file(const std::filesystem::path& path) {
+    std::array<char, 8> magic{};
+    std::ifstream in(path, std::ios::binary);
+    return in.read(magic.data(), magic.size()) &&
+           (magic == kStateMagicV1 || magic == kStateMagicV2 || magic == kStateMagicV3);
+}
+
+std::filesystem::path model_path(const std::filesystem::path& dir, std::int64_t step) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "model_%06lld.bin", static_cast<long long>(step));
+    return dir / name;
+}
+
+std::filesystem::path state_path(const std::filesystem::path& dir, std::int64_t step) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "state_%06lld.bin", static_cast<long long>(step));
+    return dir / name;
+}
+
+namespace {
+// "model" or "state", and the digits of NNN, for names of the form model_NNN.bin / state_NNN.bin.
+std::optional<std::pair<std::string, std::string>> split_checkpoint_name(const std::string& name) {
+    for (const char* kind : {"model", "state"}) {
+        const std::string prefix = std::string(kind) + "_";
+        if (!name.starts_with(prefix) || !name.ends_with(".bin")) continue;
+        const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - 4);
+        const bool all_digits =
+            !digits.empty() &&
+            std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (all_digits) return std::pair{std::string(kind), digits};
+    }
+    return std::nullopt;
+}
+}  // namespace
+
+std::optional<std::int64_t> checkpoint_step(const std::filesystem::path& file) {
+    const auto parts = split_checkpoint_name(file.filename().string());
+    if (!parts) return std::nullopt;
+    std::int64_t step = 0;
+    const std::string& digits = parts->second;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+    if (error != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+    return step;
+}
+
+std::vector<std::int64_t> list_checkpoints(const std::filesystem::path& dir,
+                                           std::vector<std::filesystem::path>* not_ours) {
+    std::vector<std::int64_t> steps;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = entry.path().filename().string();
+        const auto parts = split_checkpoint_name(name);
+        if (!parts) continue;
+        const auto step = checkpoint_step(entry.path());
+        if (!step) {
+            if (not_ours != nullptr) not_ours->push_back(entry.path());
+            continue;
+        }
+        if (parts->first == "state" && std::filesystem::exists(model_path(dir, *step))) {
+            steps.push_back(*step);
+        }
+    }
+    std::sort(steps.rbegin(), steps.rend());
+    return steps;
+}
+
+std::vector<std::string> checkpoint_file_names(const std::filesystem::path& dir) {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (split_checkpoint_name(name)) names.push_back(name);
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+void prune_checkpoints(const std::filesystem::path& dir, int keep, std::uint64_t run_id) {
+    if (keep <= 0) return;
+    std::vector<std::int64_t> ours;
+    for (const std::int64_t step : list_checkpoints(dir)) {
+        if (read_run_id(state_path(dir, step)) == run_id) ours.push_back(step);
+    }
+    for (std::size_t i = static_cast<std::size_t>(keep); i < ours.size(); ++i) {
+        std::error_code ec;
+        // State first: a model without its state is ignored, never the reverse.
+        std::filesystem::remove(state_path(dir, ours[i]), ec);
+        std::filesystem::remove(model_path(dir, ours[i]), ec);
+    }
+}
+
+}  // namespace gpt2

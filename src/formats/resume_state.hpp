@@ -1,0 +1,64 @@
+// Resume state and the checkpoint directory. A checkpoint at step N is two files written by rank
+// 0: model_N.bin (self-contained: weights, tokenizer, configuration) and then state_N.bin (AdamW
+// moments, step, RNG, the batch composition). A state file's presence means its model is complete.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/random.hpp"
+#include "model/model.hpp"
+#include "model/optimizer.hpp"
+#include "model/spike_guard.hpp"
+
+namespace gpt2 {
+
+struct ResumeState {
+    std::int64_t step = 0;  // optimizer steps completed
+    std::uint64_t seed = 0;
+    std::int64_t sequences_per_step = 0;  // global batch in sequences (the data position)
+    std::int32_t seq_len = 0;
+    Rng::State sample_rng{};
+    // The run's lineage: drawn when a run starts fresh, kept by every resume. Pruning only ever
+    // removes checkpoints of its own lineage. 0: unknown (files of format version 1).
+    std::uint64_t run_id = 0;
+    // The learning-rate schedule's length, fixed when the run started (0: unknown, version 1), so
+    // that resuming with a larger --max-steps does not make the learning rate jump.
+    std::int64_t lr_decay_steps = 0;
+    // The loss-spike windows (version 3; empty before), so skipping decides as if uninterrupted.
+    SpikeWindow loss_window;
+    SpikeWindow norm_window;
+};
+
+void save_resume_state(const std::filesystem::path& path, const ResumeState& state,
+                       const ModelConfig& config, const AdamWState& optimizer);
+// Loads into `optimizer` (sized for config). InputError naming the file on any mismatch or damage.
+[[nodiscard]] ResumeState load_resume_state(const std::filesystem::path& path,
+                                            const ModelConfig& config, AdamWState& optimizer);
+// The lineage of a state file from its header alone; nullopt if unreadable or of version 1.
+[[nodiscard]] std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path);
+// The sequence length a state file was trained with, from its header alone (nullopt if
+// unreadable: loading it reports why), so that a different --seq-len is refused before the corpus.
+[[nodiscard]] std::optional<std::int32_t> read_state_seq_len(const std::filesystem::path& path);
+// Whether the file begins like a resume state (reads 8 bytes; false if it cannot be read): lets a
+// program that wants a model say what it was given rather than report a bad magic number.
+[[nodiscard]] bool is_resume_state_file(const std::filesystem::path& path);
+
+[[nodiscard]] std::filesystem::path model_path(const std::filesystem::path& dir, std::int64_t step);
+[[nodiscard]] std::filesystem::path state_path(const std::filesystem::path& dir, std::int64_t step);
+// Steps with both files present, newest first. A file whose name looks like a checkpoint's but
+// whose step does not fit 64 bits is skipped, and named in `not_ours` when given (for the log).
+[[nodiscard]] std::vector<std::int64_t> list_checkpoints(
+    const std::filesystem::path& dir, std::vector<std::filesystem::path>* not_ours = nullptr);
+// Every model_N.bin / state_N.bin file name in `dir`, sorted (complete checkpoints or not).
+[[nodiscard]] std::vector<std::string> checkpoint_file_names(const std::filesystem::path& dir);
+// Deletes all but the newest `keep` checkpoints of lineage `run_id` (keep 0: keep all). Other
+// runs' checkpoints, and files whose lineage cannot be read, are never touched.
+void prune_checkpoints(const std::filesystem::path& dir, int keep, std::uint64_t run_id);
+// The step encoded in a state or model file name, if it is one.
+[[nodiscard]] std::optional<std::int64_t> checkpoint_step(const std::filesystem::path& file);
+
+}  // namespace gpt2

@@ -1,0 +1,327 @@
+#include "model/forward_backward.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <stdexcept>
+
+#include "ops/attention.hpp"
+#include "ops/dropout.hpp"
+#include "ops/kernels.hpp"
+
+namespace gpt2 {
+
+namespace {
+// Pointers to layer l's slice of every per-layer activation (at the layers level every layer
+// shares one slice, except the layer outputs).
+struct LayerActs {
+    float *ln1_mean, *ln1_rstd, *qkv, *atty, *att_lse, *residual2, *ln2_mean, *ln2_rstd, *fch,
+        *residual3;
+};
+
+LayerActs layer_acts(const ThreadLocalTrainingContext& ctx, const ModelConfig& c, int l) {
+    const long N = static_cast<long>(ctx.max_batch()) * ctx.seq_len();
+    const long C = c.channels;
+    const long s = std::min(l, ctx.stored_layers() - 1);  // the stored slot
+    const auto& a = ctx.acts;
+    return LayerActs{a.ln1_mean + s * N,
+                     a.ln1_rstd + s * N,
+                     a.qkv + s * N * 3 * C,
+                     a.atty + s * N * C,
+                     a.att_lse + s * N * c.num_heads,
+                     a.residual2 + s * N * C,
+                     a.ln2_mean + s * N,
+                     a.ln2_rstd + s * N,
+                     a.fch + s * N * 4 * C,
+                     a.residual3 + l * N * C};
+}
+
+// The model's matrix products in its precision: fp32 through OpenBLAS, or bf16 operands (the
+// weights' bf16 copy, activations and gradients rounded into the context's scratch) with fp32
+// accumulation. Both paths take the same arguments, so forward/backward read the same either way.
+class PrecisionMatmul {
+  public:
+    PrecisionMatmul(const Model& model, ThreadLocalTrainingContext& ctx)
+        : model_(model), ctx_(ctx), bf16_(model.precision == Precision::Bf16) {
+        if (bf16_ && (ctx.bf16_inputs.size() == 0 || model.params_bf16.size() == 0)) {
+            throw std::invalid_argument("bf16 model: the context or the weights have no bf16 copy");
+        }
+    }
+
+    // out(N,OC) = residual + inp(N,C) @ weight(OC,C)^T + bias; residual and bias may be null.
+    void forward(float* out, const float* residual, const float* inp, const float* weight,
+                 const float* bias, int N, int C, int OC) const {
+        if (bf16_) {
+            matmul_forward_bf16(out, residual, inp, ctx_.bf16_inputs.data(),
+                                model_.bf16_twin(weight), bias, N, C, OC);
+        } else if (residual != nullptr) {
+            matmul_residual_forward(out, residual, inp, weight, bias, N, C, OC);
+        } else {
+            matmul_forward(out, inp, weight, bias, N, C, OC);
+        }
+    }
+    // dinp = dout @ weight (skipped when null), dweight += dout^T @ inp, dbias += sums of dout.
+    void backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                  const float* weight, int N, int C, int OC) const {
+        if (bf16_) {
+            matmul_backward_bf16(dinp, dweight, dbias, dout, inp, model_.bf16_twin(weight),
+                                 ctx_.bf16_gradients.data(), ctx_.bf16_inputs.data(), N, C, OC);
+        } else {
+            matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        }
+    }
+
+  private:
+    const Model& model_;
+    ThreadLocalTrainingContext& ctx_;
+    bool bf16_;
+};
+
+void check_batch(const ThreadLocalTrainingContext& ctx, const Model& model,
+                 const TokenBatch& batch) {
+    if (batch.B > ctx.max_batch() || batch.T > ctx.seq_len() ||
+        batch.T > model.config.max_seq_len ||
+        batch.inputs.size() < static_cast<std::size_t>(batch.B) * batch.T) {
+        throw std::invalid_argument("forward: batch larger than the context was sized for");
+    }
+}
+}  // namespace
+
+namespace {
+// The batch's mask at one site of layer l (inactive without dropout).
+DropoutMask dropout_mask(const TokenBatch& batch, int l, DropoutSite site) {
+    if (batch.dropout.rate <= 0.0f) return {};
+    return DropoutMask{batch.dropout.rate,
+                       dropout_site_key(batch.dropout.seed, batch.dropout.step, l, site),
+                       batch.first_sequence};
+}
+
+// A layer's three dropout sites.
+struct LayerDropout {
+    DropoutMask probabilities, attention_output, mlp_output;
+};
+
+LayerDropout layer_dropout(const TokenBatch& batch, int l) {
+    return LayerDropout{dropout_mask(batch, l, DropoutSite::AttentionProbabilities),
+                        dropout_mask(batch, l, DropoutSite::AttentionOutput),
+                        dropout_mask(batch, l, DropoutSite::MlpOutput)};
+}
+
+// out (B*T, OC) = residual + dropout(inp @ weight^T + bias): the product and the residual add
+// stay one fused call without dropout.
+void residual_product(const PrecisionMatmul& matmul, float* out, const float* residual,
+                      const float* inp, const float* weight, const float* bias, int B, int T, int C,
+                      int OC, const DropoutMask& dropout) {
+    const int N = B * T;
+    if (!dropout.active()) {
+        matmul.forward(out, residual, inp, weight, bias, N, C, OC);
+        return;
+    }
+    matmul.forward(out, nullptr, inp, weight, bias, N, C, OC);
+    apply_dropout(out, B, static_cast<long>(T) * OC, dropout);
+    const long n = static_cast<long>(N) * OC;
+    for (long i = 0; i < n; ++i)
+        out[i] += residual[i];
+}
+
+// The gradient reaching a dropped product's output: `dres` itself without dropout, else dres
+// masked into `scratch` (N * C floats).
+const float* dropped_gradient(const float* dres, float* scratch, int B, int T, int C,
+                              const DropoutMask& dropout) {
+    if (!dropout.active()) return dres;
+    std::memcpy(scratch, dres, sizeof(float) * static_cast<std::size_t>(B) * T * C);
+    apply_dropout(scratch, B, static_cast<long>(T) * C, dropout);
+    return scratch;
+}
+
+// One layer's forward from its input `residual` (N, C). Writes the layer's stored activations and
+// the scratch LayerNorm and GELU outputs; with `output` false it stops before GELU and the last
+// product, whose results backward recomputes or never reads.
+void layer_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ctx,
+                   const LayerActs& a, const LayerView<const float>& p, const float* residual,
+                   int B, int T, int C, int NH, const LayerDropout& dropout, bool output) {
+    const int N = B * T;
+    float* ln = ctx.scratch.normalized;
+    float* gelu = ctx.scratch.gelu;
+    layernorm_forward(ln, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
+    matmul.forward(a.qkv, nullptr, ln, p.qkvw, p.qkvb, N, C, 3 * C);
+    attention_forward(a.atty, a.att_lse, ctx.scratch.attention, a.qkv, B, T, C, NH,
+                      dropout.probabilities);
+    residual_product(matmul, a.residual2, residual, a.atty, p.attprojw, p.attprojb, B, T, C, C,
+                     dropout.attention_output);
+    layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
+    matmul.forward(a.fch, nullptr, ln, p.fcw, p.fcb, N, C, 4 * C);
+    if (output) {  // GELU feeds only the last product; backward recomputes it itself
+        gelu_forward(gelu, a.fch, N * 4 * C);
+        residual_product(matmul, a.residual3, a.residual2, gelu, p.fcprojw, p.fcprojb, B, T, 4 * C,
+                         C, dropout.mlp_output);
+    }
+}
+
+// One layer's backward: dres (N, C) holds the gradient of the layer's output and becomes that of
+// its input; the parameter gradients are accumulated into d. The LayerNorm and GELU outputs are
+// recomputed from what forward stored, bitwise as forward computed them.
+void layer_backward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ctx,
+                    const LayerActs& a, const LayerView<const float>& p, const LayerView<float>& d,
+                    const float* residual, int B, int T, int C, int NH,
+                    const LayerDropout& dropout) {
+    const int N = B * T;
+    float* dres = ctx.scratch.dresidual;
+    float* dch = ctx.scratch.dchannels;
+    float* dfch = ctx.scratch.dfch;
+    float* ln = ctx.scratch.normalized;
+    float* gelu = ctx.scratch.gelu;
+    // MLP: residual3 = residual2 + dropout(fcproj(gelu(fc(ln2(residual2))))).
+    gelu_forward(gelu, a.fch, N * 4 * C);
+    const float* dmlp = dropped_gradient(dres, dch, B, T, C, dropout.mlp_output);
+    matmul.backward(dfch, d.fcprojw, d.fcprojb, dmlp, gelu, p.fcprojw, N, 4 * C, C);
+    gelu_backward(dfch, a.fch, dfch, N * 4 * C);
+    layernorm_recompute(ln, a.residual2, a.ln2_mean, a.ln2_rstd, p.ln2w, p.ln2b, N, C);
+    matmul.backward(dch, d.fcw, d.fcb, dfch, ln, p.fcw, N, C, 4 * C);
+    layernorm_backward(dres, d.ln2w, d.ln2b, dch, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, N,
+                       C);
+    // Attention: residual2 = residual + dropout(attproj(attention(qkv(ln1(residual))))).
+    const float* dattn = dropped_gradient(dres, dfch, B, T, C, dropout.attention_output);
+    matmul.backward(dch, d.attprojw, d.attprojb, dattn, a.atty, p.attprojw, N, C, C);
+    attention_backward(ctx.scratch.dqkv, ctx.scratch.attention, dch, a.atty, a.att_lse, a.qkv, B, T,
+                       C, NH, dropout.probabilities);
+    layernorm_recompute(ln, residual, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b, N, C);
+    matmul.backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, ln, p.qkvw, N, C, 3 * C);
+    layernorm_backward(dres, d.ln1w, d.ln1b, dch, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+// Layer l's input: the embeddings' sum or the previous layer's output.
+const float* layer_input(const ThreadLocalTrainingContext& ctx, const ModelConfig& c, int l) {
+    return l == 0 ? ctx.acts.encoded : layer_acts(ctx, c, l - 1).residual3;
+}
+}  // namespace
+
+void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const TokenBatch& batch) {
+    check_batch(ctx, model, batch);
+    const ModelConfig& c = model.config;
+    const ParameterLayout& layout = model.layout;
+    const std::span<const float> w = model.weights();
+    const int B = batch.B, T = batch.T, C = c.channels, NH = c.num_heads, N = B * T;
+    const PrecisionMatmul matmul(model, ctx);
+
+    encoder_forward(ctx.acts.encoded, batch.inputs.data(),
+                    layout.tensor(w, ParamTensor::wte).data(),
+                    layout.tensor(w, ParamTensor::wpe).data(), B, T, C);
+    const DropoutMask embeddings = dropout_mask(batch, 0, DropoutSite::Embeddings);
+    if (embeddings.active())
+        apply_dropout(ctx.acts.encoded, B, static_cast<long>(T) * C, embeddings);
+    for (int l = 0; l < c.num_layers; ++l) {
+        layer_forward(matmul, ctx, layer_acts(ctx, c, l), layer_view(layout, w, l),
+                      layer_input(ctx, c, l), B, T, C, NH, layer_dropout(batch, l), true);
+    }
+    layernorm_forward(ctx.acts.lnf, ctx.acts.lnf_mean, ctx.acts.lnf_rstd,
+                      layer_input(ctx, c, c.num_layers), layout.tensor(w, ParamTensor::lnfw).data(),
+                      layout.tensor(w, ParamTensor::lnfb).data(), N, C);
+}
+
+double forward_loss(const Model& model, ThreadLocalTrainingContext& ctx, const TokenBatch& batch) {
+    // Evaluation (validation, HellaSwag) never drops anything.
+    TokenBatch undropped = batch;
+    undropped.dropout = Dropout{};
+    forward_hidden(model, ctx, undropped);
+    const ModelConfig& c = model.config;
+    const float* wte = model.layout.tensor(model.weights(), ParamTensor::wte).data();
+    const int N = batch.B * batch.T, C = c.channels, Vp = c.padded_vocab_size;
+    const PrecisionMatmul matmul(model, ctx);
+    double loss_sum = 0.0;
+    for (int r0 = 0; r0 < N; r0 += ctx.logits_rows) {
+        const int rows = std::min(ctx.logits_rows, N - r0);
+        matmul.forward(ctx.scratch.logits, nullptr, ctx.acts.lnf + static_cast<long>(r0) * C, wte,
+                       nullptr, rows, C, Vp);
+        cross_entropy_forward(ctx.acts.losses + r0, ctx.scratch.logits, batch.targets.data() + r0,
+                              rows, c.vocab_size, Vp);
+        for (int r = 0; r < rows; ++r)
+            loss_sum += ctx.acts.losses[r0 + r];
+    }
+    return loss_sum;
+}
+
+double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
+                        const TokenBatch& batch, float dloss, GradientSink& sink) {
+    forward_hidden(model, ctx, batch);
+    const ModelConfig& c = model.config;
+    const ParameterLayout& layout = model.layout;
+    const std::span<const float> w = model.weights();
+    const int B = batch.B, T = batch.T, C = c.channels, NH = c.num_heads, N = B * T;
+    const int Vp = c.padded_vocab_size;
+    const float* wte = layout.tensor(w, ParamTensor::wte).data();
+    float* dres = ctx.scratch.dresidual;
+    float* dch = ctx.scratch.dchannels;
+    const PrecisionMatmul matmul(model, ctx);
+
+    // LM head (tied to wte) in row chunks: logits -> loss and dlogits in place -> dlnf, dwte.
+    const GradientSink::Head head = sink.head();
+    double loss_sum = 0.0;
+    for (int r0 = 0; r0 < N; r0 += ctx.logits_rows) {
+        const int rows = std::min(ctx.logits_rows, N - r0);
+        const float* lnf_rows = ctx.acts.lnf + static_cast<long>(r0) * C;
+        float* logits = ctx.scratch.logits;
+        matmul.forward(logits, nullptr, lnf_rows, wte, nullptr, rows, C, Vp);
+        cross_entropy_forward_backward(ctx.acts.losses + r0, logits, batch.targets.data() + r0,
+                                       rows, c.vocab_size, Vp, dloss);
+        for (int r = 0; r < rows; ++r)
+            loss_sum += ctx.acts.losses[r0 + r];
+        matmul.backward(dch + static_cast<long>(r0) * C, head.dwte, nullptr, logits, lnf_rows, wte,
+                        rows, C, Vp);
+    }
+
+    std::memset(dres, 0, sizeof(float) * static_cast<std::size_t>(N) * C);
+    layernorm_backward(dres, head.dlnfw, head.dlnfb, dch, layer_input(ctx, c, c.num_layers),
+                       layout.tensor(w, ParamTensor::lnfw).data(), ctx.acts.lnf_mean,
+                       ctx.acts.lnf_rstd, N, C);
+    sink.head_done();
+
+    const bool rerun_layers = ctx.stored_layers() < c.num_layers;
+    for (int l = c.num_layers - 1; l >= 0; --l) {
+        const LayerActs a = layer_acts(ctx, c, l);
+        const LayerView<const float> p = layer_view(layout, w, l);
+        const float* residual = layer_input(ctx, c, l);
+        // --recompute layers: the layer's activations again, from its stored input.
+        const LayerDropout dropout = layer_dropout(batch, l);
+        if (rerun_layers) layer_forward(matmul, ctx, a, p, residual, B, T, C, NH, dropout, false);
+        layer_backward(matmul, ctx, a, p, sink.layer(l), residual, B, T, C, NH, dropout);
+        sink.layer_done(l);
+    }
+    const DropoutMask embeddings = dropout_mask(batch, 0, DropoutSite::Embeddings);
+    if (embeddings.active()) apply_dropout(dres, B, static_cast<long>(T) * C, embeddings);
+    sink.embeddings(dres, batch);
+    return loss_sum;
+}
+
+double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
+                        const TokenBatch& batch, float dloss, std::span<float> grads) {
+    FullGradient sink(model, grads);
+    return forward_backward(model, ctx, batch, dloss, sink);
+}
+
+FullGradient::FullGradient(const Model& model, std::span<float> grads)
+    : model_(model), grads_(grads) {
+    if (grads.size() != model.layout.total()) {
+        throw std::invalid_argument("FullGradient: the buffer is not the model's size");
+    }
+}
+
+GradientSink::Head FullGradient::head() {
+    const ParameterLayout& layout = model_.layout;
+    return Head{layout.tensor(grads_, ParamTensor::wte).data(),
+                layout.tensor(grads_, ParamTensor::lnfw).data(),
+                layout.tensor(grads_, ParamTensor::lnfb).data()};
+}
+
+LayerView<float> FullGradient::layer(int l) {
+    return layer_view(model_.layout, grads_, l);
+}
+
+void FullGradient::embeddings(const float* dresidual, const TokenBatch& batch) {
+    const ParameterLayout& layout = model_.layout;
+    encoder_backward(layout.tensor(grads_, ParamTensor::wte).data(),
+                     layout.tensor(grads_, ParamTensor::wpe).data(), dresidual, batch.inputs.data(),
+                     batch.B, batch.T, model_.config.channels);
+}
+
+}  // namespace gpt2

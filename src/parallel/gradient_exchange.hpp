@@ -1,0 +1,56 @@
+// How a step sums the gradient across ranks and which weights each rank updates: one interface,
+// and one implementation per strategy (allreduce.hpp, zero.hpp, shared_memory.hpp), each owning
+// its buffers and threads.
+#pragma once
+
+#include <span>
+
+#include "core/range.hpp"
+#include "model/model.hpp"
+#include "model/optimizer.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/worker_group.hpp"
+
+namespace gpt2 {
+
+// What a step needs of the exchange, in the order it calls it (train/step.cpp).
+class GradientExchange {
+  public:
+    virtual ~GradientExchange() = default;
+
+    // Forward and backward over the step's micro-batches on the workers, the rank's gradient
+    // summed into workers.gradient(); with `overlap`, parts of it may leave as backward completes
+    // them (without: all of it after backward, so that a test can change it first).
+    [[nodiscard]] virtual GradientPass backward(const Model& model, WorkerGroup& workers,
+                                                const StepBatch& batch, bool overlap) = 0;
+    // The rest of the exchange after backward. Returns the buffer whose owned() elements hold the
+    // gradient summed over every rank.
+    [[nodiscard]] virtual std::span<float> finish(WorkerGroup& workers) = 0;
+    // The squared norm of the whole summed gradient, the same number on every rank.
+    [[nodiscard]] virtual double norm_squared(std::span<float> gradient, WorkerGroup& workers) = 0;
+    // AdamW on the owned() elements with the gradient multiplied by `clip`; afterwards every rank
+    // holds the same weights and the gradient buffers are zero for the next step.
+    virtual void update(Model& model, AdamWState& optimizer, std::span<float> gradient,
+                        const AdamWHyper& hyper, float clip, WorkerGroup& workers) = 0;
+    // A skipped step: the gradient cleared for the next, no weight changed.
+    virtual void discard(std::span<float> gradient, WorkerGroup& workers) = 0;
+
+    // The elements of the flat parameters this rank updates (all, or its slice).
+    [[nodiscard]] virtual Range owned() const = 0;
+    // The ranks the step's loss is summed over.
+    [[nodiscard]] virtual const Communicator& world() const = 0;
+};
+
+namespace exchange_detail {
+// The squared norm of gradient[owned] summed on the workers (double across them), and, when
+// `clear_others`, the rest of the buffer cleared (partial sums under ZeRO-1).
+[[nodiscard]] double owned_norm_squared(std::span<float> gradient, Range owned,
+                                        WorkerGroup& workers, bool clear_others);
+// AdamW over gradient[owned] divided among the workers (step number advanced once).
+void update_owned(Model& model, AdamWState& optimizer, std::span<float> gradient, Range owned,
+                  const AdamWHyper& hyper, float clip, WorkerGroup& workers);
+// gradient[owned] zeroed on the workers.
+void clear_owned(std::span<float> gradient, Range owned, WorkerGroup& workers);
+}  // namespace exchange_detail
+
+}  // namespace gpt2

@@ -1,0 +1,35 @@
+// The validation loss: the mean loss over a fixed set of windows of the validation data, the
+// same bits for any batch size, thread count and rank count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "model/model.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/worker_group.hpp"
+
+namespace gpt2 {
+
+// Writes window `window`'s T inputs and their T next-token targets (T = the workers' seq_len).
+// Called by several workers at once.
+using WindowReader = std::function<void(std::uint64_t window, std::span<std::int32_t> inputs,
+                                        std::span<std::int32_t> targets)>;
+
+// The mean per-token loss over `tokens` tokens (windows x T).
+struct ValidationLoss {
+    double loss = 0.0;
+    std::int64_t tokens = 0;
+};
+
+// The mean loss over windows 0 .. windows-1 of the validation data: each window is one forward
+// of its own (one sequence, so no matrix product ever sees it among other rows), wherever it
+// runs; the windows are divided among the ranks and their workers, each window's loss lands at
+// its index, and every rank adds them in index order after an allreduce in which each index has
+// one non-zero contributor (exact).
+[[nodiscard]] ValidationLoss validation_loss(const Model& model, WorkerGroup& workers,
+                                             const Communicator& comm, std::uint64_t windows,
+                                             const WindowReader& read_window);
+
+}  // namespace gpt2
