@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes every parser of outside bytes: builds the libFuzzer targets (build-fuzz/, clang, ASan +
 # UBSan), replays each target's saved crash inputs (tests/fuzz/regressions/NAME/), then fuzzes each
-# target for SECONDS (default 30) on a temporary copy of its seed corpus (tests/fuzz/corpus/NAME/).
+# target for SECONDS (default 30) on a temporary copy of its seed corpus (tests/fuzz/corpus/NAME/,
+# whose entries may be links to test files).
 # A new crash input is copied into tests/fuzz/regressions/NAME/ (commit it once understood) unless
 # it is the same crash as a saved input that still fails. Exits non-zero if any saved input or
 # fuzzing run crashed, leaked, timed out or ran out of memory.
@@ -29,7 +30,7 @@ root=$PWD
 fuzz_dir=$root/tests/fuzz
 bin_dir=$root/build-fuzz/fuzz
 targets=${FUZZ_TARGETS:-"checkpoint resume_state shard tokenizer llmc_tokenizer gpt2_tokenizer
-  train_config documents multiple_choice safetensors hf_config"}
+  train_config documents multiple_choice safetensors hf_config parquet"}
 fuzz_flags=(-rss_limit_mb=2048 -timeout=10)
 # FUZZ_SEED=N makes the mutation sequence repeatable (CI uses it).
 [[ -n ${FUZZ_SEED:-} ]] && fuzz_flags+=("-seed=$FUZZ_SEED")
@@ -87,7 +88,8 @@ done
 fuzz_target() {
   local name=$1 run=$work/$1 status=0
   mkdir -p "$run/artifacts" "$run/tmp"
-  cp -r "$fuzz_dir/corpus/$name" "$run/corpus"
+  # -L: a corpus may link to the test files (corpus/parquet: tests/data/parquet).
+  cp -rL "$fuzz_dir/corpus/$name" "$run/corpus"
   TMPDIR=$run/tmp "$bin_dir/fuzz_$name" "${fuzz_flags[@]}" -max_total_time="$seconds" \
     -print_final_stats=1 -artifact_prefix="$run/artifacts/" "$run/corpus" >"$run/log" 2>&1 ||
     status=$?

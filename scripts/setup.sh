@@ -7,6 +7,9 @@
 #   GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh # also llama.cpp (node-llama-cpp 3.21.1's prebuilt CPU
 #                                          # binary, in .deps/) and NumPy: convert_model's checks
 #                                          # and scripts/llama_generate.sh
+#   GPT2_WITH_PARQUET=1 scripts/setup.sh   # also DuckDB, parquet-wasm (arrow-rs) and hyparquet (npm,
+#                                          # in .deps/parquet): the Parquet fixtures' writers and a
+#                                          # third reader for tests/test_parquet.cpp
 #   GPT2_SETUP_DRY_RUN=1 scripts/setup.sh # only print the packages it would install
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +17,8 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config git
           libopenmpi-dev openmpi-bin libopenblas-dev libdnnl-dev
           libgtest-dev libgmock-dev libcli11-dev libspdlog-dev libfmt-dev
-          nlohmann-json3-dev libpcre2-dev zlib1g-dev libzstd-dev clang libclang-rt-14-dev)
+          nlohmann-json3-dev libpcre2-dev zlib1g-dev libzstd-dev libsnappy-dev clang
+          libclang-rt-14-dev)
 # ip and tc build the simulated hosts of the multi-host tests (skipped without them).
 { command -v ip && command -v tc; } >/dev/null || packages+=(iproute2)
 if [[ "${GPT2_WITH_PYTHON:-0}" == "1" ]]; then
@@ -28,6 +32,10 @@ if [[ "${GPT2_WITH_PYTHON:-0}" == "1" ]]; then
 fi
 if [[ "${GPT2_WITH_LLAMA_CPP:-0}" == "1" ]]; then
   /usr/bin/python3 -c "import numpy" 2>/dev/null || packages+=(python3-numpy)
+  command -v node >/dev/null || packages+=(nodejs)
+  command -v npm >/dev/null || packages+=(npm)
+fi
+if [[ "${GPT2_WITH_PARQUET:-0}" == "1" ]]; then
   command -v node >/dev/null || packages+=(nodejs)
   command -v npm >/dev/null || packages+=(npm)
 fi
@@ -57,6 +65,16 @@ if [[ "${GPT2_WITH_LLAMA_CPP:-0}" == "1" && ! -d .deps/llama-cpp/node_modules/@n
   mkdir -p .deps/llama-cpp
   NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --prefix .deps/llama-cpp --no-audit --no-fund \
     --no-save --omit=optional --silent -E node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1
+fi
+
+# Independent Parquet writers (DuckDB; parquet-wasm, which is arrow-rs) and a third reader
+# (hyparquet) for the Parquet checks: dev/make_parquet_fixtures.mjs and tests/test_parquet.cpp.
+if [[ "${GPT2_WITH_PARQUET:-0}" == "1" && ! -d .deps/parquet/node_modules/hyparquet-compressors ]]; then
+  echo "setup: installing DuckDB, parquet-wasm and hyparquet into .deps/parquet"
+  mkdir -p .deps/parquet
+  npm install --prefix .deps/parquet --no-audit --no-fund --no-save --silent -E \
+    @duckdb/node-api@1.5.6-r.1 parquet-wasm@0.8.0 apache-arrow@21.2.0 hyparquet@1.33.0 \
+    hyparquet-compressors@1.1.2
 fi
 
 # The corpus: from ../shared/data when this checkout sits beside it, otherwise its public URL.

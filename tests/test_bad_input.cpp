@@ -29,6 +29,8 @@ class BadInputTable : public ::testing::TestWithParam<BadInput> {
         const ScratchDir& d = *dir_;
         test::write_corpus(d.path() / "corpus.txt", 20000);
         std::ofstream(d.path() / "empty.txt").flush();
+        std::filesystem::copy_file(GPT2_TEST_DATA_DIR "/parquet/duckdb_snappy_v1.parquet",
+                                   d.path() / "fineweb.txt");
         std::filesystem::create_directories(d.path() / "a_directory");
         // A checkpoint to damage: train briefly (char tokenizer, L2 C32, block 32).
         const auto r = run_command(test::build_path("train_gpt2") + kSmall + " --data " +
@@ -101,6 +103,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"directory_instead_of_file", "--data {dir}/a_directory",
                  "a_directory: is a directory"},
         BadInput{"empty_file", "--data {dir}/empty.txt", "the corpus is empty"},
+        BadInput{"parquet_given_as_text", "--data {dir}/fineweb.txt",
+                 "--data {dir}/fineweb.txt: a Parquet file (it starts with PAR1), not text"},
         BadInput{"truncated_checkpoint", "--init-from {dir}/truncated.bin",
                  "truncated.bin: truncated"},
         BadInput{"flipped_byte_checkpoint", "--init-from {dir}/flipped.bin",

@@ -639,8 +639,8 @@ TEST(PrepareData, FlagsTheRunDoesNotUseAreRefusedOrWarnedAbout) {
     for (const std::string warning :
          {"--tokenizer-dir only applies to --tokenizer gpt2; ignored",
           "--eot-in-text does not apply to --tokenizer char",
-          "--skip-bad-lines only applies to JSON Lines, and no input is one",
-          "--jsonl-field only applies to JSON Lines, and no input is one",
+          "--skip-bad-lines only applies to JSON Lines and Parquet, and no input is either",
+          "--jsonl-field only applies to JSON Lines and Parquet, and no input is either",
           "--glob only applies to directories given to --data; ignored"}) {
         EXPECT_NE(unused.output.find(warning), std::string::npos) << warning << "\n"
                                                                   << unused.output;
@@ -760,7 +760,7 @@ TEST(PreparationProgress, AnOlderProgressFileIsReadAndComparedFlagByFlag) {
     EXPECT_EQ(progress->train.next.skip, 7u);
     EXPECT_EQ(progress->tokenizer_checksum, 0u);
     PreparationSettings settings{"bpe", 300, 256, "token", "text", 0.1, 0, 1000};
-    const std::vector<CorpusFile> files = {{"a.txt", false, 12}};
+    const std::vector<CorpusFile> files = {{"a.txt", CorpusFormat::Text, 12}};
     // The vocabulary size it recorded was the tokenizer's (290 when the corpus ran out of merges),
     // not the flag's: not compared.
     EXPECT_EQ(settings_difference(progress->settings, settings, files, "--data"), std::nullopt);
@@ -768,7 +768,7 @@ TEST(PreparationProgress, AnOlderProgressFileIsReadAndComparedFlagByFlag) {
     EXPECT_EQ(settings_difference(progress->settings, settings, files, "--data"),
               "--eot-in-text text (the preparation's: token)");
     settings.eot_in_text = "token";
-    const std::vector<CorpusFile> other = {{"b.txt", false, 12}};
+    const std::vector<CorpusFile> other = {{"b.txt", CorpusFormat::Text, 12}};
     EXPECT_EQ(settings_difference(progress->settings, settings, other, "--input"),
               "--input: b.txt is not one of the preparation's files");
     write_bytes(dir.path() / "bad.progress.json", "{\"complete\": true}");

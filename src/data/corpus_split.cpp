@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "data/parquet.hpp"
 
 namespace gpt2 {
 
@@ -42,9 +43,15 @@ CorpusSplit::CorpusSplit(std::vector<CorpusFile> files, const CorpusSplitOptions
     : files_(std::move(files)),
       val_fraction_(options.val_fraction),
       val_documents_(static_cast<std::uint64_t>(std::max<std::int64_t>(0, options.val_documents))) {
-    for (const CorpusFile& f : files_)
+    ParquetReadOptions parquet;
+    parquet.text_field = options.text_field;
+    parquet.text_field_given = options.text_field_given;
+    for (const CorpusFile& f : files_) {
         stored_bytes_ += f.bytes;
-    one_text_ = files_.size() == 1 && !files_[0].jsonl;
+        // Every Parquet footer and its columns are checked now, before any expensive work.
+        if (f.format == CorpusFormat::Parquet) (void)ParquetReader(f.path, parquet);
+    }
+    one_text_ = files_.size() == 1 && files_[0].format == CorpusFormat::Text;
     if (val_fraction_ > 0) {
         val_every_ = std::max<std::uint64_t>(
             1, static_cast<std::uint64_t>(std::llround(1.0 / val_fraction_)));
@@ -78,14 +85,15 @@ CorpusSplit::CorpusSplit(std::vector<CorpusFile> files, const CorpusSplitOptions
 void CorpusSplit::count_documents(std::uint64_t limit, const CorpusSplitOptions& options) {
     std::uint64_t counted = 0;
     for (std::size_t i = 0; i < files_.size() && counted < limit; ++i) {
-        if (!files_[i].jsonl) {  // one document, its size measured only if needed
+        if (files_[i].format == CorpusFormat::Text) {  // one document, sized only if needed
             document_bytes_.push_back(0);
             document_file_.push_back(i);
             ++counted;
             continue;
         }
         DocumentReaderOptions reading;
-        reading.jsonl_field = options.jsonl_field;
+        reading.text_field = options.text_field;
+        reading.text_field_given = options.text_field_given;
         reading.skip_bad_lines = options.skip_bad_lines;
         DocumentReader reader({files_[i]}, reading);
         DocumentPiece piece;
@@ -101,7 +109,7 @@ void CorpusSplit::count_documents(std::uint64_t limit, const CorpusSplitOptions&
 void CorpusSplit::split_last_bytes() {
     for (std::size_t d = 0; d < document_bytes_.size(); ++d) {
         const CorpusFile& file = files_[document_file_[d]];
-        if (!file.jsonl) document_bytes_[d] = uncompressed_bytes(file);
+        if (file.format == CorpusFormat::Text) document_bytes_[d] = uncompressed_bytes(file);
         total_bytes_ += document_bytes_[d];
     }
     if (one_text_ && total_bytes_ == 0) {

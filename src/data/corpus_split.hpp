@@ -15,8 +15,9 @@ namespace gpt2 {
 struct CorpusSplitOptions {
     double val_fraction = 0.1;       // 0..0.99
     std::int64_t val_documents = 0;  // > 0: the first this many documents instead
-    // How JSON Lines are read when counting documents: as the preparation reads them.
-    std::string jsonl_field = "text";
+    // How JSON Lines and Parquet are read when counting documents: as the preparation reads them.
+    std::string text_field = "text";
+    bool text_field_given = false;
     bool skip_bad_lines = false;
 };
 
@@ -30,10 +31,12 @@ enum class ValidationRule {
 class CorpusSplit {
   public:
     // The split of the corpus of `files` (list_corpus_files). Counts the first documents (JSON
-    // Lines are read up to the count needed; a plain file is one document) to choose the rule:
+    // Lines and Parquet are read up to the count needed; a plain file is one document) to choose
+    // the rule:
     // the last bytes for one text file and for fewer documents than round(1/fraction), whose
     // every-N-th document would be a far larger share than asked for. InputError for a single
-    // text file that is empty (no bytes to split) and what reading the JSON Lines throws;
+    // text file that is empty (no bytes to split), what reading JSON Lines or Parquet throws and
+    // what opening each Parquet file does (its footer and columns are checked first);
     // UsageError for --val-documents that leave no document for training and for a fraction
     // that would make every document validation.
     CorpusSplit(std::vector<CorpusFile> files, const CorpusSplitOptions& options);

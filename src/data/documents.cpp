@@ -1,6 +1,7 @@
 #include "data/documents.hpp"
 
 #include <fnmatch.h>
+#include <glob.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -12,6 +13,9 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "data/multiple_choice.hpp"
+#include "data/parquet.hpp"
+#include "data/shard.hpp"
 
 namespace gpt2 {
 
@@ -28,22 +32,18 @@ Compression compression_of(const fs::path& path) {
     return Compression::None;
 }
 
-bool is_jsonl(const fs::path& path) {
+CorpusFormat format_of(const fs::path& path) {
+    if (path.extension() == ".parquet") return CorpusFormat::Parquet;
     const fs::path inner = compression_of(path) == Compression::None ? path : path.stem();
-    return inner.extension() == ".jsonl";
-}
-
-CorpusFile corpus_file(const fs::path& path) {
-    std::error_code ec;
-    const std::uintmax_t bytes = fs::file_size(path, ec);
-    if (ec) throw InputError(path.string() + ": " + ec.message());
-    return CorpusFile{path, is_jsonl(path), bytes};
+    return inner.extension() == ".jsonl" ? CorpusFormat::JsonLines : CorpusFormat::Text;
 }
 
 // The bytes of one file, decompressed; counts what it consumed of the file as stored.
 class ByteSource {
   public:
-    explicit ByteSource(const fs::path& path) : path_(path), compression_(compression_of(path)) {
+    // `input_bytes`: how much of a compressed file is read at a time.
+    explicit ByteSource(const fs::path& path, std::size_t input_bytes = std::size_t{1} << 20)
+        : path_(path), compression_(compression_of(path)), in_(input_bytes) {
         file_.reset(std::fopen(path.c_str(), "rb"));
         if (!file_) fail(std::strerror(errno));
         if (compression_ == Compression::Gzip) {
@@ -130,7 +130,7 @@ class ByteSource {
     z_stream z_{};
     bool gz_ = false;
     ZSTD_DStream* zstd_ = nullptr;
-    std::vector<char> in_ = std::vector<char>(std::size_t{1} << 20);
+    std::vector<char> in_;
     std::size_t in_begin_ = 0, in_end_ = 0;
     bool eof_ = false;
     bool stream_ended_ = false;
@@ -140,14 +140,108 @@ class ByteSource {
 constexpr std::size_t kReadChunk = std::size_t{1} << 20;
 // Plain text with no safe cut in this much is refused rather than held whole.
 constexpr std::size_t kMaxPieceBytes = std::size_t{64} << 20;
+// How much of a text input is looked at for a binary file's signature when the corpus is listed.
+constexpr std::size_t kSniffBytes = 64;
+
+std::int32_t le32_at(std::string_view bytes) {
+    std::int32_t value = 0;
+    std::memcpy(&value, bytes.data(), sizeof(value));
+    return value;
+}
+
+// Refuses a text or JSON Lines file whose first (decompressed) bytes are binary.
+void check_text(const CorpusFile& file) {
+    if (file.format == CorpusFormat::Parquet || file.bytes == 0) return;
+    ByteSource source(file.path, 4096);
+    std::string head(kSniffBytes, '\0');
+    std::size_t got = 0;
+    try {
+        for (std::size_t n;
+             got < head.size() && (n = source.read(head.data() + got, head.size() - got)) > 0;)
+            got += n;
+    } catch (const InputError&) {
+        return;  // corrupt compressed data: reading it says so, with the whole story
+    }
+    head.resize(got);
+    if (const std::optional<std::string> what = binary_content(head))
+        throw InputError(file.path.string() + ": " + *what);
+}
+
+CorpusFile corpus_file(const fs::path& path) {
+    std::error_code ec;
+    const std::uintmax_t bytes = fs::file_size(path, ec);
+    if (ec) throw InputError(path.string() + ": " + ec.message());
+    CorpusFile file{path, format_of(path), bytes};
+    check_text(file);
+    return file;
+}
+
+bool is_glob_pattern(const std::string& text) {
+    return text.find_first_of("*?[") != std::string::npos;
+}
+
+// The paths a glob(3) pattern matches, sorted (none: empty).
+std::vector<fs::path> glob_matches(const std::string& pattern, const std::string& flag) {
+    glob_t matches{};
+    const int rc = ::glob(pattern.c_str(), 0, nullptr, &matches);
+    const std::unique_ptr<glob_t, decltype(&::globfree)> guard(&matches, &::globfree);
+    if (rc != 0 && rc != GLOB_NOMATCH)
+        throw InputError(flag + " '" + pattern + "': " +
+                         (rc == GLOB_ABORTED ? "a directory could not be read" : "out of memory"));
+    std::vector<fs::path> paths(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
+    std::sort(paths.begin(), paths.end());
+    return paths;
+}
 
 }  // namespace
+
+std::optional<std::string> binary_content(std::string_view head) {
+    const auto starts = [&](std::string_view magic) { return head.starts_with(magic); };
+    if (starts("PAR1"))
+        return "a Parquet file (it starts with PAR1), not text: Parquet is read from files named "
+               "*.parquet";
+    if (starts("PARE")) return "an encrypted Parquet file (it starts with PARE), not text";
+    if (starts("\x1f\x8b"))
+        return "gzip-compressed data, not text: name it .gz to have it decompressed";
+    if (starts("\x28\xb5\x2f\xfd"))
+        return "zstd-compressed data, not text: name it .zst to have it decompressed";
+    if (starts("GGUF")) return "a GGUF model file, not text";
+    if (starts("GPT2STA")) return "a train_gpt2 resume state file, not text";
+    if (head.size() >= 4) {
+        const std::int32_t magic = le32_at(head);
+        if (magic == kShardMagic)
+            return "an llm.c token shard (magic " + std::to_string(kShardMagic) +
+                   "), not text: train on shards with --train-data";
+        if (magic == kMultipleChoiceMagic)
+            return "llm.c's multiple-choice evaluation file (magic " +
+                   std::to_string(kMultipleChoiceMagic) + "), not text";
+        // llm.c's model files and this project's checkpoints (formats/checkpoint.hpp, a later
+        // layer), and llm.c's tokenizer file.
+        if (magic == 20240326) return "a model checkpoint (llm.c's magic 20240326), not text";
+        if (magic == 20240328) return "llm.c's tokenizer file (magic 20240328), not text";
+    }
+    if (const std::size_t nul = head.find('\0'); nul != std::string_view::npos)
+        return "binary data (a NUL byte at byte " + std::to_string(nul) + "), not text";
+    return std::nullopt;
+}
 
 std::vector<CorpusFile> list_corpus_files(std::span<const fs::path> inputs, const std::string& glob,
                                           std::string_view input_flag) {
     const std::string flag(input_flag);
     std::vector<CorpusFile> files;
+    std::vector<fs::path> expanded;
     for (const fs::path& input : inputs) {
+        std::error_code ec;
+        if (fs::exists(input, ec) || !is_glob_pattern(input.string())) {
+            expanded.push_back(input);
+            continue;
+        }
+        const std::vector<fs::path> matches = glob_matches(input.string(), flag);
+        if (matches.empty())
+            throw InputError(flag + " '" + input.string() + "': no files match the pattern");
+        expanded.insert(expanded.end(), matches.begin(), matches.end());
+    }
+    for (const fs::path& input : expanded) {
         std::error_code ec;
         const fs::file_status status = fs::status(input, ec);
         if (ec || !fs::exists(status))
@@ -204,7 +298,11 @@ struct DocumentReader::Impl {
     bool past_cut = false;               // plain text: the next piece starts after the forced cut
     std::uint64_t skipped = 0;
     std::string first_skipped;
-    std::optional<DocumentPiece> rest;  // JSON Lines: the part of a cut document after the cut
+    std::optional<DocumentPiece> rest;       // JSON Lines: the part of a cut document after the cut
+    std::unique_ptr<ParquetReader> parquet;  // of files[file] when it is Parquet
+    ParquetRecord record;                    // Parquet: the row being read
+    std::uint64_t parquet_null_rows = 0;     // of the Parquet files before this one
+    std::uint64_t parquet_null_messages = 0;
 
     bool fill() {  // reads one more chunk into pending; false at the end of the file
         if (file_ended) return false;
@@ -217,12 +315,35 @@ struct DocumentReader::Impl {
         const std::size_t got = source->read(pending.data() + old, kReadChunk);
         pending.resize(old + got);
         file_ended = got == 0;
+        if (files[file].format == CorpusFormat::Text) {  // text inputs must be text
+            if (const void* nul = std::memchr(pending.data() + old, '\0', got)) {
+                const auto at =
+                    static_cast<std::size_t>(static_cast<const char*>(nul) - pending.data());
+                throw InputError(files[file].path.string() + ": binary data (a NUL byte at byte " +
+                                 std::to_string(offset + at) + "), not text");
+            }
+        }
         return got > 0;
     }
     void open_next_file() {
         if (source) stored_done += source->stored_read();
         source.reset();
+        if (parquet) {
+            stored_done += parquet->stored_bytes_read();
+            parquet_null_rows += parquet->null_rows();
+            parquet_null_messages += parquet->null_messages();
+        }
+        parquet.reset();
         if (file >= files.size()) return;
+        if (files[file].format == CorpusFormat::Parquet) {
+            ParquetReadOptions reading;
+            reading.text_field = options.text_field;
+            reading.text_field_given = options.text_field_given;
+            parquet = std::make_unique<ParquetReader>(files[file].path, reading);
+            if (options.on_parquet_file)
+                options.on_parquet_file(files[file].path, parquet->layout().description);
+            return;
+        }
         source = std::make_unique<ByteSource>(files[file].path);
         pending.clear();
         head = 0;
@@ -276,6 +397,16 @@ struct DocumentReader::Impl {
     }
     bool next_plain(DocumentPiece& out);
     bool next_jsonl(DocumentPiece& out);
+    bool next_parquet(DocumentPiece& out);
+    // Counts a bad line or row, or (not skipping) stops with it.
+    void bad_input(const std::string& where) {
+        if (!options.skip_bad_lines) {
+            throw InputError(where + " (--skip-bad-lines skips such " +
+                             (files[file].format == CorpusFormat::Parquet ? "rows" : "lines") +
+                             ", counted)");
+        }
+        if (skipped++ == 0) first_skipped = where;
+    }
 };
 
 bool DocumentReader::Impl::next_plain(DocumentPiece& out) {
@@ -365,9 +496,9 @@ bool DocumentReader::Impl::next_jsonl(DocumentPiece& out) {
             const nlohmann::json record = nlohmann::json::parse(text);
             if (!record.is_object()) {
                 reason = "not a JSON object";
-            } else if (const auto field = record.find(options.jsonl_field);
+            } else if (const auto field = record.find(options.text_field);
                        field == record.end() || !field->is_string()) {
-                reason = "no string field '" + options.jsonl_field + "'";
+                reason = "no string field '" + options.text_field + "'";
             } else {
                 document_text = field->get<std::string>();
             }
@@ -376,12 +507,7 @@ bool DocumentReader::Impl::next_jsonl(DocumentPiece& out) {
             reason = std::string("not valid JSON (") + e.what() + ")";
         }
         if (!reason.empty()) {
-            const std::string where =
-                files[file].path.string() + ":" + std::to_string(line) + ": " + reason;
-            if (!options.skip_bad_lines) {
-                throw InputError(where + " (--skip-bad-lines skips such lines, counted)");
-            }
-            if (skipped++ == 0) first_skipped = where;
+            bad_input(files[file].path.string() + ":" + std::to_string(line) + ": " + reason);
             continue;
         }
         out.text = std::move(document_text);
@@ -393,6 +519,27 @@ bool DocumentReader::Impl::next_jsonl(DocumentPiece& out) {
         if (out.document == options.cut_document) cut_document(out);
         return true;
     }
+}
+
+bool DocumentReader::Impl::next_parquet(DocumentPiece& out) {
+    while (parquet->next(record)) {
+        if (!record.problem.empty()) {
+            bad_input(files[file].path.string() + ": row " + std::to_string(record.row + 1) + ": " +
+                      record.problem);
+            continue;
+        }
+        record_text(record, out.text);
+        out.document = document++;
+        out.index = piece++;
+        out.first = true;
+        out.offset = 0;
+        out.after_cut = false;
+        if (out.document == options.cut_document) cut_document(out);
+        return true;
+    }
+    ++file;
+    open_next_file();
+    return false;  // caller moves on to the next file
 }
 
 DocumentReader::DocumentReader(std::vector<CorpusFile> files, DocumentReaderOptions options)
@@ -412,17 +559,30 @@ bool DocumentReader::next(DocumentPiece& piece) {
         return true;
     }
     while (r.file < r.files.size()) {
-        if (r.files[r.file].jsonl) {
-            if (r.next_jsonl(piece)) return true;
-        } else {
-            return r.next_plain(piece);
+        switch (r.files[r.file].format) {
+            case CorpusFormat::JsonLines:
+                if (r.next_jsonl(piece)) return true;
+                break;
+            case CorpusFormat::Parquet:
+                if (r.next_parquet(piece)) return true;
+                break;
+            case CorpusFormat::Text:
+                return r.next_plain(piece);
         }
     }
     return false;
 }
 
 std::uint64_t DocumentReader::stored_bytes_read() const {
-    return impl_->stored_done + (impl_->source ? impl_->source->stored_read() : 0);
+    const Impl& r = *impl_;
+    return r.stored_done + (r.source ? r.source->stored_read() : 0) +
+           (r.parquet ? r.parquet->stored_bytes_read() : 0);
+}
+std::uint64_t DocumentReader::null_rows() const {
+    return impl_->parquet_null_rows + (impl_->parquet ? impl_->parquet->null_rows() : 0);
+}
+std::uint64_t DocumentReader::null_messages() const {
+    return impl_->parquet_null_messages + (impl_->parquet ? impl_->parquet->null_messages() : 0);
 }
 std::uint64_t DocumentReader::skipped_lines() const {
     return impl_->skipped;

@@ -23,7 +23,7 @@ struct SettingFlag {
 constexpr SettingFlag kSettingFlags[] = {
     {"tokenizer", "--tokenizer"},         {"vocab_size", "--vocab-size"},
     {"bpe_sample_mb", "--bpe-sample-mb"}, {"eot_in_text", "--eot-in-text"},
-    {"jsonl_field", "--jsonl-field"},     {"val_fraction", "--val-fraction"},
+    {"jsonl_field", "--text-field"},      {"val_fraction", "--val-fraction"},
     {"val_documents", "--val-documents"}, {"shard_tokens", "--shard-tokens"},
 };
 
@@ -91,7 +91,7 @@ std::string record_settings(const PreparationSettings& settings,
     j["vocab_size"] = settings.vocab_size;
     j["bpe_sample_mb"] = settings.bpe_sample_mb;
     j["eot_in_text"] = settings.eot_in_text;
-    j["jsonl_field"] = settings.jsonl_field;
+    j["jsonl_field"] = settings.text_field;  // the key of older files, so that they resume
     j["val_fraction"] = settings.val_fraction;
     j["val_documents"] = settings.val_documents;
     j["shard_tokens"] = settings.shard_tokens;

@@ -23,7 +23,7 @@ struct PreparationSettings {
     std::int64_t vocab_size = 0;  // --vocab-size, with --tokenizer bpe (else 0)
     double bpe_sample_mb = 0.0;   // --bpe-sample-mb, with --tokenizer bpe (else 0)
     std::string eot_in_text;
-    std::string jsonl_field;
+    std::string text_field;  // --text-field (recorded as "jsonl_field", its older name)
     double val_fraction = 0.0;
     std::int64_t val_documents = 0;
     std::int64_t shard_tokens = 0;

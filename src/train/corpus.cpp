@@ -7,6 +7,7 @@
 #include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/file_io.hpp"
+#include "data/documents.hpp"
 #include "train/text_format.hpp"
 
 namespace gpt2 {
@@ -31,6 +32,9 @@ void log_implied_tokenizer(const TrainOptions& o, const TokenizerChoice& choice)
 std::string read_corpus(const std::string& path) {
     std::string text = read_text_file(path);
     if (text.empty()) throw InputError("--data " + path + ": the corpus is empty");
+    // Text inputs must be text: a Parquet file, a shard or a checkpoint is refused, not tokenized.
+    if (const std::optional<std::string> what = binary_content(text))
+        throw InputError("--data " + path + ": " + *what);
     return text;
 }
 

@@ -1,10 +1,10 @@
-// prepare_data: tokenizes a corpus (text files, JSON Lines, directories of them, gzip/zstd) into
-// llm.c token shards, streaming: memory stays bounded by a few shards whatever the corpus size,
-// each shard is written atomically as soon as it is full, and --resume continues an interrupted
-// preparation after its last complete shard. The tokenizer goes next to the shards, serialized
-// (tokenizer.bin) and, where that format can hold it, as llm.c's tokenizer file. The work itself is
-// in src/data/ (corpus_split, shard_stream, shard_writer, preparation_progress, hellaswag), the
-// flags in options.cpp; this file wires them together.
+// prepare_data: tokenizes a corpus (text files, JSON Lines, Parquet, directories of them,
+// gzip/zstd) into llm.c token shards, streaming: memory stays bounded by a few shards whatever the
+// corpus size, each shard is written atomically as soon as it is full, and --resume continues an
+// interrupted preparation after its last complete shard. The tokenizer goes next to the shards,
+// serialized (tokenizer.bin) and, where that format can hold it, as llm.c's tokenizer file. The
+// work itself is in src/data/ (corpus_split, shard_stream, shard_writer, preparation_progress,
+// hellaswag), the flags in options.cpp; this file wires them together.
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
@@ -70,7 +70,7 @@ void create_out_dir(const fs::path& dir) {
 void check_flags(const Options& o) {
     if (!o.hellaswag.empty()) {
         for (const char* flag :
-             {"--data", "--glob", "--jsonl-field", "--skip-bad-lines", "--vocab-size",
+             {"--data", "--glob", "--text-field", "--skip-bad-lines", "--vocab-size",
               "--bpe-sample-mb", "--eot-in-text", "--val-fraction", "--val-documents",
               "--shard-tokens", "--resume", "--stop-after-shards"}) {
             if (o.has(flag)) {
@@ -109,16 +109,19 @@ void check_flags(const Options& o) {
     }
 }
 
-// What the corpus files make of the flags: those for JSON Lines with no .jsonl file, --glob with
-// no directory, a .json or .ndjson file (read as plain text: JSON Lines must be named .jsonl).
+// What the corpus files make of the flags: those for JSON Lines and Parquet with no such file,
+// --glob with no directory, a .json or .ndjson file (read as plain text: JSON Lines must be named
+// .jsonl).
 void check_flags_against_files(const Options& o, std::span<const gpt2::CorpusFile> files) {
-    const bool any_jsonl =
-        std::any_of(files.begin(), files.end(), [](const gpt2::CorpusFile& f) { return f.jsonl; });
-    for (const char* flag : {"--jsonl-field", "--skip-bad-lines"}) {
-        if (!any_jsonl && o.has(flag)) {
+    const bool any_records = std::any_of(files.begin(), files.end(), [](const gpt2::CorpusFile& f) {
+        return f.format != gpt2::CorpusFormat::Text;
+    });
+    for (const std::string& flag : {o.text_flag, std::string("--skip-bad-lines")}) {
+        const std::string documented = flag == o.text_flag ? "--text-field" : flag;
+        if (!any_records && o.has(documented)) {
             spdlog::warn(
-                "{} only applies to JSON Lines, and no input is one (their names end in .jsonl, "
-                ".jsonl.gz or .jsonl.zst); ignored",
+                "{} only applies to JSON Lines and Parquet, and no input is either (their names "
+                "end in .jsonl, .jsonl.gz, .jsonl.zst or .parquet); ignored",
                 flag);
         }
     }
@@ -130,7 +133,8 @@ void check_flags_against_files(const Options& o, std::span<const gpt2::CorpusFil
     for (const gpt2::CorpusFile& f : files) {
         fs::path inner = f.path;
         if (inner.extension() == ".gz" || inner.extension() == ".zst") inner = inner.stem();
-        if (!f.jsonl && (inner.extension() == ".json" || inner.extension() == ".ndjson")) {
+        if (f.format == gpt2::CorpusFormat::Text &&
+            (inner.extension() == ".json" || inner.extension() == ".ndjson")) {
             spdlog::warn(
                 "{} is read as plain text, one document (JSON Lines are read line by line only "
                 "from files named .jsonl, .jsonl.gz or .jsonl.zst)",
@@ -170,11 +174,26 @@ void build_hellaswag(const Options& o) {
                  out.string());
 }
 
-// `any_cut`: the tokenizer has no pre-tokenizer (char), so text may be cut anywhere.
-gpt2::DocumentReader open_reader(const Options& o, const gpt2::CorpusSplit& corpus, bool any_cut) {
+// `any_cut`: the tokenizer has no pre-tokenizer (char), so text may be cut anywhere. `log_files`:
+// say which columns each Parquet file is read by (when they change from file to file).
+gpt2::DocumentReader open_reader(const Options& o, const gpt2::CorpusSplit& corpus, bool any_cut,
+                                 bool log_files = false) {
     gpt2::DocumentReaderOptions r;
-    r.jsonl_field = o.jsonl_field;
+    r.text_field = o.text_field;
+    r.text_field_given = o.has("--text-field");
     r.skip_bad_lines = o.skip_bad_lines;
+    if (log_files) {
+        r.on_parquet_file = [last = std::string()](const fs::path& file,
+                                                   const std::string& columns) mutable {
+            if (columns == last) {
+                spdlog::debug("{}: Parquet, {}", file.string(), columns);
+                return;
+            }
+            spdlog::info("{}: Parquet, {}{}", file.string(), columns,
+                         last.empty() ? "" : " (the files before: " + last + ")");
+            last = columns;
+        };
+    }
     if (!any_cut) {
         r.safe_cut = [](std::string_view text, std::size_t p) {
             return gpt2::is_safe_cut(text, p);
@@ -226,7 +245,7 @@ gpt2::PreparationSettings settings_of(const Options& o) {
         s.bpe_sample_mb = o.bpe_sample_mb;
     }
     s.eot_in_text = o.eot_in_text;
-    s.jsonl_field = o.jsonl_field;
+    s.text_field = o.text_field;
     s.val_fraction = o.val_fraction;
     s.val_documents = o.val_documents;
     s.shard_tokens = o.shard_tokens;
@@ -489,8 +508,8 @@ int run(const Options& o) {
     } else if (o.tokenizer == gpt2::TokenizerKind::Gpt2) {
         tokenizer_owner = load_gpt2(o);
     }
-    const gpt2::CorpusSplit corpus(
-        std::move(files), {o.val_fraction, o.val_documents, o.jsonl_field, o.skip_bad_lines});
+    const gpt2::CorpusSplit corpus(std::move(files), {o.val_fraction, o.val_documents, o.text_field,
+                                                      o.has("--text-field"), o.skip_bad_lines});
     if (corpus.documents() == 0u)
         throw gpt2::InputError(o.data_flag + ": the corpus has no documents");
     if (!tokenizer_owner) tokenizer_owner = make_tokenizer(o, corpus);
@@ -517,7 +536,7 @@ int run(const Options& o) {
         spdlog::warn("the char tokenizer has no end-of-text token: documents are concatenated");
     }
     gpt2::DocumentReader reader =
-        open_reader(o, corpus, tokenizer.kind() == gpt2::TokenizerKind::Char);
+        open_reader(o, corpus, tokenizer.kind() == gpt2::TokenizerKind::Char, true);
     gpt2::prepare_data::ProgressLine display(corpus.stored_bytes());
     const gpt2::ShardStreamTotals totals =
         stream_shards(o, corpus, tokenizer, record, reader, train, val, display);
@@ -536,6 +555,16 @@ int run(const Options& o) {
     if (reader.skipped_lines() > 0) {
         spdlog::warn("skipped {} (--skip-bad-lines); the first: {}",
                      count_of(reader.skipped_lines(), "bad line"), reader.first_skipped());
+    }
+    if (reader.null_rows() > 0 || reader.null_messages() > 0) {
+        spdlog::info(
+            "Parquet: skipped {} with no text (null, or a conversation without a message "
+            "that has both role and content){}",
+            count_of(reader.null_rows(), "row"),
+            reader.null_messages() == 0
+                ? std::string()
+                : "; left out " + count_of(reader.null_messages(), "message") +
+                      " without role or content");
     }
     log_summary(o, corpus, totals, train, val, seconds_since(started));
     return app::kExitOk;

@@ -15,14 +15,18 @@ namespace fs = std::filesystem;
 
 void add_corpus_flags(CLI::App& cli, Options& o) {
     cli.add_option("--data,--input", o.inputs,
-                   "text or .jsonl files (.gz/.zst too) and directories (recursive, sorted); "
-                   "repeat or list several (--input is the older name)")
+                   "text, .jsonl or .parquet files (text and .jsonl also .gz/.zst), directories "
+                   "(recursive, sorted) and quoted glob patterns ('dir/*.parquet'); repeat or "
+                   "list several (--input is the older name)")
         ->default_str("");
     cli.add_option("--glob", o.glob, "in directories: only file names matching this");
-    cli.add_option("--jsonl-field", o.jsonl_field, "the text field of each .jsonl line");
+    cli.add_option("--text-field,--jsonl-field", o.text_field,
+                   "the text field of each .jsonl line and the text column of .parquet files "
+                   "(--jsonl-field is the older name); without it, a Parquet file with no column "
+                   "'text' is read as chat (a list of role/content) or prompt/response data");
     cli.add_flag("--skip-bad-lines", o.skip_bad_lines,
                  "skip (and count) .jsonl lines that are not JSON objects with the text field, "
-                 "instead of stopping");
+                 "and Parquet rows whose text is not UTF-8, instead of stopping");
 }
 
 void add_tokenizer_flags(CLI::App& cli, Options& o) {
@@ -55,7 +59,7 @@ void add_output_flags(CLI::App& cli, Options& o) {
     cli.add_option("--out-dir", o.out_dir, "output directory")->required();
     cli.add_option("--name", o.name,
                    "shard name prefix, or with --hellaswag the file's name before .bin (default: "
-                   "the first input's name without extensions)");
+                   "the first input's name without extensions; a pattern's directory's name)");
     cli.add_option("--val-fraction", o.val_fraction,
                    "validation share (0..0.99): of documents, every round(1/F)-th starting with "
                    "the first; of one text file or fewer documents than round(1/F), the text's "
@@ -84,23 +88,24 @@ void add_output_flags(CLI::App& cli, Options& o) {
         ->group("");
 }
 
-// How the command line names the corpus: "--input" when only the older name is used, so that
-// errors name the flag the user typed.
-std::string data_flag_spelling(int argc, char** argv) {
-    bool data = false, input = false;
+// How the command line names a flag that has an older name: the older one when only it is used,
+// so that messages name the flag the user typed.
+std::string flag_spelling(int argc, char** argv, const std::string& name,
+                          const std::string& older) {
+    bool current = false, old = false;
     for (int i = 1; i < argc; ++i) {
         const std::string_view arg = argv[i];
-        data = data || arg == "--data" || arg.starts_with("--data=");
-        input = input || arg == "--input" || arg.starts_with("--input=");
+        current = current || arg == name || arg.starts_with(name + "=");
+        old = old || arg == older || arg.starts_with(older + "=");
     }
-    return input && !data ? "--input" : "--data";
+    return old && !current ? older : name;
 }
 
 }  // namespace
 
 std::variant<Options, int> parse_options(int argc, char** argv) {
     CLI::App cli{
-        "Tokenizes a corpus (text files, JSON Lines, directories of them; gzip or zstd) "
+        "Tokenizes a corpus (text files, JSON Lines, Parquet, directories of them; gzip or zstd) "
         "into llm.c token shards plus the tokenizer files, streaming.",
         "prepare_data"};
     cli.option_defaults()->always_capture_default();
@@ -110,15 +115,23 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
     add_tokenizer_flags(cli, o);
     add_output_flags(cli, o);
     if (const std::optional<int> code = app::parse_command_line(cli, argc, argv)) return *code;
-    o.data_flag = data_flag_spelling(argc, argv);
+    o.data_flag = flag_spelling(argc, argv, "--data", "--input");
+    o.text_flag = flag_spelling(argc, argv, "--text-field", "--jsonl-field");
     for (const CLI::Option* option : cli.get_options()) {
         if (option->count() > 0 && !option->get_lnames().empty())
             o.given.insert("--" + option->get_lnames().front());
     }
     if (o.name.empty() && !o.inputs.empty()) {
         fs::path stem = o.inputs[0];
-        while (stem.has_extension() && (stem.extension() == ".gz" || stem.extension() == ".zst" ||
-                                        stem.extension() == ".jsonl" || stem.extension() == ".txt"))
+        // A pattern ('fineweb/10BT/*.parquet') is named after its directory.
+        std::error_code ec;
+        while (!fs::exists(stem, ec) &&
+               stem.filename().string().find_first_of("*?[") != std::string::npos)
+            stem = stem.parent_path();
+        while (stem.has_extension() &&
+               (stem.extension() == ".gz" || stem.extension() == ".zst" ||
+                stem.extension() == ".jsonl" || stem.extension() == ".txt" ||
+                stem.extension() == ".parquet"))
             stem = stem.stem();
         o.name = stem.filename().string();
         if (o.name.empty()) o.name = "corpus";

@@ -17,7 +17,9 @@ struct Options {
     std::string data_flag =
         "--data";  // as the user spelled it (--input, the older name), for errors
     std::string glob = "*";
-    std::string jsonl_field = "text";
+    std::string text_field = "text";
+    std::string text_flag =
+        "--text-field";  // as the user spelled it (--jsonl-field, the older name)
     bool skip_bad_lines = false;
     gpt2::TokenizerKind tokenizer = gpt2::TokenizerKind::Char;
     int vocab_size = 4096;
@@ -42,7 +44,8 @@ struct Options {
 };
 
 // Options, or the exit code when parsing ends the program (--help, --version, bad flags). An
-// empty --name becomes the first input's name without its extensions (.txt, .jsonl, .gz, .zst).
+// empty --name becomes the first input's name without its extensions (.txt, .jsonl, .parquet,
+// .gz, .zst).
 [[nodiscard]] std::variant<Options, int> parse_options(int argc, char** argv);
 
 }  // namespace gpt2::prepare_data
