@@ -73,6 +73,12 @@ TEST(Readme, NamesNoFlagThatDoesNotExist) {
         for (const std::string& flag : long_flags(help.output))
             real.insert(flag);
     }
+    // The benchmark programs' flags (docs/development.md shows them).
+    for (const char* bench : {"bench_prefill", "bench_gemm"}) {
+        const auto help = run_command(test::build_path(bench) + " --help");
+        for (const std::string& flag : long_flags(help.output))
+            real.insert(flag);
+    }
     // The scripts' own flags: the `--flag)` cases of their argument loops.
     std::vector<fs::path> scripts;
     for (const char* folder : {"/scripts", "/dev"}) {
