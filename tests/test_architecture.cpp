@@ -17,9 +17,11 @@ namespace fs = std::filesystem;
 
 const fs::path kSource = fs::path(GPT2_SOURCE_DIR) / "src";
 
-// The layer a file of src/ belongs to: its folder (apps/cli/ is the cli layer).
+// The layer a file of src/ belongs to: its folder (apps/cli/ is the cli layer, data/prepare/
+// what only prepare_data uses of data).
 std::string layer_of(const std::string& relative) {
     if (relative.starts_with("apps/cli/")) return "cli";
+    if (relative.starts_with("data/prepare/")) return "data/prepare";
     if (relative.starts_with("apps/")) return "apps";
     return relative.substr(0, relative.find('/'));
 }
@@ -32,13 +34,14 @@ const std::map<std::string, std::set<std::string>> kMayUse = {
     {"model", {"core", "ops", "threads"}},
     {"tokenizer", {"core"}},
     {"data", {"core", "tokenizer"}},
+    {"data/prepare", {"core", "threads", "tokenizer", "data"}},
     {"formats", {"core", "ops", "threads", "model", "tokenizer"}},
     {"parallel", {"core", "ops", "threads", "model"}},
     {"train", {"core", "ops", "threads", "model", "tokenizer", "formats", "data", "parallel"}},
     {"cli", {"core"}},
     {"apps",
-     {"core", "ops", "threads", "model", "tokenizer", "formats", "data", "parallel", "train", "cli",
-      "apps"}},
+     {"core", "ops", "threads", "model", "tokenizer", "formats", "data", "data/prepare", "parallel",
+      "train", "cli", "apps"}},
 };
 
 // Everything wrong with one file's includes (`relative` is its path below src/).
@@ -79,6 +82,9 @@ TEST(Architecture, TheCheckerCatchesViolations) {
     EXPECT_EQ(violations("tokenizer/x.cpp", "#include <spdlog/spdlog.h>\n").size(), 1u);
     EXPECT_TRUE(violations("model/x.cpp", "#include \"threads/thread_pool.hpp\"\n").empty());
     EXPECT_TRUE(violations("train/x.cpp", "#include \"parallel/comm.hpp\"\n").empty());
+    EXPECT_EQ(violations("train/x.cpp", "#include \"data/prepare/shard_writer.hpp\"\n").size(), 1u);
+    EXPECT_EQ(violations("data/x.cpp", "#include \"data/prepare/shard_writer.hpp\"\n").size(), 1u);
+    EXPECT_TRUE(violations("data/prepare/x.cpp", "#include \"data/shard.hpp\"\n").empty());
 }
 
 TEST(Architecture, EveryFileIncludesOnlyTheLayersBelowIt) {

@@ -20,7 +20,7 @@
 #include "core/error.hpp"
 #include "core/file_io.hpp"
 #include "data/documents.hpp"
-#include "data/parquet.hpp"
+#include "data/parquet/parquet.hpp"
 #include "data/shard.hpp"
 #include "formats/checkpoint.hpp"
 #include "process_support.hpp"

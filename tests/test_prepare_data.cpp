@@ -23,7 +23,7 @@
 #include "core/error.hpp"
 #include "core/file_io.hpp"
 #include "data/documents.hpp"
-#include "data/preparation_progress.hpp"
+#include "data/prepare/preparation_progress.hpp"
 #include "data/shard.hpp"
 #include "process_support.hpp"
 #include "tokenizer/tokenizer.hpp"

@@ -12,7 +12,7 @@
 
 #include "core/error.hpp"
 #include "data/shard.hpp"
-#include "data/shard_writer.hpp"
+#include "data/prepare/shard_writer.hpp"
 
 namespace fs = std::filesystem;
 using gpt2::InputError;

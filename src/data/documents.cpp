@@ -14,7 +14,7 @@
 
 #include "core/error.hpp"
 #include "data/multiple_choice.hpp"
-#include "data/parquet.hpp"
+#include "data/parquet/parquet.hpp"
 #include "data/shard.hpp"
 
 namespace gpt2 {

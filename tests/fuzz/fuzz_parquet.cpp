@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "data/parquet.hpp"
+#include "data/parquet/parquet.hpp"
 #include "fuzz_support.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

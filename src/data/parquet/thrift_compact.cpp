@@ -1,4 +1,4 @@
-#include "data/thrift_compact.hpp"
+#include "data/parquet/thrift_compact.hpp"
 
 #include <cstring>
 

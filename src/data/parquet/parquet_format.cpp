@@ -1,10 +1,10 @@
-#include "data/parquet_format.hpp"
+#include "data/parquet/parquet_format.hpp"
 
 #include <array>
 #include <utility>
 
 #include "core/error.hpp"
-#include "data/thrift_compact.hpp"
+#include "data/parquet/thrift_compact.hpp"
 
 namespace gpt2::parquet {
 

@@ -1,4 +1,4 @@
-#include "data/hellaswag.hpp"
+#include "data/prepare/hellaswag.hpp"
 
 #include <nlohmann/json.hpp>
 #include <string>

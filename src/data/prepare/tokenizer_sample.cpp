@@ -1,4 +1,4 @@
-#include "data/tokenizer_sample.hpp"
+#include "data/prepare/tokenizer_sample.hpp"
 
 #include <array>
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "data/parquet_column.hpp"
-#include "data/parquet_format.hpp"
+#include "data/parquet/parquet_column.hpp"
+#include "data/parquet/parquet_format.hpp"
 
 namespace gpt2 {
 

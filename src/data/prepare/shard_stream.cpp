@@ -1,4 +1,4 @@
-#include "data/shard_stream.hpp"
+#include "data/prepare/shard_stream.hpp"
 
 #include <exception>
 #include <memory>

@@ -1,4 +1,4 @@
-#include "data/parquet_column.hpp"
+#include "data/parquet/parquet_column.hpp"
 
 #include <fcntl.h>
 #include <snappy.h>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "data/thrift_compact.hpp"
+#include "data/parquet/thrift_compact.hpp"
 
 namespace gpt2::parquet {
 

@@ -1,4 +1,4 @@
-#include "data/corpus_split.hpp"
+#include "data/prepare/corpus_split.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "core/error.hpp"
-#include "data/parquet.hpp"
+#include "data/parquet/parquet.hpp"
 
 namespace gpt2 {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "data/parquet_format.hpp"
+#include "data/parquet/parquet_format.hpp"
 
 namespace gpt2::parquet {
 

@@ -1,4 +1,4 @@
-#include "data/preparation_progress.hpp"
+#include "data/prepare/preparation_progress.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "data/documents.hpp"
-#include "data/shard_writer.hpp"
+#include "data/prepare/shard_writer.hpp"
 
 namespace gpt2 {
 

@@ -1,4 +1,4 @@
-#include "data/shard_writer.hpp"
+#include "data/prepare/shard_writer.hpp"
 
 #include <cstdio>
 #include <stdexcept>

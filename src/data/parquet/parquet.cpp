@@ -1,4 +1,4 @@
-#include "data/parquet.hpp"
+#include "data/parquet/parquet.hpp"
 
 #include <algorithm>
 #include <array>
@@ -8,8 +8,8 @@
 
 #include "core/error.hpp"
 #include "core/utf8.hpp"
-#include "data/parquet_column.hpp"
-#include "data/thrift_compact.hpp"
+#include "data/parquet/parquet_column.hpp"
+#include "data/parquet/thrift_compact.hpp"
 
 namespace gpt2 {
 

@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "data/documents.hpp"
-#include "data/shard_writer.hpp"
+#include "data/prepare/shard_writer.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
