@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/file_io.hpp"
+
 namespace gpt2 {
 namespace {
 
@@ -94,9 +96,7 @@ TEST(Architecture, EveryFileIncludesOnlyTheLayersBelowIt) {
         const std::string extension = entry.path().extension().string();
         if (extension != ".cpp" && extension != ".hpp") continue;
         ++files;
-        std::ifstream in(entry.path());
-        const std::string text((std::istreambuf_iterator<char>(in)),
-                               std::istreambuf_iterator<char>());
+        const std::string text = read_text_file(entry.path());
         for (const std::string& problem :
              violations(fs::relative(entry.path(), kSource).string(), text)) {
             ADD_FAILURE() << problem;
@@ -112,9 +112,7 @@ TEST(Architecture, OnlyTheCommunicatorIncludesMpiAnywhereInTheRepository) {
             if (!entry.is_regular_file()) continue;
             const std::string extension = entry.path().extension().string();
             if (extension != ".cpp" && extension != ".hpp" && extension != ".h") continue;
-            std::ifstream in(entry.path());
-            const std::string text((std::istreambuf_iterator<char>(in)),
-                                   std::istreambuf_iterator<char>());
+            const std::string text = read_text_file(entry.path());
             const bool includes_mpi =
                 std::regex_search(text, std::regex(R"(#\s*include\s*[<"]mpi\.h[>"])"));
             EXPECT_TRUE(!includes_mpi || entry.path().filename() == "comm.cpp") << entry.path();

@@ -6,10 +6,11 @@
 #include <fstream>
 #include <random>
 
+#include "core/file_io.hpp"
 #include "formats/checkpoint.hpp"
+#include "formats/resume_state.hpp"
 #include "model/optimizer.hpp"
 #include "process_support.hpp"
-#include "formats/resume_state.hpp"
 #include "train_run_fixture.hpp"
 
 namespace gpt2 {
@@ -127,8 +128,7 @@ TEST_F(TrainRun, Sigusr1ToMpiexecStopsTheJobCleanlyWithExitZero) {
         command("--max-steps 1000000 --checkpoint-every 0 --out-dir " + path("out"), 2) + " > " +
         log + " 2>&1 & job=$!; " + test::wait_for_log(log, "step 3/") +
         "kill -USR1 $job; wait $job; echo exit=$?'");
-    std::ifstream in(log);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text = read_text_file(log);
     EXPECT_EQ(test::echoed_exit_code(result.output), 0) << result.output << text;
     EXPECT_NE(text.find("stopped by signal at step"), std::string::npos) << text;
     EXPECT_NE(text.find("(SIGUSR1)"), std::string::npos) << text;
@@ -174,8 +174,7 @@ TEST_F(TrainRun, CtrlCOnTheLauncherSavesAndTheResumedRunIsBitwiseTheStraightOne)
     const auto result = run_command("bash -c 'set -m; " + job + " > " + log + " 2>&1 & job=$!; " +
                                     test::wait_for_log(path("resumed.jsonl"), "step.:3,") +
                                     "kill -INT -$job; wait $job; echo exit=$?'");
-    std::ifstream in(log);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text = read_text_file(log);
     EXPECT_EQ(test::echoed_exit_code(result.output), 0) << result.output << text;
     EXPECT_NE(text.find("[mpirun.sh] stopping"), std::string::npos) << text;
     EXPECT_NE(text.find("stopped by signal at step"), std::string::npos) << text;
@@ -212,8 +211,7 @@ TEST_F(TrainRun, CtrlCOnPlainMpirunLosesOnlyTheWorkSinceTheLastCheckpoint) {
         command("--max-steps 1000000 --checkpoint-every 4 --out-dir " + path("out"), 2) + " > " +
         log + " 2>&1 & job=$!; " + test::wait_for_log(log, "step 9/") +
         "kill -INT -$job; wait $job; echo exit=$?'");
-    std::ifstream in(log);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text = read_text_file(log);
     EXPECT_NE(test::echoed_exit_code(result.output), 0) << result.output << text;
     // A model this small may still save in the second between SIGTERM and SIGKILL.
     const auto steps = list_checkpoints(path("out"));

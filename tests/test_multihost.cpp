@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/file_io.hpp"
 #include "formats/checkpoint.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
@@ -174,8 +175,7 @@ TEST(Multihost, AKilledHostEndsTheJobAndTheResilientScriptFinishesIt) {
         file << script << "\n";
     }
     const auto result = run_command("bash " + (dir / "kill.sh"));
-    std::ifstream job_file(dir / "job.txt");
-    const std::string job((std::istreambuf_iterator<char>(job_file)), {});
+    const std::string job = read_text_file(dir / "job.txt");
     EXPECT_NE(result.output.find("killed"), std::string::npos) << result.output;
     EXPECT_NE(result.output.find("job exit 0"), std::string::npos) << result.output << job;
     EXPECT_NE(job.find("[train_resilient] restart 1/2 after exit code"), std::string::npos) << job;

@@ -39,8 +39,7 @@ const fs::path kTestData = GPT2_TEST_DATA_DIR;
 const fs::path kGpt2Dir = fs::path(GPT2_SHARED_DATA_DIR) / "gpt2";
 
 std::vector<std::int32_t> read_u16_ids(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string bytes = read_text_file(path);
     std::vector<std::int32_t> ids(bytes.size() / 2);
     for (std::size_t i = 0; i < ids.size(); ++i) {
         ids[i] = static_cast<unsigned char>(bytes[2 * i]) |
@@ -83,10 +82,8 @@ TEST(PrepareData, InputIsTheOlderNameOfData) {
         run_command(prepare("--input " + (dir / "corpus.txt") + common + (dir / "b"))).exit_code,
         0);
     for (const char* file : {"c_train_000000.bin", "c_val_000000.bin", "tokenizer.bin"}) {
-        std::ifstream a(dir.path() / "a" / file, std::ios::binary);
-        std::ifstream b(dir.path() / "b" / file, std::ios::binary);
-        const std::string x((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>());
-        const std::string y((std::istreambuf_iterator<char>(b)), std::istreambuf_iterator<char>());
+        const std::string x = read_text_file(dir.path() / "a" / file);
+        const std::string y = read_text_file(dir.path() / "b" / file);
         EXPECT_FALSE(x.empty()) << file;
         EXPECT_EQ(x, y) << file;
     }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "checkout_support.hpp"
+#include "core/file_io.hpp"
 #include "process_support.hpp"
 
 namespace gpt2 {
@@ -26,11 +27,6 @@ using test::run_command;
 // (a 30M-parameter model there).
 constexpr int kShortRun = 20;
 constexpr int kShortTableRun = 5;
-
-std::string read_text(const fs::path& path) {
-    std::ifstream in(path);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 // The text of `line` before its comment: the first '#' outside quotes that follows a blank.
 std::string without_comment(const std::string& line) {
@@ -50,7 +46,7 @@ std::string without_comment(const std::string& line) {
 
 // The commands of the first ```bash block after `heading` in README.md.
 std::vector<std::string> bash_block_after(const std::string& heading) {
-    const std::string readme = read_text(fs::path(GPT2_SOURCE_DIR) / "README.md");
+    const std::string readme = read_text_file(fs::path(GPT2_SOURCE_DIR) / "README.md");
     const auto at = readme.find(heading);
     EXPECT_NE(at, std::string::npos) << heading;
     if (at == std::string::npos) return {};
@@ -67,7 +63,7 @@ std::vector<std::string> bash_block_after(const std::string& heading) {
 
 // The example commands of the README's table of the four programs: its third column, in order.
 std::vector<std::string> program_table_examples() {
-    const std::string readme = read_text(fs::path(GPT2_SOURCE_DIR) / "README.md");
+    const std::string readme = read_text_file(fs::path(GPT2_SOURCE_DIR) / "README.md");
     const auto at = readme.find("## The four programs");
     EXPECT_NE(at, std::string::npos);
     std::vector<std::string> commands;

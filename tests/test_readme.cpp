@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "checkout_support.hpp"
+#include "core/file_io.hpp"
 #include "process_support.hpp"
 
 namespace gpt2 {
@@ -19,13 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using test::run_command;
 
-std::string file_text(const fs::path& path) {
-    std::ifstream in(path);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 std::string readme() {
-    return file_text(fs::path(GPT2_SOURCE_DIR) / "README.md");
+    return read_text_file(fs::path(GPT2_SOURCE_DIR) / "README.md");
 }
 
 // README.md and every page of docs/, in name order.
@@ -37,7 +33,7 @@ std::string manual() {
     std::sort(pages.begin(), pages.end());
     std::string text = readme();
     for (const fs::path& page : pages)
-        text += "\n" + file_text(page);
+        text += "\n" + read_text_file(page);
     return text;
 }
 
@@ -87,8 +83,7 @@ TEST(Readme, NamesNoFlagThatDoesNotExist) {
     }
     for (const fs::path& script : scripts) {
         if (script.extension() != ".sh") continue;
-        std::ifstream in(script);
-        const std::string text((std::istreambuf_iterator<char>(in)), {});
+        const std::string text = read_text_file(script);
         const std::regex option_case(R"((--[a-z][a-z0-9-]*)\))");
         for (auto it = std::sregex_iterator(text.begin(), text.end(), option_case);
              it != std::sregex_iterator(); ++it)

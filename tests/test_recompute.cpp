@@ -9,14 +9,15 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/file_io.hpp"
 #include "core/random.hpp"
 #include "formats/checkpoint.hpp"
+#include "formats/resume_state.hpp"
 #include "model/forward_backward.hpp"
 #include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"
 #include "process_support.hpp"
 #include "train/memory_plan.hpp"
-#include "formats/resume_state.hpp"
 #include "train/step.hpp"
 
 namespace gpt2 {
@@ -146,11 +147,6 @@ std::vector<double> logged_losses(const std::string& metrics_file) {
     return losses;
 }
 
-std::vector<std::uint8_t> file_bytes(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // Two ranks of two workers: --recompute layers trains bitwise as cheap, and a cheap run stopped
 // at step 10 resumes under --recompute layers bitwise as the straight run.
 TEST(RecomputeProgram, TwoRanksTrainAndResumeBitwiseAcrossLevels) {
@@ -196,7 +192,7 @@ TEST(RecomputeProgram, TooLittleMemoryIsRefusedBeforeAnythingRunsAndAutoRecomput
     const auto first = run_command(train_command(dir, "out", 0, "--max-steps 5 --threads 2"));
     ASSERT_EQ(first.exit_code, 0) << first.output;
     const std::filesystem::path checkpoint = model_path(dir / "out", 5);
-    const std::vector<std::uint8_t> before = file_bytes(checkpoint);
+    const std::vector<std::uint8_t> before = read_file_bytes(checkpoint);
     ASSERT_FALSE(before.empty());
 
     const std::size_t cheap = rank_need(Recompute::Cheap);
@@ -212,7 +208,7 @@ TEST(RecomputeProgram, TooLittleMemoryIsRefusedBeforeAnythingRunsAndAutoRecomput
               std::string::npos)
         << refused.output;
     EXPECT_EQ(refused.output.find("step 6"), std::string::npos) << refused.output;
-    EXPECT_EQ(file_bytes(checkpoint), before);
+    EXPECT_EQ(read_file_bytes(checkpoint), before);
     EXPECT_FALSE(std::filesystem::exists(model_path(dir / "out", 10)));
 
     // Two ranks, nothing fits: one line (from one rank), a non-zero exit, no hang.

@@ -8,11 +8,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/file_io.hpp"
 #include "core/random.hpp"
 #include "formats/checkpoint.hpp"
+#include "formats/resume_state.hpp"
 #include "model/spike_guard.hpp"
 #include "process_support.hpp"
-#include "formats/resume_state.hpp"
 #include "train_run_fixture.hpp"
 
 namespace gpt2 {
@@ -102,8 +103,7 @@ TEST(Signals, SigtermStopsAtAStepBoundaryWithACheckpointThatResumes) {
                                     test::wait_for_log(log, "step 5/") +
                                     "kill -TERM $pid; wait $pid; echo exit=$?'");
     EXPECT_EQ(test::echoed_exit_code(result.output), 0) << result.output;
-    std::ifstream in(log);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text = read_text_file(log);
     EXPECT_NE(text.find("stopped by signal"), std::string::npos) << text;
     const std::vector<std::int64_t> steps = list_checkpoints(dir.path() / "out");
     ASSERT_EQ(steps.size(), 1u) << text;

@@ -11,19 +11,15 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "data/shard.hpp"
+#include "core/file_io.hpp"
 #include "data/prepare/shard_writer.hpp"
+#include "data/shard.hpp"
 
 namespace fs = std::filesystem;
 using gpt2::InputError;
 using gpt2::MappedShard;
 
 namespace {
-
-std::string read_file(const fs::path& path) {
-    std::ifstream file(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
-}
 
 void write_file(const fs::path& path, std::string_view data) {
     std::ofstream file(path, std::ios::binary | std::ios::trunc);
@@ -64,7 +60,7 @@ class Shard : public ::testing::Test {
         for (int i = 0; i < count; ++i)
             tokens[i] = i;
         gpt2::write_shard(dir_ / "good.bin", tokens);
-        return read_file(dir_ / "good.bin");
+        return gpt2::read_text_file(dir_ / "good.bin");
     }
 
     void expect_map_error(const std::string& bytes, std::string_view needle) {
@@ -96,7 +92,7 @@ TEST_F(Shard, WriteThenMapRoundTrips) {
 TEST_F(Shard, ByteLayoutIsLlmcs) {
     const std::vector<std::int32_t> tokens = {0x1234, 7};
     gpt2::write_shard(dir_ / "s.bin", tokens);
-    const std::string bytes = read_file(dir_ / "s.bin");
+    const std::string bytes = gpt2::read_text_file(dir_ / "s.bin");
     ASSERT_EQ(bytes.size(), 1024u + 2 * tokens.size());
     std::string expected(1024, '\0');
     put_le32(expected, 0, 20240520);
@@ -291,7 +287,9 @@ TEST_F(Shard, AResumedWriterWritesTheShardsOfAnUninterruptedOne) {
         EXPECT_EQ(resumed.shards(), full.shards()) << "stopped after " << stop;
         EXPECT_EQ(resumed.tokens(), full.tokens()) << "stopped after " << stop;
         for (std::int64_t s = 0; s < expected_shards; ++s)
-            EXPECT_EQ(read_file(dir / full.path(s).filename()), read_file(full.path(s))) << s;
+            EXPECT_EQ(gpt2::read_text_file(dir / full.path(s).filename()),
+                      gpt2::read_text_file(full.path(s)))
+                << s;
     }
     // Interrupted after every shard: each run resumes from the position the one before recorded,
     // often in the middle of a piece that an earlier run had also entered in its middle.
@@ -301,7 +299,9 @@ TEST_F(Shard, AResumedWriterWritesTheShardsOfAnUninterruptedOne) {
         last = write_all(dir, last.shards(), last.tokens(), last.next(), last.shards() + 1);
     EXPECT_EQ(last.shards(), full.shards());
     for (std::int64_t s = 0; s < expected_shards; ++s)
-        EXPECT_EQ(read_file(dir / full.path(s).filename()), read_file(full.path(s))) << s;
+        EXPECT_EQ(gpt2::read_text_file(dir / full.path(s).filename()),
+                  gpt2::read_text_file(full.path(s)))
+            << s;
 }
 
 TEST_F(Shard, ShardNamesAreNumberedWithSixDigitsAndRemovedFromTheFirst) {
