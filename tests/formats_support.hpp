@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/generate.hpp"
 #include "model/forward_backward.hpp"
+#include "model/generate.hpp"
 #include "ops/gemm.hpp"
 #include "process_support.hpp"
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "model/model.hpp"
 #include "model/forward_backward.hpp"
+#include "model/model.hpp"
 #include "ops/attention.hpp"
 #include "ops/dropout.hpp"
 #include "reference_fixture.hpp"

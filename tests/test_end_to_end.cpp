@@ -5,8 +5,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "process_support.hpp"
 #include "formats/resume_state.hpp"
+#include "process_support.hpp"
 
 namespace gpt2 {
 namespace {

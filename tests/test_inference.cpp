@@ -13,15 +13,15 @@
 #include "core/error.hpp"
 #include "core/utf8.hpp"
 #include "formats/checkpoint.hpp"
+#include "formats/resume_state.hpp"
+#include "model/forward_backward.hpp"
 #include "model/generate.hpp"
 #include "model/kv_cache.hpp"
 #include "model/optimizer.hpp"
-#include "model/forward_backward.hpp"
 #include "ops/gemm.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "formats/resume_state.hpp"
 
 #include "random_model.hpp"
 

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <vector>
 
-#include "model/model.hpp"
 #include "model/forward_backward.hpp"
+#include "model/model.hpp"
 #include "ops/kernels.hpp"
 #include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/aligned_buffer.hpp"
-#include "model/model.hpp"
 #include "model/forward_backward.hpp"
+#include "model/model.hpp"
 #include "threads/barrier.hpp"
 #include "threads/thread_pool.hpp"
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/range.hpp"
-#include "model/model.hpp"
 #include "model/forward_backward.hpp"
+#include "model/model.hpp"
 #include "parallel/layerwise_reduction.hpp"
 #include "threads/thread_pool.hpp"
 

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "tokenizer/pretokenizer.hpp"
 #include "tokenizer/kinds.hpp"
+#include "tokenizer/pretokenizer.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {

@@ -1,8 +1,8 @@
 // Fuzzes gpt2::load_resume_state (state_N.bin: AdamW moments, step, RNG) for a fixed small model.
 #include <cstdint>
 
-#include "fuzz_support.hpp"
 #include "formats/resume_state.hpp"
+#include "fuzz_support.hpp"
 
 namespace {
 

@@ -13,8 +13,8 @@
 #include "data/shard.hpp"
 #include "formats/checkpoint.hpp"
 #include "formats/hugging_face.hpp"
-#include "fuzz_support.hpp"
 #include "formats/resume_state.hpp"
+#include "fuzz_support.hpp"
 
 namespace fs = std::filesystem;
 
