@@ -300,7 +300,7 @@ struct DocumentReader::Impl {
     std::string first_skipped;
     std::optional<DocumentPiece> rest;       // JSON Lines: the part of a cut document after the cut
     std::unique_ptr<ParquetReader> parquet;  // of files[file] when it is Parquet
-    ParquetRecord record;                    // Parquet: the row being read
+    ParquetRecord record;                    // the Parquet row or JSON line being read
     std::uint64_t parquet_null_rows = 0;     // of the Parquet files before this one
     std::uint64_t parquet_null_messages = 0;
 
@@ -360,6 +360,7 @@ struct DocumentReader::Impl {
     }
     void emit(DocumentPiece& out, std::size_t length, bool first) {
         out.text.assign(pending, 0, length);
+        out.spans.clear();
         pending.erase(0, length);
         scanned = 0;
         last_safe = 0;
@@ -392,12 +393,27 @@ struct DocumentReader::Impl {
         after.first = false;
         after.offset = p;
         after.after_cut = true;
+        // The spans on either side of the cut, in each piece's own bytes.
+        std::vector<TextSpan> before;
+        for (const TextSpan& span : whole.spans) {
+            if (span.end <= p) {
+                before.push_back(span);
+                continue;
+            }
+            if (before.empty() || before.back().end < p)
+                before.push_back(TextSpan{p, span.trained});
+            after.spans.push_back(TextSpan{span.end - p, span.trained});
+        }
+        whole.spans = std::move(before);
         whole.text.resize(p);
         rest = std::move(after);
     }
     bool next_plain(DocumentPiece& out);
     bool next_jsonl(DocumentPiece& out);
     bool next_parquet(DocumentPiece& out);
+    // A JSON Lines object as a record (its string field; without one, unless the field was given,
+    // prompt/response, prompt/completion or a chat), or why it is none.
+    [[nodiscard]] std::string jsonl_record(const nlohmann::json& object, ParquetRecord& out) const;
     // Counts a bad line or row, or (not skipping) stops with it.
     void bad_input(const std::string& where) {
         if (!options.skip_bad_lines) {
@@ -410,6 +426,12 @@ struct DocumentReader::Impl {
 };
 
 bool DocumentReader::Impl::next_plain(DocumentPiece& out) {
+    if (options.require_responses) {
+        throw InputError(files[file].path.string() +
+                         ": plain text, which has no response to train: the loss on the response "
+                         "only needs prompt/response or chat records (JSON Lines or Parquet; "
+                         "--loss-on all trains on every token)");
+    }
     for (;;) {
         while (pending.size() < options.piece_bytes && fill()) {
         }
@@ -471,6 +493,64 @@ bool DocumentReader::Impl::next_plain(DocumentPiece& out) {
     }
 }
 
+std::string DocumentReader::Impl::jsonl_record(const nlohmann::json& object,
+                                               ParquetRecord& out) const {
+    const auto string_field = [&object](const char* name) -> const nlohmann::json* {
+        const auto field = object.find(name);
+        return field != object.end() && field->is_string() ? &*field : nullptr;
+    };
+    out.messages.clear();
+    if (const auto field = object.find(options.text_field);
+        field != object.end() && field->is_string()) {
+        out.kind = ParquetRecordKind::Text;
+        out.text = field->get<std::string>();
+        return {};
+    }
+    const std::string none = "no string field '" + options.text_field + "'";
+    if (options.text_field_given) return none;
+    const nlohmann::json* prompt = string_field("prompt");
+    if (prompt != nullptr) {
+        if (const nlohmann::json* response = string_field("response")) {
+            out.kind = ParquetRecordKind::PromptResponse;
+            out.prompt = prompt->get<std::string>();
+            out.response = response->get<std::string>();
+            return {};
+        }
+        if (const nlohmann::json* completion = string_field("completion")) {
+            out.kind = ParquetRecordKind::PromptCompletion;
+            out.prompt = prompt->get<std::string>();
+            out.response = completion->get<std::string>();
+            return {};
+        }
+    }
+    auto chat = object.find("messages");
+    if (chat == object.end()) chat = object.find("conversations");
+    if (chat == object.end() || !chat->is_array()) {
+        return none + " (nor prompt/response, prompt/completion, or a chat's \"messages\")";
+    }
+    for (std::size_t i = 0; i < chat->size(); ++i) {
+        const nlohmann::json& message = (*chat)[i];
+        const auto field = [&message](const char* a, const char* b) -> const nlohmann::json* {
+            if (!message.is_object()) return nullptr;
+            for (const char* name : {a, b}) {
+                const auto it = message.find(name);
+                if (it != message.end() && it->is_string()) return &*it;
+            }
+            return nullptr;
+        };
+        const nlohmann::json* role = field("role", "from");
+        const nlohmann::json* content = field("content", "value");
+        if (role == nullptr || content == nullptr) {
+            return "message " + std::to_string(i + 1) +
+                   " of the chat has no string role and content (or from and value)";
+        }
+        out.messages.push_back(ChatMessage{role->get<std::string>(), content->get<std::string>()});
+    }
+    if (out.messages.empty()) return "the chat has no messages";
+    out.kind = ParquetRecordKind::Chat;
+    return {};
+}
+
 bool DocumentReader::Impl::next_jsonl(DocumentPiece& out) {
     for (;;) {
         std::size_t newline = pending.find('\n', head);
@@ -491,16 +571,12 @@ bool DocumentReader::Impl::next_jsonl(DocumentPiece& out) {
         if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
         if (text.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank line
         std::string reason;
-        std::string document_text;
         try {
-            const nlohmann::json record = nlohmann::json::parse(text);
-            if (!record.is_object()) {
+            const nlohmann::json object = nlohmann::json::parse(text);
+            if (!object.is_object()) {
                 reason = "not a JSON object";
-            } else if (const auto field = record.find(options.text_field);
-                       field == record.end() || !field->is_string()) {
-                reason = "no string field '" + options.text_field + "'";
             } else {
-                document_text = field->get<std::string>();
+                reason = jsonl_record(object, record);
             }
         } catch (const nlohmann::json::exception& e) {
             // nlohmann's message names the byte; invalid UTF-8 in a string is one of these.
@@ -510,7 +586,15 @@ bool DocumentReader::Impl::next_jsonl(DocumentPiece& out) {
             bad_input(files[file].path.string() + ":" + std::to_string(line) + ": " + reason);
             continue;
         }
-        out.text = std::move(document_text);
+        if (options.require_responses && record.kind == ParquetRecordKind::Text) {
+            throw InputError(files[file].path.string() + ":" + std::to_string(line) +
+                             ": a plain text document (field '" + options.text_field +
+                             "'), which has no response to train: the loss on the response only "
+                             "needs prompt/response or chat records (--loss-on all trains on "
+                             "every token)");
+        }
+        record_text(record, out.text);
+        record_spans(record, out.spans);
         out.document = document++;
         out.index = piece++;
         out.first = true;
@@ -528,7 +612,14 @@ bool DocumentReader::Impl::next_parquet(DocumentPiece& out) {
                       record.problem);
             continue;
         }
+        if (options.require_responses && record.kind == ParquetRecordKind::Text) {
+            throw InputError(files[file].path.string() + ": " + parquet->layout().description +
+                             " holds plain text, which has no response to train: the loss on "
+                             "the response only needs prompt/response or chat records (--loss-on "
+                             "all trains on every token)");
+        }
         record_text(record, out.text);
+        record_spans(record, out.spans);
         out.document = document++;
         out.index = piece++;
         out.first = true;

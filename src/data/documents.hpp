@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "data/text_spans.hpp"
+
 namespace gpt2 {
 
 enum class CorpusFormat {
@@ -40,7 +42,9 @@ struct CorpusFile {
     std::span<const std::filesystem::path> inputs, const std::string& glob,
     std::string_view input_flag = "--data");
 
-// A piece of a document: JSON Lines documents come whole (but where the options say); plain text
+// A piece of a document: JSON Lines documents (a string field, prompt/response or prompt/completion
+// fields, or a chat: "messages" or "conversations", a list of role/content or from/value objects,
+// read as Parquet's records are, parquet.hpp) come whole (but where the options say); plain text
 // is cut, only where `safe_cut` allows, after about piece_bytes (or where the options say).
 struct DocumentPiece {
     std::string text;
@@ -49,6 +53,9 @@ struct DocumentPiece {
     bool first = true;           // the document's first piece
     std::uint64_t offset = 0;    // of the piece's first byte within its document
     bool after_cut = false;      // in the document cut where the options say: after the cut
+    // A prompt/response or chat record's stretches, trained (its responses) or not, covering the
+    // text (parquet.hpp's record_spans); empty for a plain text document.
+    std::vector<TextSpan> spans;
 };
 
 struct DocumentReaderOptions {
@@ -68,6 +75,10 @@ struct DocumentReaderOptions {
     // are marked (DocumentPiece::after_cut).
     std::uint64_t cut_document = 0;
     std::uint64_t cut_at_byte = 0;
+    // Refuse a document that is not a prompt/response or chat record (a plain text file, a JSON
+    // Lines text field, a Parquet text column), naming where it is: a loss on the response only
+    // needs a response.
+    bool require_responses = false;
     // Called as each Parquet file is opened, with the columns it is read by (for the log).
     std::function<void(const std::filesystem::path& file, const std::string& columns)>
         on_parquet_file;

@@ -96,28 +96,39 @@ void write_shard(const std::filesystem::path& path, std::span<const std::uint16_
     write_file_atomically(path, pieces);
 }
 
-MappedShard::MappedShard(const std::filesystem::path& path) : path_(path) {
+namespace {
+
+// A read-only mapping of a whole regular file of at least `header_bytes` bytes; `noun` names it in
+// errors ("shard", "mask").
+std::pair<void*, std::size_t> map_file(const std::filesystem::path& path, const std::string& noun,
+                                       std::size_t header_bytes) {
     const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.get() < 0) {
         const int error = errno;
-        if (error == ENOENT) fail(path, "shard file does not exist");
-        fail(path, std::string("cannot open shard: ") + std::strerror(error));
+        if (error == ENOENT) fail(path, noun + " file does not exist");
+        fail(path, "cannot open " + noun + ": " + std::strerror(error));
     }
     struct stat info {};
     if (::fstat(fd.get(), &info) != 0) {
-        fail(path, std::string("cannot stat shard: ") + std::strerror(errno));
+        fail(path, "cannot stat " + noun + ": " + std::strerror(errno));
     }
-    if (S_ISDIR(info.st_mode)) fail(path, "is a directory, not a shard file");
+    if (S_ISDIR(info.st_mode)) fail(path, "is a directory, not a " + noun + " file");
     if (!S_ISREG(info.st_mode)) fail(path, "is not a regular file");
     const auto size = static_cast<std::size_t>(info.st_size);
-    if (size == 0) fail(path, "shard file is empty");
-    if (size < kShardHeaderBytes) {
-        fail(path, "shard file is " + std::to_string(size) + " bytes, too small for the " +
-                       std::to_string(kShardHeaderBytes) + "-byte header");
+    if (size == 0) fail(path, noun + " file is empty");
+    if (size < header_bytes) {
+        fail(path, noun + " file is " + std::to_string(size) + " bytes, too small for the " +
+                       std::to_string(header_bytes) + "-byte header");
     }
     void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-    if (mapping == MAP_FAILED)
-        fail(path, std::string("cannot mmap shard: ") + std::strerror(errno));
+    if (mapping == MAP_FAILED) fail(path, "cannot mmap " + noun + ": " + std::strerror(errno));
+    return {mapping, size};
+}
+
+}  // namespace
+
+MappedShard::MappedShard(const std::filesystem::path& path) : path_(path) {
+    const auto [mapping, size] = map_file(path, "shard", kShardHeaderBytes);
     mapping_ = mapping;
     mapping_size_ = size;
     try {
@@ -174,6 +185,97 @@ void MappedShard::unmap() noexcept {
     mapping_ = nullptr;
     mapping_size_ = 0;
     tokens_ = {};
+}
+
+std::filesystem::path mask_path(const std::filesystem::path& shard) {
+    std::filesystem::path path = shard;
+    path += ".mask";
+    return path;
+}
+
+void write_shard_mask(const std::filesystem::path& path, std::span<const std::uint8_t> mask) {
+    if (mask.empty()) fail(path, "refusing to write a mask with no tokens");
+    if (mask.size() > static_cast<std::size_t>(INT32_MAX)) {
+        fail(path, "too many tokens for one mask (" + std::to_string(mask.size()) + ")");
+    }
+    if (const auto bad =
+            std::find_if(mask.begin(), mask.end(), [](std::uint8_t m) { return m > 1; });
+        bad != mask.end()) {
+        fail(path, "mask byte " + std::to_string(*bad) + " at position " +
+                       std::to_string(bad - mask.begin()) + " is neither 0 nor 1");
+    }
+    std::vector<char> header(kMaskMagic.begin(), kMaskMagic.end());
+    put_le32(header, static_cast<std::int32_t>(kMaskVersion));
+    put_le32(header, static_cast<std::int32_t>(mask.size()));
+    const std::array<std::span<const std::uint8_t>, 2> pieces = {
+        std::span(reinterpret_cast<const std::uint8_t*>(header.data()), header.size()), mask};
+    write_file_atomically(path, pieces);
+}
+
+MappedShardMask::MappedShardMask(const std::filesystem::path& path, std::size_t expected_tokens)
+    : path_(path) {
+    const auto [mapping, size] = map_file(path, "mask", kMaskHeaderBytes);
+    mapping_ = mapping;
+    mapping_size_ = size;
+    try {
+        const auto* bytes = static_cast<const unsigned char*>(mapping);
+        if (std::string_view(reinterpret_cast<const char*>(bytes), kMaskMagic.size()) !=
+            kMaskMagic) {
+            fail(path, "wrong magic: not a loss mask file (they start with GPT2MASK)");
+        }
+        const auto version = static_cast<std::uint32_t>(get_le32(bytes + 8));
+        if (version != kMaskVersion) {
+            fail(path, "wrong mask version " + std::to_string(version) + " (expected " +
+                           std::to_string(kMaskVersion) + ")");
+        }
+        const auto count = static_cast<std::uint32_t>(get_le32(bytes + 12));
+        if (size != kMaskHeaderBytes + count) {
+            fail(path, "size mismatch: the header says " + std::to_string(count) +
+                           " tokens but the file is " + std::to_string(size) + " bytes");
+        }
+        if (count != expected_tokens) {
+            fail(path, "the mask has " + std::to_string(count) + " tokens but its shard has " +
+                           std::to_string(expected_tokens));
+        }
+        mask_ = std::span(bytes + kMaskHeaderBytes, count);
+        if (const auto bad =
+                std::find_if(mask_.begin(), mask_.end(), [](std::uint8_t m) { return m > 1; });
+            bad != mask_.end()) {
+            fail(path, "mask byte " + std::to_string(*bad) + " at position " +
+                           std::to_string(bad - mask_.begin()) + " is neither 0 nor 1");
+        }
+    } catch (...) {
+        unmap();
+        throw;
+    }
+}
+
+MappedShardMask::~MappedShardMask() {
+    unmap();
+}
+
+MappedShardMask::MappedShardMask(MappedShardMask&& other) noexcept
+    : path_(std::move(other.path_)),
+      mapping_(std::exchange(other.mapping_, nullptr)),
+      mapping_size_(std::exchange(other.mapping_size_, 0)),
+      mask_(std::exchange(other.mask_, {})) {}
+
+MappedShardMask& MappedShardMask::operator=(MappedShardMask&& other) noexcept {
+    if (this != &other) {
+        unmap();
+        path_ = std::move(other.path_);
+        mapping_ = std::exchange(other.mapping_, nullptr);
+        mapping_size_ = std::exchange(other.mapping_size_, 0);
+        mask_ = std::exchange(other.mask_, {});
+    }
+    return *this;
+}
+
+void MappedShardMask::unmap() noexcept {
+    if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
+    mapping_ = nullptr;
+    mapping_size_ = 0;
+    mask_ = {};
 }
 
 void validate_token_range(std::span<const std::uint16_t> tokens, int vocab_size,

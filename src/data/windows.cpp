@@ -9,11 +9,42 @@
 namespace gpt2 {
 
 void TokenStore::add(std::span<const std::int32_t> tokens) {
-    segments_.push_back(Segment{tokens.data(), nullptr, tokens.size()});
+    if (masked_) throw std::invalid_argument("TokenStore: a segment without a mask among masked");
+    segments_.push_back(Segment{tokens.data(), nullptr, nullptr, tokens.size()});
 }
 
 void TokenStore::add(std::span<const std::uint16_t> tokens) {
-    segments_.push_back(Segment{nullptr, tokens.data(), tokens.size()});
+    if (masked_) throw std::invalid_argument("TokenStore: a segment without a mask among masked");
+    segments_.push_back(Segment{nullptr, tokens.data(), nullptr, tokens.size()});
+}
+
+void TokenStore::add(std::span<const std::uint16_t> tokens, std::span<const std::uint8_t> mask) {
+    if (mask.size() != tokens.size())
+        throw std::invalid_argument("TokenStore: the mask's length is not the tokens'");
+    if (!segments_.empty() && !masked_)
+        throw std::invalid_argument("TokenStore: a masked segment among unmasked ones");
+    masked_ = true;
+    segments_.push_back(Segment{nullptr, tokens.data(), mask.data(), tokens.size()});
+}
+
+std::pair<const TokenStore::Segment*, std::uint64_t> TokenStore::locate(std::uint64_t window,
+                                                                        int T) const {
+    const auto uT = static_cast<std::uint64_t>(T);
+    for (const Segment& s : segments_) {
+        const std::uint64_t here = s.length > 0 ? (s.length - 1) / uT : 0;
+        if (window < here) return {&s, window * uT};
+        window -= here;
+    }
+    throw std::out_of_range("TokenStore: window index beyond the data");
+}
+
+std::int64_t TokenStore::trained_targets(std::uint64_t window, int T) const {
+    const auto [s, start] = locate(window, T);
+    if (s->mask == nullptr) return T;
+    std::int64_t trained = 0;
+    for (std::uint64_t i = start + 1; i <= start + static_cast<std::uint64_t>(T); ++i)
+        trained += s->mask[i] != 0 ? 1 : 0;
+    return trained;
 }
 
 std::uint64_t TokenStore::num_windows(int T) const {
@@ -43,24 +74,17 @@ std::int32_t TokenStore::max_token() const {
 
 void TokenStore::copy_window(std::uint64_t window, int T, std::span<std::int32_t> inputs,
                              std::span<std::int32_t> targets) const {
-    const auto uT = static_cast<std::uint64_t>(T);
-    for (const Segment& s : segments_) {
-        const std::uint64_t here = s.length > 0 ? (s.length - 1) / uT : 0;
-        if (window >= here) {
-            window -= here;
-            continue;
-        }
-        const std::uint64_t start = window * uT;
-        for (int t = 0; t < T; ++t) {
-            const std::uint64_t i = start + static_cast<std::uint64_t>(t);
-            inputs[static_cast<std::size_t>(t)] =
-                s.wide ? s.wide[i] : static_cast<std::int32_t>(s.narrow[i]);
-            targets[static_cast<std::size_t>(t)] =
-                s.wide ? s.wide[i + 1] : static_cast<std::int32_t>(s.narrow[i + 1]);
-        }
-        return;
+    const auto [s, start] = locate(window, T);
+    for (int t = 0; t < T; ++t) {
+        const std::uint64_t i = start + static_cast<std::uint64_t>(t);
+        inputs[static_cast<std::size_t>(t)] =
+            s->wide ? s->wide[i] : static_cast<std::int32_t>(s->narrow[i]);
+        // The target is token i + 1; its mask says whether predicting it is trained.
+        targets[static_cast<std::size_t>(t)] =
+            s->mask != nullptr && s->mask[i + 1] == 0
+                ? kIgnoredTarget
+                : (s->wide ? s->wide[i + 1] : static_cast<std::int32_t>(s->narrow[i + 1]));
     }
-    throw std::out_of_range("TokenStore: window index beyond the data");
 }
 
 WindowSampler::WindowSampler(const TokenStore& store, int T, std::uint64_t seed, bool shuffle)
@@ -105,6 +129,13 @@ void WindowSampler::fill_step(std::uint64_t step, int rank, int world, int B, in
                                targets.subspan(offset, uT));
         }
     }
+}
+
+std::int64_t WindowSampler::step_trained_targets(std::uint64_t step, std::uint64_t sequences) {
+    std::int64_t trained = 0;
+    for (std::uint64_t slot = step * sequences; slot < (step + 1) * sequences; ++slot)
+        trained += store_.trained_targets(window_for_slot(slot), T_);
+    return trained;
 }
 
 TokenSplit split_tokens(std::vector<std::int32_t> tokens, double val_fraction) {

@@ -125,6 +125,17 @@ void check_flags_against_files(const Options& o, std::span<const gpt2::CorpusFil
                 flag);
         }
     }
+    if (o.loss_on == "response") {
+        for (const gpt2::CorpusFile& f : files) {
+            if (f.format == gpt2::CorpusFormat::Text) {
+                throw gpt2::UsageError(
+                    "--loss-on response: " + f.path.string() +
+                    " is plain text, which has no response to train (prompt/response and chat "
+                    "records come in .jsonl and .parquet files); --loss-on all trains on every "
+                    "token");
+            }
+        }
+    }
     if (o.has("--glob") &&
         std::none_of(o.inputs.begin(), o.inputs.end(),
                      [](const fs::path& input) { return fs::is_directory(input); })) {
@@ -182,6 +193,7 @@ gpt2::DocumentReader open_reader(const Options& o, const gpt2::CorpusSplit& corp
     r.text_field = o.text_field;
     r.text_field_given = o.has("--text-field");
     r.skip_bad_lines = o.skip_bad_lines;
+    r.require_responses = o.loss_on == "response";
     if (log_files) {
         r.on_parquet_file = [last = std::string()](const fs::path& file,
                                                    const std::string& columns) mutable {
@@ -249,6 +261,7 @@ gpt2::PreparationSettings settings_of(const Options& o) {
     s.val_fraction = o.val_fraction;
     s.val_documents = o.val_documents;
     s.shard_tokens = o.shard_tokens;
+    s.loss_on = o.loss_on;
     return s;
 }
 
@@ -401,10 +414,12 @@ gpt2::ShardWriter open_writer(const Options& o, const char* split,
                               const std::optional<gpt2::PreparationProgress>& progress) {
     gpt2::SplitProgress from;
     if (progress) from = std::string_view(split) == "train" ? progress->train : progress->val;
-    return gpt2::ShardWriter(o.out_dir, o.name, split, o.shard_tokens, from.shards, from.tokens,
-                             from.next, [](const fs::path& file, std::size_t tokens) {
-                                 spdlog::debug("wrote {} ({} tokens)", file.string(), tokens);
-                             });
+    return gpt2::ShardWriter(
+        o.out_dir, o.name, split, o.shard_tokens, from.shards, from.tokens, from.next,
+        [](const fs::path& file, std::size_t tokens) {
+            spdlog::debug("wrote {} ({} tokens)", file.string(), tokens);
+        },
+        o.loss_on == "response");
 }
 
 // Refuses splits left empty by too small a corpus.
@@ -448,6 +463,7 @@ gpt2::ShardStreamTotals stream_shards(const Options& o, const gpt2::CorpusSplit&
     gpt2::ShardStreamOptions stream;
     stream.threads = encoding_threads(o);
     stream.eot_in_text = gpt2::parse_eot_in_text(o.eot_in_text);
+    stream.loss_mask = o.loss_on == "response";
     // llm.c: each document starts with the end-of-text token.
     if (!corpus.one_text()) stream.document_start = tokenizer.eot_id();
     stream.is_val = [&corpus](const gpt2::DocumentPiece& p) { return corpus.is_val(p); };
@@ -487,11 +503,30 @@ void log_summary(const Options& o, const gpt2::CorpusSplit& corpus,
         o.out_dir.string());
 }
 
+// --loss-on when not given: response when the corpus's first document is a prompt/response or chat
+// record (a loss mask beside each shard), all otherwise (no mask, the shards as llm.c's).
+std::string default_loss_on(const Options& o, std::span<const gpt2::CorpusFile> files) {
+    if (files.empty() || files.front().format == gpt2::CorpusFormat::Text) return "all";
+    gpt2::DocumentReaderOptions r;
+    r.text_field = o.text_field;
+    r.text_field_given = o.has("--text-field");
+    r.skip_bad_lines = true;  // the first good record decides; the real pass reports bad ones
+    gpt2::DocumentReader reader(std::vector<gpt2::CorpusFile>(files.begin(), files.begin() + 1), r);
+    gpt2::DocumentPiece first;
+    if (!reader.next(first) || first.spans.empty()) return "all";
+    spdlog::info(
+        "{}: prompt/response or chat records: the loss is on the responses only, a mask beside "
+        "each shard (--loss-on all trains on every token)",
+        files.front().path.string());
+    return "response";
+}
+
 // The shards: returns the exit code (kExitInterrupted when --stop-after-shards stopped it).
-int run(const Options& o) {
+int run(Options o) {
     const auto started = Clock::now();
     std::vector<gpt2::CorpusFile> files = gpt2::list_corpus_files(o.inputs, o.glob, o.data_flag);
     check_flags_against_files(o, files);
+    if (o.loss_on.empty()) o.loss_on = default_loss_on(o, files);
     create_out_dir(o.out_dir);
     const fs::path progress_file = gpt2::progress_path(o.out_dir, o.name);
     const std::optional<gpt2::PreparationProgress> earlier = find_earlier(o, files);
@@ -567,6 +602,12 @@ int run(const Options& o) {
                       " without role or content");
     }
     log_summary(o, corpus, totals, train, val, seconds_since(started));
+    if (o.loss_on == "response") {
+        spdlog::info(
+            "loss mask: {} trained of {} this run wrote (the responses and each example's "
+            "end-of-text), in a .mask file beside each shard",
+            count_of(totals.trained_tokens, "token"), count_of(totals.tokens_added, "token"));
+    }
     return app::kExitOk;
 }
 

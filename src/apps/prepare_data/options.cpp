@@ -24,6 +24,12 @@ void add_corpus_flags(CLI::App& cli, Options& o) {
                    "the text field of each .jsonl line and the text column of .parquet files "
                    "(--jsonl-field is the older name); without it, a Parquet file with no column "
                    "'text' is read as chat (a list of role/content) or prompt/response data");
+    cli.add_option("--loss-on", o.loss_on,
+                   "response: write a loss mask beside each shard so that training learns only "
+                   "the responses of prompt/response and chat records (the default for them) | "
+                   "all: every token (the default for other text)")
+        ->check(CLI::IsMember({"response", "all"}).description(""))
+        ->type_name("WHAT");
     cli.add_flag("--skip-bad-lines", o.skip_bad_lines,
                  "skip (and count) .jsonl lines that are not JSON objects with the text field, "
                  "and Parquet rows whose text is not UTF-8, instead of stopping");

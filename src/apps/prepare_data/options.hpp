@@ -21,6 +21,9 @@ struct Options {
     std::string text_flag =
         "--text-field";  // as the user spelled it (--jsonl-field, the older name)
     bool skip_bad_lines = false;
+    // --loss-on: "response" (a loss mask beside each shard), "all", or empty (not given: response
+    // when the corpus's first record is prompt/response or chat, all otherwise).
+    std::string loss_on;
     gpt2::TokenizerKind tokenizer = gpt2::TokenizerKind::Char;
     int vocab_size = 4096;
     std::filesystem::path tokenizer_dir = "data/gpt2";

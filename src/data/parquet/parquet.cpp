@@ -225,6 +225,49 @@ void record_text(const ParquetRecord& record, std::string& text) {
     }
 }
 
+bool is_response_role(std::string_view role) {
+    return role == "assistant" || role == "gpt" || role == "model";
+}
+
+void record_spans(const ParquetRecord& record, std::vector<TextSpan>& spans) {
+    spans.clear();
+    // Adds the stretch up to `end`, merged into the last one when it is trained alike.
+    const auto add = [&spans](std::size_t end, bool trained) {
+        const std::size_t begin = spans.empty() ? 0 : spans.back().end;
+        if (end == begin) return;
+        if (!spans.empty() && spans.back().trained == trained) {
+            spans.back().end = end;
+        } else {
+            spans.push_back(TextSpan{end, trained});
+        }
+    };
+    switch (record.kind) {
+        case ParquetRecordKind::Text:
+            return;
+        case ParquetRecordKind::PromptResponse:
+            add(record.prompt.size() + 2, false);
+            add(record.prompt.size() + 2 + record.response.size(), true);
+            return;
+        case ParquetRecordKind::PromptCompletion:
+            add(record.prompt.size(), false);
+            add(record.prompt.size() + record.response.size(), true);
+            return;
+        case ParquetRecordKind::Chat: {
+            std::size_t at = 0;  // as record_text lays the messages out
+            for (const ChatMessage& message : record.messages) {
+                if (at > 0) at += 2;
+                at += message.role.size() + 2;
+                add(at, false);
+                at += message.content.size();
+                add(at, is_response_role(message.role));
+            }
+            // A conversation whose every message is empty still covers its text.
+            add(at, false);
+            return;
+        }
+    }
+}
+
 struct ParquetReader::Impl {
     std::string name;  // the path, for messages
     ParquetReadOptions options;

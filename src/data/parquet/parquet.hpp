@@ -8,10 +8,12 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/parquet/parquet_column.hpp"
 #include "data/parquet/parquet_format.hpp"
+#include "data/text_spans.hpp"
 
 namespace gpt2 {
 
@@ -105,5 +107,15 @@ class ParquetReader {
 //                     carries its own separator)
 //   Chat              each message as role + ": " + content, the messages joined by "\n\n"
 void record_text(const ParquetRecord& record, std::string& text);
+
+// The spans of record_text's text that a loss on the response trains: PromptResponse and
+// PromptCompletion, the response (the prompt and its separator are not); Chat, the content of
+// every message whose role is a response's (is_response_role), nothing else (roles, separators,
+// the other messages). Text records have none (spans is left empty).
+void record_spans(const ParquetRecord& record, std::vector<TextSpan>& spans);
+
+// The roles whose messages are responses: "assistant" (OpenAI's chat format), "gpt" (ShareGPT's),
+// "model" (Gemma's).
+[[nodiscard]] bool is_response_role(std::string_view role);
 
 }  // namespace gpt2

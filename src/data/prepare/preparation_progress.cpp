@@ -21,10 +21,15 @@ struct SettingFlag {
     const char* flag;
 };
 constexpr SettingFlag kSettingFlags[] = {
-    {"tokenizer", "--tokenizer"},         {"vocab_size", "--vocab-size"},
-    {"bpe_sample_mb", "--bpe-sample-mb"}, {"eot_in_text", "--eot-in-text"},
-    {"jsonl_field", "--text-field"},      {"val_fraction", "--val-fraction"},
-    {"val_documents", "--val-documents"}, {"shard_tokens", "--shard-tokens"},
+    {"tokenizer", "--tokenizer"},
+    {"vocab_size", "--vocab-size"},
+    {"bpe_sample_mb", "--bpe-sample-mb"},
+    {"eot_in_text", "--eot-in-text"},
+    {"jsonl_field", "--text-field"},
+    {"val_fraction", "--val-fraction"},
+    {"val_documents", "--val-documents"},
+    {"shard_tokens", "--shard-tokens"},
+    {"loss_on", "--loss-on"},
 };
 
 // A recorded value as the command line writes it (0.1, not 0.10000000000000001).
@@ -95,6 +100,7 @@ std::string record_settings(const PreparationSettings& settings,
     j["val_fraction"] = settings.val_fraction;
     j["val_documents"] = settings.val_documents;
     j["shard_tokens"] = settings.shard_tokens;
+    j["loss_on"] = settings.loss_on;
     j["files"] = nlohmann::json::array();
     for (const CorpusFile& f : files)
         j["files"].push_back({f.path.string(), f.bytes});

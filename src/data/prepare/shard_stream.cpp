@@ -1,5 +1,6 @@
 #include "data/prepare/shard_stream.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <memory>
 #include <vector>
@@ -48,6 +49,8 @@ ShardStreamTotals stream_into_shards(DocumentReader& reader, const Tokenizer& to
     std::vector<std::string_view> texts;
     std::vector<std::vector<std::int32_t>> encoded;
     std::vector<std::int32_t> tokens;
+    std::vector<std::uint8_t> mask;
+    std::vector<std::size_t> first_text;
     std::exception_ptr read_error;
     for (bool more = true; more;) {
         more = read_batch(reader, batch, read_error);
@@ -56,21 +59,54 @@ ShardStreamTotals stream_into_shards(DocumentReader& reader, const Tokenizer& to
             const ShardWriter& w = options.is_val(batch[i]) ? val : train;
             wanted[i] = !w.done_before(batch[i].index);
         }
+        // One text per piece; with a loss mask, one per span (first_text[i]: piece i's first).
         texts.clear();
-        for (const DocumentPiece& piece : batch)
-            texts.push_back(piece.text);
+        first_text.assign(1, 0);
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            const DocumentPiece& piece = batch[i];
+            if (!options.loss_mask) {
+                texts.push_back(piece.text);
+            } else {
+                std::size_t begin = 0;
+                for (const TextSpan& span : piece.spans) {
+                    texts.push_back(std::string_view(piece.text).substr(begin, span.end - begin));
+                    begin = span.end;
+                }
+            }
+            first_text.push_back(texts.size());
+        }
+        const std::unique_ptr<bool[]> text_wanted = std::make_unique<bool[]>(texts.size());
+        for (std::size_t i = 0; i < batch.size(); ++i)
+            std::fill(text_wanted.get() + first_text[i], text_wanted.get() + first_text[i + 1],
+                      wanted[i]);
         encode_texts(tokenizer, texts, encoded, options.threads, options.eot_in_text,
-                     std::span<const bool>(wanted.get(), batch.size()));
+                     std::span<const bool>(text_wanted.get(), texts.size()));
         for (std::size_t i = 0; i < batch.size(); ++i) {
             const DocumentPiece& p = batch[i];
             if (p.first) ++totals.documents;
             totals.text_bytes += p.text.size();
             if (!wanted[i]) continue;
             tokens.clear();
-            if (options.document_start && p.first) tokens.push_back(*options.document_start);
-            tokens.insert(tokens.end(), encoded[i].begin(), encoded[i].end());
+            mask.clear();
+            if (options.document_start && p.first) {
+                tokens.push_back(*options.document_start);
+                mask.push_back(1);
+            }
+            for (std::size_t t = first_text[i]; t < first_text[i + 1]; ++t) {
+                tokens.insert(tokens.end(), encoded[t].begin(), encoded[t].end());
+                const std::uint8_t trained =
+                    options.loss_mask && p.spans[t - first_text[i]].trained ? 1 : 0;
+                mask.resize(tokens.size(), trained);
+            }
             ShardWriter& w = options.is_val(p) ? val : train;
-            if (w.add(p.index, tokens) && options.on_shard && !options.on_shard()) {
+            totals.tokens_added += tokens.size();
+            if (options.loss_mask) {
+                for (const std::uint8_t m : mask)
+                    totals.trained_tokens += m;
+            }
+            const bool wrote =
+                options.loss_mask ? w.add(p.index, tokens, mask) : w.add(p.index, tokens);
+            if (wrote && options.on_shard && !options.on_shard()) {
                 totals.stopped = true;
                 return totals;
             }

@@ -19,6 +19,11 @@ struct ShardStreamOptions {
     // The token each document starts with (llm.c's layout: the end-of-text token); none: the
     // documents are concatenated.
     std::optional<int> document_start;
+    // Write a loss mask beside each shard (the writers are masked): each span of a piece
+    // (DocumentPiece::spans) is encoded on its own, its tokens trained or not as the span is, and
+    // the end-of-text token that starts a document is trained (it ends the example before it: the
+    // model learns to stop after a response).
+    bool loss_mask = false;
     // Whether a piece belongs to the validation split.
     std::function<bool(const DocumentPiece&)> is_val;
     // Called after each piece that completed a shard (to record progress); false stops the stream
@@ -31,9 +36,11 @@ struct ShardStreamOptions {
 };
 
 struct ShardStreamTotals {
-    std::uint64_t documents = 0;   // seen, including those a resumed run skipped
-    std::uint64_t text_bytes = 0;  // of those documents
-    bool stopped = false;          // on_shard asked to stop; the rest of the corpus is unread
+    std::uint64_t documents = 0;       // seen, including those a resumed run skipped
+    std::uint64_t text_bytes = 0;      // of those documents
+    std::uint64_t tokens_added = 0;    // tokens this run gave the writers
+    std::uint64_t trained_tokens = 0;  // of those, with a loss mask: the ones marked trained
+    bool stopped = false;              // on_shard asked to stop; the rest of the corpus is unread
 };
 
 // Reads the reader to its end (or until on_shard says stop) into the writers; the last, partial

@@ -29,7 +29,9 @@ int remove_shards(const fs::path& dir, std::string_view name) {
     int removed = 0;
     for (const char* split : {"train", "val"}) {
         for (int i = 0;; ++i) {
-            if (!fs::remove(shard_path(dir, name, split, i), ignored)) break;
+            const fs::path shard = shard_path(dir, name, split, i);
+            fs::remove(mask_path(shard), ignored);
+            if (!fs::remove(shard, ignored)) break;
             ++removed;
         }
     }
@@ -38,7 +40,7 @@ int remove_shards(const fs::path& dir, std::string_view name) {
 
 ShardWriter::ShardWriter(fs::path dir, std::string name, std::string split,
                          std::int64_t shard_tokens, std::int64_t shards, std::int64_t tokens,
-                         ShardPosition resume, OnWritten on_written)
+                         ShardPosition resume, OnWritten on_written, bool masked)
     : dir_(std::move(dir)),
       name_(std::move(name)),
       split_(std::move(split)),
@@ -47,11 +49,18 @@ ShardWriter::ShardWriter(fs::path dir, std::string name, std::string split,
       shards_(shards),
       written_(tokens),
       resume_(resume),
-      next_(resume) {}
+      next_(resume),
+      masked_(masked) {}
 
-bool ShardWriter::add(std::uint64_t piece, std::span<const std::int32_t> tokens) {
+bool ShardWriter::add(std::uint64_t piece, std::span<const std::int32_t> tokens,
+                      std::span<const std::uint8_t> mask) {
     const std::size_t skip = piece == resume_.piece ? resume_.skip : 0;
     if (skip > tokens.size()) throw std::logic_error("resume position past the piece");
+    if (masked_ != !mask.empty() || (masked_ && mask.size() != tokens.size()))
+        throw std::logic_error("ShardWriter: a mask must come with every token, and only then");
+    if (masked_)
+        mask_buffer_.insert(mask_buffer_.end(), mask.begin() + static_cast<std::ptrdiff_t>(skip),
+                            mask.end());
     marks_.push_back(Mark{piece, buffered_total_, skip});
     for (std::size_t i = skip; i < tokens.size(); ++i)
         buffer_.push_back(static_cast<std::uint16_t>(tokens[i]));
@@ -75,6 +84,12 @@ fs::path ShardWriter::path(std::int64_t index) const {
 
 void ShardWriter::write(std::size_t count) {
     const fs::path file = path(shards_);
+    if (masked_) {
+        write_shard_mask(mask_path(file),
+                         std::span<const std::uint8_t>(mask_buffer_.data(), count));
+        mask_buffer_.erase(mask_buffer_.begin(),
+                           mask_buffer_.begin() + static_cast<std::ptrdiff_t>(count));
+    }
     write_shard(file, std::span<const std::uint16_t>(buffer_.data(), count));
     if (on_written_) on_written_(file, count);
     buffer_.erase(buffer_.begin(), buffer_.begin() + static_cast<std::ptrdiff_t>(count));

@@ -1,6 +1,7 @@
-// One split's llm.c shards as prepare_data writes them: tokens collect up to the shard size, each
-// full shard is written atomically at once, and the writer tracks where in the corpus the first
-// token not yet in a shard is (what --resume continues from).
+// One split's llm.c shards as prepare_data writes them: tokens (and, with a loss mask, each token's
+// mask byte) collect up to the shard size, each full shard is written atomically at once (its mask
+// file first, so that a shard on disk always has its mask), and the writer tracks where in the
+// corpus the first token not yet in a shard is (what --resume continues from).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,7 @@ struct ShardPosition {
                                                std::int64_t index);
 
 // Removes the shards of an earlier preparation named `name` in dir (each split's, numbered from 0
-// until one is missing); returns how many were removed.
+// until one is missing) and their mask files; returns how many shards were removed.
 int remove_shards(const std::filesystem::path& dir, std::string_view name);
 
 class ShardWriter {
@@ -39,13 +40,16 @@ class ShardWriter {
     // shards of `tokens` tokens already written, and skips the corpus before `resume`.
     ShardWriter(std::filesystem::path dir, std::string name, std::string split,
                 std::int64_t shard_tokens, std::int64_t shards, std::int64_t tokens,
-                ShardPosition resume, OnWritten on_written = {});
+                ShardPosition resume, OnWritten on_written = {}, bool masked = false);
 
     // Whether this piece's tokens are all in shards already (a resumed run skips it unread).
     [[nodiscard]] bool done_before(std::uint64_t piece) const { return piece < resume_.piece; }
 
-    // Adds a piece's tokens (ids 0..65535), in corpus order; returns whether a shard was written.
-    bool add(std::uint64_t piece, std::span<const std::int32_t> tokens);
+    // Adds a piece's tokens (ids 0..65535), in corpus order, with their mask bytes when the writer
+    // is masked (mask.size() == tokens.size()); returns whether a shard was written.
+    bool add(std::uint64_t piece, std::span<const std::int32_t> tokens,
+             std::span<const std::uint8_t> mask = {});
+    [[nodiscard]] bool masked() const { return masked_; }
     // Writes the tokens still buffered as a last, shorter shard.
     void flush();
 
@@ -71,7 +75,9 @@ class ShardWriter {
     std::int64_t written_;
     ShardPosition resume_;
     ShardPosition next_;
+    bool masked_;
     std::vector<std::uint16_t> buffer_;
+    std::vector<std::uint8_t> mask_buffer_;
     std::deque<Mark> marks_;
     std::uint64_t buffered_total_ = 0;
     std::uint64_t flushed_total_ = 0;
