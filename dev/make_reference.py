@@ -8,14 +8,19 @@ B=3, T=16) and the file records: the config, the flat parameter vector in llm.c 
 inputs/targets, the logits, the loss, the flat gradient, per-layer activations, and 5 steps of
 AdamW with gradient clipping on the same batch.
 
-It also writes tests/data/gpt2_dropout_reference.bin: the same model and batch trained with
+It also writes tests/data/gpt2_masked_reference.bin: the same model and batch with a loss mask
+(targets set to -100, PyTorch's default ignore_index, where the loss does not train: a prompt, a
+whole sequence, every other position), the mean loss over the trained targets and the gradient,
+as F.cross_entropy(ignore_index=-100) gives them (what train_gpt2 does with prepare_data's masks).
+
+And tests/data/gpt2_dropout_reference.bin: the same model and batch trained with
 dropout (rate 0.25 at GPT-2's four sites), its masks drawn by a NumPy transcription of the
 counter in src/ops/dropout.hpp (so the C++ side can check its masks and then its gradients), the
 loss and the gradient.
 
 Regenerate (deterministic: two runs give identical bytes):
 
-    /usr/bin/python3 dev/make_reference.py            # writes both files in tests/data
+    /usr/bin/python3 dev/make_reference.py            # writes the three files in tests/data
     /usr/bin/python3 dev/make_reference.py -o out.bin # the first somewhere else
 
 File format (little-endian): 8-byte magic "GPT2REF1", uint32 record count, then per record:
@@ -251,6 +256,39 @@ def write_dropout_fixture(path):
     print(f"wrote {path} ({path.stat().st_size} bytes): loss {loss.item():.7f}, kept {kept}")
 
 
+def write_masked_fixture(path):
+    """The same model and batch with a loss mask: PyTorch's ignore_index, loss and gradient."""
+    torch.manual_seed(SEED)
+    params = init_params()
+    idx = torch.randint(0, V, (B, T))
+    targets = torch.randint(0, V, (B, T))
+    params0 = flatten(params)
+    masked = targets.clone()
+    masked[0, : T // 2] = -100  # sequence 0: a prompt, then the response
+    masked[1, :] = -100  # sequence 1: nothing trained (contributes nothing)
+    masked[2, 1::2] = -100  # sequence 2: every other target
+    _, loss = forward(params, idx, masked)  # F.cross_entropy's default ignore_index is -100
+    loss.backward()
+    grads = flatten({n: t.grad for n, t in params.items()})
+    trained = int((masked != -100).sum())
+
+    def f32(t):
+        return np.asarray(t.detach().numpy(), dtype=np.float32)
+
+    records = [
+        ("config", np.array([MAX_T, V, VP, L, NH, C, B, T], dtype=np.int32)),
+        ("params", f32(params0)),
+        ("inputs", idx.numpy().astype(np.int32)),
+        ("targets", masked.numpy().astype(np.int32)),
+        ("trained", np.array(trained, dtype=np.int32)),
+        ("loss", np.array(loss.item(), dtype=np.float32)),
+        ("grads", f32(grads)),
+    ]
+    write_fixture(path, records)
+    print(f"wrote {path} ({path.stat().st_size} bytes): loss {loss.item():.7f} over {trained} "
+          f"trained targets")
+
+
 def main():
     default_out = Path(__file__).resolve().parent.parent / "tests" / "data" / "gpt2_reference.bin"
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -334,6 +372,7 @@ def main():
     args.output.parent.mkdir(parents=True, exist_ok=True)
     write_fixture(args.output, records)
     write_dropout_fixture(args.output.parent / "gpt2_dropout_reference.bin")
+    write_masked_fixture(args.output.parent / "gpt2_masked_reference.bin")
     print(f"wrote {args.output} ({args.output.stat().st_size} bytes, {len(records)} records)")
     for name, arr in records:
         print(f"  {name:20s} {'int32' if arr.dtype == np.int32 else 'float32'} {list(arr.shape)}")

@@ -210,7 +210,7 @@ void cross_entropy_forward(float* losses, const float* logits, const std::int32_
                            int V, int Vp) {
     for (int r = 0; r < R; ++r) {
         const float* row = logits + static_cast<long>(r) * Vp;
-        losses[r] = log_sum_exp(row, V) - row[targets[r]];
+        losses[r] = targets[r] < 0 ? 0.0f : log_sum_exp(row, V) - row[targets[r]];
     }
 }
 
@@ -218,8 +218,13 @@ void cross_entropy_forward_backward(float* losses, float* logits, const std::int
                                     int R, int V, int Vp, float dloss) {
     for (int r = 0; r < R; ++r) {
         float* row = logits + static_cast<long>(r) * Vp;
-        const float lse = log_sum_exp(row, V);
         const int target = targets[r];
+        if (target < 0) {  // ignored (PyTorch's ignore_index): no loss, no gradient
+            losses[r] = 0.0f;
+            std::fill(row, row + Vp, 0.0f);
+            continue;
+        }
+        const float lse = log_sum_exp(row, V);
         losses[r] = lse - row[target];
         for (int j = 0; j < V; ++j)
             row[j] = vexp(row[j] - lse) * dloss;

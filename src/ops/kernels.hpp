@@ -61,7 +61,9 @@ void gelu_forward(float* out, const float* inp, int N);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int N);
 
 // Softmax over the first V of Vp columns and cross-entropy against targets, rows independent.
-// losses[r] = -log softmax(logits[r])[targets[r]].
+// losses[r] = -log softmax(logits[r])[targets[r]]; a negative target (data/windows.hpp: a position
+// the loss mask leaves out) is ignored as PyTorch's ignore_index is: loss 0 and, in the fused
+// kernel, a zero gradient row.
 void cross_entropy_forward(float* losses, const float* logits, const std::int32_t* targets, int R,
                            int V, int Vp);
 // Fused forward and backward: also overwrites logits with dlogits = (softmax - onehot) * dloss

@@ -1,5 +1,6 @@
 #include "parallel/validation_loss.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace gpt2 {
@@ -11,7 +12,8 @@ ValidationLoss validation_loss(const Model& model, WorkerGroup& workers, const C
     // Workers beyond the batch size have no room for activations.
     const int W = workers.contributing_workers();
     const Range rank_windows = split_range(windows, comm.rank(), comm.size());
-    std::vector<double> losses(windows, 0.0);
+    // Each window's loss, then its trained targets (T without a mask).
+    std::vector<double> losses(2 * windows, 0.0);
     workers.pool().run([&](int w) {
         if (w >= W) return;
         const Range mine = split_range(rank_windows.end - rank_windows.begin, w, W);
@@ -20,13 +22,18 @@ ValidationLoss validation_loss(const Model& model, WorkerGroup& workers, const C
              ++i) {
             read_window(i, inputs, targets);
             losses[i] = forward_loss(model, workers.context(w), TokenBatch{inputs, targets, 1, T});
+            losses[windows + i] = static_cast<double>(std::count_if(
+                targets.begin(), targets.end(), [](std::int32_t t) { return t >= 0; }));
         }
     });
     comm.allreduce_sum(std::span<double>(losses));
     double loss_sum = 0.0;
-    for (const double loss : losses)
-        loss_sum += loss;
-    const auto tokens = static_cast<std::int64_t>(windows * uT);
+    double trained = 0.0;
+    for (std::size_t i = 0; i < windows; ++i) {
+        loss_sum += losses[i];
+        trained += losses[windows + i];
+    }
+    const auto tokens = static_cast<std::int64_t>(trained);
     return ValidationLoss{tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0.0, tokens};
 }
 

@@ -12,12 +12,14 @@
 
 namespace gpt2 {
 
-// Writes window `window`'s T inputs and their T next-token targets (T = the workers' seq_len).
+// Writes window `window`'s T inputs and their T next-token targets (T = the workers' seq_len;
+// kIgnoredTarget where a loss mask leaves one out).
 // Called by several workers at once.
 using WindowReader = std::function<void(std::uint64_t window, std::span<std::int32_t> inputs,
                                         std::span<std::int32_t> targets)>;
 
-// The mean per-token loss over `tokens` tokens (windows x T).
+// The mean per-token loss over `tokens` targets (windows x T, or with a loss mask the trained
+// ones; none: loss 0).
 struct ValidationLoss {
     double loss = 0.0;
     std::int64_t tokens = 0;

@@ -27,6 +27,11 @@ WorkerGroup::WorkerGroup(const ModelConfig& config, int workers, int batch_size,
       reduction_(config, contexts_, std::min(workers, batch_size)),
       partials_(static_cast<std::size_t>(workers)) {}
 
+double step_targets(const StepBatch& batch, int T) {
+    return batch.trained_targets ? static_cast<double>(*batch.trained_targets)
+                                 : static_cast<double>(batch.global_sequences) * T;
+}
+
 TokenBatch worker_sequences(std::span<const std::int32_t> inputs,
                             std::span<const std::int32_t> targets, std::size_t offset, int B, int T,
                             int w, int W) {
@@ -47,7 +52,8 @@ GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, cons
     const int B = workers.batch_size();
     const int T = workers.seq_len();
     const std::size_t micro_tokens = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
-    const float dloss = static_cast<float>(1.0 / (static_cast<double>(batch.global_sequences) * T));
+    // PyTorch's mean over the targets that count (ignore_index): each trained one weighs alike.
+    const float dloss = static_cast<float>(1.0 / step_targets(batch, T));
     const std::span<WorkerPartial> sums = workers.partials();
     LayerwiseReduction& reduction = workers.reduction();
     double worker0_summing = 0.0;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -76,7 +77,13 @@ struct StepBatch {
     int rank = 0;
     int ranks = 1;
     Dropout dropout{};
+    // With a loss mask: the targets the step trains over all ranks (the others are
+    // kIgnoredTarget); the loss is their mean. None: every target (global_sequences x T).
+    std::optional<std::int64_t> trained_targets{};
 };
+
+// The targets a step's loss averages over, all ranks (its gradient is scaled by 1 / that).
+[[nodiscard]] double step_targets(const StepBatch& batch, int T);
 
 // Worker w's sequences (of W workers) of the micro-batch of B x T tokens starting at `offset`;
 // its first_sequence is the first one's index in the micro-batch.

@@ -92,6 +92,30 @@ void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
     corpus.val_store.add(std::span<const std::int32_t>(corpus.val));
 }
 
+// Maps the shards' loss masks (SHARD.mask) when they have them; returns whether they do. Either
+// every shard, train and validation, has a mask or none: a missing one is refused, naming it.
+bool map_masks(Corpus& corpus) {
+    const MappedShard* with = nullptr;
+    const MappedShard* without = nullptr;
+    for (const auto* shards : {&corpus.train_shards, &corpus.val_shards}) {
+        for (const MappedShard& shard : *shards)
+            (std::filesystem::exists(mask_path(shard.path())) ? with : without) = &shard;
+    }
+    if (with == nullptr) return false;
+    if (without != nullptr) {
+        throw InputError(mask_path(without->path()).string() +
+                         ": missing, but other shards have a loss mask (" +
+                         mask_path(with->path()).string() +
+                         "): every shard of a run needs its mask, or none (prepare them with the "
+                         "same --loss-on)");
+    }
+    for (const MappedShard& shard : corpus.train_shards)
+        corpus.train_masks.emplace_back(mask_path(shard.path()), shard.tokens().size());
+    for (const MappedShard& shard : corpus.val_shards)
+        corpus.val_masks.emplace_back(mask_path(shard.path()), shard.tokens().size());
+    return true;
+}
+
 // Every rank maps the shards itself; rank 0 still decides the tokenizer.
 void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
                           const TokenizerChoice& choice, Corpus& corpus) {
@@ -140,12 +164,26 @@ void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
     for (const auto& path : expand_shard_pattern(o.data.val_data))
         corpus.val_shards.emplace_back(path);
     const int vocab = corpus.tokenizer->vocab_size();
+    const bool masked = map_masks(corpus);
     for (auto* shards : {&corpus.train_shards, &corpus.val_shards}) {
-        for (const MappedShard& shard : *shards) {
+        const bool train = shards == &corpus.train_shards;
+        for (std::size_t i = 0; i < shards->size(); ++i) {
+            const MappedShard& shard = (*shards)[i];
             validate_token_range(shard.tokens(), vocab, shard.path());
-            (shards == &corpus.train_shards ? corpus.train_store : corpus.val_store)
-                .add(shard.tokens());
+            TokenStore& store = train ? corpus.train_store : corpus.val_store;
+            if (masked) {
+                store.add(shard.tokens(),
+                          (train ? corpus.train_masks : corpus.val_masks)[i].mask());
+            } else {
+                store.add(shard.tokens());
+            }
         }
+    }
+    if (masked && comm.is_root()) {
+        spdlog::info(
+            "loss mask: {} .mask files beside the shards; the loss covers the trained "
+            "targets only",
+            corpus.train_masks.size() + corpus.val_masks.size());
     }
     const auto T = static_cast<std::uint64_t>(o.batch.seq_len);
     // Validation shards too short for one window only turn validation off (the training loop

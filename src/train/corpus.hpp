@@ -1,5 +1,6 @@
 // The run's tokenizer and tokens, identical on every rank: from a text file (rank 0 reads and
-// tokenizes, then broadcasts) or from llm.c token shards (every rank maps them).
+// tokenizes, then broadcasts) or from llm.c token shards and their loss masks (every rank maps
+// them).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,9 @@ struct Corpus {
     std::vector<std::int32_t> val;
     std::vector<MappedShard> train_shards;  // shard mode: memory-mapped by every rank
     std::vector<MappedShard> val_shards;
+    // Their loss masks (SHARD.mask), when the shards have them: then every shard has one.
+    std::vector<MappedShardMask> train_masks;
+    std::vector<MappedShardMask> val_masks;
     TokenStore train_store;
     TokenStore val_store;
 };

@@ -326,13 +326,15 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
     // over ranks, micro-steps and workers.
     train_sampler_.fill_step(static_cast<std::uint64_t>(step), comm_.rank(), comm_.size(), B_,
                              plan_.grad_accum, inputs_, targets_);
-    const StepBatch batch{inputs_,
-                          targets_,
-                          plan_.grad_accum,
-                          plan_.global_sequences,
-                          comm_.rank(),
-                          comm_.size(),
-                          Dropout{o_.optimizer.dropout, o_.seed, static_cast<std::uint64_t>(step)}};
+    const StepBatch batch{
+        inputs_, targets_, plan_.grad_accum, plan_.global_sequences, comm_.rank(), comm_.size(),
+        Dropout{o_.optimizer.dropout, o_.seed, static_cast<std::uint64_t>(step)},
+        // With a loss mask, every rank counts the step's trained targets alike
+        // (the windows of every slot are known to all).
+        corpus_.train_store.masked() ? std::optional(train_sampler_.step_trained_targets(
+                                           static_cast<std::uint64_t>(step),
+                                           static_cast<std::uint64_t>(plan_.global_sequences)))
+                                     : std::nullopt};
     // The step's rules: the schedule's learning rate, clipping, and the spike policy.
     const StepRules rules{
         AdamWHyper{learning_rate(schedule_, step), o_.optimizer.beta1, o_.optimizer.beta2,
@@ -366,6 +368,13 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
 // A skipped step is counted and reported; too many in a row end the run (keeping the last good
 // checkpoint). A kept step resets the count.
 void TrainingLoop::count_skipped(const StepMetrics& m, std::int64_t completed, int& bad_steps) {
+    if (m.skipped && m.trained_targets == 0) {  // not a fault: said, and not counted
+        spdlog::warn(
+            "step {}: the loss mask trains no target in the step's {} sequences (all prompt): "
+            "nothing to learn, update skipped",
+            completed, plan_.global_sequences);
+        return;
+    }
     if (!m.skipped) {
         bad_steps = 0;
         return;
@@ -403,11 +412,18 @@ void TrainingLoop::log_step(const StepMetrics& m, std::int64_t completed, float 
     const auto z = [](const std::optional<double>& value) {
         return value ? fmt::format(" ({:+.1f}z)", *value) : std::string();
     };
+    // With a loss mask, the targets the loss covered.
+    const std::string trained =
+        corpus_.train_store.masked()
+            ? fmt::format(" | trained {} of {} tok",
+                          with_commas(static_cast<double>(m.trained_targets)),
+                          with_commas(static_cast<double>(tokens_per_step_)))
+            : std::string();
     spdlog::info(
-        "step {}/{} | loss {:.4f}{} | lr {:.1e} | norm {:.2f}{} | {:.0f} ms | {} tok/s | MFU "
+        "step {}/{} | loss {:.4f}{}{} | lr {:.1e} | norm {:.2f}{} | {:.0f} ms | {} tok/s | MFU "
         "{:.0f}% | ETA {}",
-        completed, last_step_, m.loss, z(m.loss_z), lr, m.grad_norm, z(m.norm_z), seconds * 1e3,
-        with_commas(tok_s), mfu * 100,
+        completed, last_step_, m.loss, z(m.loss_z), trained, lr, m.grad_norm, z(m.norm_z),
+        seconds * 1e3, with_commas(tok_s), mfu * 100,
         format_duration(ema_seconds * static_cast<double>(last_step_ - completed)));
     std::string barrier_wait;
     for (const double seconds : m.timings.barrier_wait)
@@ -417,18 +433,20 @@ void TrainingLoop::log_step(const StepMetrics& m, std::int64_t completed, float 
         "allreduce {:.1f} ms | optimizer {:.1f} ms | barrier wait per worker {} ms",
         comm_.rank(), completed, m.timings.forward_backward * 1e3, m.timings.thread_reduction * 1e3,
         m.timings.allreduce * 1e3, m.timings.optimizer * 1e3, barrier_wait);
-    metrics_.write({{"type", "train"},
-                    {"step", completed},
-                    {"loss", m.loss},
-                    {"lr", lr},
-                    {"grad_norm", m.grad_norm},
-                    {"ms", seconds * 1e3},
-                    {"tokens_per_s", tok_s},
-                    {"mfu", mfu},
-                    {"skipped", m.skipped},
-                    {"spike", m.spike},
-                    {"loss_z", m.loss_z ? nlohmann::json(*m.loss_z) : nlohmann::json()},
-                    {"norm_z", m.norm_z ? nlohmann::json(*m.norm_z) : nlohmann::json()}});
+    nlohmann::json record = {{"type", "train"},
+                             {"step", completed},
+                             {"loss", m.loss},
+                             {"lr", lr},
+                             {"grad_norm", m.grad_norm},
+                             {"ms", seconds * 1e3},
+                             {"tokens_per_s", tok_s},
+                             {"mfu", mfu},
+                             {"skipped", m.skipped},
+                             {"spike", m.spike},
+                             {"loss_z", m.loss_z ? nlohmann::json(*m.loss_z) : nlohmann::json()},
+                             {"norm_z", m.norm_z ? nlohmann::json(*m.norm_z) : nlohmann::json()}};
+    if (corpus_.train_store.masked()) record["trained_tokens"] = m.trained_targets;
+    metrics_.write(record);
 }
 
 // What validation covers, once: the tokens, or why there is none.
@@ -469,9 +487,16 @@ void TrainingLoop::validate(std::int64_t completed) {
                                     std::span<std::int32_t> targets) {
                             store.copy_window(window, T, inputs, targets);
                         });
-    spdlog::info("step {}/{} | val loss {:.4f} ({} tokens) | {:.0f} ms", completed,
+    if (val.tokens == 0) {
+        spdlog::warn(
+            "step {}/{} | val loss: none, the loss mask trains no target in the {} "
+            "validation windows",
+            completed, o_.optimizer.max_steps, val_windows_);
+        return;
+    }
+    spdlog::info("step {}/{} | val loss {:.4f} ({} {}tokens) | {:.0f} ms", completed,
                  o_.optimizer.max_steps, val.loss, with_commas(static_cast<double>(val.tokens)),
-                 seconds_since(t0) * 1e3);
+                 store.masked() ? "trained " : "", seconds_since(t0) * 1e3);
     metrics_.write(
         {{"type", "val"}, {"step", completed}, {"val_loss", val.loss}, {"val_tokens", val.tokens}});
 }

@@ -10,6 +10,13 @@ namespace gpt2 {
 StepMetrics train_step(const TrainState& state, const StepBatch& batch, const StepRules& rules,
                        const TestHooks& hooks) {
     StepMetrics metrics;
+    const double targets = step_targets(batch, state.workers.seq_len());
+    metrics.trained_targets = static_cast<std::int64_t>(targets);
+    if (metrics.trained_targets == 0) {
+        // Nothing to learn: no gradient (it stays zero, as the last update left it), no NaN.
+        metrics.skipped = true;
+        return metrics;
+    }
     Stopwatch phase;
 
     // 1. Forward and backward on every worker. The exchange may send finished parts of the
@@ -32,9 +39,7 @@ StepMetrics train_step(const TrainState& state, const StepBatch& batch, const St
     const std::span<float> gradient = state.exchange.finish(state.workers);
 
     // 3. The step's loss over every token of every rank, and the gradient's global norm.
-    const double global_tokens =
-        static_cast<double>(batch.global_sequences) * state.workers.seq_len();
-    metrics.loss = state.exchange.world().allreduce_sum(pass.loss_sum) / global_tokens;
+    metrics.loss = state.exchange.world().allreduce_sum(pass.loss_sum) / targets;
     metrics.grad_norm = std::sqrt(state.exchange.norm_squared(gradient, state.workers));
     metrics.timings.allreduce = phase.lap() + pass.seconds_after_backward;
     if (hooks.inspect_gradient) hooks.inspect_gradient(gradient, metrics.grad_norm);

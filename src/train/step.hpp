@@ -31,6 +31,9 @@ struct StepMetrics {
     double grad_norm = 0.0;  // global norm before clipping
     bool skipped = false;    // non-finite loss or norm, or a spike: no update was made
     bool spike = false;      // skipped because a z-score exceeded its threshold (SpikeGuard)
+    // The targets the loss covered, all ranks (with a loss mask, the trained ones); 0: the mask
+    // trains none, so the step was skipped before any work (nothing to learn, no fault).
+    std::int64_t trained_targets = 0;
     // z-scores against the last 128 kept steps, once there are 128 (with a SpikeGuard).
     std::optional<double> loss_z;
     std::optional<double> norm_z;
@@ -68,7 +71,8 @@ struct TestHooks {
 
 // Forward/backward on every worker, the gradient summed across ranks, its global norm, the
 // verdict (a non-finite loss or norm, or a spike, skips the update and clears the gradient), then
-// clipping and AdamW. Every rank judges the same numbers, so all skip or all update.
+// clipping and AdamW. Every rank judges the same numbers, so all skip or all update. A step whose
+// loss mask trains no target is skipped at once on every rank (each counts the same targets).
 [[nodiscard]] StepMetrics train_step(const TrainState& state, const StepBatch& batch,
                                      const StepRules& rules, const TestHooks& hooks = {});
 
