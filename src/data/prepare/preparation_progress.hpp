@@ -27,7 +27,7 @@ struct PreparationSettings {
     double val_fraction = 0.0;
     std::int64_t val_documents = 0;
     std::int64_t shard_tokens = 0;
-    std::string loss_on;  // --loss-on as resolved: "response" or "all"
+    std::string loss_on{};  // --loss-on as resolved: "response" or "all"
 };
 
 // One split as the file records it.
