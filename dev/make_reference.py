@@ -13,7 +13,9 @@ It also writes tests/data/gpt2_masked_reference.bin: the same model and batch wi
 whole sequence, every other position), the mean loss over the trained targets and the gradient,
 as F.cross_entropy(ignore_index=-100) gives them (what train_gpt2 does with prepare_data's masks).
 
-And tests/data/gpt2_dropout_reference.bin: the same model and batch trained with
+And tests/data/gpt2_lora_reference.bin (the frozen model with a LoRA adapter of rank 4 on the four
+projections, PEFT's formula: the loss, lnf and the adapter's gradient), and
+tests/data/gpt2_dropout_reference.bin: the same model and batch trained with
 dropout (rate 0.25 at GPT-2's four sites), its masks drawn by a NumPy transcription of the
 counter in src/ops/dropout.hpp (so the C++ side can check its masks and then its gradients), the
 loss and the gradient.
@@ -149,10 +151,19 @@ def dropout_masks():
     return masks
 
 
-def forward(p, idx, targets, acts=None, masks=None):
+def forward(p, idx, targets, acts=None, masks=None, lora=None):
     """GPT-2 forward pass. Returns (logits[B,T,V], loss). Fills `acts` (dict of lists) if given.
-    With `masks` (dropout_masks()), drops where GPT-2 does, kept values scaled by 1/(1-rate)."""
+    With `masks` (dropout_masks()), drops where GPT-2 does, kept values scaled by 1/(1-rate).
+    With `lora` ({target: (A[l], B[l])}), each adapted product adds PEFT's term
+    LORA_SCALE * linear(linear(h, A), B)."""
     b, t = idx.shape
+
+    def linear(h, weight, bias, l, target):
+        out = F.linear(h, weight, bias)
+        if lora is not None and target in lora:
+            a_mat, b_mat = lora[target]
+            out = out + LORA_SCALE * F.linear(F.linear(h, a_mat[l]), b_mat[l])
+        return out
     hs = C // NH
     scale = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(1.0 - DROPOUT_RATE,
                                                                    dtype=torch.float32)
@@ -173,7 +184,7 @@ def forward(p, idx, targets, acts=None, masks=None):
         # --- attention sub-block ---
         h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], LN_EPS)
         rec("ln1", h)
-        qkv = F.linear(h, p["qkvw"][l], p["qkvb"][l])  # (B,T,3C), columns ordered q | k | v
+        qkv = linear(h, p["qkvw"][l], p["qkvb"][l], l, "c_attn")  # (B,T,3C), columns ordered q | k | v
         rec("qkv", qkv)
         q, k, v = qkv.split(C, dim=2)
         # (B,T,C) -> (B,NH,T,hs): head h owns channels [h*hs, (h+1)*hs) of q, k and v.
@@ -183,18 +194,18 @@ def forward(p, idx, targets, acts=None, masks=None):
         att = drop(att, None if masks is None else masks["attention"][l])
         y = (att @ v).transpose(1, 2).contiguous().view(b, t, C)  # heads re-concatenated
         rec("atty", y)
-        y = F.linear(y, p["attprojw"][l], p["attprojb"][l])
+        y = linear(y, p["attprojw"][l], p["attprojb"][l], l, "attn.c_proj")
         rec("attproj", y)
         x = x + drop(y, None if masks is None else masks["attention_output"][l])
         rec("residual2", x)
         # --- MLP sub-block ---
         h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], LN_EPS)
         rec("ln2", h)
-        h = F.linear(h, p["fcw"][l], p["fcb"][l])
+        h = linear(h, p["fcw"][l], p["fcb"][l], l, "c_fc")
         rec("fch", h)
         h = F.gelu(h, approximate="tanh")
         rec("fch_gelu", h)
-        h = F.linear(h, p["fcprojw"][l], p["fcprojb"][l])
+        h = linear(h, p["fcprojw"][l], p["fcprojb"][l], l, "mlp.c_proj")
         rec("fcproj", h)
         x = x + drop(h, None if masks is None else masks["mlp_output"][l])
         rec("residual3", x)
@@ -206,6 +217,55 @@ def forward(p, idx, targets, acts=None, masks=None):
     logits = (x @ p["wte"].t())[..., :V]
     loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
     return logits, loss
+
+
+# ---- LoRA: PEFT's formula on the four projections ----------------------------------------------
+LORA_RANK, LORA_ALPHA = 4, 8.0
+LORA_SCALE = LORA_ALPHA / LORA_RANK
+# (PEFT name, in_features, out_features) in the C++ adapter layout's order (src/model/lora.hpp).
+LORA_TARGETS = [("c_attn", C, 3 * C), ("attn.c_proj", C, C), ("c_fc", C, 4 * C),
+                ("mlp.c_proj", 4 * C, C)]
+
+
+def write_lora_fixture(path):
+    """The base model frozen, an adapter of rank 4 on all four projections: the loss, the final
+    LayerNorm's output and the adapter's gradient. A is drawn as PEFT draws it (kaiming_uniform_
+    with a=sqrt(5): uniform in +-1/sqrt(in)); B is random too (PEFT starts it at zero, which would
+    leave A's gradient zero and the check blind)."""
+    torch.manual_seed(SEED + 2)
+    params = {n: t.detach() for n, t in init_params().items()}
+    idx = torch.randint(0, V, (B, T))
+    targets = torch.randint(0, V, (B, T))
+    lora, flat = {}, []
+    for name, fan_in, fan_out in LORA_TARGETS:
+        bound = 1.0 / math.sqrt(fan_in)
+        a_mat = ((torch.rand(L, LORA_RANK, fan_in) * 2 - 1) * bound).requires_grad_(True)
+        b_mat = (torch.randn(L, fan_out, LORA_RANK) * 0.1).requires_grad_(True)
+        lora[name] = (a_mat, b_mat)
+    acts = {}
+    _, loss = forward(params, idx, targets, acts, lora=lora)
+    loss.backward()
+
+    def layout(pick):  # layer by layer, target by target, A then B
+        return torch.cat([pick(lora[name][k])[l].reshape(-1) for l in range(L)
+                          for name, _, _ in LORA_TARGETS for k in (0, 1)])
+
+    def f32(t):
+        return np.asarray(t.detach().numpy(), dtype=np.float32)
+
+    records = [
+        ("config", np.array([MAX_T, V, VP, L, NH, C, B, T], dtype=np.int32)),
+        ("lora.config", np.array([LORA_RANK, LORA_ALPHA], dtype=np.float32)),
+        ("params", f32(flatten(params))),
+        ("lora", f32(layout(lambda t: t))),
+        ("inputs", idx.numpy().astype(np.int32)),
+        ("targets", targets.numpy().astype(np.int32)),
+        ("loss", np.array(loss.item(), dtype=np.float32)),
+        ("lnf", f32(acts["lnf"])),
+        ("lora.grads", f32(layout(lambda t: t.grad))),
+    ]
+    write_fixture(path, records)
+    print(f"wrote {path} ({path.stat().st_size} bytes): loss {loss.item():.7f}")
 
 
 def write_fixture(path, records):
@@ -373,6 +433,7 @@ def main():
     write_fixture(args.output, records)
     write_dropout_fixture(args.output.parent / "gpt2_dropout_reference.bin")
     write_masked_fixture(args.output.parent / "gpt2_masked_reference.bin")
+    write_lora_fixture(args.output.parent / "gpt2_lora_reference.bin")
     print(f"wrote {args.output} ({args.output.stat().st_size} bytes, {len(records)} records)")
     for name, arr in records:
         print(f"  {name:20s} {'int32' if arr.dtype == np.int32 else 'float32'} {list(arr.shape)}")

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "model/lora.hpp"
 #include "ops/attention.hpp"
 #include "ops/dropout.hpp"
 #include "ops/kernels.hpp"
@@ -85,6 +86,57 @@ void check_batch(const ThreadLocalTrainingContext& ctx, const Model& model,
         throw std::invalid_argument("forward: batch larger than the context was sized for");
     }
 }
+// One layer's adapter (inactive without LoRA): its matrices, their gradients (backward only) and
+// the worker's scratch, so that an adapted product is the base product plus lora_forward/backward.
+class LayerAdapter {
+  public:
+    LayerAdapter() = default;
+    LayerAdapter(const Model& model, ThreadLocalTrainingContext& ctx, int l,
+                 std::span<float> adapter_grads)
+        : scale_(model.lora->config.scale()),
+          rank_(model.lora->config.rank),
+          u_(ctx.adapter_scratch.data()),
+          v_(ctx.adapter_scratch.data() + ctx.adapter_scratch.size() / 2),
+          weights_(model.lora->layer(l)) {
+        if (!adapter_grads.empty()) {
+            grads_ = lora_layer_view(model.lora->layout, model.lora->config, adapter_grads, l);
+        }
+    }
+    // out (N, OC) += the adapter's term for the product of `inp` (N, C).
+    void forward(LoraTarget t, float* out, const float* inp, int N, int C, int OC) const {
+        const auto i = static_cast<std::size_t>(t);
+        if (weights_.a[i] == nullptr) return;
+        lora_forward(out, u_, inp, weights_.a[i], weights_.b[i], scale_, N, C, OC, rank_);
+    }
+    // dinp += the adapter's part of the input gradient; the adapter's gradients accumulated.
+    void backward(LoraTarget t, float* dinp, const float* dout, const float* inp, int N, int C,
+                  int OC) const {
+        const auto i = static_cast<std::size_t>(t);
+        if (weights_.a[i] == nullptr) return;
+        lora_backward(dinp, grads_.a[i], grads_.b[i], u_, v_, dout, inp, weights_.a[i],
+                      weights_.b[i], scale_, N, C, OC, rank_);
+    }
+
+  private:
+    float scale_ = 0.0f;
+    int rank_ = 0;
+    float* u_ = nullptr;
+    float* v_ = nullptr;
+    LoraLayerView<const float> weights_{};
+    LoraLayerView<float> grads_{};
+};
+
+// Layer l's adapter, inactive when the model has none.
+LayerAdapter layer_adapter(const Model& model, ThreadLocalTrainingContext& ctx, int l,
+                           std::span<float> adapter_grads = {}) {
+    if (model.lora == nullptr) return {};
+    const std::size_t needed = ThreadLocalTrainingContext::adapter_scratch_floats(
+        ctx.max_batch(), ctx.seq_len(), model.lora->config.rank);
+    if (ctx.adapter_scratch.size() < needed) {
+        throw std::invalid_argument("forward: the context has no scratch for the adapter's rank");
+    }
+    return LayerAdapter(model, ctx, l, adapter_grads);
+}
 }  // namespace
 
 namespace {
@@ -111,13 +163,16 @@ LayerDropout layer_dropout(const TokenBatch& batch, int l) {
 // stay one fused call without dropout.
 void residual_product(const PrecisionMatmul& matmul, float* out, const float* residual,
                       const float* inp, const float* weight, const float* bias, int B, int T, int C,
-                      int OC, const DropoutMask& dropout) {
+                      int OC, const DropoutMask& dropout, const LayerAdapter& adapter,
+                      LoraTarget target) {
     const int N = B * T;
     if (!dropout.active()) {
         matmul.forward(out, residual, inp, weight, bias, N, C, OC);
+        adapter.forward(target, out, inp, N, C, OC);
         return;
     }
     matmul.forward(out, nullptr, inp, weight, bias, N, C, OC);
+    adapter.forward(target, out, inp, N, C, OC);
     apply_dropout(out, B, static_cast<long>(T) * OC, dropout);
     const long n = static_cast<long>(N) * OC;
     for (long i = 0; i < n; ++i)
@@ -138,23 +193,26 @@ const float* dropped_gradient(const float* dres, float* scratch, int B, int T, i
 // the scratch LayerNorm and GELU outputs; with `output` false it stops before GELU and the last
 // product, whose results backward recomputes or never reads.
 void layer_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ctx,
-                   const LayerActs& a, const LayerView<const float>& p, const float* residual,
-                   int B, int T, int C, int NH, const LayerDropout& dropout, bool output) {
+                   const LayerActs& a, const LayerView<const float>& p, const LayerAdapter& adapter,
+                   const float* residual, int B, int T, int C, int NH, const LayerDropout& dropout,
+                   bool output) {
     const int N = B * T;
     float* ln = ctx.scratch.normalized;
     float* gelu = ctx.scratch.gelu;
     layernorm_forward(ln, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
     matmul.forward(a.qkv, nullptr, ln, p.qkvw, p.qkvb, N, C, 3 * C);
+    adapter.forward(LoraTarget::CAttn, a.qkv, ln, N, C, 3 * C);
     attention_forward(a.atty, a.att_lse, ctx.scratch.attention, a.qkv, B, T, C, NH,
                       dropout.probabilities);
     residual_product(matmul, a.residual2, residual, a.atty, p.attprojw, p.attprojb, B, T, C, C,
-                     dropout.attention_output);
+                     dropout.attention_output, adapter, LoraTarget::AttnCProj);
     layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
     matmul.forward(a.fch, nullptr, ln, p.fcw, p.fcb, N, C, 4 * C);
+    adapter.forward(LoraTarget::CFc, a.fch, ln, N, C, 4 * C);
     if (output) {  // GELU feeds only the last product; backward recomputes it itself
         gelu_forward(gelu, a.fch, N * 4 * C);
         residual_product(matmul, a.residual3, a.residual2, gelu, p.fcprojw, p.fcprojb, B, T, 4 * C,
-                         C, dropout.mlp_output);
+                         C, dropout.mlp_output, adapter, LoraTarget::MlpCProj);
     }
 }
 
@@ -163,7 +221,7 @@ void layer_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ct
 // recomputed from what forward stored, bitwise as forward computed them.
 void layer_backward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ctx,
                     const LayerActs& a, const LayerView<const float>& p, const LayerView<float>& d,
-                    const float* residual, int B, int T, int C, int NH,
+                    const LayerAdapter& adapter, const float* residual, int B, int T, int C, int NH,
                     const LayerDropout& dropout) {
     const int N = B * T;
     float* dres = ctx.scratch.dresidual;
@@ -175,18 +233,22 @@ void layer_backward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& c
     gelu_forward(gelu, a.fch, N * 4 * C);
     const float* dmlp = dropped_gradient(dres, dch, B, T, C, dropout.mlp_output);
     matmul.backward(dfch, d.fcprojw, d.fcprojb, dmlp, gelu, p.fcprojw, N, 4 * C, C);
+    adapter.backward(LoraTarget::MlpCProj, dfch, dmlp, gelu, N, 4 * C, C);
     gelu_backward(dfch, a.fch, dfch, N * 4 * C);
     layernorm_recompute(ln, a.residual2, a.ln2_mean, a.ln2_rstd, p.ln2w, p.ln2b, N, C);
     matmul.backward(dch, d.fcw, d.fcb, dfch, ln, p.fcw, N, C, 4 * C);
+    adapter.backward(LoraTarget::CFc, dch, dfch, ln, N, C, 4 * C);
     layernorm_backward(dres, d.ln2w, d.ln2b, dch, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, N,
                        C);
     // Attention: residual2 = residual + dropout(attproj(attention(qkv(ln1(residual))))).
     const float* dattn = dropped_gradient(dres, dfch, B, T, C, dropout.attention_output);
     matmul.backward(dch, d.attprojw, d.attprojb, dattn, a.atty, p.attprojw, N, C, C);
+    adapter.backward(LoraTarget::AttnCProj, dch, dattn, a.atty, N, C, C);
     attention_backward(ctx.scratch.dqkv, ctx.scratch.attention, dch, a.atty, a.att_lse, a.qkv, B, T,
                        C, NH, dropout.probabilities);
     layernorm_recompute(ln, residual, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b, N, C);
     matmul.backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, ln, p.qkvw, N, C, 3 * C);
+    adapter.backward(LoraTarget::CAttn, dch, ctx.scratch.dqkv, ln, N, C, 3 * C);
     layernorm_backward(dres, d.ln1w, d.ln1b, dch, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
 }
 
@@ -212,7 +274,8 @@ void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const T
         apply_dropout(ctx.acts.encoded, B, static_cast<long>(T) * C, embeddings);
     for (int l = 0; l < c.num_layers; ++l) {
         layer_forward(matmul, ctx, layer_acts(ctx, c, l), layer_view(layout, w, l),
-                      layer_input(ctx, c, l), B, T, C, NH, layer_dropout(batch, l), true);
+                      layer_adapter(model, ctx, l), layer_input(ctx, c, l), B, T, C, NH,
+                      layer_dropout(batch, l), true);
     }
     layernorm_forward(ctx.acts.lnf, ctx.acts.lnf_mean, ctx.acts.lnf_rstd,
                       layer_input(ctx, c, c.num_layers), layout.tensor(w, ParamTensor::lnfw).data(),
@@ -253,6 +316,10 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
     float* dres = ctx.scratch.dresidual;
     float* dch = ctx.scratch.dchannels;
     const PrecisionMatmul matmul(model, ctx);
+    if ((model.lora != nullptr) != !sink.adapter().empty()) {
+        throw std::invalid_argument(
+            "forward_backward: an adapter trains through an AdapterGradient");
+    }
 
     // LM head (tied to wte) in row chunks: logits -> loss and dlogits in place -> dlnf, dwte.
     const GradientSink::Head head = sink.head();
@@ -283,8 +350,11 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
         const float* residual = layer_input(ctx, c, l);
         // --recompute layers: the layer's activations again, from its stored input.
         const LayerDropout dropout = layer_dropout(batch, l);
-        if (rerun_layers) layer_forward(matmul, ctx, a, p, residual, B, T, C, NH, dropout, false);
-        layer_backward(matmul, ctx, a, p, sink.layer(l), residual, B, T, C, NH, dropout);
+        const LayerAdapter adapter = layer_adapter(model, ctx, l, sink.adapter());
+        if (rerun_layers) {
+            layer_forward(matmul, ctx, a, p, adapter, residual, B, T, C, NH, dropout, false);
+        }
+        layer_backward(matmul, ctx, a, p, sink.layer(l), adapter, residual, B, T, C, NH, dropout);
         sink.layer_done(l);
     }
     const DropoutMask embeddings = dropout_mask(batch, 0, DropoutSite::Embeddings);
@@ -322,6 +392,22 @@ void FullGradient::embeddings(const float* dresidual, const TokenBatch& batch) {
     encoder_backward(layout.tensor(grads_, ParamTensor::wte).data(),
                      layout.tensor(grads_, ParamTensor::wpe).data(), dresidual, batch.inputs.data(),
                      batch.B, batch.T, model_.config.channels);
+}
+
+}  // namespace gpt2
+
+namespace gpt2 {
+
+AdapterGradient::AdapterGradient(const Model& model, std::span<float> grads) : grads_(grads) {
+    if (model.lora == nullptr || grads.size() != model.lora->layout.total()) {
+        throw std::invalid_argument("AdapterGradient: the buffer is not the adapter's size");
+    }
+}
+
+double forward_backward_adapter(const Model& model, ThreadLocalTrainingContext& ctx,
+                                const TokenBatch& batch, float dloss, std::span<float> grads) {
+    AdapterGradient sink(model, grads);
+    return forward_backward(model, ctx, batch, dloss, sink);
 }
 
 }  // namespace gpt2

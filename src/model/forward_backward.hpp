@@ -55,6 +55,25 @@ class GradientSink {
     virtual void layer_done(int l) = 0;
     // dresidual (B*T, C): the gradient of the embeddings' sum for `batch`.
     virtual void embeddings(const float* dresidual, const TokenBatch& batch) = 0;
+    // LoRA: the adapter's gradient (laid out as model.lora->layout), accumulated layer by layer;
+    // empty when the base model trains.
+    [[nodiscard]] virtual std::span<float> adapter() { return {}; }
+};
+
+// LoRA fine-tuning: the base model frozen (null sections: backward computes only the gradients
+// flowing through it, no weight gradient), the adapter's gradient accumulated into one buffer.
+class AdapterGradient final : public GradientSink {
+  public:
+    AdapterGradient(const Model& model, std::span<float> grads);
+    [[nodiscard]] Head head() override { return Head{nullptr, nullptr, nullptr}; }
+    void head_done() override {}
+    [[nodiscard]] LayerView<float> layer(int /*l*/) override { return LayerView<float>{}; }
+    void layer_done(int /*l*/) override {}
+    void embeddings(const float* /*dresidual*/, const TokenBatch& /*batch*/) override {}
+    [[nodiscard]] std::span<float> adapter() override { return grads_; }
+
+  private:
+    std::span<float> grads_;
 };
 
 // The whole gradient in one flat buffer laid out as the model's parameters.
@@ -81,6 +100,12 @@ class FullGradient final : public GradientSink {
 // The same into one full gradient buffer (model.layout.total() floats).
 [[nodiscard]] double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
                                       const TokenBatch& batch, float dloss, std::span<float> grads);
+
+// LoRA: forward and backward with the base frozen, the adapter's gradient accumulated into
+// `grads` (model.lora->layout.total() floats).
+[[nodiscard]] double forward_backward_adapter(const Model& model, ThreadLocalTrainingContext& ctx,
+                                              const TokenBatch& batch, float dloss,
+                                              std::span<float> grads);
 
 // Forward only: the sum of the per-token losses (for validation), without dropout whatever the
 // batch asks. Gradients are untouched.

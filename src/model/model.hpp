@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -14,6 +15,8 @@
 #include "ops/bf16.hpp"
 
 namespace gpt2 {
+
+struct LoraAdapter;  // model/lora.hpp
 
 struct ModelConfig {
     int max_seq_len = 0;        // maxT: rows of the position embedding
@@ -116,6 +119,9 @@ struct Model {
     AlignedBuffer<float> params;
     Precision precision = Precision::Fp32;
     AlignedBuffer<Bf16> params_bf16;  // empty in fp32
+    // LoRA fine-tuning: the adapter the products add (model/lora.hpp); the base weights are then
+    // frozen and only the adapter trains. Null: no adapter.
+    std::shared_ptr<LoraAdapter> lora;
 
     explicit Model(const ModelConfig& c) : config(c), layout(c), params(layout.total()) {}
     [[nodiscard]] std::span<const float> weights() const { return params.span(); }

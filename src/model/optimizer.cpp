@@ -86,4 +86,22 @@ void adamw_update_range(const ParameterLayout& layout, std::span<float> params,
     }
 }
 
+void adamw_update_matrices(std::span<float> params, std::span<float> grads, AdamWState& state,
+                           std::size_t begin, std::size_t end, const AdamWHyper& h, std::int64_t t,
+                           float grad_scale) {
+    const float inv_bias1 =
+        1.0f / (1.0f - static_cast<float>(std::pow(static_cast<double>(h.beta1), t)));
+    const float inv_sqrt_bias2 =
+        1.0f / std::sqrt(1.0f - static_cast<float>(std::pow(static_cast<double>(h.beta2), t)));
+    if (begin < state.first || end > state.first + state.m.size()) {
+        throw std::invalid_argument(
+            "adamw_update_matrices: elements outside the optimizer's range");
+    }
+    if (begin >= end) return;
+    adamw_kernel<false>(params.data() + begin, nullptr, grads.data() + begin,
+                        state.m.data() + (begin - state.first),
+                        state.v.data() + (begin - state.first), end - begin, h.lr, h.beta1, h.beta2,
+                        h.eps, 1.0f - h.lr * h.weight_decay, inv_bias1, inv_sqrt_bias2, grad_scale);
+}
+
 }  // namespace gpt2

@@ -47,4 +47,9 @@ void adamw_update_range(const ParameterLayout& layout, std::span<float> params,
                         std::size_t end, const AdamWHyper& hyper, std::int64_t t, float grad_scale,
                         std::span<Bf16> params_bf16 = {});
 
+// The same over a buffer of matrices only (a LoRA adapter: every element is weight-decayed).
+void adamw_update_matrices(std::span<float> params, std::span<float> grads, AdamWState& state,
+                           std::size_t begin, std::size_t end, const AdamWHyper& hyper,
+                           std::int64_t t, float grad_scale);
+
 }  // namespace gpt2

@@ -59,7 +59,8 @@ class ThreadLocalTrainingContext {
                (bf16_inputs.size() + bf16_gradients.size()) * sizeof(Bf16);
     }
     [[nodiscard]] std::size_t total_bytes() const {
-        return activation_bytes() + gradient_window.size() * sizeof(float);
+        return activation_bytes() +
+               (gradient_window.size() + adapter_scratch.size()) * sizeof(float);
     }
 
     // Per-layer activations are [S][max_batch*T][...] with S = stored_layers(); only the first
@@ -101,6 +102,17 @@ class ThreadLocalTrainingContext {
     // Where this worker writes the gradient sections its sink hands out (see
     // gradient_window_floats); empty when the worker writes straight into a full gradient.
     AlignedBuffer<float> gradient_window;
+
+    // LoRA: x @ A^T and scale * dout @ B for one product, (N, r) each; empty without an adapter.
+    AlignedBuffer<float> adapter_scratch;
+    // Sizes adapter_scratch for adapters of rank r (once, before the first step).
+    void reserve_adapter(int r) {
+        adapter_scratch = AlignedBuffer<float>(adapter_scratch_floats(max_batch_, seq_len_, r));
+    }
+    [[nodiscard]] static std::size_t adapter_scratch_floats(int max_batch, int seq_len, int r) {
+        return 2 * static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(seq_len) *
+               static_cast<std::size_t>(r);
+    }
 
   private:
     int max_batch_ = 0;

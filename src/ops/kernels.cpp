@@ -94,8 +94,10 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
         for (int i = 0; i < C; ++i) {
             const float norm = (x[i] - m) * s;
             const float dnorm = weight[i] * d[i];
-            dbias[i] += d[i];
-            dweight[i] += norm * d[i];
+            if (dweight != nullptr) {  // null: frozen weights (LoRA)
+                dbias[i] += d[i];
+                dweight[i] += norm * d[i];
+            }
             dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
         }
     }
@@ -141,7 +143,7 @@ void matmul_residual_forward(float* out, const float* residual, const float* inp
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC) {
     if (dinp != nullptr) gemm_nn(N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-    gemm_tn(OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dweight != nullptr) gemm_tn(OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias != nullptr) add_bias_columns(dbias, dout, N, OC);
 }
 
@@ -166,9 +168,11 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
                           const float* inp, const Bf16* weight, Bf16* dout_bf16, Bf16* inp_bf16,
                           int N, int C, int OC) {
     convert_to_bf16(dout_bf16, dout, static_cast<std::size_t>(N) * OC);
-    convert_to_bf16(inp_bf16, inp, static_cast<std::size_t>(N) * C);
     if (dinp != nullptr) gemm_bf16_nn(N, C, OC, dout_bf16, OC, weight, C, 0.0f, dinp, C);
-    gemm_bf16_tn(OC, C, N, dout_bf16, OC, inp_bf16, C, 1.0f, dweight, C);
+    if (dweight != nullptr) {
+        convert_to_bf16(inp_bf16, inp, static_cast<std::size_t>(N) * C);
+        gemm_bf16_tn(OC, C, N, dout_bf16, OC, inp_bf16, C, 1.0f, dweight, C);
+    }
     if (dbias != nullptr) add_bias_columns(dbias, dout, N, OC);
 }
 

@@ -24,7 +24,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 // the normalised rows instead of storing them).
 void layernorm_recompute(float* out, const float* inp, const float* mean, const float* rstd,
                          const float* weight, const float* bias, int N, int C);
-// dinp += ..., dweight += ..., dbias += ...
+// dinp += ..., dweight += ..., dbias += ... (dweight and dbias both null: frozen, not computed)
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C);
@@ -36,8 +36,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // identity for the residual path, so the block backward passes dout on unchanged.
 void matmul_residual_forward(float* out, const float* residual, const float* inp,
                              const float* weight, const float* bias, int N, int C, int OC);
-// dinp = dout @ weight (overwritten; skipped when null), dweight += dout^T @ inp,
-// dbias += column sums of dout (skipped when null).
+// dinp = dout @ weight (overwritten; skipped when null), dweight += dout^T @ inp (skipped when
+// null: a frozen weight), dbias += column sums of dout (skipped when null).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC);
 

@@ -1,0 +1,191 @@
+#include "model/lora.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "core/error.hpp"
+#include "core/random.hpp"
+#include "ops/gemm.hpp"
+
+namespace gpt2 {
+
+std::string_view lora_target_module(LoraTarget t) {
+    switch (t) {
+        case LoraTarget::CAttn:
+            return "attn.c_attn";
+        case LoraTarget::AttnCProj:
+            return "attn.c_proj";
+        case LoraTarget::CFc:
+            return "mlp.c_fc";
+        case LoraTarget::MlpCProj:
+            return "mlp.c_proj";
+    }
+    return "?";
+}
+
+ParamTensor lora_target_weight(LoraTarget t) {
+    switch (t) {
+        case LoraTarget::CAttn:
+            return ParamTensor::qkvw;
+        case LoraTarget::AttnCProj:
+            return ParamTensor::attprojw;
+        case LoraTarget::CFc:
+            return ParamTensor::fcw;
+        case LoraTarget::MlpCProj:
+            return ParamTensor::fcprojw;
+    }
+    throw std::invalid_argument("lora_target_weight: unknown target");
+}
+
+std::array<bool, kLoraTargets> parse_lora_targets(std::string_view list, std::string_view flag) {
+    std::array<bool, kLoraTargets> targets{};
+    const auto set = [&](LoraTarget t) { targets[static_cast<std::size_t>(t)] = true; };
+    std::size_t start = 0;
+    while (start <= list.size()) {
+        const std::size_t comma = std::min(list.find(',', start), list.size());
+        const std::string_view name = list.substr(start, comma - start);
+        if (name == "c_attn" || name == "attn.c_attn") {
+            set(LoraTarget::CAttn);
+        } else if (name == "attn.c_proj") {
+            set(LoraTarget::AttnCProj);
+        } else if (name == "c_fc" || name == "mlp.c_fc") {
+            set(LoraTarget::CFc);
+        } else if (name == "mlp.c_proj") {
+            set(LoraTarget::MlpCProj);
+        } else if (name == "c_proj") {
+            set(LoraTarget::AttnCProj);
+            set(LoraTarget::MlpCProj);
+        } else if (name == "all") {
+            targets.fill(true);
+        } else {
+            throw InputError(std::string(flag) + ": unknown projection '" + std::string(name) +
+                             "' (choose from c_attn, attn.c_proj, c_fc, mlp.c_proj, c_proj, all)");
+        }
+        start = comma + 1;
+    }
+    return targets;
+}
+
+std::vector<std::string> lora_target_modules(const std::array<bool, kLoraTargets>& targets) {
+    const auto has = [&](LoraTarget t) { return targets[static_cast<std::size_t>(t)]; };
+    std::vector<std::string> modules;
+    if (has(LoraTarget::CAttn)) modules.emplace_back("c_attn");
+    if (has(LoraTarget::AttnCProj) && has(LoraTarget::MlpCProj)) {
+        modules.emplace_back("c_proj");  // PEFT matches by suffix: both projections
+    } else if (has(LoraTarget::AttnCProj)) {
+        modules.emplace_back("attn.c_proj");
+    } else if (has(LoraTarget::MlpCProj)) {
+        modules.emplace_back("mlp.c_proj");
+    }
+    if (has(LoraTarget::CFc)) modules.emplace_back("c_fc");
+    return modules;
+}
+
+ProductShape lora_product_shape(const ModelConfig& config, LoraTarget t) {
+    const int C = config.channels;
+    switch (t) {
+        case LoraTarget::CAttn:
+            return {C, 3 * C};
+        case LoraTarget::AttnCProj:
+            return {C, C};
+        case LoraTarget::CFc:
+            return {C, 4 * C};
+        case LoraTarget::MlpCProj:
+            return {4 * C, C};
+    }
+    throw std::invalid_argument("lora_product_shape: unknown target");
+}
+
+LoraLayout::LoraLayout(const ModelConfig& model, const LoraConfig& lora)
+    : model_(model), lora_(lora) {
+    for (int i = 0; i < kLoraTargets; ++i) {
+        const auto t = static_cast<LoraTarget>(i);
+        within_layer_[static_cast<std::size_t>(i)] = per_layer_;
+        if (lora.adapts(t)) per_layer_ += a_floats(t) + b_floats(t);
+    }
+    total_ = per_layer_ * static_cast<std::size_t>(model.num_layers);
+}
+
+std::size_t LoraLayout::a_floats(LoraTarget t) const {
+    return static_cast<std::size_t>(lora_.rank) *
+           static_cast<std::size_t>(lora_product_shape(model_, t).in);
+}
+
+std::size_t LoraLayout::b_floats(LoraTarget t) const {
+    return static_cast<std::size_t>(lora_product_shape(model_, t).out) *
+           static_cast<std::size_t>(lora_.rank);
+}
+
+std::size_t LoraLayout::offset(int l, LoraTarget t) const {
+    if (!lora_.adapts(t)) throw std::invalid_argument("LoraLayout: target not adapted");
+    return per_layer_ * static_cast<std::size_t>(l) + within_layer_[static_cast<std::size_t>(t)];
+}
+
+void validate_lora(const LoraConfig& config, std::string_view source) {
+    const std::string where(source);
+    if (config.rank <= 0) throw InputError(where + ": the LoRA rank must be at least 1");
+    if (!(config.alpha > 0.0f) || !std::isfinite(config.alpha)) {
+        throw InputError(where + ": LoRA's alpha must be a positive number");
+    }
+    bool any = false;
+    for (const bool t : config.targets)
+        any = any || t;
+    if (!any) throw InputError(where + ": LoRA adapts no projection");
+}
+
+void init_lora(LoraAdapter& adapter, std::uint64_t seed) {
+    const std::span<float> flat = adapter.params.span();
+    std::fill(flat.begin(), flat.end(), 0.0f);  // B = 0
+    for (int l = 0; l < adapter.layout.num_layers(); ++l) {
+        for (int i = 0; i < kLoraTargets; ++i) {
+            const auto t = static_cast<LoraTarget>(i);
+            if (!adapter.config.adapts(t)) continue;
+            // Each matrix from its own stream: the values do not depend on which others exist.
+            Rng rng =
+                Rng::derived(seed, static_cast<std::uint64_t>(l), static_cast<std::uint64_t>(i));
+            const float bound =
+                1.0f /
+                std::sqrt(static_cast<float>(lora_product_shape(adapter.layout.model(), t).in));
+            float* a = flat.data() + adapter.layout.a_offset(l, t);
+            for (std::size_t k = 0; k < adapter.layout.a_floats(t); ++k)
+                a[k] = (2.0f * rng.uniform() - 1.0f) * bound;
+        }
+    }
+}
+
+void merge_lora(Model& model, const LoraAdapter& adapter) {
+    const int r = adapter.config.rank;
+    const std::span<float> w = model.params.span();
+    for (int l = 0; l < model.config.num_layers; ++l) {
+        const LoraLayerView<const float> view = adapter.layer(l);
+        for (int i = 0; i < kLoraTargets; ++i) {
+            const auto t = static_cast<LoraTarget>(i);
+            if (!adapter.config.adapts(t)) continue;
+            const ProductShape s = lora_product_shape(model.config, t);
+            float* weight = model.layout.layer(w, lora_target_weight(t), l).data();
+            // W (out, in) += scale * B (out, r) @ A (r, in)
+            gemm_nn(s.out, s.in, r, adapter.config.scale(), view.b[static_cast<std::size_t>(i)], r,
+                    view.a[static_cast<std::size_t>(i)], s.in, 1.0f, weight, s.in);
+        }
+    }
+    if (model.precision == Precision::Bf16) set_precision(model, Precision::Bf16);
+}
+
+void lora_forward(float* out, float* u, const float* inp, const float* A, const float* B,
+                  float scale, int N, int C, int OC, int r) {
+    gemm_nt(N, r, C, 1.0f, inp, C, A, C, 0.0f, u, r);     // u = inp @ A^T
+    gemm_nt(N, OC, r, scale, u, r, B, r, 1.0f, out, OC);  // out += scale * u @ B^T
+}
+
+void lora_backward(float* dinp, float* dA, float* dB, float* u, float* v, const float* dout,
+                   const float* inp, const float* A, const float* B, float scale, int N, int C,
+                   int OC, int r) {
+    gemm_nt(N, r, C, 1.0f, inp, C, A, C, 0.0f, u, r);      // u = inp @ A^T (as forward)
+    gemm_nn(N, r, OC, scale, dout, OC, B, r, 0.0f, v, r);  // v = scale * dout @ B
+    if (dinp != nullptr) gemm_nn(N, C, r, 1.0f, v, r, A, C, 1.0f, dinp, C);  // dinp += v @ A
+    gemm_tn(r, C, N, 1.0f, v, r, inp, C, 1.0f, dA, C);                       // dA += v^T @ inp
+    gemm_tn(OC, r, N, scale, dout, OC, u, r, 1.0f, dB, r);  // dB += scale * dout^T @ u
+}
+
+}  // namespace gpt2

@@ -1,0 +1,132 @@
+// LoRA (low-rank adaptation, as Hugging Face PEFT defines it) on GPT-2's four projections: the
+// adapter's shape and flat buffer with named views, its initialisation, merging it into the base
+// weights, and the forward and backward of one adapted product over raw arrays.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/aligned_buffer.hpp"
+#include "model/model.hpp"
+
+namespace gpt2 {
+
+// The projections LoRA can adapt, named as PEFT names GPT-2's modules (transformer.h.<l>.<name>).
+enum class LoraTarget : int { CAttn, AttnCProj, CFc, MlpCProj };
+inline constexpr int kLoraTargets = 4;
+// "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj".
+[[nodiscard]] std::string_view lora_target_module(LoraTarget t);
+// The base weight a target adapts (qkvw, attprojw, fcw, fcprojw).
+[[nodiscard]] ParamTensor lora_target_weight(LoraTarget t);
+// Parses a comma-separated list of PEFT's GPT-2 names: c_attn, attn.c_proj, c_fc, mlp.c_proj,
+// c_proj (both projections, as PEFT matches a name by suffix) and all. Throws InputError naming
+// `flag` and the unknown name.
+[[nodiscard]] std::array<bool, kLoraTargets> parse_lora_targets(std::string_view list,
+                                                                std::string_view flag);
+// The targets as PEFT's target_modules (the shortest names that match exactly these modules).
+[[nodiscard]] std::vector<std::string> lora_target_modules(
+    const std::array<bool, kLoraTargets>& targets);
+
+struct LoraConfig {
+    int rank = 0;  // r: 0 means no adapter
+    float alpha = 0.0f;
+    std::array<bool, kLoraTargets> targets{};
+
+    // PEFT's scaling: the update is (alpha / r) * B A.
+    [[nodiscard]] float scale() const { return alpha / static_cast<float>(rank); }
+    [[nodiscard]] bool adapts(LoraTarget t) const { return targets[static_cast<std::size_t>(t)]; }
+    friend bool operator==(const LoraConfig&, const LoraConfig&) = default;
+};
+
+// A target's product in the base model: out (N, OC) = inp (N, C) @ W (OC, C)^T.
+struct ProductShape {
+    int in = 0;   // C
+    int out = 0;  // OC
+};
+[[nodiscard]] ProductShape lora_product_shape(const ModelConfig& config, LoraTarget t);
+
+// Where each adapter matrix lives in the adapter's flat buffer: layer by layer, and within a layer
+// target by target, A (r, in) then B (out, r), PEFT's lora_A.weight and lora_B.weight.
+class LoraLayout {
+  public:
+    LoraLayout(const ModelConfig& model, const LoraConfig& lora);
+
+    [[nodiscard]] std::size_t total() const { return total_; }
+    [[nodiscard]] const ModelConfig& model() const { return model_; }
+    [[nodiscard]] int num_layers() const { return model_.num_layers; }
+    // Offsets of layer l's A and B for target t (the target must be adapted).
+    [[nodiscard]] std::size_t a_offset(int l, LoraTarget t) const { return offset(l, t); }
+    [[nodiscard]] std::size_t b_offset(int l, LoraTarget t) const {
+        return offset(l, t) + a_floats(t);
+    }
+    [[nodiscard]] std::size_t a_floats(LoraTarget t) const;
+    [[nodiscard]] std::size_t b_floats(LoraTarget t) const;
+
+  private:
+    [[nodiscard]] std::size_t offset(int l, LoraTarget t) const;
+    ModelConfig model_;
+    LoraConfig lora_;
+    std::array<std::size_t, kLoraTargets> within_layer_{};  // offset of each target in a layer
+    std::size_t per_layer_ = 0;
+    std::size_t total_ = 0;
+};
+
+// Layer l's adapter matrices inside a flat buffer laid out as `layout` (null where a target is not
+// adapted): F = const float for the adapter, float for its gradient.
+template <typename F>
+struct LoraLayerView {
+    std::array<F*, kLoraTargets> a{};
+    std::array<F*, kLoraTargets> b{};
+};
+template <typename F>
+[[nodiscard]] LoraLayerView<F> lora_layer_view(const LoraLayout& layout, const LoraConfig& config,
+                                               std::span<F> flat, int l) {
+    LoraLayerView<F> view;
+    for (int i = 0; i < kLoraTargets; ++i) {
+        const auto t = static_cast<LoraTarget>(i);
+        if (!config.adapts(t)) continue;
+        view.a[static_cast<std::size_t>(i)] = flat.data() + layout.a_offset(l, t);
+        view.b[static_cast<std::size_t>(i)] = flat.data() + layout.b_offset(l, t);
+    }
+    return view;
+}
+
+// A model's adapter: its configuration, layout and weights (fp32).
+struct LoraAdapter {
+    LoraConfig config;
+    LoraLayout layout;
+    AlignedBuffer<float> params;
+
+    LoraAdapter(const ModelConfig& model, const LoraConfig& c)
+        : config(c), layout(model, c), params(layout.total()) {}
+    [[nodiscard]] LoraLayerView<const float> layer(int l) const {
+        return lora_layer_view(layout, config, params.span(), l);
+    }
+};
+
+// Throws InputError naming `source` when the rank or alpha is impossible or no target is chosen.
+void validate_lora(const LoraConfig& config, std::string_view source);
+
+// PEFT's initialisation: A uniform in [-1/sqrt(in), 1/sqrt(in)] (kaiming_uniform_ with a=sqrt(5),
+// what nn.Linear does), B zero, so the adapted model starts as the base. Deterministic in `seed`.
+void init_lora(LoraAdapter& adapter, std::uint64_t seed);
+
+// The base weights with the adapter folded in: W += (alpha/r) * B @ A for every adapted product.
+void merge_lora(Model& model, const LoraAdapter& adapter);
+
+// out (N, OC) += scale * (inp (N, C) @ A (r, C)^T) @ B (OC, r)^T; `u` (N, r) receives inp @ A^T.
+void lora_forward(float* out, float* u, const float* inp, const float* A, const float* B,
+                  float scale, int N, int C, int OC, int r);
+// The adapter's part of the product's backward, for dout (N, OC):
+//   v = scale * dout @ B (N, r);  dinp += v @ A;  dA += v^T @ inp;  dB += scale * dout^T @ u
+// where u = inp @ A^T is recomputed here (N*r scratch each for u and v). dinp may be null.
+void lora_backward(float* dinp, float* dA, float* dB, float* u, float* v, const float* dout,
+                   const float* inp, const float* A, const float* B, float scale, int N, int C,
+                   int OC, int r);
+
+}  // namespace gpt2

@@ -1,0 +1,90 @@
+#include "parallel/adapter_exchange.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "model/lora.hpp"
+
+namespace gpt2 {
+
+using namespace exchange_detail;
+
+AdapterExchange::AdapterExchange(const Communicator& comm, std::size_t adapter_floats, int workers)
+    : comm_(comm), floats_(adapter_floats) {
+    for (int w = 0; w < workers; ++w)
+        per_worker_.emplace_back(adapter_floats);
+}
+
+GradientPass AdapterExchange::backward(const Model& model, WorkerGroup& workers,
+                                       const StepBatch& batch, bool /*overlap: one allreduce*/) {
+    if (model.lora == nullptr || model.lora->layout.total() != floats_) {
+        throw std::invalid_argument("AdapterExchange: the model has no adapter of this size");
+    }
+    const int W = workers.size();
+    const int B = workers.batch_size();
+    const int T = workers.seq_len();
+    const std::size_t micro_tokens = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
+    const float dloss = static_cast<float>(1.0 / (static_cast<double>(batch.global_sequences) * T));
+    const std::span<WorkerPartial> sums = workers.partials();
+    workers.pool().run([&](int w) {
+        double loss = 0.0;
+        for (int a = 0; a < batch.grad_accum; ++a) {
+            TokenBatch mine =
+                worker_sequences(batch.inputs, batch.targets, a * micro_tokens, B, T, w, W);
+            mine.dropout = batch.dropout;
+            mine.first_sequence += static_cast<std::uint64_t>(a * batch.ranks + batch.rank) *
+                                   static_cast<std::uint64_t>(B);
+            if (mine.B > 0) {
+                loss += forward_backward_adapter(model, workers.context(w), mine, dloss,
+                                                 per_worker_[static_cast<std::size_t>(w)].span());
+            }
+        }
+        sums[static_cast<std::size_t>(w)].value = loss;
+        sums[static_cast<std::size_t>(w)].seconds_at_barriers = 0.0;
+    });
+    // The workers' gradients summed into worker 0's in worker order, each worker a range of the
+    // adapter (deterministic, no lock), the others cleared for the next step.
+    workers.pool().run([&](int w) {
+        const Range r = split_range(floats_, w, W);
+        float* total = per_worker_.front().data();
+        for (std::size_t k = 1; k < per_worker_.size(); ++k) {
+            float* part = per_worker_[k].data();
+            for (std::size_t i = r.begin; i < r.end; ++i) {
+                total[i] += part[i];
+                part[i] = 0.0f;
+            }
+        }
+    });
+    GradientPass pass;
+    for (const WorkerPartial& s : sums) {
+        pass.loss_sum += s.value;
+        pass.seconds_at_barriers.push_back(s.seconds_at_barriers);
+    }
+    return pass;
+}
+
+std::span<float> AdapterExchange::finish(WorkerGroup& /*workers*/) {
+    comm_.allreduce_sum(gradient());
+    return gradient();
+}
+
+double AdapterExchange::norm_squared(std::span<float> gradient, WorkerGroup& workers) {
+    return owned_norm_squared(gradient, owned(), workers, false);  // every rank holds the sum
+}
+
+void AdapterExchange::update(Model& model, AdamWState& optimizer, std::span<float> gradient,
+                             const AdamWHyper& hyper, float clip, WorkerGroup& workers) {
+    const int W = workers.size();
+    const std::int64_t t = ++optimizer.step;
+    const std::span<float> params = model.lora->params.span();
+    workers.pool().run([&](int w) {
+        const Range r = split_range(floats_, w, W);
+        adamw_update_matrices(params, gradient, optimizer, r.begin, r.end, hyper, t, clip);
+    });
+}
+
+void AdapterExchange::discard(std::span<float> gradient, WorkerGroup& workers) {
+    clear_owned(gradient, owned(), workers);
+}
+
+}  // namespace gpt2

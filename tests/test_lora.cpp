@@ -1,0 +1,201 @@
+// LoRA against PyTorch (tests/data/gpt2_lora_reference.bin, dev/make_reference.py: PEFT's formula
+// on the four projections of a frozen model): the loss, the final activations and the adapter's
+// gradient; the frozen base untouched by backward; merging equal to W + (alpha/r) B A.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "model/forward_backward.hpp"
+#include "model/lora.hpp"
+#include "model/model.hpp"
+#include "reference_fixture.hpp"
+#include "test_support.hpp"
+
+namespace gpt2 {
+namespace {
+
+using test::all_close;
+using test::norm_close;
+using test::ReferenceFixture;
+
+class Lora : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        fixture_ =
+            ReferenceFixture::load(std::string(GPT2_TEST_DATA_DIR) + "/gpt2_lora_reference.bin");
+        const auto& cfg = fixture_.at("config").i32;
+        B_ = cfg[6];
+        T_ = cfg[7];
+        const auto& lora = fixture_.at("lora.config").f32;
+        lora_config_.rank = static_cast<int>(lora[0]);
+        lora_config_.alpha = lora[1];
+        lora_config_.targets.fill(true);
+    }
+    // The fixture's base model with its adapter.
+    [[nodiscard]] Model adapted_model() const {
+        Model model = test::fixture_model(fixture_);
+        model.lora = std::make_shared<LoraAdapter>(model.config, lora_config_);
+        const auto& flat = fixture_.at("lora").f32;
+        if (flat.size() != model.lora->params.size()) {
+            throw std::runtime_error("lora fixture: the adapter does not fit its layout");
+        }
+        std::copy(flat.begin(), flat.end(), model.lora->params.data());
+        return model;
+    }
+    [[nodiscard]] TokenBatch batch() const {
+        return TokenBatch{fixture_.at("inputs").i32, fixture_.at("targets").i32, B_, T_};
+    }
+    [[nodiscard]] ThreadLocalTrainingContext context(const Model& model,
+                                                     Recompute recompute = Recompute::Cheap) const {
+        ThreadLocalTrainingContext ctx(model.config, B_, T_, Precision::Fp32, recompute);
+        ctx.reserve_adapter(lora_config_.rank);
+        return ctx;
+    }
+
+    ReferenceFixture fixture_;
+    LoraConfig lora_config_;
+    int B_ = 0;
+    int T_ = 0;
+};
+
+TEST_F(Lora, LossActivationsAndAdapterGradientMatchPyTorch) {
+    const Model model = adapted_model();
+    ThreadLocalTrainingContext ctx = context(model);
+    const int N = B_ * T_;
+    std::vector<float> grads(model.lora->layout.total());
+    const double loss_sum =
+        forward_backward_adapter(model, ctx, batch(), 1.0f / static_cast<float>(N), grads);
+    // The model reference's tolerances (test_model_reference.cpp).
+    EXPECT_NEAR(loss_sum / N, fixture_.at("loss").f32[0], 1e-5);
+    EXPECT_TRUE(all_close({ctx.acts.lnf, static_cast<std::size_t>(N) * model.config.channels},
+                          fixture_.at("lnf").f32, 1e-4, 1e-5));
+    // Each adapter matrix on its own, as the model reference checks each tensor.
+    const std::vector<float>& expected = fixture_.at("lora.grads").f32;
+    ASSERT_EQ(grads.size(), expected.size());
+    for (int l = 0; l < model.config.num_layers; ++l) {
+        for (int i = 0; i < kLoraTargets; ++i) {
+            const auto t = static_cast<LoraTarget>(i);
+            const LoraLayout& layout = model.lora->layout;
+            for (const auto& [offset, count] :
+                 {std::pair{layout.a_offset(l, t), layout.a_floats(t)},
+                  std::pair{layout.b_offset(l, t), layout.b_floats(t)}}) {
+                const std::span<const float> actual(grads.data() + offset, count);
+                const std::span<const float> reference(expected.data() + offset, count);
+                EXPECT_TRUE(all_close(actual, reference, 1e-3, 2e-6))
+                    << "layer " << l << ' ' << lora_target_module(t)
+                    << (offset == layout.a_offset(l, t) ? " A" : " B");
+            }
+        }
+    }
+}
+
+TEST_F(Lora, RecomputingLayersGivesTheSameAdapterGradientBitwise) {
+    const Model model = adapted_model();
+    const float dloss = 1.0f / static_cast<float>(B_ * T_);
+    std::vector<float> cheap(model.lora->layout.total()), layers(cheap.size());
+    ThreadLocalTrainingContext ctx_cheap = context(model, Recompute::Cheap);
+    ThreadLocalTrainingContext ctx_layers = context(model, Recompute::Layers);
+    const double loss_cheap = forward_backward_adapter(model, ctx_cheap, batch(), dloss, cheap);
+    const double loss_layers = forward_backward_adapter(model, ctx_layers, batch(), dloss, layers);
+    EXPECT_EQ(loss_cheap, loss_layers);
+    EXPECT_EQ(cheap, layers);
+}
+
+TEST_F(Lora, BackwardLeavesTheBaseWeightsAndNeedsNoBaseGradient) {
+    const Model model = adapted_model();
+    const std::vector<float> before(model.params.data(), model.params.data() + model.params.size());
+    ThreadLocalTrainingContext ctx = context(model);
+    std::vector<float> grads(model.lora->layout.total());
+    (void)forward_backward_adapter(model, ctx, batch(), 1.0f, grads);
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), model.params.data()));
+    // A full-model gradient sink is refused while an adapter is set (it would train both).
+    std::vector<float> full(model.layout.total());
+    EXPECT_THROW((void)forward_backward(model, ctx, batch(), 1.0f, full), std::invalid_argument);
+}
+
+TEST_F(Lora, MergedWeightsAreBasePlusScaledBTimesAAndGiveTheAdaptedLoss) {
+    const Model adapted = adapted_model();
+    Model merged = test::fixture_model(fixture_);
+    merge_lora(merged, *adapted.lora);
+    // W + (alpha/r) B A written out in double, element by element.
+    const double scale = lora_config_.alpha / lora_config_.rank;
+    const int r = lora_config_.rank;
+    for (int i = 0; i < kLoraTargets; ++i) {
+        const auto t = static_cast<LoraTarget>(i);
+        const ProductShape s = lora_product_shape(adapted.config, t);
+        for (int l = 0; l < adapted.config.num_layers; ++l) {
+            const auto base = adapted.layout.layer(adapted.weights(), lora_target_weight(t), l);
+            const auto got = merged.layout.layer(merged.weights(), lora_target_weight(t), l);
+            const LoraLayerView<const float> view = adapted.lora->layer(l);
+            const float* A = view.a[static_cast<std::size_t>(i)];
+            const float* Bm = view.b[static_cast<std::size_t>(i)];
+            std::vector<float> expected(base.size());
+            for (int o = 0; o < s.out; ++o) {
+                for (int c = 0; c < s.in; ++c) {
+                    double delta = 0.0;
+                    for (int k = 0; k < r; ++k)
+                        delta += static_cast<double>(Bm[o * r + k]) * A[k * s.in + c];
+                    expected[static_cast<std::size_t>(o) * s.in + c] = static_cast<float>(
+                        base[static_cast<std::size_t>(o) * s.in + c] + scale * delta);
+                }
+            }
+            EXPECT_TRUE(all_close(got, expected, 1e-6, 1e-7))
+                << "layer " << l << ' ' << lora_target_module(t);
+        }
+    }
+    // The merged model without an adapter computes the adapted model's loss.
+    ThreadLocalTrainingContext ctx(merged.config, B_, T_);
+    const double merged_loss = forward_loss(merged, ctx, batch()) / (B_ * T_);
+    EXPECT_NEAR(merged_loss, fixture_.at("loss").f32[0], 1e-5);
+}
+
+TEST(LoraTargets, PeftNamesParseAndUnknownOnesAreRefusedNamingTheFlag) {
+    const auto all = parse_lora_targets("all", "--lora-targets");
+    EXPECT_EQ(all, (std::array<bool, kLoraTargets>{true, true, true, true}));
+    const auto proj = parse_lora_targets("c_proj", "--lora-targets");
+    EXPECT_EQ(proj, (std::array<bool, kLoraTargets>{false, true, false, true}));
+    const auto some = parse_lora_targets("c_attn,mlp.c_proj", "--lora-targets");
+    EXPECT_EQ(some, (std::array<bool, kLoraTargets>{true, false, false, true}));
+    EXPECT_EQ(lora_target_modules(some), (std::vector<std::string>{"c_attn", "mlp.c_proj"}));
+    EXPECT_EQ(lora_target_modules(all), (std::vector<std::string>{"c_attn", "c_proj", "c_fc"}));
+    try {
+        (void)parse_lora_targets("c_attn,q_proj", "--lora-targets");
+        FAIL() << "q_proj accepted";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("--lora-targets: unknown projection 'q_proj'"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
+TEST(LoraInit, AIsUniformInPeftsBoundAndBIsZeroSoTheAdaptedModelStartsAsTheBase) {
+    const ModelConfig config{16, 101, 128, 2, 4, 64};
+    LoraConfig c;
+    c.rank = 4;
+    c.alpha = 8.0f;
+    c.targets.fill(true);
+    LoraAdapter adapter(config, c);
+    init_lora(adapter, 7);
+    for (int l = 0; l < config.num_layers; ++l) {
+        for (int i = 0; i < kLoraTargets; ++i) {
+            const auto t = static_cast<LoraTarget>(i);
+            const float bound =
+                1.0f / std::sqrt(static_cast<float>(lora_product_shape(config, t).in));
+            const float* A = adapter.params.data() + adapter.layout.a_offset(l, t);
+            const float* B = adapter.params.data() + adapter.layout.b_offset(l, t);
+            float widest = 0.0f;
+            for (std::size_t k = 0; k < adapter.layout.a_floats(t); ++k)
+                widest = std::max(widest, std::abs(A[k]));
+            EXPECT_LE(widest, bound);
+            EXPECT_GT(widest, 0.9f * bound);  // drawn over the whole range
+            for (std::size_t k = 0; k < adapter.layout.b_floats(t); ++k)
+                ASSERT_EQ(B[k], 0.0f);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace gpt2
