@@ -28,37 +28,15 @@ while (($#)); do
     *) echo "usage: $0 [--gb 2] [--threads N] [--work DIR] [--keep]" >&2; exit 2 ;;
   esac
 done
-text="$repo/data/tinyshakespeare.txt"
-[[ -f "$text" ]] || text="$repo/../shared/data/tinyshakespeare.txt"
-gpt2_dir="$repo/data/gpt2"
-[[ -f "$gpt2_dir/encoder.json" ]] || gpt2_dir="$repo/../shared/data/gpt2"
-[[ -f "$text" && -f "$gpt2_dir/encoder.json" ]] || {
-  echo "bench_prepare.sh: needs tinyshakespeare.txt and the GPT-2 tokenizer (scripts/setup.sh)" >&2
-  exit 1
-}
-[[ -x "$repo/build/prepare_data" ]] || { echo "bench_prepare.sh: build the project first" >&2; exit 1; }
+# shellcheck source=dev/bench_corpus.sh
+source "$repo/dev/bench_corpus.sh"
+bench_corpus_inputs "$repo" bench_prepare.sh
 mkdir -p "$work"
 corpus="$work/corpus.jsonl"
 ((keep)) || trap 'rm -rf "$work"' EXIT
 
 echo "generating $gb GB of JSON Lines in $corpus ..."
-/usr/bin/python3 - "$text" "$corpus" "$gb" <<'PY'
-import json, random, sys
-lines = open(sys.argv[1], encoding="utf-8").read().split("\n")
-target = int(float(sys.argv[3]) * 1e9)
-rng = random.Random(1)
-written = 0
-with open(sys.argv[2], "w", encoding="utf-8") as out:
-    while written < target:
-        block = []
-        for _ in range(256):
-            start = rng.randrange(len(lines) - 100)
-            doc = "\n".join(lines[start:start + rng.randrange(20, 100)])
-            block.append(json.dumps({"text": doc}, ensure_ascii=False))
-        chunk = "\n".join(block) + "\n"
-        out.write(chunk)
-        written += len(chunk.encode("utf-8"))
-PY
+bench_corpus_generate "$gb" "$corpus"
 
 rm -rf "$work/shards"
 echo "prepare_data, $threads threads ..."

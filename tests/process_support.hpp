@@ -2,6 +2,7 @@
 // mpiexec: run a shell command, capture its output and exit code, and make scratch directories.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <unistd.h>
@@ -16,6 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "core/file_io.hpp"
 
 namespace gpt2::test {
 
@@ -185,6 +188,20 @@ class TinyFileSystem {
     std::filesystem::path where_;
     bool mounted_ = false;
 };
+
+// The .bin shards in `expected`, each compared byte for byte with the file of the same name in
+// `actual` (a preparation stopped and resumed against one run through); returns how many.
+inline int expect_same_shards(const std::filesystem::path& expected,
+                              const std::filesystem::path& actual) {
+    int shards = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(expected)) {
+        if (entry.path().extension() != ".bin") continue;
+        ++shards;
+        EXPECT_EQ(read_file_bytes(entry.path()), read_file_bytes(actual / entry.path().filename()))
+            << entry.path().filename();
+    }
+    return shards;
+}
 
 // A deterministic English-like corpus of about `bytes` bytes.
 inline void write_corpus(const std::filesystem::path& path, std::size_t bytes) {

@@ -32,6 +32,7 @@ namespace gpt2 {
 namespace {
 
 namespace fs = std::filesystem;
+using test::expect_same_shards;
 using test::run_command;
 using test::ScratchDir;
 
@@ -259,15 +260,7 @@ TEST(PrepareData, ALongTextStreamsAndAnInterruptedPreparationResumesToTheSameSha
     ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
     EXPECT_NE(resumed.output.find("resuming after 2 train and 0 val shards"), std::string::npos)
         << resumed.output;
-    int shards = 0;
-    for (const auto& entry : fs::directory_iterator(dir.path() / "full")) {
-        if (entry.path().extension() != ".bin") continue;
-        ++shards;
-        EXPECT_EQ(read_file_bytes(entry.path()),
-                  read_file_bytes(dir.path() / "part" / entry.path().filename()))
-            << entry.path().filename();
-    }
-    EXPECT_GE(shards, 5);
+    EXPECT_GE(expect_same_shards(dir.path() / "full", dir.path() / "part"), 5);
 }
 
 TEST(PrepareData, BadDocumentsGetOneClearErrorNamingFileAndLine) {

@@ -408,6 +408,16 @@ struct DocumentReader::Impl {
         whole.text.resize(p);
         rest = std::move(after);
     }
+    // `out`, its text set, as the next whole document (JSON Lines or Parquet), cut where the
+    // options say.
+    void whole_document(DocumentPiece& out) {
+        out.document = document++;
+        out.index = piece++;
+        out.first = true;
+        out.offset = 0;
+        out.after_cut = false;
+        if (out.document == options.cut_document) cut_document(out);
+    }
     bool next_plain(DocumentPiece& out);
     bool next_jsonl(DocumentPiece& out);
     bool next_parquet(DocumentPiece& out);
@@ -595,12 +605,7 @@ bool DocumentReader::Impl::next_jsonl(DocumentPiece& out) {
         }
         record_text(record, out.text);
         record_spans(record, out.spans);
-        out.document = document++;
-        out.index = piece++;
-        out.first = true;
-        out.offset = 0;
-        out.after_cut = false;
-        if (out.document == options.cut_document) cut_document(out);
+        whole_document(out);
         return true;
     }
 }
@@ -620,12 +625,7 @@ bool DocumentReader::Impl::next_parquet(DocumentPiece& out) {
         }
         record_text(record, out.text);
         record_spans(record, out.spans);
-        out.document = document++;
-        out.index = piece++;
-        out.first = true;
-        out.offset = 0;
-        out.after_cut = false;
-        if (out.document == options.cut_document) cut_document(out);
+        whole_document(out);
         return true;
     }
     ++file;

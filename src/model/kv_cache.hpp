@@ -110,7 +110,15 @@ class KvCacheSession {
     // A prompt chunk (at most chunk_rows_ tokens, at least 2) at positions length().., appending
     // their K/V; with `logits`, the logits after the last one land in logits_.
     void forward_prompt(std::span<const std::int32_t> tokens, bool logits);
-    // Runs forward(worker) on every worker, releasing the others from the barrier if one fails.
+    // The first rows of the residual stream x_: each token's embedding plus its position's
+    // (pos0..).
+    void embed(std::span<const std::int32_t> tokens, int pos0);
+    // The worker's share of the logits after one row of the residual stream, into logits_: the
+    // final LayerNorm (recomputed by every worker: cheaper than a barrier), then its vocabulary
+    // rows of the LM head.
+    void head_logits(int worker, const float* row);
+    // Runs forward(worker) on every worker, releasing the others from the barrier if one fails
+    // (defined in model/kv_cache_passes.hpp, which both forwards include).
     template <typename Forward>
     void run_workers(Forward&& forward);
     // Clears the cache and encodes window_ from position 0 in chunks.

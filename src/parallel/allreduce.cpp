@@ -1,31 +1,20 @@
 #include "parallel/allreduce.hpp"
 
-#include <stdexcept>
-
 namespace gpt2 {
 
 using namespace exchange_detail;
 
 AllreduceExchange::AllreduceExchange(const Communicator& comm, std::size_t parameters,
                                      std::size_t bucket_floats)
-    : comm_(comm), parameters_(parameters), bucket_floats_(bucket_floats) {
-    if (bucket_floats_ > 0) {
-        if (comm.size() < 2) {
-            throw std::invalid_argument("AllreduceExchange: buckets need several ranks");
-        }
-        overlap_ = std::make_unique<OverlapState>(comm);
-    }
-}
+    : comm_(comm), parameters_(parameters), backward_(comm, bucket_floats, "AllreduceExchange") {}
 
 GradientPass AllreduceExchange::backward(const Model& model, WorkerGroup& workers,
                                          const StepBatch& batch, bool overlap) {
-    overlapped_ = overlap && overlap_ != nullptr;
-    return overlapped_ ? overlapped_gradients(model, workers, *overlap_, batch, bucket_floats_)
-                       : accumulate_gradients(model, workers, batch);
+    return backward_.run(model, workers, batch, overlap);
 }
 
 std::span<float> AllreduceExchange::finish(WorkerGroup& workers) {
-    if (!overlapped_) comm_.allreduce_sum(workers.gradient());
+    if (!backward_.sent()) comm_.allreduce_sum(workers.gradient());
     return workers.gradient();
 }
 

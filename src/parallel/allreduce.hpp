@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstddef>
-#include <memory>
 
 #include "parallel/gradient_buckets.hpp"
 #include "parallel/gradient_exchange.hpp"
@@ -30,9 +29,7 @@ class AllreduceExchange final : public GradientExchange {
   private:
     const Communicator& comm_;
     std::size_t parameters_;
-    std::size_t bucket_floats_;
-    std::unique_ptr<OverlapState> overlap_;  // with buckets
-    bool overlapped_ = false;                // the last backward sent the gradient
+    BucketedBackward backward_;
 };
 
 }  // namespace gpt2

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <stdexcept>
+#include <string>
 
 #include "core/clock.hpp"
 #include "parallel/shared_replica.hpp"
@@ -135,6 +137,24 @@ GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers, Over
                                  [&](std::vector<Range> ranges) {
                                      state.allreduce.enqueue(gradient.data(), std::move(ranges));
                                  });
+}
+
+BucketedBackward::BucketedBackward(const Communicator& comm, std::size_t bucket_floats,
+                                   std::string_view exchange)
+    : bucket_floats_(bucket_floats) {
+    if (bucket_floats_ > 0) {
+        if (comm.size() < 2) {
+            throw std::invalid_argument(std::string(exchange) + ": buckets need several ranks");
+        }
+        overlap_ = std::make_unique<OverlapState>(comm);
+    }
+}
+
+GradientPass BucketedBackward::run(const Model& model, WorkerGroup& workers, const StepBatch& batch,
+                                   bool overlap) {
+    sent_ = overlap && overlap_ != nullptr;
+    return sent_ ? overlapped_gradients(model, workers, *overlap_, batch, bucket_floats_)
+                 : accumulate_gradients(model, workers, batch);
 }
 
 // The progress counts live in memory other processes map: only a lock-free atomic works there.

@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "core/range.hpp"
@@ -28,6 +30,27 @@ struct OverlapState {
 [[nodiscard]] GradientPass overlapped_gradients(const Model& model, WorkerGroup& workers,
                                                 OverlapState& state, const StepBatch& batch,
                                                 std::size_t bucket_floats);
+
+// The backward of an exchange that may allreduce the whole gradient in buckets while backward runs
+// (AllreduceExchange, ZeroExchange): overlapped_gradients, or accumulate_gradients for one
+// collective after backward when there are no buckets or a step does not overlap.
+class BucketedBackward {
+  public:
+    // `bucket_floats` 0: no buckets; else they need several ranks in `comm` (std::invalid_argument
+    // naming `exchange` otherwise).
+    BucketedBackward(const Communicator& comm, std::size_t bucket_floats,
+                     std::string_view exchange);
+
+    [[nodiscard]] GradientPass run(const Model& model, WorkerGroup& workers, const StepBatch& batch,
+                                   bool overlap);
+    // Whether the last run sent the gradient: workers.gradient() already holds the sum.
+    [[nodiscard]] bool sent() const { return sent_; }
+
+  private:
+    std::size_t bucket_floats_;
+    std::unique_ptr<OverlapState> overlap_;  // with buckets
+    bool sent_ = false;
+};
 
 // Shared memory on several machines: as each part of the gradient is complete on this rank, the
 // communication thread (the state's, across machines) waits until every rank of the machine has

@@ -6,31 +6,31 @@ namespace gpt2 {
 
 using namespace exchange_detail;
 
-ZeroExchange::ZeroExchange(const Communicator& comm, std::vector<Range> slices,
-                           std::size_t bucket_floats)
-    : comm_(comm), slices_(std::move(slices)), bucket_floats_(bucket_floats) {
-    if (slices_.size() != static_cast<std::size_t>(comm.size())) {
+namespace {
+std::vector<Range> one_slice_per_rank(std::vector<Range> slices, const Communicator& comm) {
+    if (slices.size() != static_cast<std::size_t>(comm.size())) {
         throw std::invalid_argument("ZeroExchange: one slice per rank");
     }
-    // Open MPI 4.1's non-blocking reduce-scatter (a binomial reduce, then a linear scatter)
-    // measured slower over a 1 Gbit/s link than the blocking one, while the ring allreduce of
-    // buckets overlaps: in buckets, the whole gradient is allreduced and each rank keeps its slice.
-    if (bucket_floats_ > 0) {
-        if (comm.size() < 2)
-            throw std::invalid_argument("ZeroExchange: buckets need several ranks");
-        overlap_ = std::make_unique<OverlapState>(comm);
-    }
+    return slices;
 }
+}  // namespace
+
+// Open MPI 4.1's non-blocking reduce-scatter (a binomial reduce, then a linear scatter) measured
+// slower over a 1 Gbit/s link than the blocking one, while the ring allreduce of buckets overlaps:
+// in buckets, the whole gradient is allreduced and each rank keeps its slice.
+ZeroExchange::ZeroExchange(const Communicator& comm, std::vector<Range> slices,
+                           std::size_t bucket_floats)
+    : comm_(comm),
+      slices_(one_slice_per_rank(std::move(slices), comm)),
+      backward_(comm, bucket_floats, "ZeroExchange") {}
 
 GradientPass ZeroExchange::backward(const Model& model, WorkerGroup& workers,
                                     const StepBatch& batch, bool overlap) {
-    overlapped_ = overlap && overlap_ != nullptr;
-    return overlapped_ ? overlapped_gradients(model, workers, *overlap_, batch, bucket_floats_)
-                       : accumulate_gradients(model, workers, batch);
+    return backward_.run(model, workers, batch, overlap);
 }
 
 std::span<float> ZeroExchange::finish(WorkerGroup& workers) {
-    if (!overlapped_) comm_.reduce_scatter_sum(workers.gradient(), slices_);
+    if (!backward_.sent()) comm_.reduce_scatter_sum(workers.gradient(), slices_);
     return workers.gradient();
 }
 

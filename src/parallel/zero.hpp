@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstddef>
-#include <memory>
 #include <vector>
 
 #include "parallel/gradient_buckets.hpp"
@@ -33,9 +32,7 @@ class ZeroExchange final : public GradientExchange {
   private:
     const Communicator& comm_;
     std::vector<Range> slices_;
-    std::size_t bucket_floats_;
-    std::unique_ptr<OverlapState> overlap_;  // with buckets
-    bool overlapped_ = false;                // the last backward sent the gradient
+    BucketedBackward backward_;
 };
 
 }  // namespace gpt2
