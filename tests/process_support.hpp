@@ -1,5 +1,6 @@
 // Helpers for tests that run the programs (train_gpt2, inference) as a user would, possibly under
-// mpiexec: run a shell command, capture its output and exit code, and make scratch directories.
+// mpiexec: run a shell command, capture its output and exit code
+// (scratch directories: scratch_files.hpp).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "core/file_io.hpp"
+#include "scratch_files.hpp"
 
 namespace gpt2::test {
 
@@ -144,30 +146,6 @@ inline std::vector<double> metrics_values(const std::string& file, const std::st
         values.push_back(record[field].is_null() ? std::nan("") : record[field].get<double>());
     return values;
 }
-
-// A fresh directory under the system temp dir, removed by the destructor.
-class ScratchDir {
-  public:
-    explicit ScratchDir(const std::string& name)
-        : path_(std::filesystem::temp_directory_path() /
-                (name + "-" + std::to_string(::getpid()))) {
-        std::filesystem::remove_all(path_);
-        std::filesystem::create_directories(path_);
-    }
-    ~ScratchDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    ScratchDir(const ScratchDir&) = delete;
-    ScratchDir& operator=(const ScratchDir&) = delete;
-    [[nodiscard]] const std::filesystem::path& path() const { return path_; }
-    [[nodiscard]] std::string operator/(const std::string& name) const {
-        return (path_ / name).string();
-    }
-
-  private:
-    std::filesystem::path path_;
-};
 
 // A small tmpfs mounted for the test (needs the right to mount, as root in CI has); unmounted by
 // the destructor.

@@ -6,21 +6,22 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/file_io.hpp"
 #include "formats/checkpoint.hpp"
 #include "model/model.hpp"
+#include "scratch_files.hpp"
 
 namespace gpt2 {
 namespace {
 
 namespace fs = std::filesystem;
 using Bytes = std::vector<std::uint8_t>;
+using test::write_bytes;
 
 const ModelConfig kConfig{
     /*max_seq_len=*/16, /*vocab_size=*/50, /*padded_vocab_size=*/128,
@@ -38,18 +39,6 @@ CheckpointExtras sample_extras() {
         extras.tokenizer.push_back(static_cast<std::uint8_t>(i * 7));
     extras.config_json = R"({"model": {"L": 2, "NH": 2, "C": 32}, "lr": 3e-4, "note": "é\u0000"})";
     return extras;
-}
-
-Bytes read_bytes(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const fs::path& path, const Bytes& bytes) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data()),
-              static_cast<std::streamsize>(bytes.size()));
-    ASSERT_TRUE(out.good()) << path;
 }
 
 std::int32_t header_int(const Bytes& bytes, std::size_t i) {
@@ -80,15 +69,8 @@ class Checkpoint : public ::testing::Test {
   protected:
     void SetUp() override {
         const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-        dir_ = fs::temp_directory_path() /
-               ("gpt2_test_checkpoint_" + std::to_string(::getpid()) + "_" + info->name());
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
-    }
-    void TearDown() override {
-        std::error_code ec;
-        fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add, ec);
-        fs::remove_all(dir_, ec);
+        scratch_.emplace(std::string("gpt2_test_checkpoint_") + info->name());
+        dir_ = scratch_->path();
     }
 
     // Loading `path` must throw InputError naming the file and containing `keyword`.
@@ -122,6 +104,7 @@ class Checkpoint : public ::testing::Test {
         return save_checkpoint(dir_ / name, random_model(seed), sample_extras());
     }
 
+    std::optional<test::ScratchDir> scratch_;
     fs::path dir_;
 };
 
@@ -140,7 +123,7 @@ TEST_F(Checkpoint, PlainLlmcFileRoundTrips) {
 
 TEST_F(Checkpoint, PlainLlmcFileHasLlmcLayout) {
     const Model model = random_model(7);
-    const Bytes bytes = read_bytes(save_checkpoint(dir_ / "model.bin", model, std::nullopt));
+    const Bytes bytes = read_file_bytes(save_checkpoint(dir_ / "model.bin", model, std::nullopt));
     ASSERT_EQ(bytes.size(), 1024 + 4 * model.params.size());
     EXPECT_EQ(header_int(bytes, 0), 20240326);
     EXPECT_EQ(header_int(bytes, 1), 3);
@@ -160,7 +143,7 @@ TEST_F(Checkpoint, PlainWriteReadWriteGivesIdenticalBytes) {
     const fs::path first = plain_file("first.bin", 3);
     const LoadedModel loaded = load_checkpoint(first);
     const fs::path second = save_checkpoint(dir_ / "second.bin", loaded.model, std::nullopt);
-    const Bytes a = read_bytes(first), b = read_bytes(second);
+    const Bytes a = read_file_bytes(first), b = read_file_bytes(second);
     ASSERT_FALSE(a.empty());
     EXPECT_TRUE(a == b);
 }
@@ -184,7 +167,7 @@ TEST_F(Checkpoint, ExtrasRoundTrip) {
 
     // Write-read-write with extras is byte-identical too.
     const fs::path again = save_checkpoint(dir_ / "again.bin", loaded.model, loaded.extras);
-    EXPECT_TRUE(read_bytes(path) == read_bytes(again));
+    EXPECT_TRUE(read_file_bytes(path) == read_file_bytes(again));
 }
 
 TEST_F(Checkpoint, EmptyExtrasStillMakeACheckpoint) {
@@ -199,8 +182,8 @@ TEST_F(Checkpoint, EmptyExtrasStillMakeACheckpoint) {
 }
 
 TEST_F(Checkpoint, CheckpointStartsWithThePlainLlmcBytes) {
-    const Bytes plain = read_bytes(plain_file("plain.bin", 5));
-    const Bytes full = read_bytes(extras_file("full.bin", 5));
+    const Bytes plain = read_file_bytes(plain_file("plain.bin", 5));
+    const Bytes full = read_file_bytes(extras_file("full.bin", 5));
     ASSERT_GT(full.size(), plain.size());
     EXPECT_TRUE(std::equal(plain.begin(), plain.end(), full.begin()))
         << "the llm.c prefix of a checkpoint differs from the plain model file";
@@ -219,40 +202,40 @@ TEST_F(Checkpoint, Directory) {
 }
 
 TEST_F(Checkpoint, EmptyFile) {
-    write_bytes(dir_ / "empty.bin", {});
+    write_bytes(dir_ / "empty.bin", "");
     expect_load_error(dir_ / "empty.bin", "too short");
 }
 
 TEST_F(Checkpoint, ShorterThanTheHeader) {
-    Bytes bytes = read_bytes(plain_file("model.bin"));
+    Bytes bytes = read_file_bytes(plain_file("model.bin"));
     bytes.resize(1000);
     write_bytes(dir_ / "short.bin", bytes);
     expect_load_error(dir_ / "short.bin", "too short");
 }
 
 TEST_F(Checkpoint, HeaderOnlyFile) {
-    Bytes bytes = read_bytes(plain_file("model.bin"));
+    Bytes bytes = read_file_bytes(plain_file("model.bin"));
     bytes.resize(1024);
     write_bytes(dir_ / "header_only.bin", bytes);
     expect_load_error(dir_ / "header_only.bin", "truncated");
 }
 
 TEST_F(Checkpoint, WrongMagic) {
-    Bytes bytes = read_bytes(plain_file("model.bin"));
+    Bytes bytes = read_file_bytes(plain_file("model.bin"));
     set_header_int(bytes, 0, 20240520);
     write_bytes(dir_ / "magic.bin", bytes);
     expect_load_error(dir_ / "magic.bin", "magic");
 }
 
 TEST_F(Checkpoint, WrongVersion) {
-    Bytes bytes = read_bytes(plain_file("model.bin"));
+    Bytes bytes = read_file_bytes(plain_file("model.bin"));
     set_header_int(bytes, 1, 5);  // llm.c's bf16 model file
     write_bytes(dir_ / "version.bin", bytes);
     expect_load_error(dir_ / "version.bin", "version");
 }
 
 TEST_F(Checkpoint, ImpossibleShapeInHeader) {
-    Bytes bytes = read_bytes(plain_file("model.bin"));
+    Bytes bytes = read_file_bytes(plain_file("model.bin"));
     set_header_int(bytes, 5, 3);  // C = 32 is not divisible by NH = 3
     write_bytes(dir_ / "shape.bin", bytes);
     expect_load_error(dir_ / "shape.bin", "divisible");
@@ -275,7 +258,7 @@ TEST_F(Checkpoint, HeaderWhoseParameterCountOverflowsIsRejected) {
 }
 
 TEST_F(Checkpoint, TruncatedParameters) {
-    Bytes bytes = read_bytes(plain_file("model.bin"));
+    Bytes bytes = read_file_bytes(plain_file("model.bin"));
     bytes.resize(bytes.size() - 100);
     write_bytes(dir_ / "truncated.bin", bytes);
     expect_load_error(dir_ / "truncated.bin", "truncated");
@@ -284,7 +267,7 @@ TEST_F(Checkpoint, TruncatedParameters) {
 TEST_F(Checkpoint, FlippedByteInsideTheParametersOfACheckpoint) {
     const fs::path original = extras_file("ckpt.bin");
     EXPECT_TRUE(loads(original));
-    Bytes bytes = read_bytes(original);
+    Bytes bytes = read_file_bytes(original);
     bytes[1024 + 4 * 1000 + 2] ^= 0x10;
     write_bytes(dir_ / "flipped.bin", bytes);
     expect_load_error(dir_ / "flipped.bin", "checksum");
@@ -293,7 +276,7 @@ TEST_F(Checkpoint, FlippedByteInsideTheParametersOfACheckpoint) {
 TEST_F(Checkpoint, FlippedByteInTheHeaderOrTrailerOfACheckpoint) {
     const fs::path original = extras_file("ckpt.bin");
     EXPECT_TRUE(loads(original));
-    const Bytes good = read_bytes(original);
+    const Bytes good = read_file_bytes(original);
     Bytes in_header = good;
     in_header[4 * 100] ^= 0x01;  // an unused header slot: only the checksum can notice
     write_bytes(dir_ / "header.bin", in_header);
@@ -308,7 +291,7 @@ TEST_F(Checkpoint, FlippedByteInTheHeaderOrTrailerOfACheckpoint) {
 TEST_F(Checkpoint, TruncatedTrailer) {
     const fs::path original = extras_file("ckpt.bin");
     EXPECT_TRUE(loads(original));
-    const Bytes good = read_bytes(original);
+    const Bytes good = read_file_bytes(original);
     for (const std::size_t cut : {1, 5, 24, 100}) {
         Bytes bytes = good;
         bytes.resize(bytes.size() - cut);
@@ -321,7 +304,7 @@ TEST_F(Checkpoint, TruncatedTrailer) {
 TEST_F(Checkpoint, GarbageAppendedToAPlainLlmcFile) {
     const fs::path original = plain_file("model.bin");
     EXPECT_TRUE(loads(original));
-    Bytes bytes = read_bytes(original);
+    Bytes bytes = read_file_bytes(original);
     for (int i = 0; i < 40; ++i)
         bytes.push_back(static_cast<std::uint8_t>(i));
     write_bytes(dir_ / "garbage.bin", bytes);
@@ -332,7 +315,7 @@ TEST_F(Checkpoint, GarbageAppendedToAPlainLlmcFile) {
 // is computed both ways (one pass, or chained over header+params and trailer as save_checkpoint
 // does) and the variant the loader accepts is used, so this holds before and after the bug fix.
 TEST_F(Checkpoint, SectionLengthBeyondTheTrailer) {
-    const Bytes model_part = read_bytes(plain_file("model.bin", 2));
+    const Bytes model_part = read_file_bytes(plain_file("model.bin", 2));
     Bytes trailer;
     const auto append = [](Bytes& out, const auto& value) {
         const auto* p = reinterpret_cast<const std::uint8_t*>(&value);
@@ -372,12 +355,13 @@ TEST_F(Checkpoint, SectionLengthBeyondTheTrailer) {
 
 TEST_F(Checkpoint, SavingOverAnOldCheckpointReplacesItAndLeavesNoTemporaries) {
     const fs::path path = extras_file("ckpt.bin", 1);
-    const Bytes old = read_bytes(path);
+    const Bytes old = read_file_bytes(path);
     const Model newer = random_model(2);
     save_checkpoint(path, newer, sample_extras());
     // Compared as bytes (not loaded), so this holds independently of the checksum bug above.
-    const Bytes expected = read_bytes(save_checkpoint(dir_ / "fresh.bin", newer, sample_extras()));
-    const Bytes now = read_bytes(path);
+    const Bytes expected =
+        read_file_bytes(save_checkpoint(dir_ / "fresh.bin", newer, sample_extras()));
+    const Bytes now = read_file_bytes(path);
     EXPECT_FALSE(now == old);
     EXPECT_TRUE(now == expected);
     EXPECT_TRUE(temporaries().empty()) << "left behind: " << temporaries().front();
@@ -397,7 +381,7 @@ TEST_F(Checkpoint, SaveIntoAMissingDirectoryFailsNamingTheFile) {
 
 TEST_F(Checkpoint, SaveIntoAReadOnlyDirectoryKeepsTheOldFile) {
     const fs::path path = extras_file("ckpt.bin", 1);
-    const Bytes old = read_bytes(path);
+    const Bytes old = read_file_bytes(path);
     fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec);
     if (::access(dir_.c_str(), W_OK) == 0) {
         // root ignores directory permissions; the next test covers the same path differently.
@@ -410,7 +394,7 @@ TEST_F(Checkpoint, SaveIntoAReadOnlyDirectoryKeepsTheOldFile) {
         EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
     }
     fs::permissions(dir_, fs::perms::owner_all);
-    EXPECT_TRUE(read_bytes(path) == old);
+    EXPECT_TRUE(read_file_bytes(path) == old);
     EXPECT_TRUE(temporaries().empty());
 }
 
@@ -418,7 +402,7 @@ TEST_F(Checkpoint, SaveIntoAReadOnlyDirectoryKeepsTheOldFile) {
 // (save_checkpoint writes `<path>.tmp.<pid>`; see write_file_atomically).
 TEST_F(Checkpoint, FailedSaveKeepsTheOldFile) {
     const fs::path path = extras_file("ckpt.bin", 1);
-    const Bytes old = read_bytes(path);
+    const Bytes old = read_file_bytes(path);
     const fs::path blocker = path.string() + ".tmp." + std::to_string(::getpid());
     fs::create_directory(blocker);
     fs::create_directory(blocker / "child");  // non-empty, so nothing can replace it
@@ -428,7 +412,7 @@ TEST_F(Checkpoint, FailedSaveKeepsTheOldFile) {
     } catch (const InputError& e) {
         EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
     }
-    EXPECT_TRUE(read_bytes(path) == old);
+    EXPECT_TRUE(read_file_bytes(path) == old);
     EXPECT_TRUE(fs::is_directory(blocker / "child"));
 }
 

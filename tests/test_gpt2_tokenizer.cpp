@@ -50,7 +50,7 @@ TEST(Gpt2Tokenizer, TinyShakespeareMatchesJsTiktoken) {
 
 TEST(Gpt2Tokenizer, StressTextMatchesJsTiktoken) {
     SKIP_WITHOUT(kGpt2Dir / "encoder.json");
-    const std::string text = read_file(kTestData / "tokenizer_stress.txt");
+    const std::string text = read_text_file(kTestData / "tokenizer_stress.txt");
     const std::vector<std::int32_t> expected =
         read_u16_ids(kTestData / "tokenizer_gpt2_stress.u16");
     const std::vector<std::int32_t> ids = gpt2_tokenizer().encode(text);
@@ -62,7 +62,7 @@ TEST(Gpt2Tokenizer, StressTextMatchesJsTiktoken) {
 // text (encode_ordinary), both checked against js-tiktoken's ids.
 TEST(EotInText, Gpt2BothModesMatchJsTiktoken) {
     SKIP_WITHOUT(kGpt2Dir / "encoder.json");
-    const std::string text = read_file(kTestData / "tokenizer_eot.txt");
+    const std::string text = read_text_file(kTestData / "tokenizer_eot.txt");
     const Tokenizer& tokenizer = gpt2_tokenizer();
     const auto as_token = tokenizer.encode(text, gpt2::EotInText::Token);
     const auto as_text = tokenizer.encode(text, gpt2::EotInText::Text);
@@ -133,20 +133,19 @@ TEST(Gpt2Tokenizer, EveryTokenEncodesToItself) {
 }
 
 TEST(Gpt2Tokenizer, MissingOrBrokenFilesAreInputErrors) {
-    const fs::path dir = fs::temp_directory_path() / ("gpt2_tok_test_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const ScratchDir scratch("gpt2_tok_test");
+    const fs::path& dir = scratch.path();
     std::string message = error_message([&] { (void)gpt2::load_gpt2_tokenizer(dir); });
     EXPECT_NE(message.find("encoder.json"), std::string::npos) << message;
-    write_file(dir / "encoder.json", "{\"a\": 0, \"<|endoftext|>\": ");
-    write_file(dir / "vocab.bpe", "#version: 0.2\n");
+    write_bytes(dir / "encoder.json", "{\"a\": 0, \"<|endoftext|>\": ");
+    write_bytes(dir / "vocab.bpe", "#version: 0.2\n");
     message = error_message([&] { (void)gpt2::load_gpt2_tokenizer(dir); });
     EXPECT_NE(message.find("encoder.json"), std::string::npos) << message;
     if (fs::exists(kGpt2Dir / "encoder.json")) {
         fs::copy_file(kGpt2Dir / "encoder.json", dir / "encoder.json",
                       fs::copy_options::overwrite_existing);
-        write_file(dir / "vocab.bpe", "#version: 0.2\n\xc4\xa0 t\nno_such_token x\n");
+        write_bytes(dir / "vocab.bpe", "#version: 0.2\n\xc4\xa0 t\nno_such_token x\n");
         message = error_message([&] { (void)gpt2::load_gpt2_tokenizer(dir); });
         EXPECT_NE(message.find("vocab.bpe:3"), std::string::npos) << message;
     }
-    fs::remove_all(dir);
 }

@@ -147,12 +147,7 @@ TEST_F(ModelReference, Bf16GradientsMatchPyTorchWithinBf16Tolerance) {
         const auto reference = model.layout.tensor(grads, t);
         EXPECT_TRUE(test::norm_close(actual, reference, 2e-2))
             << "gradient of " << param_tensor_name(t);
-        double diff = 0.0, norm = 0.0;
-        for (std::size_t k = 0; k < actual.size(); ++k) {
-            diff += (actual[k] - reference[k]) * static_cast<double>(actual[k] - reference[k]);
-            norm += reference[k] * static_cast<double>(reference[k]);
-        }
-        worst = std::max(worst, std::sqrt(diff / norm));
+        worst = std::max(worst, test::difference_norms(actual, reference).relative());
     }
     EXPECT_GT(worst, 1e-5) << "gradients as exact as fp32: the bf16 path did not run";
     std::printf("bf16 gradients on %s: worst relative error %.2e\n",

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -34,6 +33,7 @@ using json = nlohmann::json;
 using test::expect_same_shards;
 using test::run_command;
 using test::ScratchDir;
+using test::write_bytes;
 
 const fs::path kFixtures = fs::path(GPT2_TEST_DATA_DIR) / "parquet";
 const fs::path kModules = fs::path(GPT2_SOURCE_DIR) / ".deps/parquet/node_modules";
@@ -52,10 +52,6 @@ std::vector<json> json_lines(const fs::path& file) {
 
 std::string prepare(const std::string& flags) {
     return test::build_path("prepare_data") + " " + flags;
-}
-
-void write_bytes(const fs::path& path, std::string_view bytes) {
-    std::ofstream(path, std::ios::binary) << bytes;
 }
 
 // The documents prepare_data's reader extracts from one file, and its counts.

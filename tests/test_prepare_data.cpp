@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -35,6 +34,7 @@ namespace fs = std::filesystem;
 using test::expect_same_shards;
 using test::run_command;
 using test::ScratchDir;
+using test::write_bytes;
 
 const fs::path kTestData = GPT2_TEST_DATA_DIR;
 const fs::path kGpt2Dir = fs::path(GPT2_SHARED_DATA_DIR) / "gpt2";
@@ -133,10 +133,6 @@ std::vector<std::string> test_documents() {
     }
     docs[13] = "";  // an empty document is still one
     return docs;
-}
-
-void write_bytes(const fs::path& path, const std::string& bytes) {
-    std::ofstream(path, std::ios::binary) << bytes;
 }
 
 TEST(PrepareData, FilesDirectoriesAndJsonLinesGiveTheDocumentsWithEndOfTextBetween) {

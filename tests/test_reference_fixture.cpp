@@ -7,8 +7,6 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <numbers>
 #include <stdexcept>
 #include <string>
@@ -17,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/file_io.hpp"
 #include "process_support.hpp"
 #include "reference_fixture.hpp"
 
@@ -215,16 +214,6 @@ TEST_F(ReferenceFixtureTest, ResidualStreamAddsUp) {
     }
 }
 
-[[nodiscard]] std::vector<char> read_bytes(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_bytes(const fs::path& path, const std::vector<char>& bytes) {
-    std::ofstream out(path, std::ios::binary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
 // Expects load() to throw a runtime_error whose message names the file and contains `what`.
 void expect_rejected(const fs::path& path, const std::string& what) {
     try {
@@ -239,18 +228,18 @@ void expect_rejected(const fs::path& path, const std::string& what) {
 
 TEST(ReferenceFixtureLoader, RejectsCorruptFiles) {
     const test::ScratchDir dir("gpt2-fixture-test");
-    const std::vector<char> bytes = read_bytes(kFixturePath);
+    const std::string bytes = read_text_file(kFixturePath);
     ASSERT_GT(bytes.size(), 1000u);
 
     const fs::path truncated = dir.path() / "truncated.bin";
-    write_bytes(truncated, {bytes.begin(), bytes.end() - 100});
+    write_bytes(truncated, bytes.substr(0, bytes.size() - 100));
     expect_rejected(truncated, "truncated");
 
     const fs::path header_only = dir.path() / "header_only.bin";
-    write_bytes(header_only, {bytes.begin(), bytes.begin() + 10});
+    write_bytes(header_only, bytes.substr(0, 10));
     expect_rejected(header_only, "truncated");
 
-    std::vector<char> bad = bytes;
+    std::string bad = bytes;
     bad[0] = 'X';
     const fs::path bad_magic = dir.path() / "bad_magic.bin";
     write_bytes(bad_magic, bad);

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,17 +14,13 @@
 #include "core/file_io.hpp"
 #include "data/prepare/shard_writer.hpp"
 #include "data/shard.hpp"
+#include "scratch_files.hpp"
 
 namespace fs = std::filesystem;
 using gpt2::InputError;
 using gpt2::MappedShard;
 
 namespace {
-
-void write_file(const fs::path& path, std::string_view data) {
-    std::ofstream file(path, std::ios::binary | std::ios::trunc);
-    file.write(data.data(), static_cast<std::streamsize>(data.size()));
-}
 
 void put_le32(std::string& bytes, std::size_t offset, std::int32_t value) {
     for (int b = 0; b < 4; ++b) {
@@ -36,12 +32,10 @@ void put_le32(std::string& bytes, std::size_t offset, std::int32_t value) {
 class Shard : public ::testing::Test {
   protected:
     void SetUp() override {
-        dir_ = fs::temp_directory_path() /
-               ("shard_test_" + std::to_string(getpid()) + "_" +
-                ::testing::UnitTest::GetInstance()->current_test_info()->name());
-        fs::create_directories(dir_);
+        scratch_.emplace(std::string("shard_test_") +
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        dir_ = scratch_->path();
     }
-    void TearDown() override { fs::remove_all(dir_); }
 
     // The message of the InputError that mapping path throws; fails the test if none is thrown.
     static std::string map_error(const fs::path& path) {
@@ -65,12 +59,13 @@ class Shard : public ::testing::Test {
 
     void expect_map_error(const std::string& bytes, std::string_view needle) {
         const fs::path path = dir_ / "bad.bin";
-        write_file(path, bytes);
+        gpt2::test::write_bytes(path, bytes);
         const std::string message = map_error(path);
         EXPECT_NE(message.find(path.string()), std::string::npos) << message;
         EXPECT_NE(message.find(needle), std::string::npos) << message;
     }
 
+    std::optional<gpt2::test::ScratchDir> scratch_;
     fs::path dir_;
 };
 

@@ -39,6 +39,23 @@ inline ::testing::AssertionResult all_close(std::span<const float> actual,
     return ::testing::AssertionSuccess();
 }
 
+// ||actual - expected|| and ||expected|| (Euclidean, in double) of two spans of one size.
+struct DifferenceNorms {
+    double diff = 0.0;
+    double norm = 0.0;
+    [[nodiscard]] double relative() const { return diff / norm; }
+};
+inline DifferenceNorms difference_norms(std::span<const float> actual,
+                                        std::span<const float> expected) {
+    double diff = 0.0, norm = 0.0;
+    for (std::size_t i = 0; i < actual.size(); ++i) {
+        const double d = static_cast<double>(actual[i]) - expected[i];
+        diff += d * d;
+        norm += static_cast<double>(expected[i]) * expected[i];
+    }
+    return {std::sqrt(diff), std::sqrt(norm)};
+}
+
 // Passes when ||actual - expected|| <= rtol * ||expected|| (whole-tensor relative error: immune to
 // elements whose true value is ~0, such as the key bias, whose gradient vanishes exactly).
 inline ::testing::AssertionResult norm_close(std::span<const float> actual,
@@ -47,15 +64,10 @@ inline ::testing::AssertionResult norm_close(std::span<const float> actual,
         return ::testing::AssertionFailure()
                << "size " << actual.size() << " != expected " << expected.size();
     }
-    double diff = 0.0, norm = 0.0;
-    for (std::size_t i = 0; i < actual.size(); ++i) {
-        const double d = static_cast<double>(actual[i]) - expected[i];
-        diff += d * d;
-        norm += static_cast<double>(expected[i]) * expected[i];
-    }
-    if (!(std::sqrt(diff) <= rtol * std::sqrt(norm))) {
+    const DifferenceNorms n = difference_norms(actual, expected);
+    if (!(n.diff <= rtol * n.norm)) {
         return ::testing::AssertionFailure()
-               << "relative error " << std::sqrt(diff / norm) << " exceeds " << rtol;
+               << "relative error " << n.relative() << " exceeds " << rtol;
     }
     return ::testing::AssertionSuccess();
 }

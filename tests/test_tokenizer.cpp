@@ -253,7 +253,7 @@ TEST(TokenizerEncodeBlocks, Gpt2OnTinyShakespeare) {
 // text too (Cyrillic, CJK, emoji, combining marks), while the whitespace that could join a run
 // (NBSP, ideographic space, CR) and broken UTF-8 are never cut next to.
 TEST(TokenizerSafeCuts, BothSidesEncodeAsTheWhole) {
-    const std::string text = read_file(kTestData / "tokenizer_stress.txt") +
+    const std::string text = read_text_file(kTestData / "tokenizer_stress.txt") +
                              "\n\xD0\x9F\xD1\x80\xD0\xB8\n\xE4\xB8\xAD\xE6\x96\x87\n"
                              "\xF0\x9F\x98\x80!\ne\xCC\x81t\xC3\xA9\n\xC2\xA0x\nx\xC2\xA0\n"
                              "y\xE3\x80\x80\ny\r\nz\n\xFF\x80\nq\n\xE4\xB8\n<|endoftext|>\nend";

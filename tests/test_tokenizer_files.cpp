@@ -99,12 +99,11 @@ TEST(TokenizerSerialization, RandomCorruptionNeverCrashes) {
 class LlmcTokenizerFile : public ::testing::Test {
   protected:
     void SetUp() override {
-        dir_ = fs::temp_directory_path() /
-               ("llmc_tok_test_" + std::to_string(getpid()) + "_" +
-                ::testing::UnitTest::GetInstance()->current_test_info()->name());
-        fs::create_directories(dir_);
+        scratch_.emplace(std::string("llmc_tok_test_") +
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        dir_ = scratch_->path();
     }
-    void TearDown() override { fs::remove_all(dir_); }
+    std::optional<ScratchDir> scratch_;
     fs::path dir_;
 };
 
@@ -123,7 +122,7 @@ TEST_F(LlmcTokenizerFile, RoundTripsEveryKind) {
         for (int id = 0; id < tokenizer->vocab_size(); ++id) {
             ASSERT_EQ(tokens[id], tokenizer->token_bytes(id));
         }
-        const std::string bytes = read_file(path);
+        const std::string bytes = read_text_file(path);
         const auto word = [&](int i) {
             std::uint32_t value = 0;
             for (int b = 0; b < 4; ++b) {
@@ -145,9 +144,9 @@ TEST_F(LlmcTokenizerFile, BadFilesAreInputErrors) {
               std::string::npos);
     EXPECT_THROW((void)gpt2::read_llmc_tokenizer(dir_), InputError);
     gpt2::write_llmc_tokenizer(*gpt2::make_char_tokenizer("abc"), path);
-    const std::string good = read_file(path);
+    const std::string good = read_text_file(path);
     const auto expect_error = [&](std::string bytes, std::string_view needle) {
-        write_file(path, bytes);
+        write_bytes(path, bytes);
         const std::string message = error_message([&] { (void)gpt2::read_llmc_tokenizer(path); });
         EXPECT_NE(message.find(needle), std::string::npos) << message;
     };

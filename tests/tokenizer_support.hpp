@@ -9,14 +9,16 @@
 #include <cctype>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "scratch_files.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
@@ -26,30 +28,23 @@ using gpt2::TokenizerKind;
 
 namespace tokenizer_test {
 
+using gpt2::read_text_file;
+using gpt2::test::ScratchDir;
+using gpt2::test::write_bytes;
+
 inline const fs::path kTestData = GPT2_TEST_DATA_DIR;
 inline const fs::path kSharedData = GPT2_SHARED_DATA_DIR;
 inline const fs::path kShakespeare = kSharedData / "tinyshakespeare.txt";
 inline const fs::path kGpt2Dir = kSharedData / "gpt2";
 
-inline std::string read_file(const fs::path& path) {
-    std::ifstream file(path, std::ios::binary);
-    if (!file) throw std::runtime_error("cannot open " + path.string());
-    return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
-}
-
 inline std::vector<std::int32_t> read_u16_ids(const fs::path& path) {
-    const std::string bytes = read_file(path);
+    const std::string bytes = read_text_file(path);
     std::vector<std::int32_t> ids(bytes.size() / 2);
     for (std::size_t i = 0; i < ids.size(); ++i) {
         ids[i] = static_cast<unsigned char>(bytes[2 * i]) |
                  (static_cast<unsigned char>(bytes[2 * i + 1]) << 8);
     }
     return ids;
-}
-
-inline void write_file(const fs::path& path, std::string_view data) {
-    std::ofstream file(path, std::ios::binary | std::ios::trunc);
-    file.write(data.data(), static_cast<std::streamsize>(data.size()));
 }
 
 #define SKIP_WITHOUT(path)                                                                    \
@@ -65,7 +60,7 @@ inline const Tokenizer& gpt2_tokenizer() {
 }
 
 inline const std::string& shakespeare() {
-    static const std::string text = read_file(kShakespeare);
+    static const std::string text = read_text_file(kShakespeare);
     return text;
 }
 

@@ -17,6 +17,7 @@
 #include <system_error>
 #include <vector>
 
+#include "../scratch_files.hpp"
 #include "core/error.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -43,41 +44,14 @@ inline void rejected(const std::exception& error) {
 }
 
 // A directory of this process's own under $TMPDIR (or /tmp), removed at normal exit.
-class ScratchDir {
-  public:
-    ScratchDir() {
-        std::error_code ec;
-        std::filesystem::path base = std::filesystem::temp_directory_path(ec);
-        if (ec) base = "/tmp";
-        path_ = base / ("gpt2_fuzz_" + std::to_string(static_cast<long>(::getpid())));
-        std::filesystem::create_directories(path_);
-    }
-    ~ScratchDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    ScratchDir(const ScratchDir&) = delete;
-    ScratchDir& operator=(const ScratchDir&) = delete;
-    [[nodiscard]] const std::filesystem::path& path() const { return path_; }
-
-  private:
-    std::filesystem::path path_;
-};
-
 [[nodiscard]] inline const std::filesystem::path& scratch_dir() {
-    static const ScratchDir dir;
+    static const test::ScratchDir dir("gpt2_fuzz");
     return dir.path();
 }
 
-// Replaces `path` with exactly `bytes` (aborts if the scratch file cannot be written: that is the
-// harness failing, not the library).
-inline void write_bytes(const std::filesystem::path& path, std::span<const std::uint8_t> bytes) {
-    std::FILE* file = std::fopen(path.c_str(), "wb");
-    FUZZ_CHECK(file != nullptr);
-    const bool ok =
-        bytes.empty() || std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size();
-    FUZZ_CHECK(std::fclose(file) == 0 && ok);
-}
+// Replaces a scratch file with exactly the given bytes (throws if it cannot: the harness failing,
+// which the fuzzer reports as a crash, not the library).
+using test::write_bytes;
 
 [[nodiscard]] inline std::span<const std::uint8_t> as_bytes(std::string_view text) {
     return {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()};
