@@ -1,6 +1,7 @@
 // LoRA against PyTorch (tests/data/gpt2_lora_reference.bin, dev/make_reference.py: PEFT's formula
 // on the four projections of a frozen model): the loss, the final activations and the adapter's
-// gradient; the frozen base untouched by backward; merging equal to W + (alpha/r) B A.
+// gradient; the frozen base untouched by backward; merging equal to W + (alpha/r) B A; PEFT's
+// directory written and read back.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,10 +9,14 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/file_io.hpp"
+#include "formats/peft.hpp"
+#include "formats/safetensors.hpp"
 #include "model/forward_backward.hpp"
 #include "model/lora.hpp"
 #include "model/model.hpp"
 #include "reference_fixture.hpp"
+#include "scratch_files.hpp"
 #include "test_support.hpp"
 
 namespace gpt2 {
@@ -194,6 +199,62 @@ TEST(LoraInit, AIsUniformInPeftsBoundAndBIsZeroSoTheAdaptedModelStartsAsTheBase)
             for (std::size_t k = 0; k < adapter.layout.b_floats(t); ++k)
                 ASSERT_EQ(B[k], 0.0f);
         }
+    }
+}
+
+}  // namespace
+}  // namespace gpt2
+
+namespace gpt2 {
+namespace {
+
+TEST(PeftAdapter, WrittenDirectoryReadsBackBitwiseWithPeftsNamesAndConfig) {
+    const test::ScratchDir dir("peft");
+    const ModelConfig config{16, 101, 128, 2, 4, 64};
+    LoraConfig c;
+    c.rank = 4;
+    c.alpha = 16.0f;
+    c.targets = parse_lora_targets("c_attn,mlp.c_proj", "--lora-targets");
+    LoraAdapter adapter(config, c);
+    init_lora(adapter, 3);
+    for (std::size_t i = 0; i < adapter.params.size(); ++i)  // B non-zero too
+        if (adapter.params.data()[i] == 0.0f)
+            adapter.params.data()[i] = 1e-3f * static_cast<float>(i % 17);
+    (void)write_peft_adapter(dir.path() / "adapter", adapter, "gpt2");
+    const std::string json = read_text_file(dir.path() / "adapter" / "adapter_config.json");
+    EXPECT_NE(json.find("\"target_modules\": [\n    \"c_attn\",\n    \"mlp.c_proj\"\n  ]"),
+              std::string::npos)
+        << json;
+    EXPECT_NE(json.find("\"fan_in_fan_out\": true"), std::string::npos) << json;
+    const SafetensorsFile file =
+        SafetensorsFile::read(dir.path() / "adapter" / "adapter_model.safetensors");
+    const SafetensorsTensor* b =
+        file.find("base_model.model.transformer.h.1.mlp.c_proj.lora_B.weight");
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(b->shape, (std::vector<std::int64_t>{64, 4}));
+    const std::unique_ptr<LoraAdapter> back = read_peft_adapter(dir.path() / "adapter", config);
+    EXPECT_EQ(back->config, c);
+    EXPECT_TRUE(std::equal(adapter.params.span().begin(), adapter.params.span().end(),
+                           back->params.span().begin(), back->params.span().end()));
+}
+
+TEST(PeftAdapter, AnAdapterForAnotherShapeIsRefusedNamingTheTensor) {
+    const test::ScratchDir dir("peft_shape");
+    LoraConfig c;
+    c.rank = 2;
+    c.alpha = 4.0f;
+    c.targets.fill(true);
+    LoraAdapter adapter(ModelConfig{16, 101, 128, 2, 4, 64}, c);
+    (void)write_peft_adapter(dir.path(), adapter, "gpt2");
+    try {
+        (void)read_peft_adapter(dir.path(), ModelConfig{16, 101, 128, 2, 4, 32});
+        FAIL() << "an adapter for 64 channels loaded into 32";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("adapter_model.safetensors: tensor "
+                                             "'base_model.model.transformer.h.0.attn.c_attn.lora_A."
+                                             "weight' is not 2 x 32"),
+                  std::string::npos)
+            << e.what();
     }
 }
 
