@@ -1,6 +1,7 @@
-// The layers of src/ (see CMakeLists.txt) include only what they may use: each folder a layer,
-// a layer only the ones below it, mpi.h only in the communicator, CLI11 only in the programs, no
-// logging below the run loop. (The link dependencies are checked when CMake configures.)
+// The layers of src/ include only what they may use: each folder a layer, a layer only what its
+// library links in CMakeLists.txt (the rules' one source, build/layer_rules.txt), mpi.h only in
+// the communicator, CLI11 only in the programs, no logging below the run loop; docs/design.md's
+// table says the same. (What must never be linked is checked when CMake configures.)
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -28,30 +29,36 @@ std::string layer_of(const std::string& relative) {
     return relative.substr(0, relative.find('/'));
 }
 
-// Which layers each layer may include (its own always).
-const std::map<std::string, std::set<std::string>> kMayUse = {
-    {"core", {}},
-    {"ops", {"core"}},
-    {"threads", {"core"}},
-    {"model", {"core", "ops", "threads"}},
-    {"tokenizer", {"core"}},
-    {"data", {"core", "tokenizer"}},
-    {"data/prepare", {"core", "threads", "tokenizer", "data"}},
-    {"formats", {"core", "ops", "threads", "model", "tokenizer"}},
-    {"parallel", {"core", "ops", "threads", "model"}},
-    {"train", {"core", "ops", "threads", "model", "tokenizer", "formats", "data", "parallel"}},
-    {"cli", {"core"}},
-    {"apps",
-     {"core", "ops", "threads", "model", "tokenizer", "formats", "data", "data/prepare", "parallel",
-      "train", "cli", "apps"}},
-};
+// Which layers each layer may include besides its own: what its library links, as CMake derives
+// it into build/layer_rules.txt ("layer: used layers"); the programs (apps) may use every layer.
+using LayerRules = std::map<std::string, std::set<std::string>>;
+LayerRules load_layer_rules() {
+    LayerRules rules;
+    std::istringstream lines(read_text_file(fs::path(GPT2_BUILD_DIR) / "layer_rules.txt"));
+    for (std::string line; std::getline(lines, line);) {
+        const std::size_t colon = line.find(':');
+        if (colon == std::string::npos) continue;
+        std::set<std::string>& uses = rules[line.substr(0, colon)];
+        std::istringstream words(line.substr(colon + 1));
+        for (std::string word; words >> word;)
+            uses.insert(word);
+    }
+    std::set<std::string>& apps = rules["apps"];
+    for (const auto& [layer, uses] : rules)
+        if (layer != "apps") apps.insert(layer);
+    return rules;
+}
+const LayerRules& may_use() {
+    static const LayerRules rules = load_layer_rules();
+    return rules;
+}
 
 // Everything wrong with one file's includes (`relative` is its path below src/).
 std::vector<std::string> violations(const std::string& relative, const std::string& text) {
     std::vector<std::string> found;
     const std::string layer = layer_of(relative);
-    const auto allowed = kMayUse.find(layer);
-    if (allowed == kMayUse.end()) return {relative + ": in no known layer"};
+    const auto allowed = may_use().find(layer);
+    if (allowed == may_use().end()) return {relative + ": in no known layer"};
     static const std::regex include(R"(^\s*#\s*include\s*[<"]([^>"]+)[>"])");
     std::istringstream lines(text);
     for (std::string line; std::getline(lines, line);) {
@@ -103,6 +110,34 @@ TEST(Architecture, EveryFileIncludesOnlyTheLayersBelowIt) {
         }
     }
     EXPECT_GT(files, 40);
+}
+
+TEST(Architecture, TheRulesAreCMakesLinksAndDesignMdsTableSaysTheSame) {
+    const LayerRules& rules = may_use();
+    EXPECT_EQ(rules.at("model"), (std::set<std::string>{"core", "ops", "threads"}));
+    EXPECT_EQ(rules.at("core"), std::set<std::string>{});
+    // docs/design.md's table: each library's "may use" column names exactly the layers it may
+    // use (besides libraries outside src/).
+    const std::string design = read_text_file(fs::path(GPT2_SOURCE_DIR) / "docs" / "design.md");
+    static const std::regex row(R"(^\| `([a-z/]+)/` \| gpt2_[a-z_]+ \|.*\| ([^|]+) \|$)");
+    std::istringstream lines(design);
+    int rows = 0;
+    for (std::string line; std::getline(lines, line);) {
+        std::smatch match;
+        if (!std::regex_match(line, match, row)) continue;
+        ++rows;
+        const std::string layer = match[1].str() == "apps/cli" ? "cli" : match[1].str();
+        std::set<std::string> named;
+        std::istringstream words(match[2].str());
+        for (std::string word; std::getline(words, word, ',');) {
+            word.erase(0, word.find_first_not_of(' '));
+            word.erase(word.find_last_not_of(' ') + 1);
+            if (rules.contains(word)) named.insert(word);
+        }
+        ASSERT_TRUE(rules.contains(layer)) << line;
+        EXPECT_EQ(named, rules.at(layer)) << "docs/design.md's row for " << layer;
+    }
+    EXPECT_EQ(rows, static_cast<int>(rules.size()) - 1);  // every library's row (apps are not one)
 }
 
 TEST(Architecture, OnlyTheCommunicatorIncludesMpiAnywhereInTheRepository) {
