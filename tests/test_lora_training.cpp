@@ -155,6 +155,11 @@ TEST_F(LoraTraining, OneAndTwoRanksTrainTheSameAdapterAndTheMergedCheckpointIsWP
               std::string::npos)
         << two.output;
     EXPECT_NE(one.output.find("memory per rank (LoRA): "), std::string::npos) << one.output;
+    EXPECT_NE(one.output.find("checkpoint " + (*dir_ / "np1/model_000003.bin") +
+                              " (merged weights) and LoRA adapter " +
+                              (*dir_ / "np1/model_000003.adapter") + " ("),
+              std::string::npos)
+        << one.output;
 
     const LoadedModel base = load_checkpoint(base_file());
     const ModelConfig& config = base.model.config;

@@ -597,7 +597,12 @@ void TrainingLoop::save(std::int64_t completed) {
     checkpoint_clock_.saved();
     prune_checkpoints(out_dir, o_.checkpoints.keep_checkpoints, plan_.run_id);
     metrics_.sync();
-    spdlog::info("checkpoint {} ({:.2f} s)", path.string(), seconds_since(t0));
+    spdlog::info("checkpoint {}{} ({:.2f} s)", path.string(),
+                 replica_.model.lora != nullptr
+                     ? fmt::format(" (merged weights) and LoRA adapter {}",
+                                   adapter_path(out_dir, completed).string())
+                     : std::string(),
+                 seconds_since(t0));
 }
 
 void TrainingLoop::check_replicas(std::int64_t completed) const {
