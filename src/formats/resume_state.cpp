@@ -196,6 +196,10 @@ std::filesystem::path model_path(const std::filesystem::path& dir, std::int64_t 
     return dir / name;
 }
 
+std::filesystem::path adapter_path(const std::filesystem::path& dir, std::int64_t step) {
+    return std::filesystem::path(model_path(dir, step)).replace_extension(".adapter");
+}
+
 std::filesystem::path state_path(const std::filesystem::path& dir, std::int64_t step) {
     char name[64];
     std::snprintf(name, sizeof(name), "state_%06lld.bin", static_cast<long long>(step));
@@ -271,6 +275,7 @@ void prune_checkpoints(const std::filesystem::path& dir, int keep, std::uint64_t
         // State first: a model without its state is ignored, never the reverse.
         std::filesystem::remove(state_path(dir, ours[i]), ec);
         std::filesystem::remove(model_path(dir, ours[i]), ec);
+        std::filesystem::remove_all(adapter_path(dir, ours[i]), ec);
     }
 }
 

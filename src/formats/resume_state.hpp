@@ -49,13 +49,17 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
 
 [[nodiscard]] std::filesystem::path model_path(const std::filesystem::path& dir, std::int64_t step);
 [[nodiscard]] std::filesystem::path state_path(const std::filesystem::path& dir, std::int64_t step);
+// A LoRA run's adapter beside its checkpoint: model_NNNNNN.adapter, a PEFT directory.
+[[nodiscard]] std::filesystem::path adapter_path(const std::filesystem::path& dir,
+                                                 std::int64_t step);
 // Steps with both files present, newest first. A file whose name looks like a checkpoint's but
 // whose step does not fit 64 bits is skipped, and named in `not_ours` when given (for the log).
 [[nodiscard]] std::vector<std::int64_t> list_checkpoints(
     const std::filesystem::path& dir, std::vector<std::filesystem::path>* not_ours = nullptr);
 // Every model_N.bin / state_N.bin file name in `dir`, sorted (complete checkpoints or not).
 [[nodiscard]] std::vector<std::string> checkpoint_file_names(const std::filesystem::path& dir);
-// Deletes all but the newest `keep` checkpoints of lineage `run_id` (keep 0: keep all). Other
+// Deletes all but the newest `keep` checkpoints of lineage `run_id` (keep 0: keep all), with
+// their adapter directories. Other
 // runs' checkpoints, and files whose lineage cannot be read, are never touched.
 void prune_checkpoints(const std::filesystem::path& dir, int keep, std::uint64_t run_id);
 // The step encoded in a state or model file name, if it is one.

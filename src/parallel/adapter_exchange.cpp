@@ -24,7 +24,8 @@ GradientPass AdapterExchange::backward(const Model& model, WorkerGroup& workers,
     const int B = workers.batch_size();
     const int T = workers.seq_len();
     const std::size_t micro_tokens = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
-    const float dloss = static_cast<float>(1.0 / (static_cast<double>(batch.global_sequences) * T));
+    // The mean over the step's trained targets (all of them, or the loss mask's).
+    const float dloss = static_cast<float>(1.0 / step_targets(batch, T));
     const std::span<WorkerPartial> sums = workers.partials();
     workers.pool().run([&](int w) {
         double loss = 0.0;

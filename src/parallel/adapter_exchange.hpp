@@ -26,6 +26,9 @@ class AdapterExchange final : public GradientExchange {
     [[nodiscard]] const Communicator& world() const override { return comm_; }
     // The rank's summed adapter gradient (tests inject faults into it).
     [[nodiscard]] std::span<float> gradient() { return per_worker_.front().span(); }
+    [[nodiscard]] std::span<float> rank_gradient(WorkerGroup& /*workers*/) override {
+        return gradient();
+    }
 
   private:
     const Communicator& comm_;

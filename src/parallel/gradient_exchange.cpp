@@ -49,3 +49,11 @@ void clear_owned(std::span<float> gradient, Range owned, WorkerGroup& workers) {
 }
 
 }  // namespace gpt2::exchange_detail
+
+namespace gpt2 {
+
+std::span<float> GradientExchange::rank_gradient(WorkerGroup& workers) {
+    return workers.gradient();
+}
+
+}  // namespace gpt2

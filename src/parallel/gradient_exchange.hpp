@@ -39,6 +39,9 @@ class GradientExchange {
     [[nodiscard]] virtual Range owned() const = 0;
     // The ranks the step's loss is summed over.
     [[nodiscard]] virtual const Communicator& world() const = 0;
+    // This rank's gradient after backward, before finish() (tests inject faults into it): the
+    // workers' full gradient, or what the exchange trains instead (an adapter's).
+    [[nodiscard]] virtual std::span<float> rank_gradient(WorkerGroup& workers);
 };
 
 namespace exchange_detail {

@@ -19,13 +19,13 @@ Range range_of(const ParameterLayout& layout, ParamTensor t) {
 
 LayerwiseReduction::LayerwiseReduction(const ModelConfig& config,
                                        std::span<ThreadLocalTrainingContext> contexts,
-                                       int contributors)
+                                       int contributors, RankGradient held)
     : config_(config),
       layout_(config),
       workers_(static_cast<int>(contexts.size())),
       contributors_(contributors),
       layer_slot_floats_(layer_gradient_floats(config)),
-      gradient_(layout_.total()),
+      gradient_(held == RankGradient::Full ? layout_.total() : 0),
       barrier_(static_cast<int>(contexts.size())),
       worker_rows_(contexts.size()),
       windows_(contexts.size(), nullptr) {
@@ -33,7 +33,7 @@ LayerwiseReduction::LayerwiseReduction(const ModelConfig& config,
         throw std::invalid_argument("LayerwiseReduction: contributors must be 1..workers");
     }
     const std::size_t window = gradient_window_floats(config);
-    for (int w = 1; w < contributors; ++w) {
+    for (int w = 1; w < contributors && held == RankGradient::Full; ++w) {
         ThreadLocalTrainingContext& ctx = contexts[static_cast<std::size_t>(w)];
         ctx.gradient_window = AlignedBuffer<float>(window);
         windows_[static_cast<std::size_t>(w)] = ctx.gradient_window.data();

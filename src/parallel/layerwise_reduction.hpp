@@ -27,6 +27,10 @@ struct CompletedGradient {
 };
 using GradientReady = std::function<void(const CompletedGradient&)>;
 
+// Whether a rank holds the full model's gradient: None when only an adapter trains (LoRA, with
+// its own buffers), so neither the rank's gradient nor the workers' windows are allocated.
+enum class RankGradient { Full, None };
+
 // How it works. Worker 0 accumulates straight into the rank's buffer; every other worker that has
 // sequences writes into its context's gradient window. After each section every worker meets at
 // a barrier, then sums a disjoint part of that section over the windows in worker order into the
@@ -38,9 +42,10 @@ using GradientReady = std::function<void(const CompletedGradient&)>;
 class LayerwiseReduction {
   public:
     // One worker per context; the first `contributors` have sequences. Gives the contexts of
-    // workers 1..contributors-1 their gradient window.
+    // workers 1..contributors-1 their gradient window (RankGradient::None: neither windows nor
+    // the rank's gradient, which then stays empty and no sink may be used).
     LayerwiseReduction(const ModelConfig& config, std::span<ThreadLocalTrainingContext> contexts,
-                       int contributors);
+                       int contributors, RankGradient held = RankGradient::Full);
 
     [[nodiscard]] std::span<float> gradient() { return gradient_.span(); }
     [[nodiscard]] std::span<const float> gradient() const { return gradient_.span(); }

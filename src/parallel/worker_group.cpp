@@ -19,12 +19,12 @@ std::vector<ThreadLocalTrainingContext> make_contexts(const ModelConfig& config,
 }  // namespace
 
 WorkerGroup::WorkerGroup(const ModelConfig& config, int workers, int batch_size, int seq_len,
-                         bool pin, Precision precision, Recompute recompute)
+                         bool pin, Precision precision, Recompute recompute, RankGradient held)
     : batch_size_(batch_size),
       seq_len_(seq_len),
       pool_(workers, pin),
       contexts_(make_contexts(config, workers, batch_size, seq_len, precision, recompute)),
-      reduction_(config, contexts_, std::min(workers, batch_size)),
+      reduction_(config, contexts_, std::min(workers, batch_size), held),
       partials_(static_cast<std::size_t>(workers)) {}
 
 double step_targets(const StepBatch& batch, int T) {

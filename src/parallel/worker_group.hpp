@@ -30,9 +30,11 @@ class WorkerGroup {
     // Each worker with sequences has a context for ceil(batch_size / workers) sequences of seq_len
     // tokens, with bf16 scratch when the model trains in bf16; workers beyond batch_size have no
     // sequences (their contexts hold no activations) and only help sum the gradient. `recompute`
-    // sets what the contexts store (model.hpp).
+    // sets what the contexts store (model.hpp). RankGradient::None: no rank gradient and no
+    // gradient windows (LoRA: only an adapter trains, its exchange holds its gradient).
     WorkerGroup(const ModelConfig& config, int workers, int batch_size, int seq_len, bool pin,
-                Precision precision = Precision::Fp32, Recompute recompute = Recompute::Cheap);
+                Precision precision = Precision::Fp32, Recompute recompute = Recompute::Cheap,
+                RankGradient held = RankGradient::Full);
     WorkerGroup(const WorkerGroup&) = delete;
     WorkerGroup& operator=(const WorkerGroup&) = delete;
 

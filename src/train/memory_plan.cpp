@@ -13,7 +13,8 @@
 namespace gpt2 {
 
 MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size, int seq_len,
-                       Precision precision, Recompute recompute, int moment_parts) {
+                       Precision precision, Recompute recompute, int moment_parts,
+                       std::size_t adapter_floats, int lora_rank) {
     MemoryNeed need;
     need.recompute = recompute;
     need.workers = workers;
@@ -24,12 +25,29 @@ MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size, i
         context_parts(config, need.sequences_per_worker, seq_len, precision, recompute);
     for (const ContextPart& part : need.worker_parts)
         need.worker_bytes += part.bytes;
+    const std::size_t P = ParameterLayout(config).total();
+    const std::size_t weights = P * sizeof(float) + (precision == Precision::Bf16 ? P * 2 : 0);
+    if (adapter_floats > 0) {
+        // LoRA: the base is frozen; each worker sums its own adapter gradient and keeps the
+        // adapter's products' scratch (training_context.hpp).
+        need.adapter_floats = adapter_floats;
+        need.frozen_bytes = weights;
+        need.adapter_bytes =
+            adapter_floats * sizeof(float) * (1 + static_cast<std::size_t>(workers)) +
+            static_cast<std::size_t>(need.with_sequences) *
+                ThreadLocalTrainingContext::adapter_scratch_floats(need.sequences_per_worker,
+                                                                   seq_len, lora_rank) *
+                sizeof(float);
+        need.adapter_moment_bytes = 2 * adapter_floats * sizeof(float);
+        need.merged_copy_bytes = P * sizeof(float);
+        need.rank_bytes = need.frozen_bytes + need.adapter_bytes + need.adapter_moment_bytes +
+                          need.merged_copy_bytes;
+        return need;
+    }
     // Every worker with sequences but the first writes through a gradient window
     // (parallel/layerwise_reduction.hpp).
     need.windows_bytes = static_cast<std::size_t>(std::max(need.with_sequences - 1, 0)) *
                          gradient_window_floats(config) * sizeof(float);
-    const std::size_t P = ParameterLayout(config).total();
-    const std::size_t weights = P * sizeof(float) + (precision == Precision::Bf16 ? P * 2 : 0);
     const std::size_t gradient = P * sizeof(float);
     const std::size_t moments = 2 * P * sizeof(float) / static_cast<std::size_t>(moment_parts);
     need.rank_bytes = weights + gradient + moments;
@@ -50,7 +68,7 @@ std::string what_would_fit(const TrainOptions& o, const ModelConfig& config, con
                            const std::optional<AvailableMemory>& available) {
     const auto need_for = [&](int workers, int batch, Recompute level) {
         return memory_need(config, workers, batch, o.batch.seq_len, o.compute.precision, level,
-                           moment_parts);
+                           moment_parts, need.adapter_floats, o.lora.rank);
     };
     std::vector<std::string> options;
     if (need.recompute == Recompute::Cheap &&
@@ -85,13 +103,14 @@ std::string what_would_fit(const TrainOptions& o, const ModelConfig& config, con
 }  // namespace
 
 MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm, const Communicator& machine,
-                       const ModelConfig& config, int workers, int moment_parts) {
+                       const ModelConfig& config, int workers, int moment_parts,
+                       std::size_t adapter_floats, int lora_rank) {
     MemoryPlan plan;
     plan.ranks_on_machine = machine.size();
     plan.available = available_memory();
     const auto need_for = [&](Recompute level) {
         return memory_need(config, workers, o.batch.batch_size, o.batch.seq_len,
-                           o.compute.precision, level, moment_parts);
+                           o.compute.precision, level, moment_parts, adapter_floats, lora_rank);
     };
     Recompute level = o.compute.recompute.value_or(Recompute::Cheap);
     if (!o.compute.recompute) {
@@ -110,13 +129,25 @@ MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm, const Co
             plan.ranks_on_machine > 1
                 ? fmt::format(" x {} ranks on this machine", plan.ranks_on_machine)
                 : std::string();
+        const MemoryNeed& n = plan.need;
+        const std::string for_rank =
+            n.adapter_floats > 0
+                ? fmt::format(
+                      "{} for the rank (LoRA: frozen weights {}, adapter {}, adapter moments {}, "
+                      "merged copy for checkpoints {})",
+                      human_bytes(static_cast<double>(n.rank_bytes)),
+                      human_bytes(static_cast<double>(n.frozen_bytes)),
+                      human_bytes(static_cast<double>(n.adapter_bytes)),
+                      human_bytes(static_cast<double>(n.adapter_moment_bytes)),
+                      human_bytes(static_cast<double>(n.merged_copy_bytes)))
+                : fmt::format("{} for the rank",
+                              human_bytes(static_cast<double>(n.windows_bytes + n.rank_bytes)));
         throw InputError(fmt::format(
-            "not enough memory: {} workers x {} (--recompute {}{}) + {} for the rank{} = {}, but "
+            "not enough memory: {} workers x {} (--recompute {}{}) + {}{} = {}, but "
             "{} is available ({}); {}",
             plan.need.with_sequences, human_bytes(static_cast<double>(plan.need.worker_bytes)),
             recompute_name(level), plan.chosen_automatically ? ", the least there is" : "",
-            human_bytes(static_cast<double>(plan.need.windows_bytes + plan.need.rank_bytes)),
-            per_machine,
+            for_rank, per_machine,
             human_bytes(static_cast<double>(plan.need.total()) * plan.ranks_on_machine),
             human_bytes(static_cast<double>(plan.available->bytes)), plan.available->source,
             what_would_fit(o, config, plan.need, moment_parts, plan.ranks_on_machine,
@@ -143,6 +174,23 @@ std::vector<std::string> describe_memory(const MemoryPlan& plan) {
                                      human_bytes(static_cast<double>(plan.available->bytes)),
                                      plan.available->source)
                        : std::string("available memory unknown");
+    if (n.adapter_floats > 0) {
+        lines.push_back(fmt::format(
+            "memory per rank (LoRA): {} workers x {} + frozen weights {} + adapter {} (weights, "
+            "each worker's gradient, scratch) + adapter moments {} + merged copy for checkpoints "
+            "{} = {}{} | {}",
+            n.with_sequences, human_bytes(static_cast<double>(n.worker_bytes)),
+            human_bytes(static_cast<double>(n.frozen_bytes)),
+            human_bytes(static_cast<double>(n.adapter_bytes)),
+            human_bytes(static_cast<double>(n.adapter_moment_bytes)),
+            human_bytes(static_cast<double>(n.merged_copy_bytes)),
+            human_bytes(static_cast<double>(n.total())),
+            plan.ranks_on_machine > 1
+                ? fmt::format(" ({} ranks on this machine)", plan.ranks_on_machine)
+                : std::string(),
+            available));
+        return lines;
+    }
     lines.push_back(fmt::format(
         "memory per rank: {} workers x {} + gradient windows {} + weights, gradient and moments "
         "{} = {}{} | {}",

@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "formats/resume_state.hpp"
+#include "model/lora.hpp"
 
 namespace gpt2 {
 
@@ -49,6 +50,40 @@ void validate_requested_model(const TrainOptions& o) {
                          "of at least " +
                          std::to_string(o.batch.seq_len));
     }
+}
+
+// LoRA's flags, and the flags LoRA cannot go with (each refusal names both).
+void validate_lora_options(const TrainOptions& o) {
+    const TrainOptions::Lora& lora = o.lora;
+    if (!lora.enabled()) {
+        for (const char* flag : {"lora-alpha", "lora-targets"}) {
+            if (o.was_given(flag)) {
+                throw InputError(std::string("--") + flag +
+                                 " needs --lora-rank R (or --lora-from DIR): without an adapter "
+                                 "the whole model trains");
+            }
+        }
+        return;
+    }
+    if (!(lora.alpha > 0.0f)) throw InputError("--lora-alpha must be positive");
+    (void)parse_lora_targets(lora.targets, "--lora-targets");
+    const std::string flag = lora.from.empty() ? "--lora-rank" : "--lora-from";
+    const auto refuse_with = [&](bool conflict, const std::string& other, const std::string& why) {
+        if (conflict) throw InputError(flag + " and " + other + ": " + why);
+    };
+    const std::string one_allreduce =
+        "LoRA's adapter gradient (megabytes) travels in one allreduce after backward and every "
+        "rank keeps the adapter's whole AdamW state";
+    refuse_with(o.parallel.zero == 1, "--zero 1", one_allreduce + "; drop --zero");
+    refuse_with(o.was_given("share-memory") && o.parallel.share_memory, "--share-memory auto",
+                "with LoRA each rank keeps its own frozen weights and " + one_allreduce +
+                    "; drop --share-memory");
+    refuse_with(o.parallel.bucket_mb > 0.0, "--bucket-mb",
+                one_allreduce + "; drop --bucket-mb (or give 0)");
+    refuse_with(!o.checkpoints.resume.empty(), "--resume",
+                "resuming a LoRA run is not supported yet; continue from a saved adapter with "
+                "--init-from <base> --lora-from <out-dir>/model_NNNNNN.adapter (AdamW's "
+                "moments and the schedule start afresh)");
 }
 
 }  // namespace
@@ -131,6 +166,7 @@ void validate_train_options(const TrainOptions& o, int world_size) {
         "--init-from and --resume FILE both name the weights to start from: give one "
         "(--resume auto --init-from X resumes if --out-dir holds a checkpoint, else starts "
         "from X)");
+    validate_lora_options(o);
     if (o.batch.total_batch_tokens > 0) {
         const std::int64_t per_micro =
             static_cast<std::int64_t>(o.batch.batch_size) * o.batch.seq_len * world_size;

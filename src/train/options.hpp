@@ -131,6 +131,16 @@ struct TrainOptions {
         int benchmark = 0;         // >0: time this many steps after warm-up and report
     } compute;
 
+    // LoRA fine-tuning (model/lora.hpp): the base weights frozen, a low-rank adapter trained.
+    struct Lora {
+        int rank = 0;                 // --lora-rank: 0 trains the whole model
+        float alpha = 8.0f;           // --lora-alpha (PEFT's default)
+        std::string targets = "all";  // --lora-targets: PEFT's GPT-2 module names
+        std::string from;             // --lora-from: a PEFT adapter directory to continue from
+        // Whether the run trains an adapter (--lora-rank or --lora-from).
+        [[nodiscard]] bool enabled() const { return rank > 0 || !from.empty(); }
+    } lora;
+
     std::uint64_t seed = 1337;  // initialisation, data order, dropout masks and samples
     std::string log_level = "info";
     std::string metrics_file;

@@ -1,14 +1,22 @@
 #include "train/replica.hpp"
 
 #include <spdlog/fmt/fmt.h>
+#include <spdlog/fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 
+#include "core/error.hpp"
+#include "formats/peft.hpp"
+#include "model/lora.hpp"
+#include "parallel/adapter_exchange.hpp"
 #include "parallel/allreduce.hpp"
 #include "parallel/model_broadcast.hpp"
 #include "parallel/shared_replica.hpp"
 #include "parallel/zero.hpp"
 #include "threads/thread_pool.hpp"
+#include "train/text_format.hpp"
 
 namespace gpt2 {
 
@@ -17,6 +25,49 @@ namespace {
 std::size_t bucket_floats(double bucket_mb) {
     if (bucket_mb <= 0.0) return 0;
     return std::max<std::size_t>(1, static_cast<std::size_t>(bucket_mb * 1024.0 * 1024.0 / 4.0));
+}
+
+// LoRA's configuration on every rank: --lora-from's (rank 0 reads the directory; flags given
+// with it must agree) or the flags'. Rank 0's adapter weights from --lora-from in `from`.
+LoraConfig agree_on_lora(const TrainOptions& o, const Communicator& comm, const ModelConfig& config,
+                         std::unique_ptr<LoraAdapter>& from) {
+    LoraConfig lora{o.lora.rank, o.lora.alpha,
+                    parse_lora_targets(o.lora.targets, "--lora-targets")};
+    if (comm.is_root()) {
+        if (!o.lora.from.empty()) {
+            from = read_peft_adapter(o.lora.from, config);
+            const LoraConfig& read = from->config;
+            const auto conflict = [&](bool differs, const std::string& flag,
+                                      const std::string& given, const std::string& its) {
+                if (differs) {
+                    throw UsageError(flag + " " + given + " contradicts --lora-from " +
+                                     o.lora.from + ", whose adapter_config.json says " + its +
+                                     ": drop " + flag);
+                }
+            };
+            conflict(o.was_given("lora-rank") && o.lora.rank != read.rank, "--lora-rank",
+                     std::to_string(o.lora.rank), "r " + std::to_string(read.rank));
+            conflict(o.was_given("lora-alpha") && o.lora.alpha != read.alpha, "--lora-alpha",
+                     fmt::format("{}", o.lora.alpha), fmt::format("lora_alpha {}", read.alpha));
+            conflict(o.was_given("lora-targets") && lora.targets != read.targets, "--lora-targets",
+                     o.lora.targets,
+                     "target_modules " +
+                         fmt::format("{}", fmt::join(lora_target_modules(read.targets), ",")));
+            lora = read;
+        }
+        validate_lora(lora, o.lora.from.empty() ? "--lora-rank" : "--lora-from " + o.lora.from);
+    }
+    std::array<std::int32_t, 2 + kLoraTargets> packed{};
+    packed[0] = lora.rank;
+    packed[1] = std::bit_cast<std::int32_t>(lora.alpha);
+    for (int i = 0; i < kLoraTargets; ++i)
+        packed[static_cast<std::size_t>(2 + i)] = lora.targets[static_cast<std::size_t>(i)] ? 1 : 0;
+    comm.broadcast(std::span<std::int32_t>(packed));
+    lora.rank = packed[0];
+    lora.alpha = std::bit_cast<float>(packed[1]);
+    for (int i = 0; i < kLoraTargets; ++i)
+        lora.targets[static_cast<std::size_t>(i)] = packed[static_cast<std::size_t>(2 + i)] != 0;
+    return lora;
 }
 
 }  // namespace
@@ -71,8 +122,15 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
     const int moment_parts = exchange.share_memory  ? machines.machine.size()
                              : o.parallel.zero == 1 ? comm.size()
                                                     : 1;
+    std::unique_ptr<LoraAdapter> lora_from;
+    std::shared_ptr<LoraAdapter> adapter;
+    if (o.lora.enabled()) {
+        adapter = std::make_shared<LoraAdapter>(config, agree_on_lora(o, comm, config, lora_from));
+    }
     auto replica = std::make_unique<Replica>(
-        config, workers, o, plan_memory(o, comm, machines.machine, config, workers, moment_parts));
+        config, workers, o,
+        plan_memory(o, comm, machines.machine, config, workers, moment_parts,
+                    adapter ? adapter->layout.total() : 0, adapter ? adapter->config.rank : 0));
     if (have_weights) {
         if (comm.is_root()) {
             const auto loaded = start.model->model.params.span();
@@ -84,6 +142,28 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
         init_parameters(replica->model, o.seed, &replica->workers.pool());
     }
     set_precision(replica->model, o.compute.precision);  // the bf16 copy of the weights, if any
+    if (adapter) {
+        // LoRA: the base stays frozen; only the adapter trains, its gradient in one allreduce.
+        if (lora_from) {
+            const auto read = lora_from->params.span();
+            std::copy(read.begin(), read.end(), adapter->params.data());
+            lora_from.reset();
+        }
+        if (o.lora.from.empty()) {
+            init_lora(*adapter, o.seed);
+        } else {
+            comm.broadcast(adapter->params.span());
+        }
+        for (int w = 0; w < replica->workers.size(); ++w)
+            replica->workers.context(w).reserve_adapter(adapter->config.rank);
+        replica->model.lora = adapter;
+        replica->optimizer = AdamWState(adapter->layout.total(), 0);  // no slices: all of it
+        replica->exchange =
+            std::make_unique<AdapterExchange>(comm, adapter->layout.total(), workers);
+        exchange.share_memory = false;
+        exchange.bucket_mb = 0.0;
+        return replica;
+    }
     SharedGradients shared;
     if (exchange.share_memory) {
         exchange.share_error =
@@ -128,9 +208,34 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
     return replica;
 }
 
+std::string describe_lora(const Model& model) {
+    if (model.lora == nullptr) return {};
+    const LoraConfig& c = model.lora->config;
+    std::vector<std::string> names;
+    for (int i = 0; i < kLoraTargets; ++i) {
+        const auto t = static_cast<LoraTarget>(i);
+        if (!c.adapts(t)) continue;
+        // c_attn and c_fc are unambiguous; the two c_proj keep their module's prefix.
+        const std::string_view module = lora_target_module(t);
+        names.emplace_back(t == LoraTarget::CAttn || t == LoraTarget::CFc
+                               ? module.substr(module.find('.') + 1)
+                               : module);
+    }
+    const auto trained = static_cast<double>(model.lora->layout.total());
+    const auto total = static_cast<double>(model.layout.total());
+    return fmt::format(
+        "LoRA r={} alpha={} on {}: {} trained parameters of {} ({:.2f}%), base frozen", c.rank,
+        c.alpha, fmt::join(names, ", "), with_commas(trained), with_commas(total),
+        100.0 * trained / total);
+}
+
 std::string describe_exchange(const ExchangePlan& plan, const Replica& replica,
                               const TrainOptions& o, const Communicator& comm) {
     if (comm.size() == 1) return {};
+    if (replica.model.lora != nullptr) {
+        return "gradient across ranks: the adapter's, in one allreduce after backward (LoRA: the "
+               "base is frozen)";
+    }
     const bool buckets = plan.bucket_mb > 0.0;
     if (plan.shared()) {
         const int machine_ranks = plan.machines->machine.size();

@@ -39,10 +39,12 @@ struct ExchangePlan {
 // This rank's replica: the model, its optimizer state and the worker threads with their contexts.
 // Under --zero 1 or shared memory the optimizer holds only this rank's slice of the moments.
 struct Replica {
+    // With LoRA (plan.need.adapter_floats > 0) the workers hold no model gradient.
     Replica(const ModelConfig& config, int num_workers, const TrainOptions& o, MemoryPlan plan)
         : memory(std::move(plan)),
           workers(config, num_workers, o.batch.batch_size, o.batch.seq_len, o.parallel.pin_threads,
-                  o.compute.precision, memory.need.recompute),
+                  o.compute.precision, memory.need.recompute,
+                  memory.need.adapter_floats > 0 ? RankGradient::None : RankGradient::Full),
           model(config) {}
     MemoryPlan memory;  // decided before the workers' contexts were allocated
     WorkerGroup workers;
@@ -89,7 +91,9 @@ struct Replica {
 
 // Collective: the replica with the start point's weights (rank 0's, broadcast) or fresh ones,
 // memory shared where `plan` says so (falling back to ZeRO-1 slices when any machine cannot share,
-// recorded in plan.share_error), and its gradient exchange.
+// recorded in plan.share_error), and its gradient exchange. With LoRA (o.lora) the model also
+// gets its adapter (--lora-from's, read by rank 0 and broadcast, or init_lora from --seed), the
+// optimizer is sized to the adapter and the exchange is AdapterExchange.
 [[nodiscard]] std::unique_ptr<Replica> build_replica(const TrainOptions& o,
                                                      const Communicator& comm,
                                                      const ModelConfig& config, StartPoint& start,
@@ -99,6 +103,9 @@ struct Replica {
 // optimizer itself. Every rank calls it.
 [[nodiscard]] const AdamWState& full_optimizer(const Replica& replica, const Communicator& comm,
                                                std::unique_ptr<AdamWState>& gathered);
+
+// LoRA's start-up line: rank, alpha, targets and the parameters trained (empty without LoRA).
+[[nodiscard]] std::string describe_lora(const Model& model);
 
 // The log line saying how the gradient travels between ranks (empty for one rank).
 [[nodiscard]] std::string describe_exchange(const ExchangePlan& plan, const Replica& replica,

@@ -13,8 +13,10 @@
 #include "core/utf8.hpp"
 #include "data/windows.hpp"
 #include "formats/checkpoint.hpp"
+#include "formats/peft.hpp"
 #include "formats/resume_state.hpp"
 #include "model/generate.hpp"
+#include "model/lora.hpp"
 #include "ops/gemm.hpp"
 #include "parallel/validation_loss.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -182,6 +184,19 @@ void TrainingLoop::log_memory() const {
     const WorkerGroup& workers = replica_.workers;
     const int W = workers.size();
     const Model& model = replica_.model;
+    if (model.lora != nullptr) {
+        // LoRA: no model gradient and no windows; the adapter and its moments instead.
+        spdlog::info(
+            "memory: {} activations per worker | rank: {} frozen weights, {} adapter, {} adapter "
+            "AdamW moments | startup {:.0f} ms",
+            human_bytes(static_cast<double>(workers.context(0).activation_bytes())),
+            human_bytes(
+                static_cast<double>(model.params.size() * 4 + model.params_bf16.size() * 2)),
+            human_bytes(static_cast<double>(model.lora->params.size() * 4)),
+            human_bytes(static_cast<double>(replica_.optimizer.m.size() * 8)),
+            startup_seconds_ * 1e3);
+        return;
+    }
     const bool shared = exchange_.shared();
     const int machine_ranks = exchange_.machines->machine.size();
     const int with_window = workers.contributing_workers() - 1;
@@ -238,6 +253,9 @@ void TrainingLoop::log_banner() const {
     spdlog::info("ranks x workers {} x {} | batch {} x {} per rank, grad accum {} | {} tokens/step",
                  comm_.size(), W, B_, T_, plan_.grad_accum,
                  with_commas(static_cast<double>(tokens_per_step_)));
+    if (const std::string lora = describe_lora(replica_.model); !lora.empty()) {
+        spdlog::info("{}", lora);
+    }
     if (o_.optimizer.dropout > 0.0f) {
         spdlog::info(
             "dropout {} on the embeddings, the attention probabilities and the attention "
@@ -548,9 +566,22 @@ void TrainingLoop::save(std::int64_t completed) {
     if (!comm_.is_root()) return;
     const auto t0 = Clock::now();
     const std::filesystem::path out_dir = o_.checkpoints.out_dir;
-    const auto path =
-        save_checkpoint(model_path(out_dir, completed), replica_.model,
-                        CheckpointExtras{corpus_.tokenizer->serialize(), run_config_});
+    const CheckpointExtras extras{corpus_.tokenizer->serialize(), run_config_};
+    std::filesystem::path path;
+    if (const std::shared_ptr<LoraAdapter>& adapter = replica_.model.lora) {
+        // LoRA: the adapter as PEFT saves it, and beside it the merged weights, which every
+        // reader of a checkpoint takes as they are (no adapter needed).
+        write_peft_adapter(
+            adapter_path(out_dir, completed), *adapter,
+            o_.model.init_from.empty() ? std::string("gpt2-mpi random base") : o_.model.init_from);
+        Model merged(replica_.model.config);
+        const auto base = replica_.model.params.span();
+        std::copy(base.begin(), base.end(), merged.params.data());
+        merge_lora(merged, *adapter);
+        path = save_checkpoint(model_path(out_dir, completed), merged, extras);
+    } else {
+        path = save_checkpoint(model_path(out_dir, completed), replica_.model, extras);
+    }
     ResumeState state;
     state.step = completed;
     state.seed = o_.seed;
@@ -566,13 +597,23 @@ void TrainingLoop::save(std::int64_t completed) {
     checkpoint_clock_.saved();
     prune_checkpoints(out_dir, o_.checkpoints.keep_checkpoints, plan_.run_id);
     metrics_.sync();
-    spdlog::info("checkpoint {} ({:.2f} s)", path.string(), seconds_since(t0));
+    spdlog::info("checkpoint {}{} ({:.2f} s)", path.string(),
+                 replica_.model.lora != nullptr
+                     ? fmt::format(" (merged weights) and LoRA adapter {}",
+                                   adapter_path(out_dir, completed).string())
+                     : std::string(),
+                 seconds_since(t0));
 }
 
 void TrainingLoop::check_replicas(std::int64_t completed) const {
-    const std::uint64_t sum =
+    std::uint64_t sum =
         checksum64(std::span(reinterpret_cast<const std::uint8_t*>(replica_.model.params.data()),
                              replica_.model.params.size() * 4));
+    if (const auto& adapter = replica_.model.lora) {  // LoRA: what trains is the adapter
+        sum ^= checksum64(std::span(reinterpret_cast<const std::uint8_t*>(adapter->params.data()),
+                                    adapter->params.size() * 4)) *
+               0x9E3779B97F4A7C15ULL;
+    }
     const auto all = comm_.allgather(sum);
     for (std::size_t r = 0; r < all.size(); ++r) {
         if (all[r] != all[0]) {
@@ -611,6 +652,13 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     if (comm.is_root() && !o.eval.hellaswag.empty() &&
         !std::filesystem::is_regular_file(o.eval.hellaswag)) {
         throw InputError("--hellaswag " + o.eval.hellaswag + ": no such file");
+    }
+    // A mistyped --lora-from too (the directory is read in full once the model's shape is known).
+    if (comm.is_root() && !o.lora.from.empty() &&
+        !std::filesystem::is_regular_file(std::filesystem::path(o.lora.from) /
+                                          "adapter_config.json")) {
+        throw InputError("--lora-from " + o.lora.from +
+                         ": no adapter_config.json there (expected a PEFT adapter directory)");
     }
     if (comm.is_root()) {
         choose_start(o, start, tokenizer_choice);

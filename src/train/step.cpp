@@ -29,9 +29,9 @@ StepMetrics train_step(const TrainState& state, const StepBatch& batch, const St
     metrics.timings.thread_reduction = pass.seconds_summing;
     metrics.timings.barrier_wait = pass.seconds_at_barriers;
     if (hooks.fault == InjectedFault::NanGradient) {
-        state.workers.gradient()[0] = std::numeric_limits<float>::quiet_NaN();
+        state.exchange.rank_gradient(state.workers)[0] = std::numeric_limits<float>::quiet_NaN();
     } else if (hooks.fault == InjectedFault::GradientSpike) {
-        for (float& g : state.workers.gradient())
+        for (float& g : state.exchange.rank_gradient(state.workers))
             g *= 1e4f;
     }
 

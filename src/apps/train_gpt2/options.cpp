@@ -260,6 +260,23 @@ void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule) 
         ->check(app::positive());
 }
 
+void add_lora_flags(CLI::App& app, TrainOptions& o) {
+    auto* lora = app.add_option_group("LoRA");
+    lora->add_option("--lora-rank", o.lora.rank,
+                     "train a LoRA adapter of this rank on the frozen base model (0: train the "
+                     "whole model)")
+        ->check(app::at_least(0));
+    lora->add_option("--lora-alpha", o.lora.alpha, "LoRA's alpha: the update is (alpha / rank) B A")
+        ->check(app::positive());
+    lora->add_option("--lora-targets", o.lora.targets,
+                     "the projections adapted, PEFT's names: c_attn, attn.c_proj, c_fc, "
+                     "mlp.c_proj, c_proj (both projections) or all, comma-separated")
+        ->type_name("LIST");
+    lora->add_option("--lora-from", o.lora.from,
+                     "continue training a PEFT adapter directory (its rank, alpha and targets)")
+        ->type_name("DIR");
+}
+
 // Evaluation, samples, checkpoints and resume, the skip policy.
 void add_progress_flags(CLI::Option_group* run, TrainOptions& o) {
     run->add_option("--val-every", o.eval.val_every, "validate every N steps (0: only at the end)")
@@ -427,6 +444,7 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     add_data_flags(app, o);
     add_batch_flags(app, o);
     add_optimizer_flags(app, o, schedule);
+    add_lora_flags(app, o);
     add_run_flags(app, o, precision, bucket_mb, share_memory, recompute);
 
     // The config file's flags go first, so that the command line overrides them.

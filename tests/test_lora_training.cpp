@@ -1,0 +1,322 @@
+// LoRA fine-tuning in train_gpt2: the replica's adapter, frozen base and no model gradient (in
+// process), the same adapter for 1, 2 and 4 workers and 2 ranks, the merged checkpoint with its
+// PEFT adapter beside it, --lora-from, LoRA on a loss mask, and every refusal of the flags.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "formats/checkpoint.hpp"
+#include "formats/peft.hpp"
+#include "model/lora.hpp"
+#include "parallel/adapter_exchange.hpp"
+#include "parallel/comm.hpp"
+#include "process_support.hpp"
+#include "scratch_files.hpp"
+#include "train/replica.hpp"
+#include "train/step.hpp"
+
+namespace gpt2 {
+namespace {
+
+namespace fs = std::filesystem;
+using test::run_command;
+using test::ScratchDir;
+
+// ---- in process -------------------------------------------------------------------------------
+
+TrainOptions small_lora_options(int threads) {
+    TrainOptions o;
+    o.model.num_layers = 2;
+    o.model.num_heads = 2;
+    o.model.channels = 32;
+    o.batch.batch_size = 4;
+    o.batch.seq_len = 16;
+    o.parallel.threads = threads;
+    o.lora.rank = 4;
+    o.lora.alpha = 8.0f;
+    o.seed = 11;
+    return o;
+}
+
+struct LoraSteps {
+    std::vector<float> adapter;
+    std::vector<double> losses;
+};
+
+// Three steps of the small model's LoRA replica with `threads` workers, one rank, on fixed tokens;
+// checks on the way that the workers hold no model gradient and the base stays bitwise as built.
+LoraSteps train_lora_in_process(int threads) {
+    const TrainOptions o = small_lora_options(threads);
+    const Communicator comm = Communicator::single_process();
+    const ModelConfig config{16, 50, 64, 2, 2, 32};
+    StartPoint start;
+    ExchangePlan plan = plan_exchange(o, comm);
+    const std::unique_ptr<Replica> replica = build_replica(o, comm, config, start, plan);
+    EXPECT_NE(replica->model.lora, nullptr);
+    EXPECT_NE(dynamic_cast<AdapterExchange*>(replica->exchange.get()), nullptr);
+    EXPECT_TRUE(replica->workers.gradient().empty());  // no model gradient
+    for (int w = 0; w < replica->workers.size(); ++w)
+        EXPECT_EQ(replica->workers.context(w).gradient_window.size(), 0u) << w;
+    EXPECT_EQ(replica->optimizer.m.size(), replica->model.lora->layout.total());
+    const std::vector<float> base(replica->model.params.span().begin(),
+                                  replica->model.params.span().end());
+
+    std::vector<std::int32_t> inputs(4 * 16), targets(4 * 16);
+    LoraSteps out;
+    for (int step = 0; step < 3; ++step) {
+        for (std::size_t i = 0; i < inputs.size(); ++i) {
+            inputs[i] = static_cast<std::int32_t>((i * 7 + static_cast<std::size_t>(step)) % 50);
+            targets[i] = static_cast<std::int32_t>((i * 11 + 3) % 50);
+        }
+        StepBatch batch{inputs, targets, 1, 4};
+        const StepMetrics m = train_step(
+            TrainState{replica->model, replica->optimizer, replica->workers, *replica->exchange},
+            batch, StepRules{AdamWHyper{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f});
+        EXPECT_FALSE(m.skipped);
+        out.losses.push_back(m.loss);
+    }
+    const auto after = replica->model.params.span();
+    EXPECT_TRUE(std::equal(base.begin(), base.end(), after.begin(), after.end()))
+        << "the base weights changed";
+    out.adapter.assign(replica->model.lora->params.span().begin(),
+                       replica->model.lora->params.span().end());
+    return out;
+}
+
+TEST(LoraReplica, FrozenBaseNoModelGradientAndTheSameAdapterForOneTwoAndFourWorkers) {
+    const LoraSteps one = train_lora_in_process(1);
+    double b_norm = 0.0;  // B starts at zero: training moved it
+    for (const float x : one.adapter)
+        b_norm += std::abs(x);
+    ASSERT_GT(b_norm, 0.0);
+    for (const int threads : {2, 4}) {
+        const LoraSteps other = train_lora_in_process(threads);
+        ASSERT_EQ(other.adapter.size(), one.adapter.size());
+        for (std::size_t s = 0; s < one.losses.size(); ++s)
+            EXPECT_NEAR(other.losses[s], one.losses[s], 1e-5 * one.losses[s]) << threads;
+        for (std::size_t i = 0; i < one.adapter.size(); ++i)
+            ASSERT_NEAR(other.adapter[i], one.adapter[i], 1e-5 * (1.0 + std::abs(one.adapter[i])))
+                << threads << " workers, element " << i;
+    }
+}
+
+// ---- train_gpt2 -------------------------------------------------------------------------------
+
+// The base every LoRA run adapts: two steps of full training of the small model.
+class LoraTraining : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        dir_ = std::make_unique<ScratchDir>("gpt2-lora-train");
+        test::write_corpus(dir_->path() / "corpus.txt", 20000);
+        const auto base =
+            run_command(test::build_path("train_gpt2") + test::small_model(16) +
+                        " --batch-size 4 --threads 1 --max-steps 2 --val-every 0"
+                        " --sample-every 0 --data " +
+                        (*dir_ / "corpus.txt") + " --out-dir " + (*dir_ / "base") + " 2>&1");
+        ASSERT_EQ(base.exit_code, 0) << base.output;
+    }
+    static void TearDownTestSuite() { dir_.reset(); }
+    static std::string base_file() { return *dir_ / "base/model_000002.bin"; }
+    // A LoRA run of three steps from the base into dir/<name> (one rank: without mpiexec).
+    static test::ProcessResult lora(int ranks, const std::string& name, const std::string& flags) {
+        return run_command((ranks > 1 ? test::mpiexec(ranks) : std::string()) +
+                           test::build_path("train_gpt2") +
+                           " --seq-len 16 --max-steps 3 --val-every 0 --sample-every 0 --seed 3"
+                           " --lr 1e-2 --warmup-steps 1 --data " +
+                           (*dir_ / "corpus.txt") + " --init-from " + base_file() + " --out-dir " +
+                           (*dir_ / name) + " --metrics-file " + (*dir_ / (name + ".jsonl")) + " " +
+                           flags + " 2>&1");
+    }
+    static std::unique_ptr<ScratchDir> dir_;
+};
+std::unique_ptr<ScratchDir> LoraTraining::dir_;
+
+std::unique_ptr<LoraAdapter> adapter_of(const ScratchDir& dir, const std::string& name,
+                                        const ModelConfig& config) {
+    return read_peft_adapter(dir.path() / name / "model_000003.adapter", config);
+}
+
+TEST_F(LoraTraining, OneAndTwoRanksTrainTheSameAdapterAndTheMergedCheckpointIsWPlusScaledBA) {
+    const auto one = lora(1, "np1", "--lora-rank 4 --lora-alpha 8 --batch-size 4 --threads 2");
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    const auto two = lora(2, "np2", "--lora-rank 4 --lora-alpha 8 --batch-size 2 --threads 1");
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_NE(one.output.find("LoRA r=4 alpha=8 on c_attn, attn.c_proj, c_fc, mlp.c_proj: 4,096 "
+                              "trained parameters of "),
+              std::string::npos)
+        << one.output;
+    EXPECT_NE(one.output.find("base frozen"), std::string::npos) << one.output;
+    EXPECT_NE(two.output.find("gradient across ranks: the adapter's, in one allreduce after "
+                              "backward (LoRA: the base is frozen)"),
+              std::string::npos)
+        << two.output;
+    EXPECT_NE(one.output.find("memory per rank (LoRA): "), std::string::npos) << one.output;
+    EXPECT_NE(one.output.find("checkpoint " + (*dir_ / "np1/model_000003.bin") +
+                              " (merged weights) and LoRA adapter " +
+                              (*dir_ / "np1/model_000003.adapter") + " ("),
+              std::string::npos)
+        << one.output;
+
+    const LoadedModel base = load_checkpoint(base_file());
+    const ModelConfig& config = base.model.config;
+    const auto a1 = adapter_of(*dir_, "np1", config);
+    const auto a2 = adapter_of(*dir_, "np2", config);
+    ASSERT_EQ(a1->layout.total(), 4096u);
+    ASSERT_EQ(a2->layout.total(), a1->layout.total());
+    for (std::size_t i = 0; i < a1->layout.total(); ++i)
+        ASSERT_NEAR(a2->params.data()[i], a1->params.data()[i],
+                    1e-5 * (1.0 + std::abs(a1->params.data()[i])))
+            << i;
+    const std::vector<double> l1 = test::metrics_values(*dir_ / "np1.jsonl", "train", "loss");
+    const std::vector<double> l2 = test::metrics_values(*dir_ / "np2.jsonl", "train", "loss");
+    ASSERT_EQ(l1.size(), 3u);
+    ASSERT_EQ(l2.size(), l1.size());
+    for (std::size_t s = 0; s < l1.size(); ++s)
+        EXPECT_NEAR(l2[s], l1[s], 1e-5 * l1[s]) << s;
+
+    // The checkpoint holds W + (alpha / r) B A where adapted and the base elsewhere, bitwise.
+    const LoadedModel merged = load_checkpoint(*dir_ / "np1/model_000003.bin");
+    std::vector<bool> adapted(base.model.params.size(), false);
+    const float scale = 8.0f / 4.0f;
+    const int r = 4;
+    for (int l = 0; l < config.num_layers; ++l) {
+        for (int i = 0; i < kLoraTargets; ++i) {
+            const auto t = static_cast<LoraTarget>(i);
+            const ProductShape shape = lora_product_shape(config, t);
+            const float* A = a1->params.data() + a1->layout.a_offset(l, t);
+            const float* B = a1->params.data() + a1->layout.b_offset(l, t);
+            const std::size_t w0 = base.model.layout.offset(lora_target_weight(t)) +
+                                   static_cast<std::size_t>(l) * shape.out * shape.in;
+            for (int o = 0; o < shape.out; ++o) {
+                for (int c = 0; c < shape.in; ++c) {
+                    double ba = 0.0;
+                    for (int k = 0; k < r; ++k)
+                        ba += static_cast<double>(B[o * r + k]) * A[k * shape.in + c];
+                    const std::size_t at = w0 + static_cast<std::size_t>(o) * shape.in + c;
+                    adapted[at] = true;
+                    const double expected = base.model.params.data()[at] + scale * ba;
+                    ASSERT_NEAR(merged.model.params.data()[at], expected,
+                                1e-6 * (1.0 + std::abs(expected)))
+                        << "layer " << l << " " << lora_target_module(t);
+                }
+            }
+        }
+    }
+    for (std::size_t at = 0; at < adapted.size(); ++at) {
+        if (!adapted[at]) {
+            ASSERT_EQ(merged.model.params.data()[at], base.model.params.data()[at]);
+        }
+    }
+}
+
+TEST_F(LoraTraining, LoraFromContinuesTheSavedAdapterAndRefusesContradictingFlags) {
+    const auto first = lora(1, "first", "--lora-rank 2 --lora-alpha 4 --lora-targets c_attn");
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    const std::string saved = *dir_ / "first/model_000003.adapter";
+    const auto more = lora(1, "more", "--lora-from " + saved);
+    ASSERT_EQ(more.exit_code, 0) << more.output;
+    EXPECT_NE(more.output.find("LoRA r=2 alpha=4 on c_attn: "), std::string::npos) << more.output;
+    // It started from the saved adapter: its first loss is the saved run's adapted model's, not
+    // the base's (B = 0) as a fresh adapter's first step.
+    const std::vector<double> fresh = test::metrics_values(*dir_ / "first.jsonl", "train", "loss");
+    const std::vector<double> continued =
+        test::metrics_values(*dir_ / "more.jsonl", "train", "loss");
+    ASSERT_FALSE(continued.empty());
+    EXPECT_NE(continued[0], fresh[0]);
+
+    const auto rank = lora(1, "bad", "--lora-from " + saved + " --lora-rank 8");
+    EXPECT_EQ(rank.exit_code, 2) << rank.output;
+    EXPECT_NE(rank.output.find("--lora-rank 8 contradicts --lora-from " + saved +
+                               ", whose adapter_config.json says r 2: drop --lora-rank"),
+              std::string::npos)
+        << rank.output;
+    const auto missing = lora(1, "bad", "--lora-from " + (*dir_ / "nowhere"));
+    EXPECT_EQ(missing.exit_code, 1) << missing.output;
+    EXPECT_NE(missing.output.find("--lora-from " + (*dir_ / "nowhere") +
+                                  ": no adapter_config.json there (expected a PEFT adapter "
+                                  "directory)"),
+              std::string::npos)
+        << missing.output;
+}
+
+// Each refusal: one line naming the flags, exit 2, before anything is read.
+TEST_F(LoraTraining, UnsupportedCombinationsAndBadValuesAreRefusedNamingTheFlags) {
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"--lora-rank 4 --zero 1",
+         "error: --lora-rank and --zero 1: LoRA's adapter gradient (megabytes) travels in one "
+         "allreduce after backward and every rank keeps the adapter's whole AdamW state; drop "
+         "--zero"},
+        {"--lora-rank 4 --share-memory auto",
+         "error: --lora-rank and --share-memory auto: with LoRA each rank keeps its own frozen "
+         "weights and LoRA's adapter gradient"},
+        {"--lora-rank 4 --bucket-mb 1",
+         "error: --lora-rank and --bucket-mb: LoRA's adapter gradient (megabytes) travels in one "
+         "allreduce after backward"},
+        {"--lora-rank 4 --resume auto",
+         "error: --lora-rank and --resume: resuming a LoRA run is not supported yet"},
+        {"--lora-rank 4 --lora-targets c_attn,wte", "error: --lora-targets"},
+        {"--lora-rank -1", "--lora-rank"},
+        {"--lora-rank 4 --lora-alpha 0", "--lora-alpha"},
+        {"--lora-alpha 16",
+         "error: --lora-alpha needs --lora-rank R (or --lora-from DIR): without an adapter the "
+         "whole model trains"},
+        {"--lora-targets c_fc", "error: --lora-targets needs --lora-rank R"},
+    };
+    for (const auto& [flags, message] : cases) {
+        const auto result = lora(1, "refused", flags);
+        EXPECT_EQ(result.exit_code, 2) << flags << "\n" << result.output;
+        EXPECT_NE(result.output.find(message), std::string::npos) << flags << "\n" << result.output;
+        EXPECT_FALSE(fs::exists(dir_->path() / "refused")) << flags;
+    }
+}
+
+// prompt/response records through prepare_data --loss-on response, then LoRA on the masked shards.
+TEST_F(LoraTraining, LoraTrainsOnTheLossMaskOfPromptResponseData) {
+    std::string jsonl;
+    for (int i = 0; i < 80; ++i) {
+        jsonl += nlohmann::json{{"prompt", "Say " + std::to_string(i) + "?"},
+                                {"response", "It is " + std::to_string(i * 3) + "."}}
+                     .dump() +
+                 "\n";
+    }
+    test::write_bytes(dir_->path() / "qa.jsonl", jsonl);
+    const auto prepared =
+        run_command(test::build_path("prepare_data") + " --data " + (*dir_ / "qa.jsonl") +
+                    " --tokenizer char --loss-on response"
+                    " --out-dir " +
+                    (*dir_ / "shards") + " --name qa 2>&1");
+    ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+    // The char tokenizer of the shards, a base of their vocabulary.
+    const auto base = run_command(
+        test::build_path("train_gpt2") + test::small_model(16) +
+        " --batch-size 4 --threads 1 --max-steps 1 --val-every 0 --sample-every 0 --train-data " +
+        (*dir_ / "shards/qa_train_*.bin") + " --val-data " + (*dir_ / "shards/qa_val_*.bin") +
+        " --out-dir " + (*dir_ / "qa_base") + " 2>&1");
+    ASSERT_EQ(base.exit_code, 0) << base.output;
+    const auto tuned = run_command(
+        test::build_path("train_gpt2") +
+        " --seq-len 16 --batch-size 4 --threads 2 --max-steps 2 --val-every 0 --sample-every 0"
+        " --lora-rank 4 --init-from " +
+        (*dir_ / "qa_base/model_000001.bin") + " --train-data " +
+        (*dir_ / "shards/qa_train_*.bin") + " --val-data " + (*dir_ / "shards/qa_val_*.bin") +
+        " --out-dir " + (*dir_ / "qa_lora") + " --metrics-file " + (*dir_ / "qa_lora.jsonl") +
+        " 2>&1");
+    ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+    EXPECT_NE(tuned.output.find("loss mask:"), std::string::npos) << tuned.output;
+    const std::vector<nlohmann::json> steps =
+        test::metrics_records(*dir_ / "qa_lora.jsonl", "train");
+    ASSERT_EQ(steps.size(), 2u);
+    for (const nlohmann::json& step : steps) {
+        EXPECT_GT(step["trained_tokens"].get<std::int64_t>(), 0);
+        EXPECT_LT(step["trained_tokens"].get<std::int64_t>(), 4 * 16);  // prompts left out
+        EXPECT_TRUE(std::isfinite(step["loss"].get<double>()));
+    }
+    EXPECT_TRUE(fs::is_directory(dir_->path() / "qa_lora/model_000002.adapter"));
+}
+
+}  // namespace
+}  // namespace gpt2
