@@ -260,3 +260,28 @@ TEST(PeftAdapter, AnAdapterForAnotherShapeIsRefusedNamingTheTensor) {
 
 }  // namespace
 }  // namespace gpt2
+
+namespace gpt2 {
+namespace {
+
+TEST(LoraFlops, ABaseWithoutWeightGradientCountsTwoThirdsOfFullTrainingsProductsPlusTheAdapter) {
+    const ModelConfig config{1024, 50257, 50304, 12, 12, 768};
+    LoraConfig c;
+    c.rank = 16;
+    c.alpha = 32.0f;
+    c.targets.fill(true);
+    const double full = training_flops_per_token(config, 1024);
+    const double lora = lora_training_flops_per_token(config, 1024, c);
+    const double C = 768, L = 12, T = 1024;
+    const double products = 2.0 * (L * 12 * C * C + 50304 * C);
+    const double attention = 3.0 * L * 4 * T * C;
+    EXPECT_DOUBLE_EQ(full, 3.0 * products + attention);
+    // The adapter: 2r(4 in + 3 out) per token per adapted product, in = C, 4C; out = 3C, C, 4C, C.
+    const double adapter =
+        L * 2 * 16 * ((4 * C + 9 * C) + (4 * C + 3 * C) + (4 * C + 12 * C) + (16 * C + 3 * C));
+    EXPECT_DOUBLE_EQ(lora, 2.0 * products + attention + adapter);
+    EXPECT_LT(lora, 0.75 * full);
+}
+
+}  // namespace
+}  // namespace gpt2

@@ -122,6 +122,23 @@ std::size_t LoraLayout::offset(int l, LoraTarget t) const {
     return per_layer_ * static_cast<std::size_t>(l) + within_layer_[static_cast<std::size_t>(t)];
 }
 
+double lora_training_flops_per_token(const ModelConfig& config, int seq_len,
+                                     const LoraConfig& lora) {
+    const double C = config.channels, L = config.num_layers, T = seq_len;
+    const double matmul_params =
+        L * 12.0 * C * C + static_cast<double>(config.padded_vocab_size) * C;
+    const double attention = L * 2.0 * 2.0 * T * C;  // QK^T and PV forward, as training counts it
+    double adapter = 0.0;
+    for (int i = 0; i < kLoraTargets; ++i) {
+        const auto t = static_cast<LoraTarget>(i);
+        if (!lora.adapts(t)) continue;
+        const ProductShape s = lora_product_shape(config, t);
+        // forward: 2r(in + out); backward: 2r(in) + 2r(out) + 2r(in) + 2r(in) + 2r(out)
+        adapter += L * 2.0 * lora.rank * (4.0 * s.in + 3.0 * s.out);
+    }
+    return 2.0 * 2.0 * matmul_params + 3.0 * attention + adapter;
+}
+
 void validate_lora(const LoraConfig& config, std::string_view source) {
     const std::string where(source);
     if (config.rank <= 0) throw InputError(where + ": the LoRA rank must be at least 1");

@@ -109,6 +109,13 @@ struct LoraAdapter {
     }
 };
 
+// FLOPs of one LoRA training step per token (for MFU): the base's products forward and their
+// input gradients only (4 per multiply-accumulate'd parameter, not full training's 6: no weight
+// gradient), attention as in full training, and the adapter's own products: forward x A^T and
+// u B^T, backward u again, dout B, v A, v^T x and dout^T u.
+[[nodiscard]] double lora_training_flops_per_token(const ModelConfig& config, int seq_len,
+                                                   const LoraConfig& lora);
+
 // Throws InputError naming `source` when the rank or alpha is impossible or no target is chosen.
 void validate_lora(const LoraConfig& config, std::string_view source);
 

@@ -140,7 +140,10 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
                             : o.optimizer.max_steps),
       tokens_per_step_(plan.global_sequences * o.batch.seq_len),
       exchange_(exchange),
-      flops_per_step_(training_flops_per_token(replica.model.config, o.batch.seq_len) *
+      flops_per_step_((replica.model.lora != nullptr
+                           ? lora_training_flops_per_token(replica.model.config, o.batch.seq_len,
+                                                           replica.model.lora->config)
+                           : training_flops_per_token(replica.model.config, o.batch.seq_len)) *
                       static_cast<double>(tokens_per_step_)),
       yardstick_(mfu_yardstick(o, cores_in_use(comm, replica.workers.size()))),
       peak_gflops_(yardstick_.per_core * yardstick_.cores),
