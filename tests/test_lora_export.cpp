@@ -8,11 +8,13 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/file_io.hpp"
 #include "core/random.hpp"
 #include "formats/checkpoint.hpp"
+#include "formats/gguf.hpp"
 #include "formats/hugging_face.hpp"
 #include "formats/model_file.hpp"
 #include "formats/peft.hpp"
@@ -301,6 +303,27 @@ TEST_F(LoraExport, LlamaCppRunsTheBaseWithOurAdapterAsOurMergedModel) {
     std::vector<std::int32_t> continued = prompt;
     continued.insert(continued.end(), ours.begin(), ours.end());
     EXPECT_EQ(inference.output, tokenizer_->decode(continued) + "\n");
+    // scripts/llama_generate.sh --lora prints it too; an adapter that does not fit the model, or
+    // is not there, is one error line.
+    const std::string script = std::string(GPT2_SOURCE_DIR) + "/scripts/llama_generate.sh ";
+    const auto generated =
+        run_command(script + base_gguf + " --lora " + (dir_ / "adapter.gguf") + " --prompt '" +
+                    prompt_text + "' --temperature 0 --max-new-tokens " + std::to_string(kNew));
+    ASSERT_EQ(generated.exit_code, 0) << generated.output;
+    EXPECT_EQ(generated.output, inference.output);
+    write_gguf(dir_.path() / "narrow.gguf", small_model(tokenizer_->vocab_size(), 5, 32),
+               *tokenizer_, GgufWeights::F32, "narrow");
+    for (const auto& [model, lora, message] :
+         {std::tuple{dir_ / "narrow.gguf", dir_ / "adapter.gguf",
+                     "--lora " + (dir_ / "adapter.gguf") + ": llama.cpp cannot apply it to " +
+                         (dir_ / "narrow.gguf")},
+          std::tuple{base_gguf, dir_ / "nowhere.gguf",
+                     "--lora " + (dir_ / "nowhere.gguf") + ": no such file"}}) {
+        const auto r = run_command(script + model + " --lora " + lora + " --prompt 'the'");
+        EXPECT_EQ(r.exit_code, 1) << r.output;
+        EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+        EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    }
 }
 
 // NumPy applies PEFT's formula to the base's Hugging Face directory and the PEFT directory, and
