@@ -219,42 +219,39 @@ KeyValues gguf_metadata(const ModelConfig& c, const SpelledBpe& spelled, GgufWei
     const auto C = static_cast<std::uint64_t>(c.channels);
     KeyValues out;
     Writer& kv = out.kv;
-    const auto key = [&](std::string_view k, Value type) { (void)out.key(k, type); };
-    const auto put_string = [&](std::string_view k, std::string_view v) { out.string(k, v); };
-    const auto put_u32 = [&](std::string_view k, std::uint32_t v) { out.u32(k, v); };
-    put_string("general.architecture", "gpt2");
-    put_string("general.name", name);
-    put_u32("general.file_type", file_type(weights));
-    put_u32("general.quantization_version", 2);
-    put_u32("general.alignment", kAlignment);
-    put_u32("gpt2.context_length", static_cast<std::uint32_t>(c.max_seq_len));
-    put_u32("gpt2.embedding_length", static_cast<std::uint32_t>(C));
-    put_u32("gpt2.feed_forward_length", static_cast<std::uint32_t>(4 * C));
-    put_u32("gpt2.block_count", static_cast<std::uint32_t>(c.num_layers));
-    put_u32("gpt2.attention.head_count", static_cast<std::uint32_t>(c.num_heads));
+    out.string("general.architecture", "gpt2");
+    out.string("general.name", name);
+    out.u32("general.file_type", file_type(weights));
+    out.u32("general.quantization_version", 2);
+    out.u32("general.alignment", kAlignment);
+    out.u32("gpt2.context_length", static_cast<std::uint32_t>(c.max_seq_len));
+    out.u32("gpt2.embedding_length", static_cast<std::uint32_t>(C));
+    out.u32("gpt2.feed_forward_length", static_cast<std::uint32_t>(4 * C));
+    out.u32("gpt2.block_count", static_cast<std::uint32_t>(c.num_layers));
+    out.u32("gpt2.attention.head_count", static_cast<std::uint32_t>(c.num_heads));
     out.f32("gpt2.attention.layer_norm_epsilon", 1e-5f);
-    put_string("tokenizer.ggml.model", "gpt2");
-    put_string("tokenizer.ggml.pre", "gpt-2");
-    key("tokenizer.ggml.tokens", Value::Array);
+    out.string("tokenizer.ggml.model", "gpt2");
+    out.string("tokenizer.ggml.pre", "gpt-2");
+    out.key("tokenizer.ggml.tokens", Value::Array);
     kv.put(static_cast<std::uint32_t>(Value::String));
     kv.put<std::uint64_t>(spelled.tokens.size());
     for (const std::string& token : spelled.tokens)
         kv.string(token);
     // 1 normal, 3 control (the end-of-text token).
-    key("tokenizer.ggml.token_type", Value::Array);
+    out.key("tokenizer.ggml.token_type", Value::Array);
     kv.put(static_cast<std::uint32_t>(Value::I32));
     kv.put<std::uint64_t>(spelled.tokens.size());
     for (std::size_t id = 0; id < spelled.tokens.size(); ++id)
         kv.put<std::int32_t>(spelled.eot_id && static_cast<int>(id) == *spelled.eot_id ? 3 : 1);
     // llama.cpp wants the key even when there are no merges (a char tokenizer's export).
-    key("tokenizer.ggml.merges", Value::Array);
+    out.key("tokenizer.ggml.merges", Value::Array);
     kv.put(static_cast<std::uint32_t>(Value::String));
     kv.put<std::uint64_t>(spelled.merges.size());
     for (const std::string& merge : spelled.merges)
         kv.string(merge);
     const std::uint32_t boundary = boundary_token(spelled);
-    put_u32("tokenizer.ggml.bos_token_id", boundary);
-    put_u32("tokenizer.ggml.eos_token_id", boundary);
+    out.u32("tokenizer.ggml.bos_token_id", boundary);
+    out.u32("tokenizer.ggml.eos_token_id", boundary);
     // Our tokenizers never add a token of their own to a text.
     out.boolean("tokenizer.ggml.add_bos_token", false);
     out.boolean("tokenizer.ggml.add_eos_token", false);
