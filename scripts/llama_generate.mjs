@@ -1,6 +1,6 @@
 // llama_generate.sh's generation in llama.cpp (node-llama-cpp): the script checks the command line
 // and finds the package, then runs this with LLAMA_GENERATE_* set (MODULES: the node_modules
-// folder; MODEL, PROMPT, MAX_NEW_TOKENS, TEMPERATURE, TOP_K, TOP_P, SEED, THREADS).
+// folder; MODEL, LORA (an adapter's GGUF, or empty), PROMPT, MAX_NEW_TOKENS, TEMPERATURE, TOP_K, TOP_P, SEED, THREADS).
 // Tokens are decoded from the vocabulary's own spelling (GPT-2's printable bytes for a byte-level
 // BPE) rather than by llama.cpp's detokenizer, which also "cleans up" spaces before punctuation
 // and so would change the text.
@@ -68,7 +68,23 @@ if (prompt.length > contextSize) {
 // for each other on so little work), else llama.cpp's choice.
 const parameters = model._model.getTotalParameters?.() ?? model.size / 2;
 const threads = Number(env.LLAMA_GENERATE_THREADS) || (parameters < 16e6 ? 1 : 0);
-const context = await model.createContext({ contextSize, ...(threads > 0 ? { threads } : {}) });
+const lora = env.LLAMA_GENERATE_LORA
+  ? { lora: { adapters: [{ filePath: env.LLAMA_GENERATE_LORA, scale: 1 }] } }
+  : {};
+// llama.cpp says why an adapter does not fit on the console: held back into the one error line.
+const held = [];
+const [consoleWarn, consoleError] = [console.warn, console.error];
+if (env.LLAMA_GENERATE_LORA) console.warn = console.error = (...args) => held.push(args.join(" "));
+let context;
+try {
+  context = await model.createContext({ contextSize, ...(threads > 0 ? { threads } : {}), ...lora });
+} catch (error) {
+  if (!env.LLAMA_GENERATE_LORA) throw error;
+  const why = held.map((line) => line.replace(/^\[node-llama-cpp\]\s*/, "").trim()).join("; ");
+  fail(`--lora ${env.LLAMA_GENERATE_LORA}: llama.cpp cannot apply it to ${env.LLAMA_GENERATE_MODEL}: ${why || error.message}`);
+}
+[console.warn, console.error] = [consoleWarn, consoleError];
+for (const line of held) console.warn(line);
 const sequence = context.getSequence();
 const count = Number(env.LLAMA_GENERATE_MAX_NEW_TOKENS);
 const decoder = new TextDecoder("utf-8");  // replaces bytes that are no UTF-8 with U+FFFD

@@ -3,27 +3,29 @@
 # node-llama-cpp's prebuilt CPU binary, the way build/inference does from a checkpoint: it prints
 # the prompt and --max-new-tokens new tokens (end-of-text does not stop it), and at --temperature 0
 # (greedy) the same text as inference --temperature 0 while prompt and output fit the context.
+# --lora ADAPTER.gguf (convert_model --to gguf-lora's) applies a LoRA adapter to MODEL at scale 1.
 #   llama_generate.sh MODEL.gguf --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
-#                     [--top-p P] [--seed S] [--threads N]
+#                     [--top-p P] [--seed S] [--threads N] [--lora ADAPTER.gguf]
 # node-llama-cpp is looked for in $GPT2_LLAMA_CPP_DIR (a folder holding node_modules), a
 # checkout's .deps/llama-cpp, then PREFIX/share/gpt2-mpi/llama-cpp, where cmake --install copies
 # the checkout's. `GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh` installs Node and node-llama-cpp.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 me=llama_generate.sh
-usage="usage: $me MODEL.gguf --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]"
+usage="usage: $me MODEL.gguf --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--lora ADAPTER.gguf]"
 fail() { echo "$me: $2" >&2; exit "$1"; }
 
-model="" prompt="" max_new_tokens=256 temperature=1 top_k=0 top_p=1 seed=1337 threads=0
+model="" lora="" prompt="" max_new_tokens=256 temperature=1 top_k=0 top_p=1 seed=1337 threads=0
 uint='^[0-9]+$'
 real='^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$'
 while (($#)); do
   case "$1" in
     -h | --help) echo "$usage"; exit 0 ;;
-    --prompt | --max-new-tokens | --temperature | --top-k | --top-p | --seed | --threads)
+    --prompt | --max-new-tokens | --temperature | --top-k | --top-p | --seed | --threads | --lora)
       (($# >= 2)) || fail 2 "$1 needs a value"
       case "$1" in
         --prompt) prompt=$2 ;;
+        --lora) lora=$2 ;;
         --max-new-tokens) [[ $2 =~ $uint ]] || fail 2 "--max-new-tokens must be a whole number >= 0, not '$2'"
                           max_new_tokens=$2 ;;
         --temperature) [[ $2 =~ $real ]] || fail 2 "--temperature must be a number >= 0, not '$2'"
@@ -49,6 +51,11 @@ done
 [[ -f $model && -r $model ]] || fail 1 "$model: no such file (or not readable)"
 [[ "$(head -c 4 "$model")" == GGUF ]] ||
   fail 1 "$model: not a GGUF file (convert_model MODEL NAME.gguf writes one)"
+if [[ -n $lora ]]; then
+  [[ -f $lora && -r $lora ]] || fail 1 "--lora $lora: no such file (or not readable)"
+  [[ "$(head -c 4 "$lora")" == GGUF ]] ||
+    fail 1 "--lora $lora: not a GGUF file (convert_model MODEL NAME.gguf --to gguf-lora --lora-from DIR writes one)"
+fi
 
 command -v node >/dev/null ||
   fail 1 "node (Node.js) not found; GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh installs it with node-llama-cpp"
@@ -64,7 +71,8 @@ done
 
 # The generation itself: llama_generate.mjs beside this script, given its settings by environment.
 [[ -f $here/llama_generate.mjs ]] || fail 1 "$here/llama_generate.mjs is missing (it is installed with this script)"
-LLAMA_GENERATE_MODULES=$modules LLAMA_GENERATE_MODEL=$model LLAMA_GENERATE_PROMPT=$prompt \
+LLAMA_GENERATE_MODULES=$modules LLAMA_GENERATE_MODEL=$model LLAMA_GENERATE_LORA=$lora \
+LLAMA_GENERATE_PROMPT=$prompt \
 LLAMA_GENERATE_MAX_NEW_TOKENS=$max_new_tokens LLAMA_GENERATE_TEMPERATURE=$temperature \
 LLAMA_GENERATE_TOP_K=$top_k LLAMA_GENERATE_TOP_P=$top_p LLAMA_GENERATE_SEED=$seed \
 LLAMA_GENERATE_THREADS=$threads exec node "$here/llama_generate.mjs"

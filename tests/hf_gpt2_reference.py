@@ -67,7 +67,8 @@ def gelu_new(x):
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
-def logits(directory, tokens):
+def logits(directory, tokens, delta=lambda module, x: 0.0):
+    """delta(module, x): what an adapter adds to the output of Conv1D `module` ("h.0.attn.c_attn")."""
     config, p = read_model(directory)
     C, H = config["n_embd"], config["n_head"]
     T = len(tokens)
@@ -75,18 +76,17 @@ def logits(directory, tokens):
     mask = np.triu(np.full((T, T), -np.inf), 1)
     for layer in range(config["n_layer"]):
         q = lambda name: p[f"h.{layer}.{name}"]
+        conv1d = lambda name, x: x @ q(name + ".weight") + q(name + ".bias") + delta(f"h.{layer}.{name}", x)
         h = layer_norm(x, q("ln_1.weight"), q("ln_1.bias"))
-        qkv = h @ q("attn.c_attn.weight") + q("attn.c_attn.bias")
+        qkv = conv1d("attn.c_attn", h)
         heads = [qkv[:, i * C : (i + 1) * C].reshape(T, H, C // H).transpose(1, 0, 2) for i in range(3)]
         scores = heads[0] @ heads[1].transpose(0, 2, 1) / np.sqrt(C // H) + mask
         scores = np.exp(scores - scores.max(-1, keepdims=True))
         scores /= scores.sum(-1, keepdims=True)
         attended = (scores @ heads[2]).transpose(1, 0, 2).reshape(T, C)
-        x = x + attended @ q("attn.c_proj.weight") + q("attn.c_proj.bias")
+        x = x + conv1d("attn.c_proj", attended)
         h = layer_norm(x, q("ln_2.weight"), q("ln_2.bias"))
-        x = x + gelu_new(h @ q("mlp.c_fc.weight") + q("mlp.c_fc.bias")) @ q("mlp.c_proj.weight") + q(
-            "mlp.c_proj.bias"
-        )
+        x = x + conv1d("mlp.c_proj", gelu_new(conv1d("mlp.c_fc", h)))
     x = layer_norm(x, p["ln_f.weight"], p["ln_f.bias"])
     head = p.get("lm_head.weight", p["wte.weight"])
     return (x @ head.T).astype(np.float32)

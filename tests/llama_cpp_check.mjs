@@ -1,7 +1,8 @@
 // llama.cpp's own judgement of exported GGUF files, through node-llama-cpp's prebuilt CPU binary
 // (nothing is built or downloaded). One process for all the jobs: starting llama.cpp costs seconds.
 //   node llama_cpp_check.mjs NODE_MODULES_DIR JOBS.json
-// JOBS.json: [{"model": PATH, "mode": M, "text": T | "ids": [...], "count": N}, ...] with mode
+// JOBS.json: [{"model": PATH, "mode": M, "text": T | "ids": [...], "count": N,
+//              "lora": [PATH, ...] (optional: GGUF LoRA adapters applied at scale 1)}, ...] with mode
 //   tokenize  llama.cpp's token ids of text
 //   greedy    the next `count` tokens after ids, at temperature 0 (an end-of-generation token does
 //             not stop it: our generator has no such stop, and a char model's eos is its newline)
@@ -24,7 +25,8 @@ for (const job of JSON.parse(readFileSync(jobsFile, "utf8"))) {
     out.push(...model.tokenize(job.text, true));
   } else {
     // One thread: llama.cpp's spinning workers crawl on a busy machine (0.5 s a token against 4 ms).
-    const context = await model.createContext({ contextSize: model.trainContextSize, threads: 1 });
+    const lora = job.lora ? { adapters: job.lora.map((filePath) => ({ filePath, scale: 1 })) } : undefined;
+    const context = await model.createContext({ contextSize: model.trainContextSize, threads: 1, lora });
     const sequence = context.getSequence();
     if (job.mode === "greedy") {
       for await (const token of sequence.evaluate(job.ids, { temperature: 0, yieldEogToken: true })) {

@@ -20,6 +20,7 @@
 #include "formats/model_tokenizer.hpp"
 #include "formats/safetensors.hpp"
 #include "formats_support.hpp"
+#include "gguf_support.hpp"
 #include "model/forward_backward.hpp"
 #include "model/generate.hpp"
 #include "ops/gemm.hpp"
@@ -30,98 +31,8 @@ namespace gpt2 {
 namespace {
 
 using namespace formats_test;  // fs, json, run_command, ScratchDir and the helpers
-const std::string kLlamaCheck = std::string(GPT2_SOURCE_DIR) + "/tests/llama_cpp_check.mjs";
 
 // ---- GGUF ------------------------------------------------------------------------------------
-
-// A GGUF reader written from the format's description, for the structure tests.
-struct GgufTensor {
-    std::vector<std::uint64_t> ne;
-    std::uint32_t type = 0;
-    std::uint64_t offset = 0;
-};
-struct GgufFile {
-    std::map<std::string, json> kv;  // scalars and string arrays
-    std::map<std::string, GgufTensor> tensors;
-    std::vector<std::uint8_t> bytes;
-    std::size_t data = 0;
-};
-
-GgufFile read_gguf(const fs::path& path) {
-    GgufFile f;
-    f.bytes = read_file_bytes(path);
-    std::size_t at = 0;
-    const auto take = [&](std::size_t n) {
-        if (at + n > f.bytes.size()) throw std::runtime_error("GGUF truncated");
-        const std::uint8_t* p = f.bytes.data() + at;
-        at += n;
-        return p;
-    };
-    const auto u32 = [&] {
-        std::uint32_t v;
-        std::memcpy(&v, take(4), 4);
-        return v;
-    };
-    const auto u64 = [&] {
-        std::uint64_t v;
-        std::memcpy(&v, take(8), 8);
-        return v;
-    };
-    const auto str = [&] {
-        const std::uint64_t n = u64();
-        return std::string(reinterpret_cast<const char*>(take(n)), n);
-    };
-    EXPECT_EQ(std::string(reinterpret_cast<const char*>(take(4)), 4), "GGUF");
-    EXPECT_EQ(u32(), 3u);
-    const std::uint64_t tensors = u64(), kvs = u64();
-    std::function<json(std::uint32_t)> value = [&](std::uint32_t type) -> json {
-        switch (type) {
-            case 4:
-                return u32();
-            case 5: {
-                std::int32_t v;
-                std::memcpy(&v, take(4), 4);
-                return v;
-            }
-            case 6: {
-                float v;
-                std::memcpy(&v, take(4), 4);
-                return v;
-            }
-            case 7:
-                return *take(1) != 0;
-            case 8:
-                return str();
-            case 9: {
-                const std::uint32_t element = u32();
-                const std::uint64_t n = u64();
-                json array = json::array();
-                for (std::uint64_t i = 0; i < n; ++i)
-                    array.push_back(value(element));
-                return array;
-            }
-            default:
-                throw std::runtime_error("GGUF value type " + std::to_string(type));
-        }
-    };
-    for (std::uint64_t i = 0; i < kvs; ++i) {
-        const std::string key = str();
-        f.kv[key] = value(u32());
-    }
-    for (std::uint64_t i = 0; i < tensors; ++i) {
-        const std::string name = str();
-        GgufTensor t;
-        const std::uint32_t dims = u32();
-        for (std::uint32_t d = 0; d < dims; ++d)
-            t.ne.push_back(u64());
-        t.type = u32();
-        t.offset = u64();
-        EXPECT_EQ(t.offset % 32, 0u) << name;
-        f.tensors[name] = t;
-    }
-    f.data = (at + 31) / 32 * 32;
-    return f;
-}
 
 TEST(Gguf, TheFileHoldsLlamaCppsNamesTheTokenizerAndQ8BlocksWithinHalfAStep) {
     if (!has_gpt2_files()) GTEST_SKIP() << "no GPT-2 tokenizer files in " << kGpt2Dir;
@@ -202,20 +113,6 @@ Model confident_model() {
     for (float& w : model.layout.tensor(model.params.span(), ParamTensor::wte))
         w *= 25.0f;
     return model;
-}
-
-// Runs the jobs (see tests/llama_cpp_check.mjs) in one llama.cpp process; one id list per job.
-std::vector<std::vector<std::int32_t>> llama(const fs::path& dir, const json& jobs) {
-    const std::string text = jobs.dump();
-    write_file_atomically(
-        dir / "jobs.json",
-        std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
-    const auto r = run_command("node " + kLlamaCheck + " " + kLlamaModules.string() + " " +
-                               (dir / "jobs.json").string());
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    const std::size_t results = r.output.rfind("[[");
-    if (r.exit_code != 0 || results == std::string::npos) return {};
-    return json::parse(r.output.substr(results)).get<std::vector<std::vector<std::int32_t>>>();
 }
 
 TEST(LlamaCpp, RunsOurGgufAsWeDo) {

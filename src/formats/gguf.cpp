@@ -1,6 +1,7 @@
 #include "formats/gguf.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -103,36 +104,66 @@ SpelledBpe checked_tokenizer(const std::filesystem::path& path, const Model& mod
     return spelled;
 }
 
+// A layer's tensors in llama.cpp's names (blk.<l>.<suffix>), in the order the file holds them;
+// a matrix's ne is {C * in, C * out}: our (out, in) row-major order is ggml's as it is.
+struct LayerTensor {
+    std::string_view suffix;
+    ParamTensor tensor;
+    std::uint64_t in = 0;  // in channels / C; 0: a vector
+    std::uint64_t out = 0;
+};
+constexpr std::array kGgufLayerTensors = {
+    LayerTensor{"attn_norm.weight", ParamTensor::ln1w},
+    LayerTensor{"attn_norm.bias", ParamTensor::ln1b},
+    LayerTensor{"attn_qkv.weight", ParamTensor::qkvw, 1, 3},
+    LayerTensor{"attn_qkv.bias", ParamTensor::qkvb},
+    LayerTensor{"attn_output.weight", ParamTensor::attprojw, 1, 1},
+    LayerTensor{"attn_output.bias", ParamTensor::attprojb},
+    LayerTensor{"ffn_norm.weight", ParamTensor::ln2w},
+    LayerTensor{"ffn_norm.bias", ParamTensor::ln2b},
+    LayerTensor{"ffn_up.weight", ParamTensor::fcw, 1, 4},
+    LayerTensor{"ffn_up.bias", ParamTensor::fcb},
+    LayerTensor{"ffn_down.weight", ParamTensor::fcprojw, 4, 1},
+    LayerTensor{"ffn_down.bias", ParamTensor::fcprojb},
+};
+std::string layer_tensor_name(int l, std::string_view suffix) {
+    return "blk." + std::to_string(l) + "." + std::string(suffix);
+}
+
+// `values` as a tensor of type `weights`.
+Tensor make_tensor(std::string name, std::vector<std::uint64_t> ne, std::span<const float> values,
+                   GgufWeights weights) {
+    Tensor t{std::move(name), std::move(ne), TensorType::F32, {}};
+    switch (weights) {
+        case GgufWeights::F32:
+            append_elements(t.data, values, ElementType::F32);
+            break;
+        case GgufWeights::F16:
+            t.type = TensorType::F16;
+            append_elements(t.data, values, ElementType::F16);
+            break;
+        case GgufWeights::Bf16:
+            t.type = TensorType::Bf16;
+            append_elements(t.data, values, ElementType::Bf16);
+            break;
+        case GgufWeights::Q8_0:
+            t.type = TensorType::Q8_0;
+            append_q8_0(t.data, values);
+            break;
+    }
+    return t;
+}
+
 // The model's tensors in llama.cpp's names; 2-D weights in `weights`' type, 1-D ones in F32.
 std::vector<Tensor> gguf_tensors(const Model& model, GgufWeights weights) {
     const ModelConfig& c = model.config;
-    // Tensors, in llama.cpp's names; 2-D weights in (out, in) order, as ours already are.
     std::vector<Tensor> tensors;
     const std::span<const float> params = model.weights();
     const ParameterLayout& layout = model.layout;
     const auto add = [&](std::string tensor_name, std::vector<std::uint64_t> ne,
                          std::span<const float> values) {
-        Tensor t{std::move(tensor_name), std::move(ne), TensorType::F32, {}};
-        const bool matrix = t.ne.size() == 2;
-        const GgufWeights w = matrix ? weights : GgufWeights::F32;
-        switch (w) {
-            case GgufWeights::F32:
-                append_elements(t.data, values, ElementType::F32);
-                break;
-            case GgufWeights::F16:
-                t.type = TensorType::F16;
-                append_elements(t.data, values, ElementType::F16);
-                break;
-            case GgufWeights::Bf16:
-                t.type = TensorType::Bf16;
-                append_elements(t.data, values, ElementType::Bf16);
-                break;
-            case GgufWeights::Q8_0:
-                t.type = TensorType::Q8_0;
-                append_q8_0(t.data, values);
-                break;
-        }
-        tensors.push_back(std::move(t));
+        const GgufWeights w = ne.size() == 2 ? weights : GgufWeights::F32;
+        tensors.push_back(make_tensor(std::move(tensor_name), std::move(ne), values, w));
     };
     const auto C = static_cast<std::uint64_t>(c.channels);
     const auto V = static_cast<std::uint64_t>(c.vocab_size);
@@ -142,22 +173,13 @@ std::vector<Tensor> gguf_tensors(const Model& model, GgufWeights weights) {
     add("output_norm.weight", {C}, layout.tensor(params, ParamTensor::lnfw));
     add("output_norm.bias", {C}, layout.tensor(params, ParamTensor::lnfb));
     for (int l = 0; l < c.num_layers; ++l) {
-        const std::string blk = "blk." + std::to_string(l) + ".";
-        const auto at = [&](ParamTensor t) { return layout.layer(params, t, l); };
-        add(blk + "attn_norm.weight", {C}, at(ParamTensor::ln1w));
-        add(blk + "attn_norm.bias", {C}, at(ParamTensor::ln1b));
-        add(blk + "attn_qkv.weight", {C, 3 * C}, at(ParamTensor::qkvw));
-        add(blk + "attn_qkv.bias", {3 * C}, at(ParamTensor::qkvb));
-        add(blk + "attn_output.weight", {C, C}, at(ParamTensor::attprojw));
-        add(blk + "attn_output.bias", {C}, at(ParamTensor::attprojb));
-        add(blk + "ffn_norm.weight", {C}, at(ParamTensor::ln2w));
-        add(blk + "ffn_norm.bias", {C}, at(ParamTensor::ln2b));
-        add(blk + "ffn_up.weight", {C, 4 * C}, at(ParamTensor::fcw));
-        add(blk + "ffn_up.bias", {4 * C}, at(ParamTensor::fcb));
-        add(blk + "ffn_down.weight", {4 * C, C}, at(ParamTensor::fcprojw));
-        add(blk + "ffn_down.bias", {C}, at(ParamTensor::fcprojb));
+        for (const LayerTensor& t : kGgufLayerTensors) {
+            const std::span<const float> values = layout.layer(params, t.tensor, l);
+            std::vector<std::uint64_t> ne = {C * t.in, C * t.out};
+            if (t.in == 0) ne = {values.size()};
+            add(layer_tensor_name(l, t.suffix), std::move(ne), values);
+        }
     }
-
     return tensors;
 }
 
@@ -173,80 +195,73 @@ std::uint32_t boundary_token(const SpelledBpe& spelled) {
                                       : static_cast<std::uint32_t>(it - spelled.tokens.begin());
 }
 
-// The metadata llama.cpp's gpt2 architecture reads, with the tokenizer embedded.
-struct KeyValues {
+// A GGUF file's key-value section as it is written, and how many keys it holds.
+class KeyValues {
+  public:
+    // The key and its type; the caller writes an array's element type, length and elements.
+    Writer& key(std::string_view k, Value type) {
+        kv.string(k);
+        kv.put(static_cast<std::uint32_t>(type));
+        ++count;
+        return kv;
+    }
+    void string(std::string_view k, std::string_view v) { key(k, Value::String).string(v); }
+    void u32(std::string_view k, std::uint32_t v) { key(k, Value::U32).put(v); }
+    void f32(std::string_view k, float v) { key(k, Value::F32).put(v); }
+    void boolean(std::string_view k, bool v) { key(k, Value::Bool).put<std::uint8_t>(v ? 1 : 0); }
     Writer kv;
     std::uint64_t count = 0;
 };
+
+// The metadata llama.cpp's gpt2 architecture reads, with the tokenizer embedded.
 KeyValues gguf_metadata(const ModelConfig& c, const SpelledBpe& spelled, GgufWeights weights,
                         const std::string& name) {
     const auto C = static_cast<std::uint64_t>(c.channels);
     KeyValues out;
     Writer& kv = out.kv;
-    std::uint64_t& kv_count = out.count;
-    const auto key = [&](std::string_view k, Value type) {
-        kv.string(k);
-        kv.put(static_cast<std::uint32_t>(type));
-        ++kv_count;
-    };
-    const auto put_string = [&](std::string_view k, std::string_view v) {
-        key(k, Value::String);
-        kv.string(v);
-    };
-    const auto put_u32 = [&](std::string_view k, std::uint32_t v) {
-        key(k, Value::U32);
-        kv.put(v);
-    };
-    put_string("general.architecture", "gpt2");
-    put_string("general.name", name);
-    put_u32("general.file_type", file_type(weights));
-    put_u32("general.quantization_version", 2);
-    put_u32("general.alignment", kAlignment);
-    put_u32("gpt2.context_length", static_cast<std::uint32_t>(c.max_seq_len));
-    put_u32("gpt2.embedding_length", static_cast<std::uint32_t>(C));
-    put_u32("gpt2.feed_forward_length", static_cast<std::uint32_t>(4 * C));
-    put_u32("gpt2.block_count", static_cast<std::uint32_t>(c.num_layers));
-    put_u32("gpt2.attention.head_count", static_cast<std::uint32_t>(c.num_heads));
-    key("gpt2.attention.layer_norm_epsilon", Value::F32);
-    kv.put(1e-5f);
-    put_string("tokenizer.ggml.model", "gpt2");
-    put_string("tokenizer.ggml.pre", "gpt-2");
-    key("tokenizer.ggml.tokens", Value::Array);
+    out.string("general.architecture", "gpt2");
+    out.string("general.name", name);
+    out.u32("general.file_type", file_type(weights));
+    out.u32("general.quantization_version", 2);
+    out.u32("general.alignment", kAlignment);
+    out.u32("gpt2.context_length", static_cast<std::uint32_t>(c.max_seq_len));
+    out.u32("gpt2.embedding_length", static_cast<std::uint32_t>(C));
+    out.u32("gpt2.feed_forward_length", static_cast<std::uint32_t>(4 * C));
+    out.u32("gpt2.block_count", static_cast<std::uint32_t>(c.num_layers));
+    out.u32("gpt2.attention.head_count", static_cast<std::uint32_t>(c.num_heads));
+    out.f32("gpt2.attention.layer_norm_epsilon", 1e-5f);
+    out.string("tokenizer.ggml.model", "gpt2");
+    out.string("tokenizer.ggml.pre", "gpt-2");
+    out.key("tokenizer.ggml.tokens", Value::Array);
     kv.put(static_cast<std::uint32_t>(Value::String));
     kv.put<std::uint64_t>(spelled.tokens.size());
     for (const std::string& token : spelled.tokens)
         kv.string(token);
     // 1 normal, 3 control (the end-of-text token).
-    key("tokenizer.ggml.token_type", Value::Array);
+    out.key("tokenizer.ggml.token_type", Value::Array);
     kv.put(static_cast<std::uint32_t>(Value::I32));
     kv.put<std::uint64_t>(spelled.tokens.size());
     for (std::size_t id = 0; id < spelled.tokens.size(); ++id)
         kv.put<std::int32_t>(spelled.eot_id && static_cast<int>(id) == *spelled.eot_id ? 3 : 1);
     // llama.cpp wants the key even when there are no merges (a char tokenizer's export).
-    key("tokenizer.ggml.merges", Value::Array);
+    out.key("tokenizer.ggml.merges", Value::Array);
     kv.put(static_cast<std::uint32_t>(Value::String));
     kv.put<std::uint64_t>(spelled.merges.size());
     for (const std::string& merge : spelled.merges)
         kv.string(merge);
     const std::uint32_t boundary = boundary_token(spelled);
-    put_u32("tokenizer.ggml.bos_token_id", boundary);
-    put_u32("tokenizer.ggml.eos_token_id", boundary);
+    out.u32("tokenizer.ggml.bos_token_id", boundary);
+    out.u32("tokenizer.ggml.eos_token_id", boundary);
     // Our tokenizers never add a token of their own to a text.
-    key("tokenizer.ggml.add_bos_token", Value::Bool);
-    kv.put<std::uint8_t>(0);
-    key("tokenizer.ggml.add_eos_token", Value::Bool);
-    kv.put<std::uint8_t>(0);
+    out.boolean("tokenizer.ggml.add_bos_token", false);
+    out.boolean("tokenizer.ggml.add_eos_token", false);
 
     return out;
 }
 
-}  // namespace
-
-void write_gguf(const std::filesystem::path& path, const Model& model, const Tokenizer& tokenizer,
-                GgufWeights weights, const std::string& name) {
-    const SpelledBpe spelled = checked_tokenizer(path, model, tokenizer, weights);
-    const std::vector<Tensor> tensors = gguf_tensors(model, weights);
-    const KeyValues metadata = gguf_metadata(model.config, spelled, weights, name);
+// The file: header, key-values, tensor descriptions, the data aligned; written atomically.
+void write_gguf_file(const std::filesystem::path& path, const KeyValues& metadata,
+                     const std::vector<Tensor>& tensors) {
     Writer head;
     head.bytes = {'G', 'G', 'U', 'F'};
     head.put<std::uint32_t>(3);
@@ -272,6 +287,57 @@ void write_gguf(const std::filesystem::path& path, const Model& model, const Tok
         pieces.emplace_back(std::span(zeros).first(padding(t.data.size())));
     }
     write_file_atomically(path, pieces);
+}
+
+}  // namespace
+
+void write_gguf(const std::filesystem::path& path, const Model& model, const Tokenizer& tokenizer,
+                GgufWeights weights, const std::string& name) {
+    const SpelledBpe spelled = checked_tokenizer(path, model, tokenizer, weights);
+    write_gguf_file(path, gguf_metadata(model.config, spelled, weights, name),
+                    gguf_tensors(model, weights));
+}
+
+void write_gguf_lora(const std::filesystem::path& path, const LoraAdapter& adapter,
+                     GgufWeights weights, const std::string& name) {
+    if (weights == GgufWeights::Q8_0) {
+        throw InputError(path.string() +
+                         ": a LoRA adapter's rows are as long as its rank: f32, f16 or bf16");
+    }
+    KeyValues metadata;
+    metadata.string("general.architecture", "gpt2");
+    metadata.string("general.type", "adapter");
+    metadata.string("general.name", name);
+    metadata.u32("general.file_type", file_type(weights));
+    metadata.u32("general.alignment", kAlignment);
+    metadata.string("adapter.type", "lora");
+    metadata.f32("adapter.lora.alpha", adapter.config.alpha);
+    std::vector<Tensor> tensors;
+    const auto r = static_cast<std::uint64_t>(adapter.config.rank);
+    const std::span<const float> params = adapter.params.span();
+    for (int l = 0; l < adapter.layout.num_layers(); ++l) {
+        for (int i = 0; i < kLoraTargets; ++i) {
+            const auto target = static_cast<LoraTarget>(i);
+            if (!adapter.config.adapts(target)) continue;
+            const ParamTensor weight = lora_target_weight(target);
+            const LayerTensor& base =
+                *std::find_if(kGgufLayerTensors.begin(), kGgufLayerTensors.end(),
+                              [&](const LayerTensor& t) { return t.tensor == weight; });
+            const ProductShape shape = lora_product_shape(adapter.layout.model(), target);
+            const std::string name_in_base = layer_tensor_name(l, base.suffix);
+            // llama.cpp's adapted product is B (A x): A (r, in) row-major is ne {in, r}, B (out, r)
+            // is ne {r, out}, PEFT's lora_A and lora_B as they are (the base's ne {in, out}).
+            tensors.push_back(make_tensor(
+                name_in_base + ".lora_a", {static_cast<std::uint64_t>(shape.in), r},
+                params.subspan(adapter.layout.a_offset(l, target), adapter.layout.a_floats(target)),
+                weights));
+            tensors.push_back(make_tensor(
+                name_in_base + ".lora_b", {r, static_cast<std::uint64_t>(shape.out)},
+                params.subspan(adapter.layout.b_offset(l, target), adapter.layout.b_floats(target)),
+                weights));
+        }
+    }
+    write_gguf_file(path, metadata, tensors);
 }
 
 }  // namespace gpt2

@@ -1,7 +1,7 @@
 // GGUF version 3 files for llama.cpp's "gpt2" architecture: metadata, the byte-level BPE
 // tokenizer embedded (GPT-2's, a trained one, or a char tokenizer as one without merges), and the
 // weights as F32, F16, BF16 or Q8_0 (ggml's 32-value blocks with an f16 scale); 1-D tensors stay
-// F32.
+// F32. And LoRA adapters as llama.cpp loads them beside such a file.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model/lora.hpp"
 #include "model/model.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -28,5 +29,13 @@ void append_q8_0(std::vector<std::uint8_t>& out, std::span<const float> values);
 // Q8_0 needs the channel count to be a multiple of 32 (InputError otherwise).
 void write_gguf(const std::filesystem::path& path, const Model& model, const Tokenizer& tokenizer,
                 GgufWeights weights, const std::string& name);
+
+// Writes `adapter` atomically as a GGUF LoRA adapter for a base model that write_gguf wrote
+// (llama.cpp's llama_adapter_lora_init): general.type "adapter", adapter.type "lora",
+// adapter.lora.alpha, and for each adapted weight of the base, blk.<l>.<name>.weight.lora_a
+// (ne {in, r}) and .lora_b (ne {r, out}), which llama.cpp adds as (alpha/r) B (A x) times the
+// adapter's scale. F32, F16 or BF16 (InputError for Q8_0: rows as long as the rank).
+void write_gguf_lora(const std::filesystem::path& path, const LoraAdapter& adapter,
+                     GgufWeights weights, const std::string& name);
 
 }  // namespace gpt2

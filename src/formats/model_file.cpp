@@ -5,6 +5,8 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
+#include <stdexcept>
 
 #include "core/error.hpp"
 #include "formats/gguf.hpp"
@@ -24,6 +26,8 @@ std::string format_name(OutputFormat format) {
             return "gguf";
         case OutputFormat::Llmc:
             return "llmc";
+        case OutputFormat::GgufLora:
+            return "gguf-lora";
     }
     return "hf";
 }
@@ -37,6 +41,8 @@ std::vector<std::string> dtypes(OutputFormat format) {
             return {"f32", "f16", "bf16", "q8_0"};
         case OutputFormat::Llmc:
             return {"f32", "bf16"};
+        case OutputFormat::GgufLora:  // Q8_0 blocks are longer than an adapter's rank
+            return {"f32", "f16", "bf16"};
     }
     return {};
 }
@@ -53,6 +59,21 @@ std::string write_as_llmc(const ModelOutput& output, const Model& model, const T
     return "llm.c model file, version " + std::string(bf16 ? "5" : "3") + " (" + output.dtype + ")";
 }
 
+// alpha as a person writes it: 16, 0.5.
+std::string format_alpha(float alpha) {
+    std::ostringstream out;
+    out << alpha;
+    return out.str();
+}
+
+GgufWeights gguf_weights(const std::string& dtype) {
+    const std::map<std::string, GgufWeights> weights = {{"f32", GgufWeights::F32},
+                                                        {"f16", GgufWeights::F16},
+                                                        {"bf16", GgufWeights::Bf16},
+                                                        {"q8_0", GgufWeights::Q8_0}};
+    return weights.at(dtype);
+}
+
 std::string write_as_gguf(const ModelOutput& output, const Model& model, const Tokenizer* tokenizer,
                           const std::filesystem::path& input) {
     if (tokenizer == nullptr) {
@@ -60,12 +81,8 @@ std::string write_as_gguf(const ModelOutput& output, const Model& model, const T
                          " has no tokenizer, and a GGUF file must embed one: pass "
                          "--tokenizer-dir DIR (GPT-2's encoder.json and vocab.bpe)");
     }
-    const std::map<std::string, GgufWeights> weights = {{"f32", GgufWeights::F32},
-                                                        {"f16", GgufWeights::F16},
-                                                        {"bf16", GgufWeights::Bf16},
-                                                        {"q8_0", GgufWeights::Q8_0}};
     const std::string name = output.name.empty() ? output.path.stem().string() : output.name;
-    write_gguf(output.path, model, *tokenizer, weights.at(output.dtype), name);
+    write_gguf(output.path, model, *tokenizer, gguf_weights(output.dtype), name);
     return "GGUF v3, llama.cpp architecture gpt2, " + output.dtype + " matrices";
 }
 
@@ -131,6 +148,7 @@ OutputFormat output_format(const std::filesystem::path& path, std::string_view t
     if (to == "hf") return OutputFormat::HuggingFace;
     if (to == "gguf") return OutputFormat::Gguf;
     if (to == "llmc") return OutputFormat::Llmc;
+    if (to == "gguf-lora") return OutputFormat::GgufLora;
     if (path.extension() == ".gguf") return OutputFormat::Gguf;
     if (path.extension() == ".bin") return OutputFormat::Llmc;
     return OutputFormat::HuggingFace;
@@ -163,7 +181,7 @@ std::optional<std::string> file_output_conflict(const fs::path& path, OutputForm
         ": name another file (an existing one is replaced only when it is "
         "a previous conversion's)";
     if (!fs::is_regular_file(status)) return name + " exists and is not a file" + advice;
-    if (format == OutputFormat::Gguf) {
+    if (format == OutputFormat::Gguf || format == OutputFormat::GgufLora) {
         std::array<char, 4> magic{};
         std::ifstream in(path, std::ios::binary);
         if (in.read(magic.data(), magic.size()) && std::string_view(magic.data(), 4) == "GGUF") {
@@ -201,7 +219,9 @@ ModelOutput checked_model_output(ModelOutput output, const std::filesystem::path
         throw UsageError("--weights-only applies to Hugging Face output only (" + format +
                          " is written as it is)");
     }
-    if (!output.name.empty() && output.format != OutputFormat::Gguf) {
+    const bool gguf =
+        output.format == OutputFormat::Gguf || output.format == OutputFormat::GgufLora;
+    if (!output.name.empty() && !gguf) {
         throw UsageError("--name sets general.name of GGUF output only; " + format +
                          " output has no name to set");
     }
@@ -271,9 +291,54 @@ OutputTokenizer output_tokenizer(const LoadedModel& loaded, const std::filesyste
     return out;
 }
 
+void check_lora_source(const std::filesystem::path& dir, OutputFormat format) {
+    if (dir.empty()) {
+        if (format == OutputFormat::GgufLora) {
+            throw UsageError(
+                "--to gguf-lora writes an adapter: name it with --lora-from DIR (a PEFT adapter "
+                "directory)");
+        }
+        return;
+    }
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) {
+        throw InputError("--lora-from " + dir.string() +
+                         ": no such directory (a PEFT adapter: adapter_config.json and "
+                         "adapter_model.safetensors)");
+    }
+    for (const char* file : {"adapter_config.json", "adapter_model.safetensors"}) {
+        if (!fs::is_regular_file(dir / file, ec)) {
+            throw InputError("--lora-from " + dir.string() + ": no " + file +
+                             " (a PEFT adapter directory holds adapter_config.json and "
+                             "adapter_model.safetensors)");
+        }
+    }
+}
+
+std::string describe_adapter(const LoraConfig& config) {
+    std::string targets;
+    for (const std::string& module : lora_target_modules(config.targets))
+        targets += (targets.empty() ? "" : ",") + module;
+    return "LoRA r=" + std::to_string(config.rank) + ", alpha " + format_alpha(config.alpha) +
+           " (scale " + format_alpha(config.scale()) + "), targets " + targets;
+}
+
+std::string write_lora_adapter_file(const ModelOutput& output, const LoraAdapter& adapter) {
+    if (output.format != OutputFormat::GgufLora) {
+        throw std::invalid_argument("write_lora_adapter_file: not an adapter output");
+    }
+    const std::string name = output.name.empty() ? output.path.stem().string() : output.name;
+    write_gguf_lora(output.path, adapter, gguf_weights(output.dtype), name);
+    return "GGUF v3 LoRA adapter for llama.cpp's gpt2, r=" + std::to_string(adapter.config.rank) +
+           ", alpha " + format_alpha(adapter.config.alpha) + ", " + output.dtype + " tensors";
+}
+
 std::string write_model_file(const ModelOutput& output, const Model& model,
                              const Tokenizer* tokenizer, const std::filesystem::path& input,
                              std::vector<std::string>& notes) {
+    if (output.format == OutputFormat::GgufLora) {
+        throw std::invalid_argument("write_model_file: a gguf-lora output is an adapter's");
+    }
     if (output.format == OutputFormat::Llmc) return write_as_llmc(output, model, tokenizer, notes);
     if (output.format == OutputFormat::Gguf) return write_as_gguf(output, model, tokenizer, input);
     return write_as_hugging_face(output, model, tokenizer);

@@ -1,6 +1,7 @@
 // One entry point for every model file the programs read: a Hugging Face GPT-2 (directory,
 // model.safetensors or shard index), llm.c's model file, or our checkpoint; and for the formats a
-// model is converted to (convert_model): Hugging Face, GGUF or llm.c's model file.
+// model is converted to (convert_model): Hugging Face, GGUF or llm.c's model file, and a LoRA
+// adapter as a GGUF adapter for llama.cpp.
 #pragma once
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "formats/checkpoint.hpp"
+#include "model/lora.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
@@ -21,10 +23,11 @@ namespace gpt2 {
 [[nodiscard]] LoadedModel load_model_file(const std::filesystem::path& path,
                                           std::vector<std::string>* notes = nullptr);
 
-enum class OutputFormat { HuggingFace, Gguf, Llmc };
+// GgufLora: not the model but the adapter --lora-from names, as a GGUF LoRA adapter.
+enum class OutputFormat { HuggingFace, Gguf, Llmc, GgufLora };
 
-// The format `path` asks for: `to` ("hf", "gguf" or "llmc") when not empty, else a .gguf or .bin
-// name, else a Hugging Face directory.
+// The format `path` asks for: `to` ("hf", "gguf", "llmc" or "gguf-lora") when not empty, else a
+// .gguf or .bin name, else a Hugging Face directory.
 [[nodiscard]] OutputFormat output_format(const std::filesystem::path& path, std::string_view to);
 
 // A conversion's output, as convert_model's flags give it.
@@ -65,10 +68,22 @@ struct OutputTokenizer {
                                                const std::filesystem::path& input,
                                                const TokenizerDir& dir, const ModelOutput& output);
 
-// Writes `model` (read from `input`, which errors name) as `output` asks, with `tokenizer` (null:
-// none) where the format holds one; InputError, before anything is written, for a GGUF file
-// without a tokenizer. Returns what was written, for the log ("GGUF v3, ..."); `notes` receives
-// what the output leaves out that a user may want.
+// The PEFT adapter directory --lora-from names (`dir`; empty: none), checked before the model is
+// read: UsageError for a gguf-lora output without one; InputError naming --lora-from for a
+// directory that is not there or lacks adapter_config.json or adapter_model.safetensors.
+void check_lora_source(const std::filesystem::path& dir, OutputFormat format);
+
+// "LoRA r=8, alpha 16 (scale 2), targets c_attn,c_proj", for the log.
+[[nodiscard]] std::string describe_adapter(const LoraConfig& config);
+
+// Writes `adapter` as a gguf-lora `output` asks (write_gguf_lora); returns what was written, for
+// the log.
+std::string write_lora_adapter_file(const ModelOutput& output, const LoraAdapter& adapter);
+
+// Writes `model` (read from `input`, which errors name) as `output` asks (not gguf-lora), with
+// `tokenizer` (null: none) where the format holds one; InputError, before anything is written, for
+// a GGUF file without a tokenizer. Returns what was written, for the log ("GGUF v3, ..."); `notes`
+// receives what the output leaves out that a user may want.
 std::string write_model_file(const ModelOutput& output, const Model& model,
                              const Tokenizer* tokenizer, const std::filesystem::path& input,
                              std::vector<std::string>& notes);

@@ -1,0 +1,143 @@
+// What the GGUF tests share (test_gguf, test_lora_export): a GGUF reader written from the format's
+// description, and llama.cpp itself run on jobs (tests/llama_cpp_check.mjs).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/file_io.hpp"
+#include "formats_support.hpp"
+
+namespace gpt2::formats_test {
+
+inline const std::string kLlamaCheck = std::string(GPT2_SOURCE_DIR) + "/tests/llama_cpp_check.mjs";
+
+// A GGUF reader written from the format's description, for the structure tests.
+struct GgufTensor {
+    std::vector<std::uint64_t> ne;
+    std::uint32_t type = 0;
+    std::uint64_t offset = 0;
+};
+struct GgufFile {
+    std::map<std::string, json> kv;  // scalars and string arrays
+    std::map<std::string, GgufTensor> tensors;
+    std::vector<std::uint8_t> bytes;
+    std::size_t data = 0;
+};
+
+inline GgufFile read_gguf(const fs::path& path) {
+    GgufFile f;
+    f.bytes = read_file_bytes(path);
+    std::size_t at = 0;
+    const auto take = [&](std::size_t n) {
+        if (at + n > f.bytes.size()) throw std::runtime_error("GGUF truncated");
+        const std::uint8_t* p = f.bytes.data() + at;
+        at += n;
+        return p;
+    };
+    const auto u32 = [&] {
+        std::uint32_t v;
+        std::memcpy(&v, take(4), 4);
+        return v;
+    };
+    const auto u64 = [&] {
+        std::uint64_t v;
+        std::memcpy(&v, take(8), 8);
+        return v;
+    };
+    const auto str = [&] {
+        const std::uint64_t n = u64();
+        return std::string(reinterpret_cast<const char*>(take(n)), n);
+    };
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(take(4)), 4), "GGUF");
+    EXPECT_EQ(u32(), 3u);
+    const std::uint64_t tensors = u64(), kvs = u64();
+    std::function<json(std::uint32_t)> value = [&](std::uint32_t type) -> json {
+        switch (type) {
+            case 4:
+                return u32();
+            case 5: {
+                std::int32_t v;
+                std::memcpy(&v, take(4), 4);
+                return v;
+            }
+            case 6: {
+                float v;
+                std::memcpy(&v, take(4), 4);
+                return v;
+            }
+            case 7:
+                return *take(1) != 0;
+            case 8:
+                return str();
+            case 9: {
+                const std::uint32_t element = u32();
+                const std::uint64_t n = u64();
+                json array = json::array();
+                for (std::uint64_t i = 0; i < n; ++i)
+                    array.push_back(value(element));
+                return array;
+            }
+            default:
+                throw std::runtime_error("GGUF value type " + std::to_string(type));
+        }
+    };
+    for (std::uint64_t i = 0; i < kvs; ++i) {
+        const std::string key = str();
+        f.kv[key] = value(u32());
+    }
+    for (std::uint64_t i = 0; i < tensors; ++i) {
+        const std::string name = str();
+        GgufTensor t;
+        const std::uint32_t dims = u32();
+        for (std::uint32_t d = 0; d < dims; ++d)
+            t.ne.push_back(u64());
+        t.type = u32();
+        t.offset = u64();
+        EXPECT_EQ(t.offset % 32, 0u) << name;
+        f.tensors[name] = t;
+    }
+    f.data = (at + 31) / 32 * 32;
+    return f;
+}
+
+// An F32 tensor's values.
+inline std::vector<float> gguf_floats(const GgufFile& f, const std::string& name) {
+    const GgufTensor& t = f.tensors.at(name);
+    if (t.type != 0) throw std::runtime_error(name + " is not F32");
+    std::size_t count = 1;
+    for (const std::uint64_t n : t.ne)
+        count *= n;
+    std::vector<float> values(count);
+    std::memcpy(values.data(), f.bytes.data() + f.data + t.offset, count * 4);
+    return values;
+}
+
+// Runs the jobs (see tests/llama_cpp_check.mjs) in one llama.cpp process; one id list per job.
+inline std::vector<std::vector<std::int32_t>> llama(const fs::path& dir, const json& jobs) {
+    const std::string text = jobs.dump();
+    write_file_atomically(
+        dir / "jobs.json",
+        std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
+    const auto r = run_command("node " + kLlamaCheck + " " + kLlamaModules.string() + " " +
+                               (dir / "jobs.json").string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const std::size_t results = r.output.rfind("[[");
+    if (r.exit_code != 0 || results == std::string::npos) return {};
+    return json::parse(r.output.substr(results)).get<std::vector<std::vector<std::int32_t>>>();
+}
+
+// Why llama.cpp's tests cannot run here, or empty when they can.
+inline std::string llama_cpp_missing() {
+    if (fs::exists(kLlamaModules / "node-llama-cpp")) return {};
+    return "node-llama-cpp is not installed in " + kLlamaModules.string() +
+           " (GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh installs it)";
+}
+
+}  // namespace gpt2::formats_test
