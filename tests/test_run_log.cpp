@@ -99,6 +99,13 @@ TEST_F(TrainRun, DebugLogsPerPhaseTimingsAndOnlyRankZeroPrintsStepsOtherwise) {
     EXPECT_NE(debug.output.find("| thread reduction "), std::string::npos);
     EXPECT_NE(debug.output.find("| allreduce "), std::string::npos);
     EXPECT_NE(debug.output.find("| optimizer "), std::string::npos);
+    // Every rank's peak memory, not only rank 0's (the benchmark line's), so a node's is the sum.
+    for (const char* rank : {"rank 0 done after", "rank 1 done after"}) {
+        EXPECT_TRUE(std::regex_search(
+            debug.output,
+            std::regex(std::string(rank) + R"( [0-9.]+ s \| peak RSS [0-9.]+ [KMG]i?B)")))
+            << debug.output;
+    }
     // Each worker's wait at the reduction's barriers, so imbalance between workers shows.
     const auto threads =
         train("--max-steps 1 --threads 2 --log-level debug --out-dir " + path("c"), 0);

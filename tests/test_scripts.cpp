@@ -3,11 +3,14 @@
 // else), setup.sh installs only what is missing, judging Node and Python modules by the commands
 // and modules present, get_gpt2_weights.sh fetches a Hub model and writes llm.c's file (against
 // a local fake hub), and llama_generate.sh refuses a bad command line or a missing Node or package
-// in one line (its generation is checked against inference in test_gguf).
+// in one line (its generation is checked against inference in test_gguf); dev/bench_scaling.sh
+// refuses a bad command line in one line and builds its table from recorded runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "core/file_io.hpp"
 #include "formats/checkpoint.hpp"
@@ -201,6 +204,88 @@ TEST(LlamaGenerate, ABadCommandLineOrAMissingPieceIsOneErrorLine) {
     }
 }
 
+// dev/bench_scaling.sh: a bad command line is one line with the usage and exit 2, before anything
+// runs; a missing program is one line and exit 1; the table is the medians over rounds, with the
+// speedup and efficiency against 1 worker and threads against ranks (from recorded runs, not
+// timed here: --plot-only).
+TEST(BenchScaling, ABadCommandLineIsOneUsageLineAndTheTableIsTheRoundsMedians) {
+    const ScratchDir dir("gpt2-bench-scaling");
+    const std::string script = kSource + "/dev/bench_scaling.sh";
+    const std::string out = " --out-dir " + (dir / "out");
+    const auto help = run_command(script + " --help");
+    EXPECT_EQ(help.exit_code, 0) << help.output;
+    EXPECT_NE(help.output.find("Usage: dev/bench_scaling.sh"), std::string::npos) << help.output;
+    EXPECT_NE(help.output.find("Needs, and builds nothing: build/train_gpt2"), std::string::npos);
+    const auto fails = [&](const std::string& args, int code, const std::string& message) {
+        const auto r = run_command(script + args);
+        EXPECT_EQ(r.exit_code, code) << args << "\n" << r.output;
+        EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+        EXPECT_EQ(r.output.rfind("bench_scaling.sh: ", 0), 0u) << r.output;
+        EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+        if (code == 2) {
+            EXPECT_NE(r.output.find("usage: dev/bench_scaling.sh"), std::string::npos);
+        }
+    };
+    fails(" --bogus" + out, 2, "unknown flag --bogus");
+    fails(" --repeats 0" + out, 2, "--repeats must be a positive whole number, not '0'");
+    fails(" --steps" + out, 2, "--steps needs a value");
+    fails(" --configs 124M,70B" + out, 2, "--configs takes 124M and/or d6, not '70B'");
+    fails(" --workers 1,two" + out, 2, "--workers takes positive whole numbers, not 'two'");
+    fails(" --workers 100000" + out, 2, "--workers 100000 exceeds the ");
+    fails(" --oversubscribe --workers 1,3 --batch 16" + out, 2,
+          "--batch 16 is not a multiple of worker count 3");
+    EXPECT_FALSE(fs::exists(dir.path() / "out")) << "a bad command line writes nothing";
+
+    // A copy of the script where there is no build/train_gpt2.
+    fs::create_directories(dir.path() / "copy" / "dev");
+    fs::copy_file(script, dir.path() / "copy/dev/bench_scaling.sh");
+    const auto missing = run_command("/bin/bash " + (dir / "copy/dev/bench_scaling.sh") +
+                                     " --workers 1 --configs d6" + out);
+    EXPECT_EQ(missing.exit_code, 1) << missing.output;
+    EXPECT_NE(
+        missing.output.find("bench_scaling.sh: " + (dir / "copy/build/train_gpt2") + " is missing"),
+        std::string::npos)
+        << missing.output;
+    EXPECT_FALSE(fs::exists(dir.path() / "out")) << "nothing written before the check";
+
+    fails(" --plot-only" + out, 1, "no runs recorded yet");
+    fs::create_directories(dir.path() / "out");
+
+    // Three rounds of 1 worker and of 2 workers both ways, recorded by an earlier call elsewhere.
+    std::ofstream(dir.path() / "out" / "machine.txt")
+        << "Some CPU, 16 CPUs (1 socket(s) x 16 cores x 1 thread(s)), nproc 16\n";
+    std::ofstream runs(dir.path() / "out" / "runs.csv");
+    runs << "config,seq_len,batch,steps,layout,workers,round,tok_s,peak_rss_mib,"
+            "forward_backward_ms,thread_reduction_ms,allreduce_ms,optimizer_ms,step_ms,"
+            "barrier_mean_ms,barrier_max_ms,reduction_share,log\n";
+    const auto row = [&](const std::string& layout, int workers, int round, double tok_s) {
+        runs << "d6,256,16,5," << layout << ',' << workers << ',' << round << ',' << tok_s
+             << ",600,90,4,1,5,100,2,3,0.05,logs/x.log\n";
+    };
+    for (const auto& [round, one, threads, ranks] : {std::tuple{1, 1000.0, 1900.0, 2000.0},
+                                                     {2, 1100.0, 1950.0, 2000.0},
+                                                     {3, 900.0, 1800.0, 2000.0}}) {
+        row("threads", 1, round, one);
+        row("threads", 2, round, threads);
+        row("ranks", 2, round, ranks);
+    }
+    runs.close();
+    const auto table = run_command(script + " --plot-only" + out);
+    ASSERT_EQ(table.exit_code, 0) << table.output;
+    const std::string csv = read_text_file(dir.path() / "out/scaling.csv");
+    // Medians 1000, 1900 and 2000 tok/s: speedups 1.90 and 2.00, threads at 0.95 x ranks.
+    for (const char* line : {"\nd6,256,16,5,threads,1,3,1000.0,1.00,1.00,,600",
+                             "\nd6,256,16,5,threads,2,3,1900.0,1.90,0.95,0.95,600",
+                             "\nd6,256,16,5,ranks,2,3,2000.0,2.00,1.00,,600"})
+        EXPECT_NE(csv.find(line), std::string::npos) << line << " in\n" << csv;
+    const std::string markdown = read_text_file(dir.path() / "out/scaling.md");
+    EXPECT_NE(markdown.find("Some CPU, 16 CPUs"), std::string::npos) << markdown;
+    EXPECT_NE(markdown.find(
+                  "| 2 | 1 rank x 2 workers | 1900 | 1.90 | 0.95 | 0.95 | 600 | 2 / 3 | 5.0% |"),
+              std::string::npos)
+        << markdown;
+}
+
 // get_gpt2_weights.sh against a fake hub (a file:// folder holding a small exported model in the
 // Hub's file names): the files land in DIR, llm.c's file beside it holds the same weights, it works
 // from any directory, and a second run keeps what is there.
@@ -240,6 +325,7 @@ TEST(GetGpt2Weights, DownloadsTheHubsFilesAndWritesLlmcsModelFile) {
     EXPECT_EQ(missing.output.substr(missing.output.rfind("downloading")).find("\nget_gpt2_weights"),
               missing.output.substr(missing.output.rfind("downloading")).find('\n'))
         << "one error line after the last download: " << missing.output;
+    EXPECT_FALSE(fs::exists(dir.path() / "out")) << "nothing written before the check";
     EXPECT_NE(missing.output.find("get_gpt2_weights.sh: file://" + (dir / "hub") +
                                   "/merges.txt: download failed"),
               std::string::npos)

@@ -693,7 +693,9 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     TrainingLoop loop(o, comm, corpus, *replica, plan, exchange, startup_seconds);
     loop.log_banner();
     const int code = loop.run();
-    spdlog::debug("rank {} done after {:.1f} s", comm.rank(), seconds_since(program_start));
+    // Every rank's own peak, so that a job of many ranks on one node can be added up.
+    spdlog::debug("rank {} done after {:.1f} s | peak RSS {}", comm.rank(),
+                  seconds_since(program_start), human_bytes(peak_rss_bytes()));
     return code;
 }
 
