@@ -47,6 +47,11 @@ void TrainingLoop::save(std::int64_t completed) {
     state.lr_decay_steps = plan_.decay_steps;
     state.loss_window = plan_.spikes.loss;
     state.norm_window = plan_.spikes.norm;
+    if (const std::shared_ptr<LoraAdapter>& adapter = replica_.model.lora) {
+        // What a resume must give again: the same adapter on the same base.
+        state.lora =
+            LoraRecord{adapter->config, !o_.model.init_from.empty(), replica_.base_fingerprint};
+    }
     save_resume_state(state_path(out_dir, completed), state, replica_.model.config, optimizer);
     last_checkpoint_ = path;
     checkpoint_clock_.saved();
