@@ -1,16 +1,21 @@
 // LoRA fine-tuning in train_gpt2: the replica's adapter, frozen base and no model gradient (in
 // process), the same adapter for 1, 2 and 4 workers and 2 ranks, the merged checkpoint with its
-// PEFT adapter beside it, --lora-from, LoRA on a loss mask, and every refusal of the flags.
+// PEFT adapter beside it, --lora-from, LoRA on a loss mask, bitwise resume on the base from
+// --init-from, and every refusal of the flags.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/file_io.hpp"
 #include "formats/checkpoint.hpp"
 #include "formats/peft.hpp"
+#include "formats/resume_state.hpp"
 #include "model/lora.hpp"
 #include "parallel/adapter_exchange.hpp"
 #include "parallel/comm.hpp"
@@ -131,6 +136,23 @@ class LoraTraining : public ::testing::Test {
                            (*dir_ / name) + " --metrics-file " + (*dir_ / (name + ".jsonl")) + " " +
                            flags + " 2>&1");
     }
+    // A LoRA run (`lora`: r 4, alpha 8 unless told) of six steps into dir/<name>, on `ranks`
+    // ranks with 4 sequences per step, from `init_from` (empty: none); `flags` adds
+    // --stop-at-step, --resume and others.
+    static test::ProcessResult six_steps(int ranks, const std::string& name,
+                                         const std::string& flags,
+                                         const std::string& init_from = base_file(),
+                                         const std::string& lora = "--lora-rank 4 --lora-alpha 8") {
+        return run_command(
+            (ranks > 1 ? test::mpiexec(ranks) : std::string()) + test::build_path("train_gpt2") +
+            " --seq-len 16 --max-steps 6 --val-every 0 --sample-every 0 --seed 3 --lr 1e-2"
+            " --warmup-steps 1 " +
+            lora + " --batch-size " + std::to_string(4 / ranks) + " --threads 2 --data " +
+            (*dir_ / "corpus.txt") +
+            (init_from.empty() ? std::string() : " --init-from " + init_from) + " --out-dir " +
+            (*dir_ / name) + " --metrics-file " + (*dir_ / (name + ".jsonl")) + " " + flags +
+            " 2>&1");
+    }
     static std::unique_ptr<ScratchDir> dir_;
 };
 std::unique_ptr<ScratchDir> LoraTraining::dir_;
@@ -243,6 +265,130 @@ TEST_F(LoraTraining, LoraFromContinuesTheSavedAdapterAndRefusesContradictingFlag
         << missing.output;
 }
 
+bool same_weights(const fs::path& a, const fs::path& b) {
+    const LoadedModel x = load_checkpoint(a);
+    const LoadedModel y = load_checkpoint(b);
+    return x.model.config == y.model.config &&
+           std::memcmp(x.model.params.data(), y.model.params.data(),
+                       x.model.params.size() * sizeof(float)) == 0;
+}
+
+// Six steps straight, and three + three with a stop and --resume auto between (the base again
+// from --init-from, the adapter from the checkpoint): the same losses, adapter files and merged
+// weights, bit for bit.
+void expect_bitwise_lora_resume(
+    const ScratchDir& dir, int ranks,
+    const std::function<test::ProcessResult(const std::string&, const std::string&)>& run) {
+    const std::string straight = "straight" + std::to_string(ranks);
+    const std::string resumed = "resumed" + std::to_string(ranks);
+    const auto whole = run(straight, "");
+    ASSERT_EQ(whole.exit_code, 0) << whole.output;
+    const auto first = run(resumed, "--stop-at-step 3");
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    const auto second = run(resumed, "--resume auto");
+    ASSERT_EQ(second.exit_code, 0) << second.output;
+    EXPECT_NE(second.output.find("resuming LoRA: the frozen base from --init-from "),
+              std::string::npos)
+        << second.output;
+    EXPECT_NE(second.output.find("at step 3"), std::string::npos) << second.output;
+
+    const std::vector<double> a =
+        test::metrics_values(dir / (straight + ".jsonl"), "train", "loss");
+    const std::vector<double> b = test::metrics_values(dir / (resumed + ".jsonl"), "train", "loss");
+    ASSERT_EQ(a.size(), 6u);
+    EXPECT_EQ(a, b);  // bitwise: the metrics file prints doubles exactly
+    for (const char* file : {"adapter_model.safetensors", "adapter_config.json"}) {
+        EXPECT_EQ(read_file_bytes(adapter_path(dir / straight, 6) / file),
+                  read_file_bytes(adapter_path(dir / resumed, 6) / file))
+            << file;
+    }
+    EXPECT_TRUE(same_weights(model_path(dir / straight, 6), model_path(dir / resumed, 6)));
+}
+
+TEST_F(LoraTraining, AStoppedLoraRunResumesBitwiseOnItsBaseFromInitFrom) {
+    expect_bitwise_lora_resume(*dir_, 1, [](const std::string& name, const std::string& flags) {
+        return six_steps(1, name, flags);
+    });
+}
+
+TEST_F(LoraTraining, AStoppedLoraRunOfTwoRanksResumesBitwise) {
+    expect_bitwise_lora_resume(*dir_, 2, [](const std::string& name, const std::string& flags) {
+        return six_steps(2, name, flags);
+    });
+}
+
+// What a LoRA state records is checked before the corpus is read: a resume that would train
+// another adapter, on another base, or the other kind of run is refused in one line naming the
+// state file and what differs, and the checkpoints stay as they were.
+TEST_F(LoraTraining, AResumeThatContradictsTheLoraStateIsRefusedNamingWhatDiffers) {
+    const auto first = six_steps(1, "stopped", "--stop-at-step 3");
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    const std::string state = state_path(*dir_ / "stopped", 3).string();
+    const std::string merged = model_path(*dir_ / "stopped", 3).string();
+    const std::vector<std::uint8_t> state_bytes = read_file_bytes(state);
+    struct Case {
+        std::string flags;
+        std::string init_from;
+        int exit_code;
+        std::string message;
+        std::string lora = "--lora-rank 4 --lora-alpha 8";
+    };
+    const std::vector<Case> cases = {
+        {"--resume auto", base_file(), 2,
+         "error: --resume " + state +
+             ": the LoRA run had another adapter: --lora-rank 2 (the state's r 4); give the "
+             "flags it was trained with",
+         "--lora-rank 2 --lora-alpha 8"},
+        {"--resume auto", base_file(), 2,
+         "error: --resume " + state +
+             ": the LoRA run had another adapter: --lora-alpha 16 (the state's 8), "
+             "--lora-targets c_attn (the state's c_attn,c_proj,c_fc); give the flags it was "
+             "trained with",
+         "--lora-rank 4 --lora-alpha 16 --lora-targets c_attn"},
+        {"--resume auto", "", 2,
+         "error: --resume " + state +
+             ": a LoRA run resumes on the base it adapted, which came from --init-from: give "
+             "that --init-from (the checkpoint's model file holds the merged weights, not the "
+             "base)"},
+        {"--resume auto", merged, 2,
+         "error: --init-from " + merged + " is not the base the LoRA run of " + state +
+             " adapted (base fingerprint "},
+        {"--resume " + state + " --lora-from " + adapter_path(*dir_ / "stopped", 3).string(),
+         base_file(), 2,
+         "error: --lora-from and --resume: a resumed LoRA run takes its adapter from the "
+         "checkpoint (model_NNNNNN.adapter beside the state file); drop --lora-from"},
+    };
+    for (const Case& c : cases) {
+        const auto result = six_steps(1, "stopped", c.flags, c.init_from, c.lora);
+        EXPECT_EQ(result.exit_code, c.exit_code) << c.flags << "\n" << result.output;
+        EXPECT_NE(result.output.find(c.message), std::string::npos) << c.flags << "\n"
+                                                                    << result.output;
+    }
+    // Full training on a LoRA state, and LoRA on a full-training state.
+    const auto full = run_command(test::build_path("train_gpt2") +
+                                  " --seq-len 16 --max-steps 6 --batch-size 4 --data " +
+                                  (*dir_ / "corpus.txt") + " --resume " + state + " 2>&1");
+    EXPECT_EQ(full.exit_code, 2) << full.output;
+    EXPECT_NE(full.output.find("error: --resume " + state +
+                               ": the state is of a LoRA run (r 4, alpha 8, targets "
+                               "c_attn,c_proj,c_fc): resume it with the same --lora-rank, "
+                               "--lora-alpha and --lora-targets and the --init-from base it "
+                               "adapted"),
+              std::string::npos)
+        << full.output;
+    const std::string full_state = state_path(*dir_ / "base", 2).string();
+    const auto lora_on_full = six_steps(1, "stopped", "--resume " + full_state);
+    EXPECT_EQ(lora_on_full.exit_code, 2) << lora_on_full.output;
+    EXPECT_NE(lora_on_full.output.find("error: --resume " + full_state +
+                                       ": the state is of full training (AdamW moments for "
+                                       "every weight), not of a LoRA run: drop --lora-rank to "
+                                       "resume it"),
+              std::string::npos)
+        << lora_on_full.output;
+    EXPECT_EQ(read_file_bytes(state), state_bytes);
+    EXPECT_EQ(list_checkpoints(*dir_ / "stopped"), (std::vector<std::int64_t>{3}));
+}
+
 // Each refusal: one line naming the flags, exit 2, before anything is read.
 TEST_F(LoraTraining, UnsupportedCombinationsAndBadValuesAreRefusedNamingTheFlags) {
     const std::vector<std::pair<std::string, std::string>> cases = {
@@ -256,8 +402,6 @@ TEST_F(LoraTraining, UnsupportedCombinationsAndBadValuesAreRefusedNamingTheFlags
         {"--lora-rank 4 --bucket-mb 1",
          "error: --lora-rank and --bucket-mb: LoRA's adapter gradient (megabytes) travels in one "
          "allreduce after backward"},
-        {"--lora-rank 4 --resume auto",
-         "error: --lora-rank and --resume: resuming a LoRA run is not supported yet"},
         {"--lora-rank 4 --lora-targets c_attn,wte", "error: --lora-targets"},
         {"--lora-rank -1", "--lora-rank"},
         {"--lora-rank 4 --lora-alpha 0", "--lora-alpha"},

@@ -14,6 +14,7 @@
 namespace gpt2 {
 
 namespace {
+// Version 4 (LoRA runs only) adds the adapter's configuration and the base's fingerprint.
 // Version 3 adds the loss-spike windows (SpikeGuard) to the header.
 // Version 2 writes its header field by field and adds the lineage and the schedule length.
 // Version 1 was the raw bytes of a struct (4 padding bytes after the model shape); it is still
@@ -21,10 +22,41 @@ namespace {
 constexpr std::array<char, 8> kStateMagicV1 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '1'};
 constexpr std::array<char, 8> kStateMagicV2 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '2'};
 constexpr std::array<char, 8> kStateMagicV3 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '3'};
+constexpr std::array<char, 8> kStateMagicV4 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '4'};
 constexpr std::size_t kHeaderBytesV1 = 112;
 constexpr std::size_t kHeaderBytesV2 = 124;
 constexpr std::size_t kWindowBytes = 8 + 8 * SpikeWindow::kWindow;
 constexpr std::size_t kHeaderBytesV3 = kHeaderBytesV2 + 2 * kWindowBytes;
+constexpr std::size_t kLoraBytes = 4 + 4 + 4 + 4 + 8;  // rank, alpha, targets, base, fingerprint
+constexpr std::size_t kHeaderBytesV4 = kHeaderBytesV3 + kLoraBytes;
+
+void put_lora(ByteWriter& out, const LoraRecord& lora) {
+    out.put(static_cast<std::int32_t>(lora.config.rank));
+    out.put(lora.config.alpha);
+    std::uint32_t targets = 0;
+    for (int t = 0; t < kLoraTargets; ++t)
+        targets |= lora.config.targets[static_cast<std::size_t>(t)] ? 1u << t : 0u;
+    out.put(targets);
+    out.put(static_cast<std::uint32_t>(lora.base_from_file ? 1 : 0));
+    out.put(lora.base_fingerprint);
+}
+
+LoraRecord get_lora(ByteReader& in, const std::string& name) {
+    LoraRecord lora;
+    lora.config.rank = in.get<std::int32_t>("LoRA rank");
+    lora.config.alpha = in.get<float>("LoRA alpha");
+    const auto targets = in.get<std::uint32_t>("LoRA targets");
+    const auto base = in.get<std::uint32_t>("LoRA base");
+    lora.base_fingerprint = in.get<std::uint64_t>("LoRA base fingerprint");
+    if (lora.config.rank <= 0 || targets == 0 || targets >= (1u << kLoraTargets) || base > 1) {
+        throw InputError(name + ": damaged LoRA record (rank " + std::to_string(lora.config.rank) +
+                         ", targets " + std::to_string(targets) + ")");
+    }
+    for (int t = 0; t < kLoraTargets; ++t)
+        lora.config.targets[static_cast<std::size_t>(t)] = (targets >> t & 1u) != 0;
+    lora.base_from_file = base == 1;
+    return lora;
+}
 
 void put_window(ByteWriter& out, const SpikeWindow& w) {
     out.put(w.count);
@@ -65,7 +97,8 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
     std::array<char, 8> magic{};
     std::memcpy(magic.data(), bytes.data(), 8);
     const bool v1 = magic == kStateMagicV1;
-    const bool v3 = magic == kStateMagicV3;
+    const bool v4 = magic == kStateMagicV4;
+    const bool v3 = magic == kStateMagicV3 || v4;
     if (!v1 && !v3 && magic != kStateMagicV2) {
         throw InputError(name + ": not a resume state file (bad magic)");
     }
@@ -89,8 +122,12 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
         h.state.loss_window = get_window(in, name, "loss-spike window");
         h.state.norm_window = get_window(in, name, "gradient-norm-spike window");
     }
+    if (v4) h.state.lora = get_lora(in, name);
     h.bytes = in.offset();
-    if (h.bytes != (v1 ? kHeaderBytesV1 : v3 ? kHeaderBytesV3 : kHeaderBytesV2)) {
+    if (h.bytes != (v1   ? kHeaderBytesV1
+                    : v4 ? kHeaderBytesV4
+                    : v3 ? kHeaderBytesV3
+                         : kHeaderBytesV2)) {
         throw std::logic_error("resume state header size mismatch");
     }
     return h;
@@ -100,7 +137,8 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
 void save_resume_state(const std::filesystem::path& path, const ResumeState& state,
                        const ModelConfig& config, const AdamWState& optimizer) {
     ByteWriter out;
-    for (const char c : kStateMagicV3)
+    const bool lora = state.lora.config.rank > 0;
+    for (const char c : lora ? kStateMagicV4 : kStateMagicV3)
         out.put(c);
     out.put(state.step);
     out.put(state.seed);
@@ -114,6 +152,7 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
     out.put(state.lr_decay_steps);
     put_window(out, state.loss_window);
     put_window(out, state.norm_window);
+    if (lora) put_lora(out, state.lora);
     const std::span<const std::uint8_t> header(out.bytes());
     const auto m = bytes_of(optimizer.m.data(), optimizer.m.size() * sizeof(float));
     const auto v = bytes_of(optimizer.v.data(), optimizer.v.size() * sizeof(float));
@@ -156,7 +195,7 @@ ResumeState load_resume_state(const std::filesystem::path& path, const ModelConf
 
 std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path) {
     std::ifstream file(path, std::ios::binary);
-    std::array<std::uint8_t, kHeaderBytesV3> header{};
+    std::array<std::uint8_t, kHeaderBytesV4> header{};
     file.read(reinterpret_cast<char*>(header.data()), header.size());
     try {
         const StateHeader h = parse_header(
@@ -169,25 +208,36 @@ std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path) {
     }
 }
 
-std::optional<std::int32_t> read_state_seq_len(const std::filesystem::path& path) {
+std::optional<ResumeState> read_state_header(const std::filesystem::path& path) {
     std::ifstream file(path, std::ios::binary);
-    std::array<std::uint8_t, kHeaderBytesV3> header{};
+    std::array<std::uint8_t, kHeaderBytesV4> header{};
     file.read(reinterpret_cast<char*>(header.data()), header.size());
     try {
         return parse_header(std::span<const std::uint8_t>(header.data(),
                                                           static_cast<std::size_t>(file.gcount())),
                             path.string())
-            .state.seq_len;
+            .state;
     } catch (const InputError&) {
         return std::nullopt;
     }
+}
+
+std::optional<std::int32_t> read_state_seq_len(const std::filesystem::path& path) {
+    const std::optional<ResumeState> state = read_state_header(path);
+    if (!state) return std::nullopt;
+    return state->seq_len;
+}
+
+std::uint64_t lora_base_fingerprint(std::span<const float> base) {
+    return checksum64(bytes_of(base.data(), base.size_bytes()));
 }
 
 bool is_resume_state_file(const std::filesystem::path& path) {
     std::array<char, 8> magic{};
     std::ifstream in(path, std::ios::binary);
     return in.read(magic.data(), magic.size()) &&
-           (magic == kStateMagicV1 || magic == kStateMagicV2 || magic == kStateMagicV3);
+           (magic == kStateMagicV1 || magic == kStateMagicV2 || magic == kStateMagicV3 ||
+            magic == kStateMagicV4);
 }
 
 std::filesystem::path model_path(const std::filesystem::path& dir, std::int64_t step) {

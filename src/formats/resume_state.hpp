@@ -10,11 +10,21 @@
 #include <vector>
 
 #include "core/random.hpp"
+#include "model/lora.hpp"
 #include "model/model.hpp"
 #include "model/optimizer.hpp"
 #include "model/spike_guard.hpp"
 
 namespace gpt2 {
+
+// What a LoRA run's state records beside the adapter's moments (version 4; full training writes
+// version 3, without it): the adapter's configuration and the frozen base it adapted, which a
+// resume loads again (the checkpoint's model file holds the merged weights, not the base).
+struct LoraRecord {
+    LoraConfig config;                   // rank 0: full training
+    bool base_from_file = false;         // the base came from --init-from (else from --seed)
+    std::uint64_t base_fingerprint = 0;  // lora_base_fingerprint of the base's fp32 weights
+};
 
 struct ResumeState {
     std::int64_t step = 0;  // optimizer steps completed
@@ -31,7 +41,11 @@ struct ResumeState {
     // The loss-spike windows (version 3; empty before), so skipping decides as if uninterrupted.
     SpikeWindow loss_window;
     SpikeWindow norm_window;
+    LoraRecord lora;  // a LoRA run's (config.rank > 0), else empty
 };
+
+// The 64-bit fingerprint of a LoRA run's frozen base weights that its state records.
+[[nodiscard]] std::uint64_t lora_base_fingerprint(std::span<const float> base);
 
 void save_resume_state(const std::filesystem::path& path, const ResumeState& state,
                        const ModelConfig& config, const AdamWState& optimizer);
@@ -40,6 +54,9 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
                                             const ModelConfig& config, AdamWState& optimizer);
 // The lineage of a state file from its header alone; nullopt if unreadable or of version 1.
 [[nodiscard]] std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path);
+// A state file's header alone (nullopt if unreadable: loading it reports why), so that flags that
+// contradict it (another sequence length, LoRA or not) are refused before the corpus is read.
+[[nodiscard]] std::optional<ResumeState> read_state_header(const std::filesystem::path& path);
 // The sequence length a state file was trained with, from its header alone (nullopt if
 // unreadable: loading it reports why), so that a different --seq-len is refused before the corpus.
 [[nodiscard]] std::optional<std::int32_t> read_state_seq_len(const std::filesystem::path& path);

@@ -80,10 +80,9 @@ void validate_lora_options(const TrainOptions& o) {
                     "; drop --share-memory");
     refuse_with(o.parallel.bucket_mb > 0.0, "--bucket-mb",
                 one_allreduce + "; drop --bucket-mb (or give 0)");
-    refuse_with(!o.checkpoints.resume.empty(), "--resume",
-                "resuming a LoRA run is not supported yet; continue from a saved adapter with "
-                "--init-from <base> --lora-from <out-dir>/model_NNNNNN.adapter (AdamW's "
-                "moments and the schedule start afresh)");
+    refuse_with(!o.lora.from.empty() && !o.checkpoints.resume.empty(), "--resume",
+                "a resumed LoRA run takes its adapter from the checkpoint (model_NNNNNN.adapter "
+                "beside the state file); drop --lora-from");
 }
 
 }  // namespace
@@ -161,11 +160,12 @@ void validate_train_options(const TrainOptions& o, int world_size) {
                          "with --n-layer/--n-head/--n-embd");
     }
     if (o.model.init_from.empty() && o.checkpoints.resume.empty()) validate_requested_model(o);
-    require(
-        o.model.init_from.empty() || o.checkpoints.resume.empty() || o.checkpoints.resume == "auto",
-        "--init-from and --resume FILE both name the weights to start from: give one "
-        "(--resume auto --init-from X resumes if --out-dir holds a checkpoint, else starts "
-        "from X)");
+    // (A LoRA run resumes on its base: --init-from names that, not the weights to start from.)
+    require(o.model.init_from.empty() || o.checkpoints.resume.empty() ||
+                o.checkpoints.resume == "auto" || o.lora.enabled(),
+            "--init-from and --resume FILE both name the weights to start from: give one "
+            "(--resume auto --init-from X resumes if --out-dir holds a checkpoint, else starts "
+            "from X)");
     validate_lora_options(o);
     if (o.batch.total_batch_tokens > 0) {
         const std::int64_t per_micro =

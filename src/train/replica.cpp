@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <filesystem>
 
 #include "core/error.hpp"
 #include "formats/peft.hpp"
+#include "formats/resume_state.hpp"
 #include "model/lora.hpp"
 #include "parallel/adapter_exchange.hpp"
 #include "parallel/allreduce.hpp"
@@ -27,22 +29,27 @@ std::size_t bucket_floats(double bucket_mb) {
     return std::max<std::size_t>(1, static_cast<std::size_t>(bucket_mb * 1024.0 * 1024.0 / 4.0));
 }
 
-// LoRA's configuration on every rank: --lora-from's (rank 0 reads the directory; flags given
-// with it must agree) or the flags'. Rank 0's adapter weights from --lora-from in `from`.
-LoraConfig agree_on_lora(const TrainOptions& o, const Communicator& comm, const ModelConfig& config,
-                         std::unique_ptr<LoraAdapter>& from) {
-    LoraConfig lora{o.lora.rank, o.lora.alpha,
-                    parse_lora_targets(o.lora.targets, "--lora-targets")};
+// LoRA's configuration on every rank: the flags', or those of the adapter the run continues
+// (--lora-from, or the checkpoint's when resuming: rank 0 reads the directory, and flags given with
+// it must agree). Rank 0's adapter weights from that directory in `from`; returns whether there
+// is one (on every rank).
+bool agree_on_lora(const TrainOptions& o, const Communicator& comm, const ModelConfig& config,
+                   const StartPoint& start, LoraConfig& lora, std::unique_ptr<LoraAdapter>& from) {
+    lora =
+        LoraConfig{o.lora.rank, o.lora.alpha, parse_lora_targets(o.lora.targets, "--lora-targets")};
+    const std::filesystem::path dir =
+        !o.lora.from.empty() ? std::filesystem::path(o.lora.from) : start.adapter_dir;
+    const std::string named =
+        !o.lora.from.empty() ? "--lora-from " + o.lora.from : "the resumed adapter " + dir.string();
     if (comm.is_root()) {
-        if (!o.lora.from.empty()) {
-            from = read_peft_adapter(o.lora.from, config);
+        if (!dir.empty()) {
+            from = read_peft_adapter(dir, config);
             const LoraConfig& read = from->config;
             const auto conflict = [&](bool differs, const std::string& flag,
                                       const std::string& given, const std::string& its) {
                 if (differs) {
-                    throw UsageError(flag + " " + given + " contradicts --lora-from " +
-                                     o.lora.from + ", whose adapter_config.json says " + its +
-                                     ": drop " + flag);
+                    throw UsageError(flag + " " + given + " contradicts " + named +
+                                     ", whose adapter_config.json says " + its + ": drop " + flag);
                 }
             };
             conflict(o.was_given("lora-rank") && o.lora.rank != read.rank, "--lora-rank",
@@ -55,19 +62,20 @@ LoraConfig agree_on_lora(const TrainOptions& o, const Communicator& comm, const 
                          fmt::format("{}", fmt::join(lora_target_modules(read.targets), ",")));
             lora = read;
         }
-        validate_lora(lora, o.lora.from.empty() ? "--lora-rank" : "--lora-from " + o.lora.from);
+        validate_lora(lora, dir.empty() ? "--lora-rank" : named);
     }
-    std::array<std::int32_t, 2 + kLoraTargets> packed{};
+    std::array<std::int32_t, 3 + kLoraTargets> packed{};
     packed[0] = lora.rank;
     packed[1] = std::bit_cast<std::int32_t>(lora.alpha);
+    packed[2] = from != nullptr ? 1 : 0;
     for (int i = 0; i < kLoraTargets; ++i)
-        packed[static_cast<std::size_t>(2 + i)] = lora.targets[static_cast<std::size_t>(i)] ? 1 : 0;
+        packed[static_cast<std::size_t>(3 + i)] = lora.targets[static_cast<std::size_t>(i)] ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(packed));
     lora.rank = packed[0];
     lora.alpha = std::bit_cast<float>(packed[1]);
     for (int i = 0; i < kLoraTargets; ++i)
-        lora.targets[static_cast<std::size_t>(i)] = packed[static_cast<std::size_t>(2 + i)] != 0;
-    return lora;
+        lora.targets[static_cast<std::size_t>(i)] = packed[static_cast<std::size_t>(3 + i)] != 0;
+    return packed[2] != 0;
 }
 
 }  // namespace
@@ -113,7 +121,7 @@ const AdamWState& full_optimizer(const Replica& replica, const Communicator& com
 std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator& comm,
                                        const ModelConfig& config, StartPoint& start,
                                        ExchangePlan& exchange) {
-    std::int32_t have_weights = comm.is_root() && start.model ? 1 : 0;
+    std::int32_t have_weights = comm.is_root() && start.model && !start.base_from_seed ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&have_weights, 1));
     const int workers = o.parallel.threads > 0 ? o.parallel.threads
                                                : std::min(available_cpus(), o.batch.batch_size);
@@ -124,8 +132,11 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
                                                     : 1;
     std::unique_ptr<LoraAdapter> lora_from;
     std::shared_ptr<LoraAdapter> adapter;
+    bool adapter_read = false;  // from --lora-from or the resumed checkpoint, else initialised
     if (o.lora.enabled()) {
-        adapter = std::make_shared<LoraAdapter>(config, agree_on_lora(o, comm, config, lora_from));
+        LoraConfig lora;
+        adapter_read = agree_on_lora(o, comm, config, start, lora, lora_from);
+        adapter = std::make_shared<LoraAdapter>(config, lora);
     }
     auto replica = std::make_unique<Replica>(
         config, workers, o,
@@ -149,10 +160,14 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
             std::copy(read.begin(), read.end(), adapter->params.data());
             lora_from.reset();
         }
-        if (o.lora.from.empty()) {
-            init_lora(*adapter, o.seed);
-        } else {
+        if (adapter_read) {
             comm.broadcast(adapter->params.span());
+        } else {
+            init_lora(*adapter, o.seed);
+        }
+        // What a resume checks the base it is given against (the state records it).
+        if (comm.is_root()) {
+            replica->base_fingerprint = lora_base_fingerprint(replica->model.params.span());
         }
         for (int w = 0; w < replica->workers.size(); ++w)
             replica->workers.context(w).reserve_adapter(adapter->config.rank);

@@ -56,6 +56,8 @@ struct Replica {
     // gives them (the other ranks' slices are empty here).
     std::vector<Range> checkpoint_slices;
     AdamWState optimizer{0};
+    // LoRA, rank 0: lora_base_fingerprint of the frozen base, which the resume state records.
+    std::uint64_t base_fingerprint = 0;
     // How a step sums the gradient across ranks (built last: it may own the shared memory).
     std::unique_ptr<GradientExchange> exchange;
     // Shared memory on several machines: the ranks on other machines that hold this rank's slice,

@@ -36,6 +36,15 @@ void read_resume_on_root(const TrainOptions& o, const Communicator& comm, const 
     AdamWState& loaded = full_moments ? *full_moments : replica.optimizer;
     const ResumeState resume = load_resume_state(start.state_file, replica.model.config, loaded);
     replica.optimizer.step = loaded.step;
+    // A LoRA run's base was checked against the state when it came from --init-from; a random
+    // base is checked here, now that it is built again from --seed.
+    if (resume.lora.config.rank > 0 && resume.lora.base_fingerprint != replica.base_fingerprint) {
+        throw UsageError(fmt::format(
+            "--resume {}: the base weights built for this run are not the ones the LoRA run "
+            "adapted (base fingerprint {:016x}, the state's {:016x}): give the --seed it was "
+            "trained with",
+            start.state_file.string(), replica.base_fingerprint, resume.lora.base_fingerprint));
+    }
     // Elastic resume: another number of ranks (or --batch-size) keeps the checkpoint's
     // global batch through the number of micro-steps, unless the user fixed that.
     const std::int64_t per_micro_step = static_cast<std::int64_t>(o.batch.batch_size) * comm.size();

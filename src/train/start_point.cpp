@@ -1,11 +1,15 @@
 #include "train/start_point.hpp"
 
+#include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "core/error.hpp"
 #include "formats/model_file.hpp"
 #include "formats/model_tokenizer.hpp"
 #include "formats/resume_state.hpp"
+#include "model/lora.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
@@ -51,7 +55,7 @@ StartPoint find_start(const TrainOptions& o) {
                 start.model = load_checkpoint(model_path(o.checkpoints.out_dir, step));
                 start.state_file = state_path(o.checkpoints.out_dir, step);
                 start.source = "--resume " + start.state_file.string();
-                if (!o.model.init_from.empty()) {
+                if (!o.model.init_from.empty() && !o.lora.enabled()) {
                     spdlog::info("--init-from {} not used: resuming from {}", o.model.init_from,
                                  start.state_file.string());
                 }
@@ -84,6 +88,105 @@ StartPoint find_start(const TrainOptions& o) {
     if (o.compute.benchmark == 0) refuse_foreign_checkpoints(o);
     if (!o.model.init_from.empty()) return load_init_from(o);
     return {};
+}
+
+// A LoRA run resumes on the base it adapted, not on the checkpoint's merged weights: the state
+// says whether it was a LoRA run, with which configuration and on which base; flags that disagree
+// are refused here, before the corpus is read. The base comes again from --init-from (its
+// fingerprint checked; a random base is rebuilt from --seed and checked once built), the
+// checkpoint's tokenizer stays, and the adapter comes from the checkpoint's .adapter directory.
+void resume_lora_on_its_base(const TrainOptions& o, StartPoint& start) {
+    const std::optional<ResumeState> state = read_state_header(start.state_file);
+    if (!state) return;  // loading it reports why
+    const std::string file = "--resume " + start.state_file.string();
+    const LoraRecord& saved = state->lora;
+    const auto describe_config = [](const LoraConfig& c) {
+        return fmt::format("r {}, alpha {}, targets {}", c.rank, c.alpha,
+                           fmt::join(lora_target_modules(c.targets), ","));
+    };
+    if (saved.config.rank == 0) {
+        if (!o.lora.enabled()) return;
+        throw UsageError(file +
+                         ": the state is of full training (AdamW moments for every weight), not of "
+                         "a LoRA run: drop --lora-rank to resume it");
+    }
+    if (!o.lora.enabled()) {
+        throw UsageError(file + ": the state is of a LoRA run (" + describe_config(saved.config) +
+                         "): resume it with the same --lora-rank, --lora-alpha and --lora-targets" +
+                         (saved.base_from_file ? " and the --init-from base it adapted" : ""));
+    }
+    const LoraConfig asked{o.lora.rank, o.lora.alpha,
+                           parse_lora_targets(o.lora.targets, "--lora-targets")};
+    std::vector<std::string> differs;
+    if (asked.rank != saved.config.rank) {
+        differs.push_back(
+            fmt::format("--lora-rank {} (the state's r {})", asked.rank, saved.config.rank));
+    }
+    if (asked.alpha != saved.config.alpha) {
+        differs.push_back(
+            fmt::format("--lora-alpha {} (the state's {})", asked.alpha, saved.config.alpha));
+    }
+    if (asked.targets != saved.config.targets) {
+        differs.push_back(fmt::format("--lora-targets {} (the state's {})", o.lora.targets,
+                                      fmt::join(lora_target_modules(saved.config.targets), ",")));
+    }
+    if (!differs.empty()) {
+        throw UsageError(
+            fmt::format("{}: the LoRA run had another adapter: {}; give the flags it "
+                        "was trained with",
+                        file, fmt::join(differs, ", ")));
+    }
+    if (saved.base_from_file && o.model.init_from.empty()) {
+        throw UsageError(file +
+                         ": a LoRA run resumes on the base it adapted, which came from "
+                         "--init-from: give that --init-from (the checkpoint's model file holds "
+                         "the merged weights, not the base)");
+    }
+    if (!saved.base_from_file && o.seed != state->seed) {
+        throw UsageError(file + ": the LoRA run adapted a random base built from --seed " +
+                         std::to_string(state->seed) + ": give --seed " +
+                         std::to_string(state->seed));
+    }
+    if (!saved.base_from_file && !o.model.init_from.empty()) {
+        throw UsageError(
+            file + ": the LoRA run adapted a random base built from --seed, not --init-from " +
+            o.model.init_from + ": drop --init-from");
+    }
+    start.adapter_dir =
+        adapter_path(start.state_file.parent_path(), *checkpoint_step(start.state_file));
+    if (!std::filesystem::is_regular_file(start.adapter_dir / "adapter_config.json")) {
+        throw InputError(file + ": the LoRA run's adapter " + start.adapter_dir.string() +
+                         " is missing (no adapter_config.json there)");
+    }
+    if (!saved.base_from_file) {
+        // The base is built again from --seed with the replica; run_plan checks its fingerprint.
+        start.base_from_seed = true;
+        spdlog::info(
+            "resuming LoRA: the random base built again from --seed {}, the adapter "
+            "from {}",
+            o.seed, start.adapter_dir.string());
+        return;
+    }
+    const StartPoint base = load_init_from(o);
+    const ModelConfig& resumed = start.model->model.config;
+    if (base.model->model.config != resumed) {
+        throw UsageError("--init-from " + o.model.init_from + " (" +
+                         describe(base.model->model.config) + ") is not the base of " + file +
+                         " (" + describe(resumed) + "): give the --init-from the run adapted");
+    }
+    const auto weights = base.model->model.params.span();
+    const std::uint64_t fingerprint = lora_base_fingerprint(weights);
+    if (fingerprint != saved.base_fingerprint) {
+        throw UsageError(fmt::format(
+            "--init-from {} is not the base the LoRA run of {} adapted (base fingerprint {:016x}, "
+            "the state's {:016x}): give the --init-from the run adapted",
+            o.model.init_from, start.state_file.string(), fingerprint, saved.base_fingerprint));
+    }
+    std::copy(weights.begin(), weights.end(), start.model->model.params.data());
+    spdlog::info(
+        "resuming LoRA: the frozen base from --init-from {} (fingerprint {:016x}), the "
+        "adapter from {}",
+        o.model.init_from, fingerprint, start.adapter_dir.string());
 }
 
 // The shared rule (model_tokenizer_source) with train_gpt2's refusals: a checkpoint of ours with an
@@ -139,6 +242,7 @@ TokenizerChoice choose_tokenizer(const TrainOptions& o, const StartPoint& start)
 // Rank 0 decides where the run starts and which tokenizer it uses.
 void choose_start(const TrainOptions& o, StartPoint& start, TokenizerChoice& choice) {
     start = find_start(o);
+    if (!start.state_file.empty()) resume_lora_on_its_base(o, start);
     choice = choose_tokenizer(o, start);
     if (choice.from_checkpoint.empty()) {
         spdlog::debug("tokenizer: {} ({})", tokenizer_kind_name(choice.kind), choice.reason);

@@ -18,6 +18,12 @@ struct StartPoint {
     std::optional<LoadedModel> model;
     std::filesystem::path state_file;  // non-empty when resuming
     std::string source;                // how messages name where the weights came from
+    // Resuming a LoRA run: the checkpoint's adapter directory (model_NNNNNN.adapter); `model`
+    // then holds the base from --init-from with the checkpoint's tokenizer.
+    std::filesystem::path adapter_dir;
+    // Resuming a LoRA run that adapted a random base: `model` gives the shape and tokenizer only,
+    // the base is built again from --seed.
+    bool base_from_seed = false;
 };
 
 // Which tokenizer the run uses, decided on rank 0 before the corpus is read: the checkpoint's
@@ -30,8 +36,10 @@ struct TokenizerChoice {
         false;  // gpt2 because --model is one of GPT-2's presets (the log says so)
 };
 
-// Finds the start and chooses the tokenizer (rank 0 only); logs what it chose. Flags that
-// contradict the weights are refused (UsageError), unreadable files reported (InputError).
+// Finds the start and chooses the tokenizer (rank 0 only); logs what it chose. A LoRA run resumes
+// on its base from --init-from (checked against the state's fingerprint) and its saved adapter.
+// Flags that contradict the weights are refused (UsageError), unreadable files reported
+// (InputError).
 void choose_start(const TrainOptions& o, StartPoint& start, TokenizerChoice& choice);
 
 }  // namespace gpt2

@@ -1,0 +1,68 @@
+// The training run's checkpoints: the weights (under LoRA the merged weights and the PEFT adapter
+// beside them), the resume state, then the pruning of older ones.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/clock.hpp"
+#include "formats/checkpoint.hpp"
+#include "formats/peft.hpp"
+#include "formats/resume_state.hpp"
+#include "model/lora.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "train/training_loop.hpp"
+
+namespace gpt2 {
+
+void TrainingLoop::save(std::int64_t completed) {
+    std::unique_ptr<AdamWState> gathered;
+    const AdamWState& optimizer = full_optimizer(replica_, comm_, gathered);
+    if (!comm_.is_root()) return;
+    const auto t0 = Clock::now();
+    const std::filesystem::path out_dir = o_.checkpoints.out_dir;
+    const CheckpointExtras extras{corpus_.tokenizer->serialize(), run_config_};
+    std::filesystem::path path;
+    if (const std::shared_ptr<LoraAdapter>& adapter = replica_.model.lora) {
+        // LoRA: the adapter as PEFT saves it, and beside it the merged weights, which every
+        // reader of a checkpoint takes as they are (no adapter needed).
+        write_peft_adapter(
+            adapter_path(out_dir, completed), *adapter,
+            o_.model.init_from.empty() ? std::string("gpt2-mpi random base") : o_.model.init_from);
+        Model merged(replica_.model.config);
+        const auto base = replica_.model.params.span();
+        std::copy(base.begin(), base.end(), merged.params.data());
+        merge_lora(merged, *adapter);
+        path = save_checkpoint(model_path(out_dir, completed), merged, extras);
+    } else {
+        path = save_checkpoint(model_path(out_dir, completed), replica_.model, extras);
+    }
+    ResumeState state;
+    state.step = completed;
+    state.seed = o_.seed;
+    state.sequences_per_step = plan_.global_sequences;
+    state.seq_len = T_;
+    state.sample_rng = plan_.sample_rng.state();
+    state.run_id = plan_.run_id;
+    state.lr_decay_steps = plan_.decay_steps;
+    state.loss_window = plan_.spikes.loss;
+    state.norm_window = plan_.spikes.norm;
+    if (const std::shared_ptr<LoraAdapter>& adapter = replica_.model.lora) {
+        // What a resume must give again: the same adapter on the same base.
+        state.lora =
+            LoraRecord{adapter->config, !o_.model.init_from.empty(), replica_.base_fingerprint};
+    }
+    save_resume_state(state_path(out_dir, completed), state, replica_.model.config, optimizer);
+    last_checkpoint_ = path;
+    checkpoint_clock_.saved();
+    prune_checkpoints(out_dir, o_.checkpoints.keep_checkpoints, plan_.run_id);
+    metrics_.sync();
+    spdlog::info("checkpoint {}{} ({:.2f} s)", path.string(),
+                 replica_.model.lora != nullptr
+                     ? fmt::format(" (merged weights) and LoRA adapter {}",
+                                   adapter_path(out_dir, completed).string())
+                     : std::string(),
+                 seconds_since(t0));
+}
+
+}  // namespace gpt2

@@ -1,0 +1,177 @@
+// What the training run prints about itself: the start-up banner (model, layout, the memory line
+// and table, data, validation set, precision) and the benchmark's summary.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "model/lora.hpp"
+#include "ops/gemm.hpp"
+#include "train/memory_plan.hpp"
+#include "train/model_shape.hpp"
+#include "train/text_format.hpp"
+#include "train/training_loop.hpp"
+
+namespace gpt2 {
+
+// The memory line: activations and gradient windows per worker, the rank's gradient, weights
+// and moments, and the start-up time.
+void TrainingLoop::log_memory() const {
+    const WorkerGroup& workers = replica_.workers;
+    const int W = workers.size();
+    const Model& model = replica_.model;
+    if (model.lora != nullptr) {
+        // LoRA: no model gradient and no windows; the adapter and its moments instead.
+        spdlog::info(
+            "memory: {} activations per worker | rank: {} frozen weights, {} adapter, {} adapter "
+            "AdamW moments | startup {:.0f} ms",
+            human_bytes(static_cast<double>(workers.context(0).activation_bytes())),
+            human_bytes(
+                static_cast<double>(model.params.size() * 4 + model.params_bf16.size() * 2)),
+            human_bytes(static_cast<double>(model.lora->params.size() * 4)),
+            human_bytes(static_cast<double>(replica_.optimizer.m.size() * 8)),
+            startup_seconds_ * 1e3);
+        return;
+    }
+    const bool shared = exchange_.shared();
+    const int machine_ranks = exchange_.machines->machine.size();
+    const int with_window = workers.contributing_workers() - 1;
+    const std::string windows =
+        with_window == 0
+            ? std::string("no gradient windows")
+            : fmt::format(
+                  "gradient window {} on {} of {} workers",
+                  human_bytes(static_cast<double>(workers.context(1).gradient_window.size() * 4)),
+                  with_window, W);
+    spdlog::info(
+        "memory: {} activations per worker, {} | rank: {} gradient, {} weights{}, {} AdamW "
+        "moments{} "
+        "| startup {:.0f} ms",
+        human_bytes(static_cast<double>(workers.context(0).activation_bytes())), windows,
+        human_bytes(static_cast<double>(workers.gradient_bytes())),
+        human_bytes(static_cast<double>(model.params.size() * 4 + model.params_bf16.size() * 2)),
+        shared ? fmt::format(" (one copy for the {} ranks of this machine)", machine_ranks)
+               : std::string(),
+        human_bytes(static_cast<double>(replica_.optimizer.m.size() * 8)),
+        replica_.update_slices.empty() ? std::string()
+        : shared                       ? fmt::format(" (this rank's slice of {})", machine_ranks)
+                 : fmt::format(" (ZeRO-1: this rank's slice of {})", comm_.size()),
+        startup_seconds_ * 1e3);
+}
+
+// The precision line with the GEMM backend and the MFU yardstick.
+void TrainingLoop::log_precision() const {
+    if (replica_.model.precision == Precision::Bf16) {
+        spdlog::info(
+            "precision bf16: products on {}, fp32 weights, gradients and AdamW | MFU against "
+            "the fp32 peak {:.0f} GFLOP/s ({})",
+            bf16_backend_name(bf16_backend()), peak_gflops_, yardstick_.describe());
+        if (bf16_backend() == Bf16Backend::Avx512Bf16) {
+            // oneDNN 2.6's bf16 kernels without AMX measured slower than OpenBLAS's fp32
+            // (docs/performance.md); other CPUs may differ.
+            spdlog::warn(
+                "bf16 without AMX can be slower than fp32: compare the two with build/bench_gemm "
+                "or --benchmark before a long run");
+        }
+    } else {
+        spdlog::info("precision fp32: GEMM kernels {} | MFU peak {:.0f} GFLOP/s ({})",
+                     gemm_kernel_name(), peak_gflops_, yardstick_.describe());
+    }
+}
+
+void TrainingLoop::log_banner() const {
+    const ModelConfig& config = replica_.model.config;
+    const WorkerGroup& workers = replica_.workers;
+    const int W = workers.size();
+    spdlog::info("model {} | {} parameters ({})", describe(config),
+                 with_commas(static_cast<double>(replica_.model.layout.total())),
+                 human_bytes(static_cast<double>(replica_.model.layout.total()) * 4));
+    spdlog::info("ranks x workers {} x {} | batch {} x {} per rank, grad accum {} | {} tokens/step",
+                 comm_.size(), W, B_, T_, plan_.grad_accum,
+                 with_commas(static_cast<double>(tokens_per_step_)));
+    if (const std::string lora = describe_lora(replica_.model); !lora.empty()) {
+        spdlog::info("{}", lora);
+    }
+    if (o_.optimizer.dropout > 0.0f) {
+        spdlog::info(
+            "dropout {} on the embeddings, the attention probabilities and the attention "
+            "and MLP outputs (training steps only)",
+            o_.optimizer.dropout);
+    }
+    log_memory();
+    for (const std::string& line : describe_memory(replica_.memory))
+        spdlog::info("{}", line);
+    if (B_ % W != 0) {
+        const int fewer = W - B_ % W;
+        spdlog::warn(
+            "batch {} per rank does not divide over {} workers: {} of them take {} sequences, the "
+            "others {}, and wait for the rest at every layer; a --batch-size that is a multiple of "
+            "{} keeps them all busy",
+            B_, W, fewer, B_ / W, B_ / W + 1, W);
+    }
+    if (comm_.size() == 1 && o_.parallel.zero == 1) {
+        spdlog::warn("--zero 1 with one rank: there is nothing to slice, the optimizer is whole");
+    }
+    if (!exchange_.share_error.empty()) {
+        spdlog::warn(
+            "shared memory is off for this run ({}): each rank keeps its own weights and a "
+            "slice of the optimizer instead (ZeRO-1)",
+            exchange_.share_error);
+    }
+    if (const std::string line = describe_exchange(exchange_, replica_, o_, comm_); !line.empty()) {
+        spdlog::info("{}", line);
+    }
+    spdlog::info("data: {} train windows, {} val windows of {} tokens",
+                 with_commas(static_cast<double>(corpus_.train_store.num_windows(T_))),
+                 with_commas(static_cast<double>(corpus_.val_store.num_windows(T_))), T_);
+    log_validation_set();
+    log_precision();
+    for (int w = 0; w < W; ++w) {
+        const Range sequences = split_range(static_cast<std::size_t>(B_), w, W);
+        spdlog::debug("rank {} worker {}: {} sequences, context {}", comm_.rank(), w,
+                      sequences.end - sequences.begin,
+                      human_bytes(static_cast<double>(workers.context(w).total_bytes())));
+    }
+}
+
+// What validation covers, once: the tokens, or why there is none.
+void TrainingLoop::log_validation_set() const {
+    if (!comm_.is_root()) return;
+    const std::string split = o_.data.train_data.empty()
+                                  ? fmt::format("--data {}'s validation split (--val-fraction {})",
+                                                o_.data.data, o_.data.val_fraction)
+                                  : "--val-data " + o_.data.val_data;
+    if (val_windows_ == 0) {
+        spdlog::warn(
+            "no validation: {} holds {} tokens, fewer than one window of --seq-len {} + 1; the "
+            "validation loss is left out",
+            split, with_commas(static_cast<double>(corpus_.val_store.num_tokens())), T_);
+        return;
+    }
+    const std::uint64_t tokens = val_windows_ * static_cast<std::uint64_t>(T_);
+    spdlog::info("validation: the first {} tokens of {}, {} windows of {}{}",
+                 with_commas(static_cast<double>(tokens)), split,
+                 with_commas(static_cast<double>(val_windows_)), T_,
+                 tokens < static_cast<std::uint64_t>(o_.eval.val_tokens)
+                     ? fmt::format(" (--val-tokens {}: {})",
+                                   with_commas(static_cast<double>(o_.eval.val_tokens)),
+                                   val_windows_ < corpus_.val_store.num_windows(T_)
+                                       ? "rounded down to whole windows"
+                                       : "more than the validation data holds")
+                     : std::string());
+}
+
+void TrainingLoop::report_benchmark() {
+    std::sort(step_ms_.begin(), step_ms_.end());
+    const double median_ms = step_ms_[step_ms_.size() / 2];
+    const double tok_s = static_cast<double>(tokens_per_step_) / (median_ms / 1e3);
+    const double gflops = flops_per_step_ / (median_ms / 1e3) / 1e9;
+    fmt::print(
+        "benchmark: median {:.1f} ms/step | {:.1f} tok/s | {:.1f} GFLOP/s | MFU {:.1f}% "
+        "| peak RSS {} | startup {:.0f} ms | {} steps, ranks {} x workers {}\n",
+        median_ms, tok_s, gflops, 100.0 * gflops / peak_gflops_, human_bytes(peak_rss_bytes()),
+        startup_seconds_ * 1e3, step_ms_.size(), comm_.size(), replica_.workers.size());
+    std::fflush(stdout);
+}
+
+}  // namespace gpt2
