@@ -11,6 +11,7 @@
 #include "formats/resume_state.hpp"
 #include "model/optimizer.hpp"
 #include "process_support.hpp"
+#include "train/log_lines.hpp"
 #include "train_run_fixture.hpp"
 
 namespace gpt2 {
@@ -70,7 +71,7 @@ TEST(Faults, KilledAtRandomMomentsWhileCheckpointingTheNewestCheckpointAlwaysVer
     const auto resumed =
         run_command(command + " --stop-at-step " + std::to_string(steps.front() + 1));
     EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
-    EXPECT_NE(resumed.output.find("resuming from " +
+    EXPECT_NE(resumed.output.find(std::string(log_lines::kResumingFrom) + " " +
                                   state_path(dir.path() / "out", steps.front()).string()),
               std::string::npos)
         << resumed.output;
@@ -130,7 +131,7 @@ TEST_F(TrainRun, Sigusr1ToMpiexecStopsTheJobCleanlyWithExitZero) {
         "kill -USR1 $job; wait $job; echo exit=$?'");
     const std::string text = read_text_file(log);
     EXPECT_EQ(test::echoed_exit_code(result.output), 0) << result.output << text;
-    EXPECT_NE(text.find("stopped by signal at step"), std::string::npos) << text;
+    EXPECT_NE(text.find(log_lines::kStoppedBySignal), std::string::npos) << text;
     EXPECT_NE(text.find("(SIGUSR1)"), std::string::npos) << text;
     const auto steps = list_checkpoints(path("out"));
     ASSERT_EQ(steps.size(), 1u) << text;
@@ -177,7 +178,7 @@ TEST_F(TrainRun, CtrlCOnTheLauncherSavesAndTheResumedRunIsBitwiseTheStraightOne)
     const std::string text = read_text_file(log);
     EXPECT_EQ(test::echoed_exit_code(result.output), 0) << result.output << text;
     EXPECT_NE(text.find("[mpirun.sh] stopping"), std::string::npos) << text;
-    EXPECT_NE(text.find("stopped by signal at step"), std::string::npos) << text;
+    EXPECT_NE(text.find(log_lines::kStoppedBySignal), std::string::npos) << text;
     const auto steps = list_checkpoints(path("resumed"));
     ASSERT_EQ(steps.size(), 1u) << text;
     ASSERT_GE(steps[0], 3) << text;
@@ -216,7 +217,7 @@ TEST_F(TrainRun, CtrlCOnPlainMpirunLosesOnlyTheWorkSinceTheLastCheckpoint) {
     // A model this small may still save in the second between SIGTERM and SIGKILL.
     const auto steps = list_checkpoints(path("out"));
     ASSERT_FALSE(steps.empty()) << text;
-    EXPECT_TRUE(steps[0] % 4 == 0 || text.find("stopped by signal at step " +
+    EXPECT_TRUE(steps[0] % 4 == 0 || text.find(std::string(log_lines::kStoppedBySignal) + " " +
                                                std::to_string(steps[0])) != std::string::npos)
         << text;
     EXPECT_NO_THROW((void)load_checkpoint(model_path(path("out"), steps[0])));

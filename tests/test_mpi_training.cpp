@@ -14,6 +14,7 @@
 #include "process_support.hpp"
 #include "shared_runs.hpp"
 #include "test_support.hpp"
+#include "train/log_lines.hpp"
 #include "train_run_fixture.hpp"
 
 namespace gpt2 {
@@ -229,8 +230,8 @@ std::string bucket_run(const std::string& tokenizer, const BucketRun& r) {
                               std::to_string(r.batch) + " --grad-accum " + std::to_string(r.accum) +
                               " --bucket-mb " + r.bucket_mb;
     expect_logged(succeeded(runs, name, {named(runs, r.ranks, flags, name)}),
-                  r.bucket_mb.starts_with("0 ") ? "one allreduce after backward"
-                                                : "summed while backward runs");
+                  std::string(r.bucket_mb.starts_with("0 ") ? log_lines::kOneAllreduce
+                                                            : log_lines::kSummedWhileBackward));
     return name;
 }
 
@@ -466,8 +467,8 @@ TEST(MpiTraining, AMachineThatCannotShareMakesEveryMachineUseZeroOne) {
 // One rank on each of the 4 machines has nothing to share: overlapped buckets (auto).
 TEST(MpiTraining, OneRankPerMachineSumsInOverlappedBuckets) {
     expect_logged(machines_run(4, 3, "--max-steps 2 --simulate-machines 4", "four"),
-                  "buckets of 25 MiB, summed while backward runs (auto: ranks on several "
-                  "machines)");
+                  "buckets of 25 MiB, " + std::string(log_lines::kSummedWhileBackward) +
+                      " (auto: ranks on several machines)");
 }
 
 // Its checkpoint (moments from the first machine's slices) resumes on one rank as the
@@ -595,7 +596,7 @@ TEST(MpiTraining, AZeroOneCheckpointMovesBetweenRankCounts) {
 
 TEST(MpiTraining, ShareMemoryOffSaysItUsesOneAllreduce) {
     expect_logged(zero_run(2, 1, 6, "--max-steps 1 --share-memory off", "local"),
-                  "one allreduce after backward (--share-memory off)");
+                  std::string(log_lines::kOneAllreduce) + " (--share-memory off)");
 }
 
 TEST(MpiTraining, ZeroOneOnOneRankSaysThereIsNothingToSlice) {

@@ -12,6 +12,7 @@
 #include "formats/checkpoint.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
+#include "train/log_lines.hpp"
 
 namespace gpt2 {
 namespace {
@@ -84,13 +85,13 @@ TEST(Multihost, TwoHostsOverTcpTrainAsOneHostWithBucketsAndWithZeroOne) {
                                      (dir / name) + " --metrics-file " + (dir / (name + ".jsonl")));
         ASSERT_EQ(two.exit_code, 0) << two.output;
         EXPECT_NE(two.output.find("ranks x workers 2 x 1"), std::string::npos) << two.output;
-        const std::string mode = name == "one" ? "one allreduce after backward (--bucket-mb 0)"
-                                 : name == "buckets" ? "summed while backward runs"
-                                 : name == "auto"    ? "buckets of 25 MiB, summed while backward "
-                                                       "runs (auto: ranks on several machines)"
-                                 : name == "zero"    ? "ZeRO-1, one reduce-scatter"
-                                 : name == "zero_buckets"
-                                     ? "ZeRO-1, summed in buckets of 0.004 MiB while backward runs"
+        const std::string one(log_lines::kOneAllreduce), summed(log_lines::kSummedWhileBackward);
+        const std::string mode =
+            name == "one"       ? one + " (--bucket-mb 0)"
+            : name == "buckets" ? summed
+            : name == "auto" ? "buckets of 25 MiB, " + summed + " (auto: ranks on several machines)"
+            : name == "zero" ? "ZeRO-1, one reduce-scatter"
+            : name == "zero_buckets" ? "ZeRO-1, summed in buckets of 0.004 MiB while backward runs"
                                      : "ZeRO-1, one reduce-scatter";
         EXPECT_NE(two.output.find(mode), std::string::npos) << two.output;
         const std::vector<double> expected =
@@ -179,7 +180,7 @@ TEST(Multihost, AKilledHostEndsTheJobAndTheResilientScriptFinishesIt) {
     EXPECT_NE(result.output.find("killed"), std::string::npos) << result.output;
     EXPECT_NE(result.output.find("job exit 0"), std::string::npos) << result.output << job;
     EXPECT_NE(job.find("[train_resilient] restart 1/2 after exit code"), std::string::npos) << job;
-    EXPECT_NE(job.find("resuming from"), std::string::npos) << job;
+    EXPECT_NE(job.find(log_lines::kResumingFrom), std::string::npos) << job;
     EXPECT_NE(job.find("[train_resilient] finished after 1 restart(s)"), std::string::npos) << job;
     std::ifstream log_file(dir / "restarts.log");
     const std::string log((std::istreambuf_iterator<char>(log_file)), {});

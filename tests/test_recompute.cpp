@@ -17,6 +17,7 @@
 #include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"
 #include "process_support.hpp"
+#include "train/log_lines.hpp"
 #include "train/memory_plan.hpp"
 #include "train/step.hpp"
 
@@ -203,7 +204,9 @@ TEST(RecomputeProgram, TooLittleMemoryIsRefusedBeforeAnythingRunsAndAutoRecomput
         "GPT2_MEMORY_AVAILABLE=" + between + " " +
         train_command(dir, "out", 0, "--max-steps 10 --threads 2 --resume auto --recompute cheap"));
     EXPECT_EQ(refused.exit_code, 1) << refused.output;
-    EXPECT_NE(refused.output.find("error: not enough memory"), std::string::npos) << refused.output;
+    EXPECT_NE(refused.output.find("error: " + std::string(log_lines::kNotEnoughMemory)),
+              std::string::npos)
+        << refused.output;
     EXPECT_NE(refused.output.find("GPT2_MEMORY_AVAILABLE); would fit: --recompute layers"),
               std::string::npos)
         << refused.output;
@@ -216,8 +219,8 @@ TEST(RecomputeProgram, TooLittleMemoryIsRefusedBeforeAnythingRunsAndAutoRecomput
                                   train_command(dir, "two", 2, "--max-steps 10 --threads 1"));
     EXPECT_NE(none.exit_code, 0) << none.output;
     std::size_t count = 0;
-    for (std::size_t at = none.output.find("not enough memory"); at != std::string::npos;
-         at = none.output.find("not enough memory", at + 1))
+    for (std::size_t at = none.output.find(log_lines::kNotEnoughMemory); at != std::string::npos;
+         at = none.output.find(log_lines::kNotEnoughMemory, at + 1))
         ++count;
     EXPECT_EQ(count, 1u) << none.output;
     EXPECT_NE(none.output.find("nothing fits"), std::string::npos) << none.output;

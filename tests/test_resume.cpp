@@ -14,6 +14,7 @@
 #include "formats/resume_state.hpp"
 #include "model/spike_guard.hpp"
 #include "process_support.hpp"
+#include "train/log_lines.hpp"
 #include "train_run_fixture.hpp"
 
 namespace gpt2 {
@@ -63,7 +64,9 @@ void expect_bitwise_resume(int ranks, int threads, const std::string& precision)
     const auto first =
         run_command(train_command(dir, "resumed", ranks, flags + " --stop-at-step 10"));
     ASSERT_EQ(first.exit_code, 0) << first.output;
-    EXPECT_NE(first.output.find("stopped by signal at step 10"), std::string::npos) << first.output;
+    EXPECT_NE(first.output.find(std::string(log_lines::kStoppedBySignal) + " 10"),
+              std::string::npos)
+        << first.output;
     const auto second = run_command(train_command(dir, "resumed", ranks, flags + " --resume auto"));
     ASSERT_EQ(second.exit_code, 0) << second.output;
     EXPECT_NE(second.output.find("at step 10"), std::string::npos) << second.output;
@@ -138,7 +141,8 @@ TEST(CrashDuringWrite, ResumeUsesTheNewestCompleteCheckpoint) {
     const auto resumed = run_command(train_command(dir, "out", 0, "--max-steps 10 --resume auto"));
     ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
     EXPECT_NE(resumed.output.find("checksum mismatch"), std::string::npos) << resumed.output;
-    EXPECT_NE(resumed.output.find("resuming from " + state_path(out, 5).string()),
+    EXPECT_NE(resumed.output.find(std::string(log_lines::kResumingFrom) + " " +
+                                  state_path(out, 5).string()),
               std::string::npos)
         << resumed.output;
 }
@@ -304,7 +308,7 @@ TEST_F(TrainRun, AStrayFileWithAHugeStepNumberIsSkippedWithAWarning) {
     EXPECT_NE(resumed.output.find("model_99999999999999999999.bin: not a checkpoint of ours"),
               std::string::npos)
         << resumed.output;
-    EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
+    EXPECT_NE(resumed.output.find(log_lines::kResumingFrom), std::string::npos) << resumed.output;
 }
 
 // ---- runs with nothing to do, or nothing saved ----

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "process_support.hpp"
+#include "train/log_lines.hpp"
 
 namespace gpt2 {
 namespace {
@@ -36,8 +37,9 @@ class ThreadedStep : public ::testing::Test {
 };
 
 TEST_F(ThreadedStep, BucketsOnTheCommunicationThreadWhileWorkersSum) {
-    expect_clean(train(2, "--bucket-mb 0.004"),
-                 "gradient across ranks: buckets of 0.004 MiB, summed while backward runs");
+    expect_clean(train(2, "--bucket-mb 0.004"), std::string(log_lines::kGradientAcrossRanks) +
+                                                    " buckets of 0.004 MiB, " +
+                                                    std::string(log_lines::kSummedWhileBackward));
 }
 
 TEST_F(ThreadedStep, SharedMemoryStep) {

@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "parallel/comm.hpp"
+#include "train/log_lines.hpp"
 #include "train/options.hpp"
 #include "train/text_format.hpp"
 
@@ -143,11 +144,10 @@ MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm, const Co
                 : fmt::format("{} for the rank",
                               human_bytes(static_cast<double>(n.windows_bytes + n.rank_bytes)));
         throw InputError(fmt::format(
-            "not enough memory: {} workers x {} (--recompute {}{}) + {}{} = {}, but "
-            "{} is available ({}); {}",
-            plan.need.with_sequences, human_bytes(static_cast<double>(plan.need.worker_bytes)),
-            recompute_name(level), plan.chosen_automatically ? ", the least there is" : "",
-            for_rank, per_machine,
+            "{}: {} workers x {} (--recompute {}{}) + {}{} = {}, but {} is available ({}); {}",
+            log_lines::kNotEnoughMemory, plan.need.with_sequences,
+            human_bytes(static_cast<double>(plan.need.worker_bytes)), recompute_name(level),
+            plan.chosen_automatically ? ", the least there is" : "", for_rank, per_machine,
             human_bytes(static_cast<double>(plan.need.total()) * plan.ranks_on_machine),
             human_bytes(static_cast<double>(plan.available->bytes)), plan.available->source,
             what_would_fit(o, config, plan.need, moment_parts, plan.ranks_on_machine,
@@ -155,7 +155,7 @@ MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm, const Co
     }
     // Ended by the failing rank's abort; never returns.
     (void)comm.allreduce_min(0);
-    throw InputError("not enough memory on another rank");
+    throw InputError(std::string(log_lines::kNotEnoughMemory) + " on another rank");
 }
 
 std::vector<std::string> describe_memory(const MemoryPlan& plan) {

@@ -18,6 +18,7 @@
 #include "parallel/shared_replica.hpp"
 #include "parallel/zero.hpp"
 #include "threads/thread_pool.hpp"
+#include "train/log_lines.hpp"
 #include "train/text_format.hpp"
 
 namespace gpt2 {
@@ -248,8 +249,8 @@ std::string describe_exchange(const ExchangePlan& plan, const Replica& replica,
                               const TrainOptions& o, const Communicator& comm) {
     if (comm.size() == 1) return {};
     if (replica.model.lora != nullptr) {
-        return "gradient across ranks: the adapter's, in one allreduce after backward (LoRA: the "
-               "base is frozen)";
+        return fmt::format("{} the adapter's, in {} (LoRA: the base is frozen)",
+                           log_lines::kGradientAcrossRanks, log_lines::kOneAllreduce);
     }
     const bool buckets = plan.bucket_mb > 0.0;
     if (plan.shared()) {
@@ -266,7 +267,7 @@ std::string describe_exchange(const ExchangePlan& plan, const Replica& replica,
             "each machine)",
             machine_ranks, plan.machines->machines,
             buckets ? fmt::format("in buckets of {} MiB while backward runs", plan.bucket_mb)
-                    : std::string("in one allreduce after backward"),
+                    : "in " + std::string(log_lines::kOneAllreduce),
             machine_ranks);
     }
     if (!replica.update_slices.empty()) {
@@ -278,11 +279,11 @@ std::string describe_exchange(const ExchangePlan& plan, const Replica& replica,
                              "gradient across ranks: ZeRO-1, one reduce-scatter after backward");
     }
     if (buckets) {
-        return fmt::format("gradient across ranks: buckets of {} MiB, summed while backward runs{}",
-                           plan.bucket_mb,
+        return fmt::format("{} buckets of {} MiB, {}{}", log_lines::kGradientAcrossRanks,
+                           plan.bucket_mb, log_lines::kSummedWhileBackward,
                            o.parallel.bucket_mb < 0.0 ? " (auto: ranks on several machines)" : "");
     }
-    return fmt::format("gradient across ranks: one allreduce after backward{}",
+    return fmt::format("{} {}{}", log_lines::kGradientAcrossRanks, log_lines::kOneAllreduce,
                        !o.parallel.share_memory     ? " (--share-memory off)"
                        : o.parallel.bucket_mb < 0.0 ? " (auto: ranks on one machine)"
                                                     : " (--bucket-mb 0)");

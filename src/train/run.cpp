@@ -1,6 +1,7 @@
 // The training program's entry and its step loop: the start (tokenizer, tokens, model, replica,
 // plan), then each step's batch, rules and phases, its log line, and what follows it.
 #include "train/run.hpp"
+#include "train/log_lines.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -113,8 +114,8 @@ int TrainingLoop::run() {
             save(completed);
         }
         if (outcome.stop) {
-            spdlog::info("stopped by signal at step {} ({}); resume with --resume auto", completed,
-                         signal_name(outcome.signal));
+            spdlog::info("{} {} ({}); resume with --resume auto", log_lines::kStoppedBySignal,
+                         completed, signal_name(outcome.signal));
             return 0;
         }
     }

@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "formats/resume_state.hpp"
+#include "train/log_lines.hpp"
 
 namespace gpt2 {
 
@@ -90,7 +91,8 @@ void read_resume_on_root(const TrainOptions& o, const Communicator& comm, const 
     plan.sample_rng.set_state(resume.sample_rng);
     plan.spikes.loss = resume.loss_window;
     plan.spikes.norm = resume.norm_window;
-    spdlog::info("resuming from {} at step {}", start.state_file.string(), resume.step);
+    spdlog::info("{} {} at step {}", log_lines::kResumingFrom, start.state_file.string(),
+                 resume.step);
 }
 
 // Every rank receives the checkpoint's moments that it keeps: all of them, or its slice.

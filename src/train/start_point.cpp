@@ -11,6 +11,7 @@
 #include "formats/resume_state.hpp"
 #include "model/lora.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "train/log_lines.hpp"
 
 namespace gpt2 {
 
@@ -56,8 +57,8 @@ StartPoint find_start(const TrainOptions& o) {
                 start.state_file = state_path(o.checkpoints.out_dir, step);
                 start.source = "--resume " + start.state_file.string();
                 if (!o.model.init_from.empty() && !o.lora.enabled()) {
-                    spdlog::info("--init-from {} not used: resuming from {}", o.model.init_from,
-                                 start.state_file.string());
+                    spdlog::info("--init-from {} not used: {} {}", o.model.init_from,
+                                 log_lines::kResumingFrom, start.state_file.string());
                 }
                 return start;
             } catch (const InputError& e) {
