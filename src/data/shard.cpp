@@ -100,8 +100,8 @@ namespace {
 
 // A read-only mapping of a whole regular file of at least `header_bytes` bytes; `noun` names it in
 // errors ("shard", "mask").
-std::pair<void*, std::size_t> map_file(const std::filesystem::path& path, const std::string& noun,
-                                       std::size_t header_bytes) {
+detail::FileMapping map_file(const std::filesystem::path& path, const std::string& noun,
+                             std::size_t header_bytes) {
     const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.get() < 0) {
         const int error = errno;
@@ -122,69 +122,48 @@ std::pair<void*, std::size_t> map_file(const std::filesystem::path& path, const 
     }
     void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
     if (mapping == MAP_FAILED) fail(path, "cannot mmap " + noun + ": " + std::strerror(errno));
-    return {mapping, size};
+    return detail::FileMapping(mapping, size);
+}
+
+// Throws InputError naming `path` for the first byte of `mask` other than 0 and 1.
+void check_mask_bytes(const std::filesystem::path& path, std::span<const std::uint8_t> mask) {
+    const auto bad = std::find_if(mask.begin(), mask.end(), [](std::uint8_t m) { return m > 1; });
+    if (bad != mask.end()) {
+        fail(path, "mask byte " + std::to_string(*bad) + " at position " +
+                       std::to_string(bad - mask.begin()) + " is neither 0 nor 1");
+    }
 }
 
 }  // namespace
 
-MappedShard::MappedShard(const std::filesystem::path& path) : path_(path) {
-    const auto [mapping, size] = map_file(path, "shard", kShardHeaderBytes);
-    mapping_ = mapping;
-    mapping_size_ = size;
-    try {
-        const auto* bytes = static_cast<const unsigned char*>(mapping);
-        const std::int32_t magic = get_le32(bytes);
-        const std::int32_t version = get_le32(bytes + 4);
-        const std::int32_t count = get_le32(bytes + 8);
-        if (magic != kShardMagic) {
-            fail(path, "wrong magic " + std::to_string(magic) + " (expected " +
-                           std::to_string(kShardMagic) + "): not an llm.c token shard");
-        }
-        if (version != kShardVersion) {
-            fail(path, "wrong shard version " + std::to_string(version) + " (expected " +
-                           std::to_string(kShardVersion) + ")");
-        }
-        if (count <= 0) fail(path, "header token count is " + std::to_string(count));
-        const std::size_t expected = kShardHeaderBytes + 2 * static_cast<std::size_t>(count);
-        if (size != expected) {
-            fail(path, "size mismatch: the header says " + std::to_string(count) + " tokens (" +
-                           std::to_string(expected) + " bytes) but the file is " +
-                           std::to_string(size) + " bytes");
-        }
-        tokens_ = std::span(reinterpret_cast<const std::uint16_t*>(bytes + kShardHeaderBytes),
-                            static_cast<std::size_t>(count));
-    } catch (...) {
-        unmap();
-        throw;
+MappedShard::MappedShard(const std::filesystem::path& path)
+    : path_(path), mapping_(map_file(path, "shard", kShardHeaderBytes)) {
+    const unsigned char* bytes = mapping_.bytes();
+    const std::size_t size = mapping_.size();
+    const std::int32_t magic = get_le32(bytes);
+    const std::int32_t version = get_le32(bytes + 4);
+    const std::int32_t count = get_le32(bytes + 8);
+    if (magic != kShardMagic) {
+        fail(path, "wrong magic " + std::to_string(magic) + " (expected " +
+                       std::to_string(kShardMagic) + "): not an llm.c token shard");
     }
-}
-
-MappedShard::~MappedShard() {
-    unmap();
-}
-
-MappedShard::MappedShard(MappedShard&& other) noexcept
-    : path_(std::move(other.path_)),
-      mapping_(std::exchange(other.mapping_, nullptr)),
-      mapping_size_(std::exchange(other.mapping_size_, 0)),
-      tokens_(std::exchange(other.tokens_, {})) {}
-
-MappedShard& MappedShard::operator=(MappedShard&& other) noexcept {
-    if (this != &other) {
-        unmap();
-        path_ = std::move(other.path_);
-        mapping_ = std::exchange(other.mapping_, nullptr);
-        mapping_size_ = std::exchange(other.mapping_size_, 0);
-        tokens_ = std::exchange(other.tokens_, {});
+    if (version != kShardVersion) {
+        fail(path, "wrong shard version " + std::to_string(version) + " (expected " +
+                       std::to_string(kShardVersion) + ")");
     }
-    return *this;
+    if (count <= 0) fail(path, "header token count is " + std::to_string(count));
+    const std::size_t expected = kShardHeaderBytes + 2 * static_cast<std::size_t>(count);
+    if (size != expected) {
+        fail(path, "size mismatch: the header says " + std::to_string(count) + " tokens (" +
+                       std::to_string(expected) + " bytes) but the file is " +
+                       std::to_string(size) + " bytes");
+    }
+    tokens_ = std::span(reinterpret_cast<const std::uint16_t*>(bytes + kShardHeaderBytes),
+                        static_cast<std::size_t>(count));
 }
 
-void MappedShard::unmap() noexcept {
-    if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
-    mapping_ = nullptr;
-    mapping_size_ = 0;
-    tokens_ = {};
+detail::FileMapping::~FileMapping() {
+    if (address_ != nullptr) ::munmap(address_, bytes_);
 }
 
 std::filesystem::path mask_path(const std::filesystem::path& shard) {
@@ -198,12 +177,7 @@ void write_shard_mask(const std::filesystem::path& path, std::span<const std::ui
     if (mask.size() > static_cast<std::size_t>(INT32_MAX)) {
         fail(path, "too many tokens for one mask (" + std::to_string(mask.size()) + ")");
     }
-    if (const auto bad =
-            std::find_if(mask.begin(), mask.end(), [](std::uint8_t m) { return m > 1; });
-        bad != mask.end()) {
-        fail(path, "mask byte " + std::to_string(*bad) + " at position " +
-                       std::to_string(bad - mask.begin()) + " is neither 0 nor 1");
-    }
+    check_mask_bytes(path, mask);
     std::vector<char> header(kMaskMagic.begin(), kMaskMagic.end());
     put_le32(header, static_cast<std::int32_t>(kMaskVersion));
     put_le32(header, static_cast<std::int32_t>(mask.size()));
@@ -213,69 +187,28 @@ void write_shard_mask(const std::filesystem::path& path, std::span<const std::ui
 }
 
 MappedShardMask::MappedShardMask(const std::filesystem::path& path, std::size_t expected_tokens)
-    : path_(path) {
-    const auto [mapping, size] = map_file(path, "mask", kMaskHeaderBytes);
-    mapping_ = mapping;
-    mapping_size_ = size;
-    try {
-        const auto* bytes = static_cast<const unsigned char*>(mapping);
-        if (std::string_view(reinterpret_cast<const char*>(bytes), kMaskMagic.size()) !=
-            kMaskMagic) {
-            fail(path, "wrong magic: not a loss mask file (they start with GPT2MASK)");
-        }
-        const auto version = static_cast<std::uint32_t>(get_le32(bytes + 8));
-        if (version != kMaskVersion) {
-            fail(path, "wrong mask version " + std::to_string(version) + " (expected " +
-                           std::to_string(kMaskVersion) + ")");
-        }
-        const auto count = static_cast<std::uint32_t>(get_le32(bytes + 12));
-        if (size != kMaskHeaderBytes + count) {
-            fail(path, "size mismatch: the header says " + std::to_string(count) +
-                           " tokens but the file is " + std::to_string(size) + " bytes");
-        }
-        if (count != expected_tokens) {
-            fail(path, "the mask has " + std::to_string(count) + " tokens but its shard has " +
-                           std::to_string(expected_tokens));
-        }
-        mask_ = std::span(bytes + kMaskHeaderBytes, count);
-        if (const auto bad =
-                std::find_if(mask_.begin(), mask_.end(), [](std::uint8_t m) { return m > 1; });
-            bad != mask_.end()) {
-            fail(path, "mask byte " + std::to_string(*bad) + " at position " +
-                           std::to_string(bad - mask_.begin()) + " is neither 0 nor 1");
-        }
-    } catch (...) {
-        unmap();
-        throw;
+    : path_(path), mapping_(map_file(path, "mask", kMaskHeaderBytes)) {
+    const unsigned char* bytes = mapping_.bytes();
+    const std::size_t size = mapping_.size();
+    if (std::string_view(reinterpret_cast<const char*>(bytes), kMaskMagic.size()) != kMaskMagic) {
+        fail(path, "wrong magic: not a loss mask file (they start with GPT2MASK)");
     }
-}
-
-MappedShardMask::~MappedShardMask() {
-    unmap();
-}
-
-MappedShardMask::MappedShardMask(MappedShardMask&& other) noexcept
-    : path_(std::move(other.path_)),
-      mapping_(std::exchange(other.mapping_, nullptr)),
-      mapping_size_(std::exchange(other.mapping_size_, 0)),
-      mask_(std::exchange(other.mask_, {})) {}
-
-MappedShardMask& MappedShardMask::operator=(MappedShardMask&& other) noexcept {
-    if (this != &other) {
-        unmap();
-        path_ = std::move(other.path_);
-        mapping_ = std::exchange(other.mapping_, nullptr);
-        mapping_size_ = std::exchange(other.mapping_size_, 0);
-        mask_ = std::exchange(other.mask_, {});
+    const auto version = static_cast<std::uint32_t>(get_le32(bytes + 8));
+    if (version != kMaskVersion) {
+        fail(path, "wrong mask version " + std::to_string(version) + " (expected " +
+                       std::to_string(kMaskVersion) + ")");
     }
-    return *this;
-}
-
-void MappedShardMask::unmap() noexcept {
-    if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
-    mapping_ = nullptr;
-    mapping_size_ = 0;
-    mask_ = {};
+    const auto count = static_cast<std::uint32_t>(get_le32(bytes + 12));
+    if (size != kMaskHeaderBytes + count) {
+        fail(path, "size mismatch: the header says " + std::to_string(count) +
+                       " tokens but the file is " + std::to_string(size) + " bytes");
+    }
+    if (count != expected_tokens) {
+        fail(path, "the mask has " + std::to_string(count) + " tokens but its shard has " +
+                       std::to_string(expected_tokens));
+    }
+    mask_ = std::span(bytes + kMaskHeaderBytes, count);
+    check_mask_bytes(path, mask_);
 }
 
 void validate_token_range(std::span<const std::uint16_t> tokens, int vocab_size,

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace gpt2 {
@@ -21,28 +22,60 @@ void write_shard(const std::filesystem::path& path, std::span<const std::int32_t
 // The same from ids already in the file's uint16 form (no copy of the tokens is made).
 void write_shard(const std::filesystem::path& path, std::span<const std::uint16_t> tokens);
 
+namespace detail {
+// A read-only mapping of a whole file, unmapped when destroyed (what a shard and its mask hold).
+class FileMapping {
+  public:
+    FileMapping() = default;
+    FileMapping(void* address, std::size_t bytes) : address_(address), bytes_(bytes) {}
+    ~FileMapping();
+    FileMapping(FileMapping&& other) noexcept
+        : address_(std::exchange(other.address_, nullptr)),
+          bytes_(std::exchange(other.bytes_, 0)) {}
+    FileMapping& operator=(FileMapping&& other) noexcept {
+        std::swap(address_, other.address_);
+        std::swap(bytes_, other.bytes_);
+        return *this;
+    }
+    FileMapping(const FileMapping&) = delete;
+    FileMapping& operator=(const FileMapping&) = delete;
+
+    [[nodiscard]] const unsigned char* bytes() const {
+        return static_cast<const unsigned char*>(address_);
+    }
+    [[nodiscard]] std::size_t size() const { return bytes_; }
+
+  private:
+    void* address_ = nullptr;
+    std::size_t bytes_ = 0;
+};
+}  // namespace detail
+
 // A read-only memory mapping of a validated shard. Throws InputError naming the file for a
 // missing file, a directory, an empty or truncated file, a wrong magic or version, a token count
 // that does not match the file size, or a shard with no tokens.
 class MappedShard {
   public:
     explicit MappedShard(const std::filesystem::path& path);
-    ~MappedShard();
-    MappedShard(MappedShard&& other) noexcept;
-    MappedShard& operator=(MappedShard&& other) noexcept;
-    MappedShard(const MappedShard&) = delete;
-    MappedShard& operator=(const MappedShard&) = delete;
+    // A moved-from MappedShard holds nothing.
+    MappedShard(MappedShard&& other) noexcept
+        : path_(std::move(other.path_)),
+          mapping_(std::move(other.mapping_)),
+          tokens_(std::exchange(other.tokens_, {})) {}
+    MappedShard& operator=(MappedShard&& other) noexcept {
+        path_ = std::move(other.path_);
+        mapping_ = std::move(other.mapping_);
+        tokens_ = std::exchange(other.tokens_, {});
+        return *this;
+    }
 
     [[nodiscard]] std::span<const std::uint16_t> tokens() const { return tokens_; }
     [[nodiscard]] const std::filesystem::path& path() const { return path_; }
 
   private:
-    void unmap() noexcept;
-
     std::filesystem::path path_;
-    void* mapping_ = nullptr;
-    std::size_t mapping_size_ = 0;
-    std::span<const std::uint16_t> tokens_;
+    detail::FileMapping mapping_;
+    std::span<const std::uint16_t> tokens_;  // inside mapping_
 };
 
 // A shard's loss mask, SHARD.mask beside it (llm.c reads the shard alone, unchanged): a 16-byte
@@ -65,22 +98,25 @@ void write_shard_mask(const std::filesystem::path& path, std::span<const std::ui
 class MappedShardMask {
   public:
     MappedShardMask(const std::filesystem::path& path, std::size_t expected_tokens);
-    ~MappedShardMask();
-    MappedShardMask(MappedShardMask&& other) noexcept;
-    MappedShardMask& operator=(MappedShardMask&& other) noexcept;
-    MappedShardMask(const MappedShardMask&) = delete;
-    MappedShardMask& operator=(const MappedShardMask&) = delete;
+    // A moved-from MappedShardMask holds nothing.
+    MappedShardMask(MappedShardMask&& other) noexcept
+        : path_(std::move(other.path_)),
+          mapping_(std::move(other.mapping_)),
+          mask_(std::exchange(other.mask_, {})) {}
+    MappedShardMask& operator=(MappedShardMask&& other) noexcept {
+        path_ = std::move(other.path_);
+        mapping_ = std::move(other.mapping_);
+        mask_ = std::exchange(other.mask_, {});
+        return *this;
+    }
 
     [[nodiscard]] std::span<const std::uint8_t> mask() const { return mask_; }
     [[nodiscard]] const std::filesystem::path& path() const { return path_; }
 
   private:
-    void unmap() noexcept;
-
     std::filesystem::path path_;
-    void* mapping_ = nullptr;
-    std::size_t mapping_size_ = 0;
-    std::span<const std::uint8_t> mask_;
+    detail::FileMapping mapping_;
+    std::span<const std::uint8_t> mask_;  // inside mapping_
 };
 
 // Throws InputError naming file and position for the first token id >= vocab_size.
