@@ -23,18 +23,13 @@ GradientPass AdapterExchange::backward(const Model& model, WorkerGroup& workers,
     const int W = workers.size();
     const int B = workers.batch_size();
     const int T = workers.seq_len();
-    const std::size_t micro_tokens = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
     // The mean over the step's trained targets (all of them, or the loss mask's).
     const float dloss = static_cast<float>(1.0 / step_targets(batch, T));
     const std::span<WorkerPartial> sums = workers.partials();
     workers.pool().run([&](int w) {
         double loss = 0.0;
         for (int a = 0; a < batch.grad_accum; ++a) {
-            TokenBatch mine =
-                worker_sequences(batch.inputs, batch.targets, a * micro_tokens, B, T, w, W);
-            mine.dropout = batch.dropout;
-            mine.first_sequence += static_cast<std::uint64_t>(a * batch.ranks + batch.rank) *
-                                   static_cast<std::uint64_t>(B);
+            const TokenBatch mine = worker_sequences(batch, a, B, T, w, W);
             if (mine.B > 0) {
                 loss += forward_backward_adapter(model, workers.context(w), mine, dloss,
                                                  per_worker_[static_cast<std::size_t>(w)].span());

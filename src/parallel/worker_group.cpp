@@ -32,18 +32,23 @@ double step_targets(const StepBatch& batch, int T) {
                                  : static_cast<double>(batch.global_sequences) * T;
 }
 
-TokenBatch worker_sequences(std::span<const std::int32_t> inputs,
-                            std::span<const std::int32_t> targets, std::size_t offset, int B, int T,
-                            int w, int W) {
+TokenBatch worker_sequences(const StepBatch& batch, int micro_step, int B, int T, int w, int W) {
     const Range seqs = split_range(static_cast<std::size_t>(B), w, W);
-    const std::size_t begin = offset + seqs.begin * static_cast<std::size_t>(T);
+    const std::size_t micro_tokens = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
+    const std::size_t begin = static_cast<std::size_t>(micro_step) * micro_tokens +
+                              seqs.begin * static_cast<std::size_t>(T);
     const std::size_t count = (seqs.end - seqs.begin) * static_cast<std::size_t>(T);
-    return TokenBatch{inputs.subspan(begin, count),
-                      targets.subspan(begin, count),
+    // The micro-batch's first sequence in the step, as the window sampler lays it out, plus the
+    // worker's place in the micro-batch.
+    const std::uint64_t first = static_cast<std::uint64_t>(micro_step * batch.ranks + batch.rank) *
+                                    static_cast<std::uint64_t>(B) +
+                                seqs.begin;
+    return TokenBatch{batch.inputs.subspan(begin, count),
+                      batch.targets.subspan(begin, count),
                       static_cast<int>(seqs.end - seqs.begin),
                       T,
-                      Dropout{},
-                      seqs.begin};
+                      batch.dropout,
+                      first};
 }
 
 GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, const StepBatch& batch,
@@ -51,7 +56,6 @@ GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, cons
     const int W = workers.size();
     const int B = workers.batch_size();
     const int T = workers.seq_len();
-    const std::size_t micro_tokens = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
     // PyTorch's mean over the targets that count (ignore_index): each trained one weighs alike.
     const float dloss = static_cast<float>(1.0 / step_targets(batch, T));
     const std::span<WorkerPartial> sums = workers.partials();
@@ -66,13 +70,7 @@ GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, cons
             for (int a = 0; a < batch.grad_accum; ++a) {
                 LayerwiseReduction::WorkerSink sink(reduction, w,
                                                     a + 1 == batch.grad_accum ? &ready : nullptr);
-                TokenBatch mine =
-                    worker_sequences(batch.inputs, batch.targets, a * micro_tokens, B, T, w, W);
-                // The step's index of the micro-batch's first sequence, on top of the worker's
-                // place in the micro-batch.
-                mine.dropout = batch.dropout;
-                mine.first_sequence += static_cast<std::uint64_t>(a * batch.ranks + batch.rank) *
-                                       static_cast<std::uint64_t>(B);
+                const TokenBatch mine = worker_sequences(batch, a, B, T, w, W);
                 if (mine.B > 0) {
                     loss += forward_backward(model, workers.context(w), mine, dloss, sink);
                 } else {

@@ -87,11 +87,10 @@ struct StepBatch {
 // The targets a step's loss averages over, all ranks (its gradient is scaled by 1 / that).
 [[nodiscard]] double step_targets(const StepBatch& batch, int T);
 
-// Worker w's sequences (of W workers) of the micro-batch of B x T tokens starting at `offset`;
-// its first_sequence is the first one's index in the micro-batch.
-[[nodiscard]] TokenBatch worker_sequences(std::span<const std::int32_t> inputs,
-                                          std::span<const std::int32_t> targets, std::size_t offset,
-                                          int B, int T, int w, int W);
+// Worker w's sequences (of W workers) of micro-step `micro_step` (B x T tokens each) of the step:
+// its first_sequence is the first one's index in the step (which keys dropout, the step's).
+[[nodiscard]] TokenBatch worker_sequences(const StepBatch& batch, int micro_step, int B, int T,
+                                          int w, int W);
 
 // Forward/backward over the step's micro-batches, the workers' gradients summed into
 // workers.gradient() (zero before the step, as AdamW leaves it) as backward goes. `ready`, if set,
