@@ -13,6 +13,7 @@
 #include "formats/peft.hpp"
 #include "formats/safetensors.hpp"
 #include "model/forward_backward.hpp"
+#include "model/generate.hpp"
 #include "model/lora.hpp"
 #include "model/model.hpp"
 #include "reference_fixture.hpp"
@@ -155,6 +156,20 @@ TEST_F(Lora, MergedWeightsAreBasePlusScaledBTimesAAndGiveTheAdaptedLoss) {
     ThreadLocalTrainingContext ctx(merged.config, B_, T_);
     const double merged_loss = forward_loss(merged, ctx, batch()) / (B_ * T_);
     EXPECT_NEAR(merged_loss, fixture_.at("loss").f32[0], 1e-5);
+}
+
+// What a LoRA run's samples do: generation with the adapter set (its own context) continues as
+// the merged model does.
+TEST_F(Lora, GenerationWithTheAdapterMatchesTheMergedModel) {
+    const Model adapted = adapted_model();
+    Model merged = test::fixture_model(fixture_);
+    merge_lora(merged, *adapted.lora);
+    const SamplingParams greedy{0.0f, 0, 1.0f};
+    std::vector<std::int32_t> with_adapter{1, 2, 3}, with_merged{1, 2, 3};
+    Rng rng_a(5), rng_m(5);
+    generate_recompute(adapted, with_adapter, 8, greedy, rng_a);
+    generate_recompute(merged, with_merged, 8, greedy, rng_m);
+    EXPECT_EQ(with_adapter, with_merged);
 }
 
 TEST(LoraTargets, PeftNamesParseAndUnknownOnesAreRefusedNamingTheFlag) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/forward_backward.hpp"
+#include "model/lora.hpp"
 #include "ops/gemm.hpp"
 
 namespace gpt2 {
@@ -14,6 +15,8 @@ void generate_recompute(const Model& model, std::vector<std::int32_t>& tokens, i
     const int maxT = c.max_seq_len;
     // The run's precision; forward only, so one layer's activations suffice.
     ThreadLocalTrainingContext ctx(c, 1, maxT, model.precision, Recompute::Layers);
+    if (model.lora != nullptr)
+        ctx.reserve_adapter(model.lora->config.rank);  // a LoRA run's samples
     std::vector<float> logits(static_cast<std::size_t>(c.padded_vocab_size));
     std::vector<std::pair<float, int>> scratch;
     const float* wte = model.layout.tensor(model.weights(), ParamTensor::wte).data();
