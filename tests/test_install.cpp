@@ -34,6 +34,7 @@ TEST(Install, TheInstalledProgramsAndScriptsWorkFromAnyDirectory) {
           "share/gpt2-mpi/scripts/plot_metrics.py", "share/gpt2-mpi/scripts/get_gpt2_tokenizer.sh",
           "share/gpt2-mpi/scripts/get_gpt2_weights.sh", "share/gpt2-mpi/scripts/llama_generate.sh",
           "share/gpt2-mpi/scripts/llama_generate.mjs",
+          "share/gpt2-mpi/scripts/make_dialogue_jsonl.py",
           "share/gpt2-mpi/scripts/slurm/train_gpt2.sbatch"}) {
         EXPECT_TRUE(fs::exists(prefix / file)) << file;
     }

@@ -4,12 +4,15 @@
 // and modules present, get_gpt2_weights.sh fetches a Hub model and writes llm.c's file (against
 // a local fake hub), and llama_generate.sh refuses a bad command line or a missing Node or package
 // in one line (its generation is checked against inference in test_gguf); dev/bench_scaling.sh
-// refuses a bad command line in one line and builds its table from recorded runs.
+// refuses a bad command line in one line and builds its table from recorded runs;
+// make_dialogue_jsonl.py turns a play into prompt/response records prepare_data masks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <tuple>
 
 #include "core/file_io.hpp"
@@ -336,6 +339,53 @@ TEST(GetGpt2Weights, DownloadsTheHubsFilesAndWritesLlmcsModelFile) {
     EXPECT_EQ(bad.exit_code, 2) << bad.output;
     EXPECT_NE(bad.output.find("get_gpt2_weights.sh: unknown flag --bogus"), std::string::npos)
         << bad.output;
+}
+
+// Each speech of the speaker answers the speech before it: the prompt is that speech with its
+// speaker and the speaker's own name line, the response the speech; a speech that opens the text
+// has nothing to answer. prepare_data reads the records as prompt/response data and trains on the
+// responses' characters only. A speaker who never answers is one line, exit 1.
+TEST(MakeDialogueJsonl, EachSpeechOfTheSpeakerAnswersTheOneBeforeIt) {
+    if (!fs::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
+    const ScratchDir dir("gpt2-dialogue");
+    std::ofstream(dir.path() / "play.txt")
+        << "ROMEO:\nHe jests at scars.\n\nJULIET:\nAy me!\n\nROMEO:\nShe speaks:\nO, speak "
+           "again.\n\n"
+        << "Stage directions without a speaker\n\nJULIET:\nO Romeo, Romeo!\n";
+    const std::string script = "/usr/bin/python3 " + kSource + "/scripts/make_dialogue_jsonl.py ";
+    const auto made = run_command(script + (dir / "play.txt") + " --speaker ROMEO --out " +
+                                  (dir / "romeo.jsonl"));
+    ASSERT_EQ(made.exit_code, 0) << made.output;
+    std::istringstream lines(read_text_file(dir.path() / "romeo.jsonl"));
+    std::vector<nlohmann::json> records;
+    for (std::string line; std::getline(lines, line);)
+        records.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(records.size(), 1u);
+    EXPECT_EQ(records[0]["prompt"], "JULIET:\nAy me!\n\nROMEO:\n");
+    EXPECT_EQ(records[0]["response"], "She speaks:\nO, speak again.\n");
+
+    const auto all =
+        run_command(script + (dir / "play.txt") + " --speaker ALL --out " + (dir / "all.jsonl"));
+    ASSERT_EQ(all.exit_code, 0) << all.output;
+    EXPECT_NE(all.output.find("3 records (ALL)"), std::string::npos) << all.output;
+
+    const auto prepared =
+        run_command(test::build_path("prepare_data") + " --data " + (dir / "all.jsonl") +
+                    " --tokenizer char --out-dir " + (dir / "shards") + " --val-fraction 0");
+    ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+    // The responses: "Ay me!\n", "She speaks:\nO, speak again.\n" and "O Romeo, Romeo!\n".
+    const std::size_t response_chars = 7 + 28 + 16;
+    EXPECT_NE(
+        prepared.output.find("loss mask: " + std::to_string(response_chars) + " tokens trained"),
+        std::string::npos)
+        << prepared.output;
+
+    const auto nobody = run_command(script + (dir / "play.txt") + " --speaker NOBODY");
+    EXPECT_EQ(nobody.exit_code, 1) << nobody.output;
+    EXPECT_NE(nobody.output.find("--speaker NOBODY: no speech of theirs follows another"),
+              std::string::npos)
+        << nobody.output;
+    EXPECT_EQ(nobody.output.find("Traceback"), std::string::npos) << nobody.output;
 }
 
 }  // namespace
