@@ -75,17 +75,20 @@ TEST(Readme, NamesNoFlagThatDoesNotExist) {
         for (const std::string& flag : long_flags(help.output))
             real.insert(flag);
     }
-    // The scripts' own flags: the `--flag)` cases of their argument loops.
+    // The shell scripts' own flags: the `--flag)` cases of their argument loops.
     std::vector<fs::path> scripts;
     for (const char* folder : {"/scripts", "/dev"}) {
         for (const auto& entry : fs::directory_iterator(std::string(GPT2_SOURCE_DIR) + folder))
             scripts.push_back(entry.path());
     }
+    // The Python scripts' flags: their argparse add_argument("--flag", ...) calls.
     for (const fs::path& script : scripts) {
-        if (script.extension() != ".sh") continue;
+        if (script.extension() != ".sh" && script.extension() != ".py") continue;
         const std::string text = read_text_file(script);
-        const std::regex option_case(R"((--[a-z][a-z0-9-]*)\))");
-        for (auto it = std::sregex_iterator(text.begin(), text.end(), option_case);
+        const std::regex option(script.extension() == ".sh"
+                                    ? R"((--[a-z][a-z0-9-]*)\))"
+                                    : R"re(add_argument\(\s*"(--[a-z][a-z0-9-]*)")re");
+        for (auto it = std::sregex_iterator(text.begin(), text.end(), option);
              it != std::sregex_iterator(); ++it)
             real.insert((*it)[1].str());
     }
