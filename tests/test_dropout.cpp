@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,25 @@ TEST(DropoutCounter, SitesLayersSequencesStepsAndSeedsAreUncorrelated) {
     // sequence 5 of a batch starting at 0.
     const DropoutMask later{rate, base.site_key, 4};
     EXPECT_EQ(draw(later, 1, 4096), draw(base, 5, 4096));
+}
+
+// LoRA's input dropout has a site per layer and projection, keyed apart from the model's four
+// sites of every layer and from each other (a shared key would drop the same elements twice).
+TEST(DropoutCounter, LoraInputSitesAreKeyedApartFromEveryOtherSite) {
+    std::set<std::uint64_t> keys;
+    const int layers = 48;
+    for (int l = 0; l < layers; ++l) {
+        for (const DropoutSite site : {DropoutSite::Embeddings, DropoutSite::AttentionProbabilities,
+                                       DropoutSite::AttentionOutput, DropoutSite::MlpOutput}) {
+            keys.insert(dropout_site_key(5, 10, l, site));
+        }
+        for (int projection = 0; projection < 4; ++projection)
+            keys.insert(lora_input_site_key(5, 10, l, projection));
+    }
+    EXPECT_EQ(keys.size(), static_cast<std::size_t>(layers * 8));
+    // And they are of the step and the seed like the others.
+    EXPECT_NE(lora_input_site_key(5, 10, 0, 0), lora_input_site_key(5, 11, 0, 0));
+    EXPECT_NE(lora_input_site_key(5, 10, 0, 0), lora_input_site_key(6, 10, 0, 0));
 }
 
 TEST(DropoutCounter, KeptValuesAreScaledAndDroppedOnesZero) {

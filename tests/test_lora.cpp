@@ -10,12 +10,14 @@
 
 #include "core/error.hpp"
 #include "core/file_io.hpp"
+#include "core/random.hpp"
 #include "formats/peft.hpp"
 #include "formats/safetensors.hpp"
 #include "model/forward_backward.hpp"
 #include "model/generate.hpp"
 #include "model/lora.hpp"
 #include "model/model.hpp"
+#include "ops/dropout.hpp"
 #include "reference_fixture.hpp"
 #include "scratch_files.hpp"
 #include "test_support.hpp"
@@ -170,6 +172,197 @@ TEST_F(Lora, GenerationWithTheAdapterMatchesTheMergedModel) {
     generate_recompute(adapted, with_adapter, 8, greedy, rng_a);
     generate_recompute(merged, with_merged, 8, greedy, rng_m);
     EXPECT_EQ(with_adapter, with_merged);
+}
+
+// ---- LoRA's input dropout (PEFT's lora_dropout) -------------------------------------------------
+
+// The fixture's batch in a training step whose only dropout is LoRA's, at `rate`.
+TokenBatch with_lora_dropout(TokenBatch batch, float rate) {
+    batch.dropout = Dropout{0.0f, 19, 5, rate};
+    return batch;
+}
+
+// One adapted product with input dropout against PEFT's formula in double on the input masked by
+// hand (each element's keep drawn from its sequence's key, kept ones scaled by 1 / (1 - p)):
+//   out += s (x' A^T) B^T,  dA += v^T x',  dB += s dout^T (x' A^T),  dinp += mask (v A) / (1 - p)
+// with x' = dropout(x) and v = s dout B.
+TEST(LoraInputDropout, ForwardAndBackwardAreThoseOfThePlainPathOnTheMaskedInput) {
+    const int sequences = 3, T = 4, N = sequences * T, C = 8, OC = 6, r = 2;
+    const float scale = 1.5f, rate = 0.3f;
+    Rng rng(42);
+    const auto random = [&](std::size_t n) {
+        std::vector<float> v(n);
+        for (float& x : v)
+            x = 2.0f * rng.uniform() - 1.0f;
+        return v;
+    };
+    const std::vector<float> inp = random(static_cast<std::size_t>(N) * C);
+    const std::vector<float> A = random(static_cast<std::size_t>(r) * C);
+    const std::vector<float> Bm = random(static_cast<std::size_t>(OC) * r);
+    const std::vector<float> dout = random(static_cast<std::size_t>(N) * OC);
+    const std::vector<float> out0 = random(static_cast<std::size_t>(N) * OC);
+    const DropoutMask mask{rate, lora_input_site_key(7, 2, 1, 3), 5};
+
+    // The mask by hand, and the reference in double.
+    std::vector<double> factor(static_cast<std::size_t>(N) * C);
+    int dropped = 0;
+    for (int b = 0; b < sequences; ++b) {
+        for (int e = 0; e < T * C; ++e) {
+            const bool keep = dropout_keeps(mask.sequence_key(b), static_cast<std::uint32_t>(e),
+                                            mask.threshold());
+            factor[static_cast<std::size_t>(b * T * C + e)] = keep ? 1.0 / (1.0 - rate) : 0.0;
+            dropped += keep ? 0 : 1;
+        }
+    }
+    ASSERT_GT(dropped, 0);
+    ASSERT_LT(dropped, N * C);
+    std::vector<double> u(static_cast<std::size_t>(N) * r), v(u.size());
+    std::vector<float> ref_out(out0.begin(), out0.end()), ref_dinp(inp.size());
+    std::vector<float> ref_dA(A.size()), ref_dB(Bm.size());
+    for (int n = 0; n < N; ++n) {
+        for (int k = 0; k < r; ++k) {
+            double x_a = 0.0, dout_b = 0.0;
+            for (int c = 0; c < C; ++c)
+                x_a += inp[n * C + c] * factor[n * C + c] * A[k * C + c];
+            for (int o = 0; o < OC; ++o)
+                dout_b += static_cast<double>(dout[n * OC + o]) * Bm[o * r + k];
+            u[n * r + k] = x_a;
+            v[n * r + k] = scale * dout_b;
+        }
+        for (int o = 0; o < OC; ++o) {
+            double sum = 0.0;
+            for (int k = 0; k < r; ++k)
+                sum += u[n * r + k] * Bm[o * r + k];
+            ref_out[n * OC + o] = static_cast<float>(out0[n * OC + o] + scale * sum);
+        }
+        for (int c = 0; c < C; ++c) {
+            double sum = 0.0;
+            for (int k = 0; k < r; ++k)
+                sum += v[n * r + k] * A[k * C + c];
+            ref_dinp[n * C + c] =
+                static_cast<float>(1.0 + sum * factor[n * C + c]);  // dinp held 1s
+        }
+    }
+    for (int k = 0; k < r; ++k) {
+        for (int c = 0; c < C; ++c) {
+            double sum = 0.0;
+            for (int n = 0; n < N; ++n)
+                sum += v[n * r + k] * inp[n * C + c] * factor[n * C + c];
+            ref_dA[k * C + c] = static_cast<float>(sum);
+        }
+        for (int o = 0; o < OC; ++o) {
+            double sum = 0.0;
+            for (int n = 0; n < N; ++n)
+                sum += static_cast<double>(dout[n * OC + o]) * u[n * r + k];
+            ref_dB[o * r + k] = static_cast<float>(scale * sum);
+        }
+    }
+
+    std::vector<float> dropped_scratch(inp.size()), su(static_cast<std::size_t>(N) * r),
+        sv(su.size());
+    const LoraInputDropout dropout{mask, sequences, dropped_scratch.data()};
+    std::vector<float> out(out0.begin(), out0.end());
+    lora_forward(out.data(), su.data(), inp.data(), A.data(), Bm.data(), scale, N, C, OC, r,
+                 dropout);
+    EXPECT_TRUE(all_close(out, ref_out, 1e-5, 1e-6));
+    std::vector<float> dinp(inp.size(), 1.0f), dA(A.size()), dB(Bm.size());
+    lora_backward(dinp.data(), dA.data(), dB.data(), su.data(), sv.data(), dout.data(), inp.data(),
+                  A.data(), Bm.data(), scale, N, C, OC, r, dropout);
+    EXPECT_TRUE(all_close(dinp, ref_dinp, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close(dA, ref_dA, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close(dB, ref_dB, 1e-5, 1e-6));
+
+    // An inactive mask is the plain path, bitwise (the scratch untouched).
+    std::vector<float> plain(out0.begin(), out0.end()), off(out0.begin(), out0.end());
+    lora_forward(plain.data(), su.data(), inp.data(), A.data(), Bm.data(), scale, N, C, OC, r);
+    lora_forward(off.data(), su.data(), inp.data(), A.data(), Bm.data(), scale, N, C, OC, r,
+                 LoraInputDropout{DropoutMask{}, sequences, nullptr});
+    EXPECT_EQ(plain, off);
+}
+
+// The adapter's gradient with LoRA's input dropout in the whole model, against central
+// differences of the same step's dropped loss (the masks are fixed by the batch's keys), for the
+// largest gradient entries of each matrix of the first and last layers.
+TEST_F(Lora, InputDropoutGradientMatchesFiniteDifferencesOfTheDroppedLoss) {
+    Model model = adapted_model();
+    const std::shared_ptr<LoraAdapter> adapter = model.lora;
+    ThreadLocalTrainingContext ctx(model.config, B_, T_, Precision::Fp32, Recompute::Cheap);
+    ctx.reserve_adapter(lora_config_.rank, 4 * model.config.channels);
+    const TokenBatch dropped = with_lora_dropout(batch(), 0.4f);
+    const float dloss = 1.0f / static_cast<float>(B_ * T_);
+    std::vector<float> grads(adapter->layout.total()), scratch(grads.size());
+    const double loss = forward_backward_adapter(model, ctx, dropped, dloss, grads);
+    // Dropout acts in training and not in evaluation.
+    const double undropped = forward_backward_adapter(model, ctx, batch(), dloss, scratch);
+    EXPECT_NE(loss, undropped);
+    EXPECT_EQ(forward_loss(model, ctx, dropped), undropped);
+
+    const auto dropped_loss = [&] {
+        std::fill(scratch.begin(), scratch.end(), 0.0f);
+        return forward_backward_adapter(model, ctx, dropped, dloss, scratch) * dloss;
+    };
+    const float eps = 1e-2f;
+    int checked = 0;
+    for (const int l : {0, model.config.num_layers - 1}) {
+        for (int i = 0; i < kLoraTargets; ++i) {
+            const auto t = static_cast<LoraTarget>(i);
+            const LoraLayout& layout = adapter->layout;
+            for (const auto& [offset, count] :
+                 {std::pair{layout.a_offset(l, t), layout.a_floats(t)},
+                  std::pair{layout.b_offset(l, t), layout.b_floats(t)}}) {
+                std::size_t at = offset;
+                for (std::size_t k = offset; k < offset + count; ++k)
+                    if (std::abs(grads[k]) > std::abs(grads[at])) at = k;
+                float& w = adapter->params.data()[at];
+                const float saved = w;
+                w = saved + eps;
+                const double up = dropped_loss();
+                w = saved - eps;
+                const double down = dropped_loss();
+                w = saved;
+                const double numeric = (up - down) / (2.0 * eps);
+                EXPECT_NEAR(grads[at], numeric, 2e-2 * std::abs(numeric) + 2e-4)
+                    << "layer " << l << ' ' << lora_target_module(t)
+                    << (offset == layout.a_offset(l, t) ? " A" : " B") << " element "
+                    << at - offset;
+                ++checked;
+            }
+        }
+    }
+    EXPECT_EQ(checked, 2 * 2 * kLoraTargets);
+}
+
+TEST_F(Lora, InputDropoutRecomputingLayersGivesTheSameAdapterGradientBitwise) {
+    const Model model = adapted_model();
+    const TokenBatch dropped = with_lora_dropout(batch(), 0.25f);
+    const float dloss = 1.0f / static_cast<float>(B_ * T_);
+    std::vector<float> cheap(model.lora->layout.total()), layers(cheap.size());
+    ThreadLocalTrainingContext ctx_cheap(model.config, B_, T_, Precision::Fp32, Recompute::Cheap);
+    ThreadLocalTrainingContext ctx_layers(model.config, B_, T_, Precision::Fp32, Recompute::Layers);
+    ctx_cheap.reserve_adapter(lora_config_.rank, 4 * model.config.channels);
+    ctx_layers.reserve_adapter(lora_config_.rank, 4 * model.config.channels);
+    const double loss_cheap = forward_backward_adapter(model, ctx_cheap, dropped, dloss, cheap);
+    const double loss_layers = forward_backward_adapter(model, ctx_layers, dropped, dloss, layers);
+    EXPECT_EQ(loss_cheap, loss_layers);
+    EXPECT_EQ(cheap, layers);
+}
+
+// p = 0 is today's path bitwise, whatever the step's keys; p > 0 needs the dropped input's scratch.
+TEST_F(Lora, ZeroInputDropoutIsTheUndroppedPathBitwise) {
+    const Model model = adapted_model();
+    const float dloss = 1.0f / static_cast<float>(B_ * T_);
+    std::vector<float> plain(model.lora->layout.total()), zero(plain.size());
+    ThreadLocalTrainingContext ctx = context(model);
+    const double loss_plain = forward_backward_adapter(model, ctx, batch(), dloss, plain);
+    ThreadLocalTrainingContext wide(model.config, B_, T_, Precision::Fp32, Recompute::Cheap);
+    wide.reserve_adapter(lora_config_.rank, 4 * model.config.channels);
+    const double loss_zero =
+        forward_backward_adapter(model, wide, with_lora_dropout(batch(), 0.0f), dloss, zero);
+    EXPECT_EQ(loss_plain, loss_zero);
+    EXPECT_EQ(plain, zero);
+    EXPECT_THROW(
+        (void)forward_backward_adapter(model, ctx, with_lora_dropout(batch(), 0.1f), dloss, zero),
+        std::invalid_argument);
 }
 
 TEST(LoraTargets, PeftNamesParseAndUnknownOnesAreRefusedNamingTheFlag) {

@@ -33,7 +33,7 @@ using test::ScratchDir;
 
 // ---- in process -------------------------------------------------------------------------------
 
-TrainOptions small_lora_options(int threads) {
+TrainOptions small_lora_options(int threads, float lora_dropout) {
     TrainOptions o;
     o.model.num_layers = 2;
     o.model.num_heads = 2;
@@ -43,6 +43,7 @@ TrainOptions small_lora_options(int threads) {
     o.parallel.threads = threads;
     o.lora.rank = 4;
     o.lora.alpha = 8.0f;
+    o.lora.dropout = lora_dropout;
     o.seed = 11;
     return o;
 }
@@ -54,8 +55,9 @@ struct LoraSteps {
 
 // Three steps of the small model's LoRA replica with `threads` workers, one rank, on fixed tokens;
 // checks on the way that the workers hold no model gradient and the base stays bitwise as built.
-LoraSteps train_lora_in_process(int threads) {
-    const TrainOptions o = small_lora_options(threads);
+// `lora_dropout`: LoRA's input dropout in every step, as the training loop passes it.
+LoraSteps train_lora_in_process(int threads, float lora_dropout = 0.0f) {
+    const TrainOptions o = small_lora_options(threads, lora_dropout);
     const Communicator comm = Communicator::single_process();
     const ModelConfig config{16, 50, 64, 2, 2, 32};
     StartPoint start;
@@ -77,7 +79,14 @@ LoraSteps train_lora_in_process(int threads) {
             inputs[i] = static_cast<std::int32_t>((i * 7 + static_cast<std::size_t>(step)) % 50);
             targets[i] = static_cast<std::int32_t>((i * 11 + 3) % 50);
         }
-        StepBatch batch{inputs, targets, 1, 4};
+        StepBatch batch{inputs,
+                        targets,
+                        1,
+                        4,
+                        0,
+                        1,
+                        Dropout{0.0f, o.seed, static_cast<std::uint64_t>(step),
+                                replica->model.lora->config.dropout}};
         const StepMetrics m = train_step(
             TrainState{replica->model, replica->optimizer, replica->workers, *replica->exchange},
             batch, StepRules{AdamWHyper{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f});
@@ -100,6 +109,25 @@ TEST(LoraReplica, FrozenBaseNoModelGradientAndTheSameAdapterForOneTwoAndFourWork
     ASSERT_GT(b_norm, 0.0);
     for (const int threads : {2, 4}) {
         const LoraSteps other = train_lora_in_process(threads);
+        ASSERT_EQ(other.adapter.size(), one.adapter.size());
+        for (std::size_t s = 0; s < one.losses.size(); ++s)
+            EXPECT_NEAR(other.losses[s], one.losses[s], 1e-5 * one.losses[s]) << threads;
+        for (std::size_t i = 0; i < one.adapter.size(); ++i)
+            ASSERT_NEAR(other.adapter[i], one.adapter[i], 1e-5 * (1.0 + std::abs(one.adapter[i])))
+                << threads << " workers, element " << i;
+    }
+}
+
+// LoRA's input dropout draws its masks by sequence, not by worker: 1, 2 and 4 workers train the
+// same adapter, which is not the adapter trained without it.
+TEST(LoraReplica, InputDropoutTrainsTheSameAdapterForOneTwoAndFourWorkers) {
+    const LoraSteps one = train_lora_in_process(1, 0.3f);
+    const LoraSteps undropped = train_lora_in_process(1);
+    ASSERT_EQ(undropped.adapter.size(), one.adapter.size());
+    EXPECT_NE(undropped.adapter, one.adapter);
+    EXPECT_NE(undropped.losses, one.losses);
+    for (const int threads : {2, 4}) {
+        const LoraSteps other = train_lora_in_process(threads, 0.3f);
         ASSERT_EQ(other.adapter.size(), one.adapter.size());
         for (std::size_t s = 0; s < one.losses.size(); ++s)
             EXPECT_NEAR(other.losses[s], one.losses[s], 1e-5 * one.losses[s]) << threads;
@@ -235,6 +263,42 @@ TEST_F(LoraTraining, OneAndTwoRanksTrainTheSameAdapterAndTheMergedCheckpointIsWP
     }
 }
 
+// --lora-dropout: one and two ranks train the same adapter (the masks are the sequences'), the
+// start-up log says the rate and adapter_config.json records it as PEFT's lora_dropout.
+TEST_F(LoraTraining, InputDropoutTrainsTheSameAdapterOnOneAndTwoRanksAndIsRecorded) {
+    const std::string flags = "--lora-rank 4 --lora-alpha 8 --lora-dropout 0.2";
+    // One worker on one rank: the masks of the second rank's sequences are not the first's again.
+    const auto one = lora(1, "drop1", flags + " --batch-size 4 --threads 1");
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    const auto two = lora(2, "drop2", flags + " --batch-size 2 --threads 1");
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    const auto none = lora(1, "drop0", "--lora-rank 4 --lora-alpha 8 --batch-size 4 --threads 2");
+    ASSERT_EQ(none.exit_code, 0) << none.output;
+    EXPECT_NE(one.output.find("LoRA r=4 alpha=8 dropout=0.2 (on the adapters' inputs) on c_attn, "
+                              "attn.c_proj, c_fc, mlp.c_proj: 4,096 trained parameters of "),
+              std::string::npos)
+        << one.output;
+    const auto config_of = [&](const std::string& name) {
+        return nlohmann::json::parse(
+            read_text_file(dir_->path() / name / "model_000003.adapter" / "adapter_config.json"));
+    };
+    EXPECT_EQ(config_of("drop1").at("lora_dropout").get<double>(), 0.2);
+    EXPECT_EQ(config_of("drop0").at("lora_dropout").get<double>(), 0.0);
+
+    const ModelConfig config = load_checkpoint(base_file()).model.config;
+    const auto a1 = adapter_of(*dir_, "drop1", config);
+    const auto a2 = adapter_of(*dir_, "drop2", config);
+    const auto a0 = adapter_of(*dir_, "drop0", config);
+    ASSERT_EQ(a2->layout.total(), a1->layout.total());
+    for (std::size_t i = 0; i < a1->layout.total(); ++i)
+        ASSERT_NEAR(a2->params.data()[i], a1->params.data()[i],
+                    1e-5 * (1.0 + std::abs(a1->params.data()[i])))
+            << i;
+    EXPECT_FALSE(
+        std::equal(a0->params.data(), a0->params.data() + a0->layout.total(), a1->params.data()))
+        << "the dropout changed nothing";
+}
+
 TEST_F(LoraTraining, LoraFromContinuesTheSavedAdapterAndRefusesContradictingFlags) {
     const auto first = lora(1, "first", "--lora-rank 2 --lora-alpha 4 --lora-targets c_attn");
     ASSERT_EQ(first.exit_code, 0) << first.output;
@@ -278,9 +342,10 @@ bool same_weights(const fs::path& a, const fs::path& b) {
 // weights, bit for bit.
 void expect_bitwise_lora_resume(
     const ScratchDir& dir, int ranks,
-    const std::function<test::ProcessResult(const std::string&, const std::string&)>& run) {
-    const std::string straight = "straight" + std::to_string(ranks);
-    const std::string resumed = "resumed" + std::to_string(ranks);
+    const std::function<test::ProcessResult(const std::string&, const std::string&)>& run,
+    const std::string& prefix = "") {
+    const std::string straight = prefix + "straight" + std::to_string(ranks);
+    const std::string resumed = prefix + "resumed" + std::to_string(ranks);
     const auto whole = run(straight, "");
     ASSERT_EQ(whole.exit_code, 0) << whole.output;
     const auto first = run(resumed, "--stop-at-step 3");
@@ -315,6 +380,33 @@ TEST_F(LoraTraining, AStoppedLoraRunOfTwoRanksResumesBitwise) {
     expect_bitwise_lora_resume(*dir_, 2, [](const std::string& name, const std::string& flags) {
         return six_steps(2, name, flags);
     });
+}
+
+// With --lora-dropout: 3 + 3 steps equal 6 straight bitwise (the masks are the step's), and a
+// resume with another rate, or without the flag, is refused naming the state file and the rate.
+TEST_F(LoraTraining, ALoraRunWithInputDropoutResumesBitwiseAndRefusesAnotherRate) {
+    const std::string dropped = "--lora-rank 4 --lora-alpha 8 --lora-dropout 0.2";
+    expect_bitwise_lora_resume(
+        *dir_, 1,
+        [&](const std::string& name, const std::string& flags) {
+            return six_steps(1, name, flags, base_file(), dropped);
+        },
+        "dropout-");
+    const std::string state = state_path(*dir_ / "dropout-resumed1", 3).string();
+    const std::vector<std::uint8_t> state_bytes = read_file_bytes(state);
+    const auto other = six_steps(1, "dropout-resumed1", "--resume " + state, base_file(),
+                                 "--lora-rank 4 --lora-alpha 8 --lora-dropout 0.1");
+    EXPECT_EQ(other.exit_code, 2) << other.output;
+    EXPECT_NE(other.output.find("error: --resume " + state +
+                                ": the LoRA run had another adapter: --lora-dropout 0.1 (the "
+                                "state's 0.2); give the flags it was trained with"),
+              std::string::npos)
+        << other.output;
+    const auto without = six_steps(1, "dropout-resumed1", "--resume " + state);
+    EXPECT_EQ(without.exit_code, 2) << without.output;
+    EXPECT_NE(without.output.find("--lora-dropout 0 (the state's 0.2)"), std::string::npos)
+        << without.output;
+    EXPECT_EQ(read_file_bytes(state), state_bytes);
 }
 
 // What a LoRA state records is checked before the corpus is read: a resume that would train
@@ -409,6 +501,11 @@ TEST_F(LoraTraining, UnsupportedCombinationsAndBadValuesAreRefusedNamingTheFlags
          "error: --lora-alpha needs --lora-rank R (or --lora-from DIR): without an adapter the "
          "whole model trains"},
         {"--lora-targets c_fc", "error: --lora-targets needs --lora-rank R"},
+        {"--lora-dropout 0.1",
+         "error: --lora-dropout needs --lora-rank R (or --lora-from DIR): without an adapter the "
+         "whole model trains"},
+        {"--lora-rank 4 --lora-dropout 1", "error: --lora-dropout must be in [0, 1)"},
+        {"--lora-rank 4 --lora-dropout -0.1", "error: --lora-dropout must be in [0, 1)"},
     };
     for (const auto& [flags, message] : cases) {
         const auto result = lora(1, "refused", flags);

@@ -297,6 +297,61 @@ TEST(ResumeStateFile, VersionOneFilesStillLoad) {
     EXPECT_FALSE(read_run_id(path).has_value());
 }
 
+// A LoRA state is version 5: version 4's LoRA record (rank, alpha, targets, base, fingerprint)
+// and then the input dropout rate. A version 4 file (the same without the rate) still loads, as a
+// run without LoRA's dropout.
+TEST(ResumeStateFile, LoraStatesRecordTheInputDropoutAndVersionFourFilesStillLoad) {
+    const ScratchDir dir("gpt2-state-lora");
+    const ModelConfig config{16, 50, 64, 1, 2, 8};
+    AdamWState optimizer(1000);  // the adapter's moments
+    for (std::size_t i = 0; i < optimizer.m.size(); ++i)
+        optimizer.m[i] = static_cast<float>(i);
+    ResumeState state;
+    state.step = 3;
+    state.seq_len = 16;
+    state.lora.config = LoraConfig{4, 8.0f, {true, false, true, false}, 0.25f};
+    state.lora.base_from_file = true;
+    state.lora.base_fingerprint = 0xfeedULL;
+    const fs::path v5 = dir.path() / "state_000003.bin";
+    save_resume_state(v5, state, config, optimizer);
+    std::vector<std::uint8_t> bytes = read_file_bytes(v5);
+    EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 8), "GPT2STA5");
+    const std::size_t v4_header = 124 + 2 * (8 + 8 * 128) + 24;
+    const std::size_t floats = optimizer.m.size() * 4;
+    ASSERT_EQ(bytes.size(), v4_header + 4 + 2 * floats + 8);
+    AdamWState loaded_optimizer(optimizer.m.size());
+    const ResumeState loaded = load_resume_state(v5, config, loaded_optimizer);
+    EXPECT_EQ(loaded.lora.config, state.lora.config);
+    EXPECT_EQ(loaded.lora.base_fingerprint, 0xfeedULL);
+    EXPECT_EQ(read_state_header(v5)->lora.config.dropout, 0.25f);
+    EXPECT_TRUE(std::equal(optimizer.m.span().begin(), optimizer.m.span().end(),
+                           loaded_optimizer.m.span().begin()));
+
+    // The same state as version 4 wrote it: magic 4, no rate, the checksum over those bytes.
+    bytes[7] = '4';
+    bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(v4_header),
+                bytes.begin() + static_cast<std::ptrdiff_t>(v4_header + 4));
+    bytes.resize(bytes.size() - 8);
+    const std::span<const std::uint8_t> all(bytes);
+    const std::uint64_t sum =
+        checksum64(all.subspan(v4_header + floats, floats),
+                   checksum64(all.subspan(v4_header, floats), checksum64(all.first(v4_header))));
+    const auto* p = reinterpret_cast<const std::uint8_t*>(&sum);
+    bytes.insert(bytes.end(), p, p + sizeof(sum));
+    const fs::path v4 = dir.path() / "v4" / "state_000003.bin";
+    fs::create_directories(v4.parent_path());
+    std::ofstream(v4, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
+    const ResumeState old = load_resume_state(v4, config, loaded_optimizer);
+    LoraConfig without_dropout = state.lora.config;
+    without_dropout.dropout = 0.0f;
+    EXPECT_EQ(old.lora.config, without_dropout);
+    EXPECT_EQ(old.lora.base_fingerprint, 0xfeedULL);
+    EXPECT_TRUE(std::equal(optimizer.m.span().begin(), optimizer.m.span().end(),
+                           loaded_optimizer.m.span().begin()));
+}
+
 TEST_F(TrainRun, AStrayFileWithAHugeStepNumberIsSkippedWithAWarning) {
     ASSERT_EQ(train("--max-steps 2 --out-dir " + path("out")).exit_code, 0);
     std::ofstream(path("out/model_99999999999999999999.bin")) << "x";

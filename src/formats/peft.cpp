@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
+#include <charconv>
 #include <map>
 #include <vector>
 
@@ -16,6 +18,16 @@ using nlohmann::json;
 namespace {
 constexpr const char* kConfigFile = "adapter_config.json";
 constexpr const char* kWeightsFile = "adapter_model.safetensors";
+
+// The double a float's shortest decimal reads as (0.1f as 0.1, not 0.10000000149011612), so that
+// adapter_config.json says the rate the user gave.
+double json_decimal(float value) {
+    std::array<char, 32> text{};
+    const auto written = std::to_chars(text.data(), text.data() + text.size(), value);
+    double parsed = 0.0;
+    std::from_chars(text.data(), written.ptr, parsed);
+    return parsed;
+}
 }  // namespace
 
 std::string peft_tensor_name(int l, LoraTarget t, bool b_matrix) {
@@ -36,7 +48,7 @@ std::filesystem::path write_peft_adapter(const std::filesystem::path& dir,
                          {"base_model_name_or_path", base_model},
                          {"r", c.rank},
                          {"lora_alpha", c.alpha},
-                         {"lora_dropout", 0.0},
+                         {"lora_dropout", json_decimal(c.dropout)},
                          {"target_modules", lora_target_modules(c.targets)},
                          {"fan_in_fan_out", true},
                          {"bias", "none"},

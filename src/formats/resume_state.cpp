@@ -14,6 +14,8 @@
 namespace gpt2 {
 
 namespace {
+// Version 5 (LoRA runs only) adds LoRA's input dropout rate after version 4's LoRA record; a
+// version 4 state is of a run without it (rate 0).
 // Version 4 (LoRA runs only) adds the adapter's configuration and the base's fingerprint.
 // Version 3 adds the loss-spike windows (SpikeGuard) to the header.
 // Version 2 writes its header field by field and adds the lineage and the schedule length.
@@ -23,12 +25,14 @@ constexpr std::array<char, 8> kStateMagicV1 = {'G', 'P', 'T', '2', 'S', 'T', 'A'
 constexpr std::array<char, 8> kStateMagicV2 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '2'};
 constexpr std::array<char, 8> kStateMagicV3 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '3'};
 constexpr std::array<char, 8> kStateMagicV4 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '4'};
+constexpr std::array<char, 8> kStateMagicV5 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '5'};
 constexpr std::size_t kHeaderBytesV1 = 112;
 constexpr std::size_t kHeaderBytesV2 = 124;
 constexpr std::size_t kWindowBytes = 8 + 8 * SpikeWindow::kWindow;
 constexpr std::size_t kHeaderBytesV3 = kHeaderBytesV2 + 2 * kWindowBytes;
 constexpr std::size_t kLoraBytes = 4 + 4 + 4 + 4 + 8;  // rank, alpha, targets, base, fingerprint
 constexpr std::size_t kHeaderBytesV4 = kHeaderBytesV3 + kLoraBytes;
+constexpr std::size_t kHeaderBytesV5 = kHeaderBytesV4 + 4;  // the dropout rate
 
 void put_lora(ByteWriter& out, const LoraRecord& lora) {
     out.put(static_cast<std::int32_t>(lora.config.rank));
@@ -39,18 +43,22 @@ void put_lora(ByteWriter& out, const LoraRecord& lora) {
     out.put(targets);
     out.put(static_cast<std::uint32_t>(lora.base_from_file ? 1 : 0));
     out.put(lora.base_fingerprint);
+    out.put(lora.config.dropout);  // version 5
 }
 
-LoraRecord get_lora(ByteReader& in, const std::string& name) {
+LoraRecord get_lora(ByteReader& in, const std::string& name, bool with_dropout) {
     LoraRecord lora;
     lora.config.rank = in.get<std::int32_t>("LoRA rank");
     lora.config.alpha = in.get<float>("LoRA alpha");
     const auto targets = in.get<std::uint32_t>("LoRA targets");
     const auto base = in.get<std::uint32_t>("LoRA base");
     lora.base_fingerprint = in.get<std::uint64_t>("LoRA base fingerprint");
-    if (lora.config.rank <= 0 || targets == 0 || targets >= (1u << kLoraTargets) || base > 1) {
+    if (with_dropout) lora.config.dropout = in.get<float>("LoRA dropout");
+    if (lora.config.rank <= 0 || targets == 0 || targets >= (1u << kLoraTargets) || base > 1 ||
+        !(lora.config.dropout >= 0.0f && lora.config.dropout < 1.0f)) {
         throw InputError(name + ": damaged LoRA record (rank " + std::to_string(lora.config.rank) +
-                         ", targets " + std::to_string(targets) + ")");
+                         ", targets " + std::to_string(targets) + ", dropout " +
+                         std::to_string(lora.config.dropout) + ")");
     }
     for (int t = 0; t < kLoraTargets; ++t)
         lora.config.targets[static_cast<std::size_t>(t)] = (targets >> t & 1u) != 0;
@@ -97,7 +105,8 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
     std::array<char, 8> magic{};
     std::memcpy(magic.data(), bytes.data(), 8);
     const bool v1 = magic == kStateMagicV1;
-    const bool v4 = magic == kStateMagicV4;
+    const bool v5 = magic == kStateMagicV5;
+    const bool v4 = magic == kStateMagicV4 || v5;
     const bool v3 = magic == kStateMagicV3 || v4;
     if (!v1 && !v3 && magic != kStateMagicV2) {
         throw InputError(name + ": not a resume state file (bad magic)");
@@ -122,9 +131,10 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
         h.state.loss_window = get_window(in, name, "loss-spike window");
         h.state.norm_window = get_window(in, name, "gradient-norm-spike window");
     }
-    if (v4) h.state.lora = get_lora(in, name);
+    if (v4) h.state.lora = get_lora(in, name, v5);
     h.bytes = in.offset();
     if (h.bytes != (v1   ? kHeaderBytesV1
+                    : v5 ? kHeaderBytesV5
                     : v4 ? kHeaderBytesV4
                     : v3 ? kHeaderBytesV3
                          : kHeaderBytesV2)) {
@@ -138,7 +148,7 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
                        const ModelConfig& config, const AdamWState& optimizer) {
     ByteWriter out;
     const bool lora = state.lora.config.rank > 0;
-    for (const char c : lora ? kStateMagicV4 : kStateMagicV3)
+    for (const char c : lora ? kStateMagicV5 : kStateMagicV3)
         out.put(c);
     out.put(state.step);
     out.put(state.seed);
@@ -195,7 +205,7 @@ ResumeState load_resume_state(const std::filesystem::path& path, const ModelConf
 
 std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path) {
     std::ifstream file(path, std::ios::binary);
-    std::array<std::uint8_t, kHeaderBytesV4> header{};
+    std::array<std::uint8_t, kHeaderBytesV5> header{};
     file.read(reinterpret_cast<char*>(header.data()), header.size());
     try {
         const StateHeader h = parse_header(
@@ -210,7 +220,7 @@ std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path) {
 
 std::optional<ResumeState> read_state_header(const std::filesystem::path& path) {
     std::ifstream file(path, std::ios::binary);
-    std::array<std::uint8_t, kHeaderBytesV4> header{};
+    std::array<std::uint8_t, kHeaderBytesV5> header{};
     file.read(reinterpret_cast<char*>(header.data()), header.size());
     try {
         return parse_header(std::span<const std::uint8_t>(header.data(),

@@ -86,27 +86,40 @@ void check_batch(const ThreadLocalTrainingContext& ctx, const Model& model,
         throw std::invalid_argument("forward: batch larger than the context was sized for");
     }
 }
-// One layer's adapter (inactive without LoRA): its matrices, their gradients (backward only) and
-// the worker's scratch, so that an adapted product is the base product plus lora_forward/backward.
+// One layer's adapter (inactive without LoRA): its matrices, their gradients (backward only),
+// LoRA's input dropout masks for the batch and the worker's scratch, so that an adapted product is
+// the base product plus lora_forward/backward.
 class LayerAdapter {
   public:
     LayerAdapter() = default;
     LayerAdapter(const Model& model, ThreadLocalTrainingContext& ctx, int l,
-                 std::span<float> adapter_grads)
+                 const TokenBatch& batch, std::span<float> adapter_grads)
         : scale_(model.lora->config.scale()),
           rank_(model.lora->config.rank),
-          u_(ctx.adapter_scratch.data()),
-          v_(ctx.adapter_scratch.data() + ctx.adapter_scratch.size() / 2),
+          sequences_(batch.B),
           weights_(model.lora->layer(l)) {
+        const std::size_t rows = static_cast<std::size_t>(ctx.max_batch()) * ctx.seq_len();
+        u_ = ctx.adapter_scratch.data();
+        v_ = u_ + rows * static_cast<std::size_t>(rank_);
+        dropped_ = v_ + rows * static_cast<std::size_t>(rank_);
         if (!adapter_grads.empty()) {
             grads_ = lora_layer_view(model.lora->layout, model.lora->config, adapter_grads, l);
+        }
+        if (batch.dropout.lora_rate > 0.0f) {
+            for (int i = 0; i < kLoraTargets; ++i) {
+                masks_[static_cast<std::size_t>(i)] =
+                    DropoutMask{batch.dropout.lora_rate,
+                                lora_input_site_key(batch.dropout.seed, batch.dropout.step, l, i),
+                                batch.first_sequence};
+            }
         }
     }
     // out (N, OC) += the adapter's term for the product of `inp` (N, C).
     void forward(LoraTarget t, float* out, const float* inp, int N, int C, int OC) const {
         const auto i = static_cast<std::size_t>(t);
         if (weights_.a[i] == nullptr) return;
-        lora_forward(out, u_, inp, weights_.a[i], weights_.b[i], scale_, N, C, OC, rank_);
+        lora_forward(out, u_, inp, weights_.a[i], weights_.b[i], scale_, N, C, OC, rank_,
+                     input_dropout(t));
     }
     // dinp += the adapter's part of the input gradient; the adapter's gradients accumulated.
     void backward(LoraTarget t, float* dinp, const float* dout, const float* inp, int N, int C,
@@ -114,28 +127,36 @@ class LayerAdapter {
         const auto i = static_cast<std::size_t>(t);
         if (weights_.a[i] == nullptr) return;
         lora_backward(dinp, grads_.a[i], grads_.b[i], u_, v_, dout, inp, weights_.a[i],
-                      weights_.b[i], scale_, N, C, OC, rank_);
+                      weights_.b[i], scale_, N, C, OC, rank_, input_dropout(t));
     }
 
   private:
+    [[nodiscard]] LoraInputDropout input_dropout(LoraTarget t) const {
+        return LoraInputDropout{masks_[static_cast<std::size_t>(t)], sequences_, dropped_};
+    }
     float scale_ = 0.0f;
     int rank_ = 0;
+    int sequences_ = 0;
     float* u_ = nullptr;
     float* v_ = nullptr;
+    float* dropped_ = nullptr;  // LoRA's input dropout only
     LoraLayerView<const float> weights_{};
     LoraLayerView<float> grads_{};
+    std::array<DropoutMask, kLoraTargets> masks_{};  // inactive without LoRA's input dropout
 };
 
 // Layer l's adapter, inactive when the model has none.
 LayerAdapter layer_adapter(const Model& model, ThreadLocalTrainingContext& ctx, int l,
-                           std::span<float> adapter_grads = {}) {
+                           const TokenBatch& batch, std::span<float> adapter_grads = {}) {
     if (model.lora == nullptr) return {};
+    const int dropped_channels = batch.dropout.lora_rate > 0.0f ? 4 * model.config.channels : 0;
     const std::size_t needed = ThreadLocalTrainingContext::adapter_scratch_floats(
-        ctx.max_batch(), ctx.seq_len(), model.lora->config.rank);
+        ctx.max_batch(), ctx.seq_len(), model.lora->config.rank, dropped_channels);
     if (ctx.adapter_scratch.size() < needed) {
-        throw std::invalid_argument("forward: the context has no scratch for the adapter's rank");
+        throw std::invalid_argument(
+            "forward: the context has no scratch for the adapter's rank and input dropout");
     }
-    return LayerAdapter(model, ctx, l, adapter_grads);
+    return LayerAdapter(model, ctx, l, batch, adapter_grads);
 }
 }  // namespace
 
@@ -274,7 +295,7 @@ void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const T
         apply_dropout(ctx.acts.encoded, B, static_cast<long>(T) * C, embeddings);
     for (int l = 0; l < c.num_layers; ++l) {
         layer_forward(matmul, ctx, layer_acts(ctx, c, l), layer_view(layout, w, l),
-                      layer_adapter(model, ctx, l), layer_input(ctx, c, l), B, T, C, NH,
+                      layer_adapter(model, ctx, l, batch), layer_input(ctx, c, l), B, T, C, NH,
                       layer_dropout(batch, l), true);
     }
     layernorm_forward(ctx.acts.lnf, ctx.acts.lnf_mean, ctx.acts.lnf_rstd,
@@ -350,7 +371,7 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
         const float* residual = layer_input(ctx, c, l);
         // --recompute layers: the layer's activations again, from its stored input.
         const LayerDropout dropout = layer_dropout(batch, l);
-        const LayerAdapter adapter = layer_adapter(model, ctx, l, sink.adapter());
+        const LayerAdapter adapter = layer_adapter(model, ctx, l, batch, sink.adapter());
         if (rerun_layers) {
             layer_forward(matmul, ctx, a, p, adapter, residual, B, T, C, NH, dropout, false);
         }

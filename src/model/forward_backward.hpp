@@ -16,10 +16,13 @@ namespace gpt2 {
 // attention probabilities, the attention and MLP projections' outputs. Masks are keyed by the
 // run's seed, the step and each sequence's index in the step (ops/dropout.hpp), so every split of
 // a step over workers, ranks and micro-steps draws the same masks.
+// `lora_rate` is LoRA's dropout on the adapters' inputs (the adapter's config.dropout in training
+// steps), keyed by the same seed and step at sites of its own.
 struct Dropout {
     float rate = 0.0f;
     std::uint64_t seed = 0;
     std::uint64_t step = 0;
+    float lora_rate = 0.0f;
 };
 
 // One worker's part of a micro-batch: B sequences of T tokens, row-major; `first_sequence` is the

@@ -145,6 +145,9 @@ void validate_lora(const LoraConfig& config, std::string_view source) {
     if (!(config.alpha > 0.0f) || !std::isfinite(config.alpha)) {
         throw InputError(where + ": LoRA's alpha must be a positive number");
     }
+    if (!(config.dropout >= 0.0f && config.dropout < 1.0f)) {
+        throw InputError(where + ": LoRA's dropout must be in [0, 1)");
+    }
     bool any = false;
     for (const bool t : config.targets)
         any = any || t;
@@ -203,6 +206,50 @@ void lora_backward(float* dinp, float* dA, float* dB, float* u, float* v, const 
     if (dinp != nullptr) gemm_nn(N, C, r, 1.0f, v, r, A, C, 1.0f, dinp, C);  // dinp += v @ A
     gemm_tn(r, C, N, 1.0f, v, r, inp, C, 1.0f, dA, C);                       // dA += v^T @ inp
     gemm_tn(OC, r, N, scale, dout, OC, u, r, 1.0f, dB, r);  // dB += scale * dout^T @ u
+}
+
+namespace {
+// dropout.dropped (N, C) = dropout(inp), the same values every time for the same mask.
+float* dropped_input(const float* inp, int N, int C, const LoraInputDropout& dropout) {
+    if (dropout.sequences <= 0 || N % dropout.sequences != 0 || dropout.dropped == nullptr) {
+        throw std::invalid_argument("LoRA dropout: rows do not split into the mask's sequences");
+    }
+    const std::size_t n = static_cast<std::size_t>(N) * static_cast<std::size_t>(C);
+    std::copy_n(inp, n, dropout.dropped);
+    apply_dropout(dropout.dropped, dropout.sequences,
+                  static_cast<long>(N / dropout.sequences) * static_cast<long>(C), dropout.mask);
+    return dropout.dropped;
+}
+}  // namespace
+
+void lora_forward(float* out, float* u, const float* inp, const float* A, const float* B,
+                  float scale, int N, int C, int OC, int r, const LoraInputDropout& dropout) {
+    if (!dropout.mask.active()) {
+        lora_forward(out, u, inp, A, B, scale, N, C, OC, r);
+        return;
+    }
+    lora_forward(out, u, dropped_input(inp, N, C, dropout), A, B, scale, N, C, OC, r);
+}
+
+void lora_backward(float* dinp, float* dA, float* dB, float* u, float* v, const float* dout,
+                   const float* inp, const float* A, const float* B, float scale, int N, int C,
+                   int OC, int r, const LoraInputDropout& dropout) {
+    if (!dropout.mask.active()) {
+        lora_backward(dinp, dA, dB, u, v, dout, inp, A, B, scale, N, C, OC, r);
+        return;
+    }
+    // Regenerated rather than stored: the mask is a function of its key, so this is forward's.
+    float* dropped = dropped_input(inp, N, C, dropout);
+    lora_backward(nullptr, dA, dB, u, v, dout, dropped, A, B, scale, N, C, OC, r);
+    if (dinp == nullptr) return;
+    // The input's gradient through the mask: dropout's backward is the same mask applied to v @ A
+    // (computed into the scratch, whose dropped input dA and dB no longer need).
+    gemm_nn(N, C, r, 1.0f, v, r, A, C, 0.0f, dropped, C);
+    apply_dropout(dropped, dropout.sequences,
+                  static_cast<long>(N / dropout.sequences) * static_cast<long>(C), dropout.mask);
+    const std::size_t n = static_cast<std::size_t>(N) * static_cast<std::size_t>(C);
+    for (std::size_t i = 0; i < n; ++i)
+        dinp[i] += dropped[i];
 }
 
 }  // namespace gpt2

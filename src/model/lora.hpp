@@ -13,6 +13,7 @@
 
 #include "core/aligned_buffer.hpp"
 #include "model/model.hpp"
+#include "ops/dropout.hpp"
 
 namespace gpt2 {
 
@@ -36,6 +37,9 @@ struct LoraConfig {
     int rank = 0;  // r: 0 means no adapter
     float alpha = 0.0f;
     std::array<bool, kLoraTargets> targets{};
+    // PEFT's lora_dropout: the rate, in [0, 1), of the dropout on each adapter's input in training
+    // steps (the base product reads the input undropped; evaluation drops nothing).
+    float dropout = 0.0f;
 
     // PEFT's scaling: the update is (alpha / r) * B A.
     [[nodiscard]] float scale() const { return alpha / static_cast<float>(rank); }
@@ -116,7 +120,8 @@ struct LoraAdapter {
 [[nodiscard]] double lora_training_flops_per_token(const ModelConfig& config, int seq_len,
                                                    const LoraConfig& lora);
 
-// Throws InputError naming `source` when the rank or alpha is impossible or no target is chosen.
+// Throws InputError naming `source` when the rank, alpha or dropout is impossible or no target is
+// chosen.
 void validate_lora(const LoraConfig& config, std::string_view source);
 
 // PEFT's initialisation: A uniform in [-1/sqrt(in), 1/sqrt(in)] (kaiming_uniform_ with a=sqrt(5),
@@ -135,5 +140,23 @@ void lora_forward(float* out, float* u, const float* inp, const float* A, const 
 void lora_backward(float* dinp, float* dA, float* dB, float* u, float* v, const float* dout,
                    const float* inp, const float* A, const float* B, float scale, int N, int C,
                    int OC, int r);
+
+// PEFT's lora_dropout on one adapted product's input: the adapter reads dropout(inp), the base
+// product inp itself. The mask spans the batch's `sequences` sequences of N / sequences rows each
+// (ops/dropout.hpp); `dropped` (N, C) is scratch that receives the masked input, made again from
+// the mask in backward rather than kept from forward. An inactive mask is the plain path, bitwise.
+struct LoraInputDropout {
+    DropoutMask mask;
+    int sequences = 0;
+    float* dropped = nullptr;
+};
+// lora_forward on dropout(inp): out += scale * (dropout(inp) @ A^T) @ B^T.
+void lora_forward(float* out, float* u, const float* inp, const float* A, const float* B,
+                  float scale, int N, int C, int OC, int r, const LoraInputDropout& dropout);
+// lora_backward on dropout(inp): dA += v^T @ dropout(inp), dB as without dropout, and
+// dinp += dropout's backward of v @ A (the same mask and 1 / (1 - p) applied to it).
+void lora_backward(float* dinp, float* dA, float* dB, float* u, float* v, const float* dout,
+                   const float* inp, const float* A, const float* B, float scale, int N, int C,
+                   int OC, int r, const LoraInputDropout& dropout);
 
 }  // namespace gpt2

@@ -103,15 +103,19 @@ class ThreadLocalTrainingContext {
     // gradient_window_floats); empty when the worker writes straight into a full gradient.
     AlignedBuffer<float> gradient_window;
 
-    // LoRA: x @ A^T and scale * dout @ B for one product, (N, r) each; empty without an adapter.
+    // LoRA: x @ A^T and scale * dout @ B for one product, (N, r) each, then with LoRA's input
+    // dropout the product's dropped input (N, dropped_channels: 4C, the widest); empty without an
+    // adapter.
     AlignedBuffer<float> adapter_scratch;
     // Sizes adapter_scratch for adapters of rank r (once, before the first step).
-    void reserve_adapter(int r) {
-        adapter_scratch = AlignedBuffer<float>(adapter_scratch_floats(max_batch_, seq_len_, r));
+    void reserve_adapter(int r, int dropped_channels = 0) {
+        adapter_scratch =
+            AlignedBuffer<float>(adapter_scratch_floats(max_batch_, seq_len_, r, dropped_channels));
     }
-    [[nodiscard]] static std::size_t adapter_scratch_floats(int max_batch, int seq_len, int r) {
-        return 2 * static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(seq_len) *
-               static_cast<std::size_t>(r);
+    [[nodiscard]] static std::size_t adapter_scratch_floats(int max_batch, int seq_len, int r,
+                                                            int dropped_channels = 0) {
+        return static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(seq_len) *
+               (2 * static_cast<std::size_t>(r) + static_cast<std::size_t>(dropped_channels));
     }
 
   private:

@@ -21,6 +21,14 @@ std::uint64_t dropout_site_key(std::uint64_t seed, std::uint64_t step, int layer
     return mix64(mix64(mix64(seed) + step) + where);
 }
 
+std::uint64_t lora_input_site_key(std::uint64_t seed, std::uint64_t step, int layer,
+                                  int projection) {
+    constexpr std::uint64_t kLoraInputSites = std::uint64_t{1} << 62;
+    const std::uint64_t where = kLoraInputSites + static_cast<std::uint64_t>(layer) * 4 +
+                                static_cast<std::uint64_t>(projection);
+    return mix64(mix64(mix64(seed) + step) + where);
+}
+
 void apply_dropout(float* x, int B, long n, const DropoutMask& mask) {
     const std::uint32_t threshold = mask.threshold();
     const float scale = mask.scale();

@@ -43,6 +43,12 @@ struct DropoutMask {
 
 [[nodiscard]] std::uint64_t dropout_site_key(std::uint64_t seed, std::uint64_t step, int layer,
                                              DropoutSite site);
+// LoRA's dropout on the input of layer `layer`'s adapted projection `projection` (0..3, in
+// LoraTarget's order). Its sites are keyed apart from every DropoutSite's: the same chain of mixes
+// over a `where` with bit 62 set (theirs are layer * 4 + site, far below), and mix64 is a
+// bijection.
+[[nodiscard]] std::uint64_t lora_input_site_key(std::uint64_t seed, std::uint64_t step, int layer,
+                                                int projection);
 
 // MurmurHash3's 32-bit finalizer: the per-element draw uses 32-bit multiplies only, which AVX2
 // vectorises (it has no 64-bit multiply; the figures are in docs/performance.md).

@@ -13,9 +13,16 @@
 
 namespace gpt2 {
 
+namespace {
+// The widest product input a worker's LoRA input dropout keeps dropped in scratch (4C), or 0.
+int lora_dropped_channels(const TrainOptions& o, const ModelConfig& config) {
+    return o.lora.enabled() && o.lora.dropout > 0.0f ? 4 * config.channels : 0;
+}
+}  // namespace
+
 MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size, int seq_len,
                        Precision precision, Recompute recompute, int moment_parts,
-                       std::size_t adapter_floats, int lora_rank) {
+                       std::size_t adapter_floats, int lora_rank, int lora_dropped_channels) {
     MemoryNeed need;
     need.recompute = recompute;
     need.workers = workers;
@@ -36,8 +43,8 @@ MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size, i
         need.adapter_bytes =
             adapter_floats * sizeof(float) * (1 + static_cast<std::size_t>(workers)) +
             static_cast<std::size_t>(need.with_sequences) *
-                ThreadLocalTrainingContext::adapter_scratch_floats(need.sequences_per_worker,
-                                                                   seq_len, lora_rank) *
+                ThreadLocalTrainingContext::adapter_scratch_floats(
+                    need.sequences_per_worker, seq_len, lora_rank, lora_dropped_channels) *
                 sizeof(float);
         need.adapter_moment_bytes = 2 * adapter_floats * sizeof(float);
         need.merged_copy_bytes = P * sizeof(float);
@@ -69,7 +76,8 @@ std::string what_would_fit(const TrainOptions& o, const ModelConfig& config, con
                            const std::optional<AvailableMemory>& available) {
     const auto need_for = [&](int workers, int batch, Recompute level) {
         return memory_need(config, workers, batch, o.batch.seq_len, o.compute.precision, level,
-                           moment_parts, need.adapter_floats, o.lora.rank);
+                           moment_parts, need.adapter_floats, o.lora.rank,
+                           lora_dropped_channels(o, config));
     };
     std::vector<std::string> options;
     if (need.recompute == Recompute::Cheap &&
@@ -111,7 +119,8 @@ MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm, const Co
     plan.available = available_memory();
     const auto need_for = [&](Recompute level) {
         return memory_need(config, workers, o.batch.batch_size, o.batch.seq_len,
-                           o.compute.precision, level, moment_parts, adapter_floats, lora_rank);
+                           o.compute.precision, level, moment_parts, adapter_floats, lora_rank,
+                           lora_dropped_channels(o, config));
     };
     Recompute level = o.compute.recompute.value_or(Recompute::Cheap);
     if (!o.compute.recompute) {

@@ -42,11 +42,12 @@ struct MemoryNeed {
 
 // `moment_parts`: how many ranks hold a part of the AdamW moments (ZeRO-1 or shared-memory
 // slices), 1 when every rank holds them all. `lora_rank` > 0: only an adapter of
-// `adapter_floats` trains (LoRA), the base frozen.
+// `adapter_floats` trains (LoRA), the base frozen; `lora_dropped_channels` > 0: LoRA's input
+// dropout keeps each worker's dropped input in scratch (training_context.hpp).
 [[nodiscard]] MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size,
                                      int seq_len, Precision precision, Recompute recompute,
                                      int moment_parts, std::size_t adapter_floats = 0,
-                                     int lora_rank = 0);
+                                     int lora_rank = 0, int lora_dropped_channels = 0);
 
 // The level the run trains with and what it needs, decided on every rank alike.
 struct MemoryPlan {

@@ -56,7 +56,7 @@ void validate_requested_model(const TrainOptions& o) {
 void validate_lora_options(const TrainOptions& o) {
     const TrainOptions::Lora& lora = o.lora;
     if (!lora.enabled()) {
-        for (const char* flag : {"lora-alpha", "lora-targets"}) {
+        for (const char* flag : {"lora-alpha", "lora-targets", "lora-dropout"}) {
             if (o.was_given(flag)) {
                 throw InputError(std::string("--") + flag +
                                  " needs --lora-rank R (or --lora-from DIR): without an adapter "
@@ -66,6 +66,9 @@ void validate_lora_options(const TrainOptions& o) {
         return;
     }
     if (!(lora.alpha > 0.0f)) throw InputError("--lora-alpha must be positive");
+    if (!(lora.dropout >= 0.0f && lora.dropout < 1.0f)) {
+        throw InputError("--lora-dropout must be in [0, 1)");
+    }
     (void)parse_lora_targets(lora.targets, "--lora-targets");
     const std::string flag = lora.from.empty() ? "--lora-rank" : "--lora-from";
     const auto refuse_with = [&](bool conflict, const std::string& other, const std::string& why) {

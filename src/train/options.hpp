@@ -137,6 +137,7 @@ struct TrainOptions {
         float alpha = 8.0f;           // --lora-alpha (PEFT's default)
         std::string targets = "all";  // --lora-targets: PEFT's GPT-2 module names
         std::string from;             // --lora-from: a PEFT adapter directory to continue from
+        float dropout = 0.0f;         // --lora-dropout: PEFT's lora_dropout on adapter inputs
         // Whether the run trains an adapter (--lora-rank or --lora-from).
         [[nodiscard]] bool enabled() const { return rank > 0 || !from.empty(); }
     } lora;

@@ -63,6 +63,8 @@ bool agree_on_lora(const TrainOptions& o, const Communicator& comm, const ModelC
                          fmt::format("{}", fmt::join(lora_target_modules(read.targets), ",")));
             lora = read;
         }
+        // A training choice, not the adapter's: the flag's, whatever adapter_config.json records.
+        lora.dropout = o.lora.dropout;
         validate_lora(lora, dir.empty() ? "--lora-rank" : named);
     }
     std::array<std::int32_t, 3 + kLoraTargets> packed{};
@@ -76,6 +78,7 @@ bool agree_on_lora(const TrainOptions& o, const Communicator& comm, const ModelC
     lora.alpha = std::bit_cast<float>(packed[1]);
     for (int i = 0; i < kLoraTargets; ++i)
         lora.targets[static_cast<std::size_t>(i)] = packed[static_cast<std::size_t>(3 + i)] != 0;
+    lora.dropout = o.lora.dropout;
     return packed[2] != 0;
 }
 
@@ -171,7 +174,8 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
             replica->base_fingerprint = lora_base_fingerprint(replica->model.params.span());
         }
         for (int w = 0; w < replica->workers.size(); ++w)
-            replica->workers.context(w).reserve_adapter(adapter->config.rank);
+            replica->workers.context(w).reserve_adapter(
+                adapter->config.rank, adapter->config.dropout > 0.0f ? 4 * config.channels : 0);
         replica->model.lora = adapter;
         replica->optimizer = AdamWState(adapter->layout.total(), 0);  // no slices: all of it
         replica->exchange =
@@ -239,9 +243,11 @@ std::string describe_lora(const Model& model) {
     }
     const auto trained = static_cast<double>(model.lora->layout.total());
     const auto total = static_cast<double>(model.layout.total());
+    const std::string dropout =
+        c.dropout > 0.0f ? fmt::format(" dropout={} (on the adapters' inputs)", c.dropout) : "";
     return fmt::format(
-        "LoRA r={} alpha={} on {}: {} trained parameters of {} ({:.2f}%), base frozen", c.rank,
-        c.alpha, fmt::join(names, ", "), with_commas(trained), with_commas(total),
+        "LoRA r={} alpha={}{} on {}: {} trained parameters of {} ({:.2f}%), base frozen", c.rank,
+        c.alpha, dropout, fmt::join(names, ", "), with_commas(trained), with_commas(total),
         100.0 * trained / total);
 }
 

@@ -132,7 +132,8 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
                              plan_.grad_accum, inputs_, targets_);
     const StepBatch batch{
         inputs_, targets_, plan_.grad_accum, plan_.global_sequences, comm_.rank(), comm_.size(),
-        Dropout{o_.optimizer.dropout, o_.seed, static_cast<std::uint64_t>(step)},
+        Dropout{o_.optimizer.dropout, o_.seed, static_cast<std::uint64_t>(step),
+                replica_.model.lora != nullptr ? replica_.model.lora->config.dropout : 0.0f},
         // With a loss mask, every rank counts the step's trained targets alike
         // (the windows of every slot are known to all).
         corpus_.train_store.masked() ? std::optional(train_sampler_.step_trained_targets(

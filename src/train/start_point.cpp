@@ -102,8 +102,9 @@ void resume_lora_on_its_base(const TrainOptions& o, StartPoint& start) {
     const std::string file = "--resume " + start.state_file.string();
     const LoraRecord& saved = state->lora;
     const auto describe_config = [](const LoraConfig& c) {
-        return fmt::format("r {}, alpha {}, targets {}", c.rank, c.alpha,
-                           fmt::join(lora_target_modules(c.targets), ","));
+        return fmt::format("r {}, alpha {}, targets {}{}", c.rank, c.alpha,
+                           fmt::join(lora_target_modules(c.targets), ","),
+                           c.dropout > 0.0f ? fmt::format(", dropout {}", c.dropout) : "");
     };
     if (saved.config.rank == 0) {
         if (!o.lora.enabled()) return;
@@ -113,11 +114,14 @@ void resume_lora_on_its_base(const TrainOptions& o, StartPoint& start) {
     }
     if (!o.lora.enabled()) {
         throw UsageError(file + ": the state is of a LoRA run (" + describe_config(saved.config) +
-                         "): resume it with the same --lora-rank, --lora-alpha and --lora-targets" +
+                         "): resume it with the same " +
+                         (saved.config.dropout > 0.0f
+                              ? "--lora-rank, --lora-alpha, --lora-targets and --lora-dropout"
+                              : "--lora-rank, --lora-alpha and --lora-targets") +
                          (saved.base_from_file ? " and the --init-from base it adapted" : ""));
     }
     const LoraConfig asked{o.lora.rank, o.lora.alpha,
-                           parse_lora_targets(o.lora.targets, "--lora-targets")};
+                           parse_lora_targets(o.lora.targets, "--lora-targets"), o.lora.dropout};
     std::vector<std::string> differs;
     if (asked.rank != saved.config.rank) {
         differs.push_back(
@@ -130,6 +134,10 @@ void resume_lora_on_its_base(const TrainOptions& o, StartPoint& start) {
     if (asked.targets != saved.config.targets) {
         differs.push_back(fmt::format("--lora-targets {} (the state's {})", o.lora.targets,
                                       fmt::join(lora_target_modules(saved.config.targets), ",")));
+    }
+    if (asked.dropout != saved.config.dropout) {
+        differs.push_back(
+            fmt::format("--lora-dropout {} (the state's {})", asked.dropout, saved.config.dropout));
     }
     if (!differs.empty()) {
         throw UsageError(

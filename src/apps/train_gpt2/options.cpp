@@ -272,6 +272,9 @@ void add_lora_flags(CLI::App& app, TrainOptions& o) {
                      "the projections adapted, PEFT's names: c_attn, attn.c_proj, c_fc, "
                      "mlp.c_proj, c_proj (both projections) or all, comma-separated")
         ->type_name("LIST");
+    lora->add_option("--lora-dropout", o.lora.dropout,
+                     "dropout rate, in [0, 1), on each adapter's input (PEFT's lora_dropout; "
+                     "training steps only; 0: none)");
     lora->add_option("--lora-from", o.lora.from,
                      "continue training a PEFT adapter directory (its rank, alpha and targets)")
         ->type_name("DIR");
