@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "ops/gemm.hpp"
 #include "ops/vector_math.hpp"
@@ -50,54 +51,74 @@ float reduce_lanes(const float* x, int n, float init, Combine combine) {
     return result;
 }
 
-// Forward: a row of scores becomes its softmax over [0, visible), zeros in [visible, end);
-// returns the row's log-sum-exp. One pass of exp, as a plain softmax takes.
-float softmax_row(float* row, int visible, int end) {
+// Forward: a row of scores becomes its softmax over the keys it sees, [first, visible), zeros in
+// [0, first) and [visible, end); returns the row's log-sum-exp over those keys. One pass of exp,
+// as a plain softmax takes. first is 0 without document masking.
+float softmax_row(float* row, int first, int visible, int end) {
+    float* const seen = row + first;
+    const int n = visible - first;
     const float maxv =
-        reduce_lanes(row, visible, row[0], [](float a, float b) { return std::max(a, b); });
-    for (int j = 0; j < visible; ++j)
-        row[j] = vexp(row[j] - maxv);
-    const float sum = reduce_lanes(row, visible, 0.0f, [](float a, float b) { return a + b; });
+        reduce_lanes(seen, n, seen[0], [](float a, float b) { return std::max(a, b); });
+    for (int j = 0; j < n; ++j)
+        seen[j] = vexp(seen[j] - maxv);
+    const float sum = reduce_lanes(seen, n, 0.0f, [](float a, float b) { return a + b; });
     const float inv = 1.0f / sum;
-    for (int j = 0; j < visible; ++j)
-        row[j] *= inv;
+    for (int j = 0; j < n; ++j)
+        seen[j] *= inv;
+    std::fill(row, seen, 0.0f);
     std::fill(row + visible, row + end, 0.0f);
     return maxv + std::log(sum);
 }
 
-// Backward: a row of scores becomes exp(s - lse) over [0, visible), zeros in [visible, end): the
-// forward's probabilities up to rounding (a few units in the last place).
-void probabilities_row(float* row, int visible, int end, float lse) {
-    for (int j = 0; j < visible; ++j)
+// Backward: a row of scores becomes exp(s - lse) over [first, visible), zeros in [0, first) and
+// [visible, end): the forward's probabilities up to rounding (a few units in the last place).
+void probabilities_row(float* row, int first, int visible, int end, float lse) {
+    for (int j = first; j < visible; ++j)
         row[j] = vexp(row[j] - lse);
+    std::fill(row, row + first, 0.0f);
     std::fill(row + visible, row + end, 0.0f);
 }
 
-// Forward's dropout of a row of probabilities over [0, visible): element `first + j` of sequence b.
-void drop_row(float* row, int visible, const DropoutMask& dropout, int b, long first) {
+// Forward's dropout of a row of probabilities over [first, visible): row[j] is element
+// `element0 + j` of sequence b.
+void drop_row(float* row, int first, int visible, const DropoutMask& dropout, int b,
+              long element0) {
     const std::uint64_t key = dropout.sequence_key(b);
     const std::uint32_t threshold = dropout.threshold();
     const float scale = dropout.scale();
-    for (int j = 0; j < visible; ++j) {
-        const auto e = static_cast<std::uint32_t>(first + j);
+    for (int j = first; j < visible; ++j) {
+        const auto e = static_cast<std::uint32_t>(element0 + j);
         row[j] *= dropout_keeps(key, e, threshold) ? scale : 0.0f;  // no branch: it vectorises
     }
 }
 
 // Backward's row with dropout: srow holds dD (the gradient of the dropped probabilities) and
-// becomes dS; prow holds P and becomes D.
-void drop_gradient_row(float* prow, float* srow, int visible, int end, float dot,
-                       const DropoutMask& dropout, int b, long first) {
+// becomes dS; prow holds P (zero outside [first, visible)) and becomes D.
+void drop_gradient_row(float* prow, float* srow, int first, int visible, int end, float dot,
+                       const DropoutMask& dropout, int b, long element0) {
     const std::uint64_t key = dropout.sequence_key(b);
     const std::uint32_t threshold = dropout.threshold();
     const float scale = dropout.scale();
     for (int j = 0; j < end; ++j) {
         const float m =
-            j < visible && dropout_keeps(key, static_cast<std::uint32_t>(first + j), threshold)
+            j >= first && j < visible &&
+                    dropout_keeps(key, static_cast<std::uint32_t>(element0 + j), threshold)
                 ? scale
                 : 0.0f;
         srow[j] = prow[j] * (m * srow[j] - dot);
         prow[j] *= m;
+    }
+}
+
+// The first key query row i of sequence b sees: its document's first token, or 0 without
+// document masking.
+int first_key(std::span<const std::int32_t> first_keys, int b, int T, int i) {
+    return first_keys.empty() ? 0 : first_keys[static_cast<std::size_t>(b) * T + i];
+}
+
+void check_first_keys(std::span<const std::int32_t> first_keys, int B, int T) {
+    if (!first_keys.empty() && first_keys.size() != static_cast<std::size_t>(B) * T) {
+        throw std::invalid_argument("attention: document first keys are not one per token");
     }
 }
 
@@ -110,7 +131,9 @@ std::size_t attention_scratch_floats(int T) {
 }
 
 void attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
-                       int C, int NH, const DropoutMask& dropout) {
+                       int C, int NH, const DropoutMask& dropout,
+                       std::span<const std::int32_t> first_keys) {
+    check_first_keys(first_keys, B, T);
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     float* panel = scratch;
@@ -124,9 +147,10 @@ void attention_forward(float* out, float* lse, float* scratch, const float* qkv,
                 scores_panel(panel, hd, i0, rows, i1, hs, C3, scale);
                 for (int r = 0; r < rows; ++r) {
                     float* row = panel + static_cast<long>(r) * i1;
-                    lse[hd.lse + i0 + r] = softmax_row(row, i0 + r + 1, i1);
+                    const int first = first_key(first_keys, b, T, i0 + r);
+                    lse[hd.lse + i0 + r] = softmax_row(row, first, i0 + r + 1, i1);
                     if (dropout.active())
-                        drop_row(row, i0 + r + 1, dropout, b,
+                        drop_row(row, first, i0 + r + 1, dropout, b,
                                  (static_cast<long>(h) * T + i0 + r) * T);
                 }
                 // out[i0:i1] = P @ v[0:i1]
@@ -139,7 +163,8 @@ void attention_forward(float* out, float* lse, float* scratch, const float* qkv,
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out,
                         const float* lse, const float* qkv, int B, int T, int C, int NH,
-                        const DropoutMask& dropout) {
+                        const DropoutMask& dropout, std::span<const std::int32_t> first_keys) {
+    check_first_keys(first_keys, B, T);
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     const int num_panels = (T + kAttentionQueryRows - 1) / kAttentionQueryRows;
@@ -171,7 +196,8 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                 }
                 scores_panel(p, hd, i0, rows, i1, hs, C3, scale);
                 for (int r = 0; r < rows; ++r)
-                    probabilities_row(p + static_cast<long>(r) * i1, i0 + r + 1, i1,
+                    probabilities_row(p + static_cast<long>(r) * i1,
+                                      first_key(first_keys, b, T, i0 + r), i0 + r + 1, i1,
                                       lse[hd.lse + i0 + r]);
                 if (!dropout.active()) {
                     // dv[0:i1] += P^T @ dO
@@ -191,10 +217,10 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                     // and dv[0:i1] += D^T @ dO, D made in place of P once dS is done.
                     gemm_nt(rows, i1, hs, 1.0f, d, C, hd.v, C3, 0.0f, ds, i1);
                     for (int r = 0; r < rows; ++r) {
-                        drop_gradient_row(p + static_cast<long>(r) * i1,
-                                          ds + static_cast<long>(r) * i1, i0 + r + 1, i1,
-                                          row_dot[r], dropout, b,
-                                          (static_cast<long>(h) * T + i0 + r) * T);
+                        drop_gradient_row(
+                            p + static_cast<long>(r) * i1, ds + static_cast<long>(r) * i1,
+                            first_key(first_keys, b, T, i0 + r), i0 + r + 1, i1, row_dot[r],
+                            dropout, b, (static_cast<long>(h) * T + i0 + r) * T);
                     }
                     gemm_tn(i1, hs, rows, 1.0f, p, i1, d, C, beta, dv, C3);
                 }
@@ -204,6 +230,22 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                 gemm_tn(i1, hs, rows, scale, ds, i1, hd.q + static_cast<long>(i0) * C3, C3, beta,
                         dk, C3);
             }
+        }
+    }
+}
+
+void document_first_keys(std::span<std::int32_t> first_keys, std::span<const std::int32_t> tokens,
+                         int B, int T, std::int32_t document_start) {
+    const std::size_t n = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
+    if (first_keys.size() < n || tokens.size() < n) {
+        throw std::invalid_argument("document_first_keys: fewer than B * T tokens or keys");
+    }
+    for (int b = 0; b < B; ++b) {
+        const std::size_t row0 = static_cast<std::size_t>(b) * static_cast<std::size_t>(T);
+        std::int32_t first = 0;
+        for (int t = 0; t < T; ++t) {
+            if (tokens[row0 + t] == document_start) first = t;
+            first_keys[row0 + t] = first;
         }
     }
 }
