@@ -22,11 +22,11 @@ Head head_of(const float* qkv, int b, int h, int T, int C, int NH) {
 }
 
 // A panel of scaled scores (rows x keys, row stride `keys`) for query rows [i0, i0 + rows) against
-// keys [0, keys): the same product in forward and backward, so both see the same scores.
-void scores_panel(float* panel, const Head& hd, int i0, int rows, int keys, int hs, int C3,
+// keys [k0, k0 + keys): the same product in forward and backward, so both see the same scores.
+void scores_panel(float* panel, const Head& hd, int i0, int rows, int k0, int keys, int hs, int C3,
                   float scale) {
-    gemm_nt(rows, keys, hs, scale, hd.q + static_cast<long>(i0) * C3, C3, hd.k, C3, 0.0f, panel,
-            keys);
+    gemm_nt(rows, keys, hs, scale, hd.q + static_cast<long>(i0) * C3, C3,
+            hd.k + static_cast<long>(k0) * C3, C3, 0.0f, panel, keys);
 }
 
 // Lanes of the row reductions below: element j goes to lane j % kLanes and the lanes combine in a
@@ -116,6 +116,14 @@ int first_key(std::span<const std::int32_t> first_keys, int b, int T, int i) {
     return first_keys.empty() ? 0 : first_keys[static_cast<std::size_t>(b) * T + i];
 }
 
+// The first key any of query rows [i0, i1) sees: keys left of it are no row's, so the panel skips
+// them (0 without document masking).
+int panel_first_key(std::span<const std::int32_t> first_keys, int b, int T, int i0, int i1) {
+    if (first_keys.empty()) return 0;
+    const auto row0 = first_keys.begin() + static_cast<long>(b) * T;
+    return *std::min_element(row0 + i0, row0 + i1);
+}
+
 void check_first_keys(std::span<const std::int32_t> first_keys, int B, int T) {
     if (!first_keys.empty() && first_keys.size() != static_cast<std::size_t>(B) * T) {
         throw std::invalid_argument("attention: document first keys are not one per token");
@@ -142,20 +150,23 @@ void attention_forward(float* out, float* lse, float* scratch, const float* qkv,
             const Head hd = head_of(qkv, b, h, T, C, NH);
             float* o = out + static_cast<long>(b) * T * C + static_cast<long>(h) * hs;
             for (int i0 = 0; i0 < T; i0 += kAttentionQueryRows) {
-                // Query rows [i0, i1) see keys [0, i1): nothing above the diagonal's block.
+                // Query rows [i0, i1) see keys [k0, i1): nothing above the diagonal's block, nor
+                // (document masking) left of the rows' earliest document.
                 const int i1 = std::min(T, i0 + kAttentionQueryRows), rows = i1 - i0;
-                scores_panel(panel, hd, i0, rows, i1, hs, C3, scale);
+                const int k0 = panel_first_key(first_keys, b, T, i0, i1), keys = i1 - k0;
+                scores_panel(panel, hd, i0, rows, k0, keys, hs, C3, scale);
                 for (int r = 0; r < rows; ++r) {
-                    float* row = panel + static_cast<long>(r) * i1;
-                    const int first = first_key(first_keys, b, T, i0 + r);
-                    lse[hd.lse + i0 + r] = softmax_row(row, first, i0 + r + 1, i1);
+                    float* row = panel + static_cast<long>(r) * keys;
+                    const int first = first_key(first_keys, b, T, i0 + r) - k0;
+                    const int visible = i0 + r + 1 - k0;
+                    lse[hd.lse + i0 + r] = softmax_row(row, first, visible, keys);
                     if (dropout.active())
-                        drop_row(row, first, i0 + r + 1, dropout, b,
-                                 (static_cast<long>(h) * T + i0 + r) * T);
+                        drop_row(row, first, visible, dropout, b,
+                                 (static_cast<long>(h) * T + i0 + r) * T + k0);
                 }
-                // out[i0:i1] = P @ v[0:i1]
-                gemm_nn(rows, hs, i1, 1.0f, panel, i1, hd.v, C3, 0.0f,
-                        o + static_cast<long>(i0) * C, C);
+                // out[i0:i1] = P @ v[k0:i1]
+                gemm_nn(rows, hs, keys, 1.0f, panel, keys, hd.v + static_cast<long>(k0) * C3, C3,
+                        0.0f, o + static_cast<long>(i0) * C, C);
             }
         }
     }
@@ -179,11 +190,19 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             float* dk = dq + C;
             float* dv = dq + 2 * C;
             const long io = static_cast<long>(b) * T * C + static_cast<long>(h) * hs;
-            // The last panel sees every key, so it initialises all rows of dk and dv (beta 0) and
-            // the earlier panels accumulate into them.
+            // The last panel sees every key (from its k0 on: the rows before are zeroed here), so
+            // it initialises all rows of dk and dv (beta 0) and the earlier panels accumulate
+            // into them.
+            const int last_k0 =
+                panel_first_key(first_keys, b, T, (num_panels - 1) * kAttentionQueryRows, T);
+            for (int j = 0; j < last_k0; ++j) {
+                std::fill_n(dk + static_cast<long>(j) * C3, hs, 0.0f);
+                std::fill_n(dv + static_cast<long>(j) * C3, hs, 0.0f);
+            }
             for (int panel = num_panels - 1; panel >= 0; --panel) {
                 const int i0 = panel * kAttentionQueryRows;
                 const int i1 = std::min(T, i0 + kAttentionQueryRows), rows = i1 - i0;
+                const int k0 = panel_first_key(first_keys, b, T, i0, i1), keys = i1 - k0;
                 const float beta = panel == num_panels - 1 ? 0.0f : 1.0f;
                 const float* d = dout + io + static_cast<long>(i0) * C;
                 const float* o = out + io + static_cast<long>(i0) * C;
@@ -194,41 +213,42 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                         dot += d[static_cast<long>(r) * C + e] * o[static_cast<long>(r) * C + e];
                     row_dot[r] = dot;
                 }
-                scores_panel(p, hd, i0, rows, i1, hs, C3, scale);
+                scores_panel(p, hd, i0, rows, k0, keys, hs, C3, scale);
                 for (int r = 0; r < rows; ++r)
-                    probabilities_row(p + static_cast<long>(r) * i1,
-                                      first_key(first_keys, b, T, i0 + r), i0 + r + 1, i1,
-                                      lse[hd.lse + i0 + r]);
+                    probabilities_row(p + static_cast<long>(r) * keys,
+                                      first_key(first_keys, b, T, i0 + r) - k0, i0 + r + 1 - k0,
+                                      keys, lse[hd.lse + i0 + r]);
+                const long kv0 = static_cast<long>(k0) * C3;  // key k0's row in k, v, dk and dv
                 if (!dropout.active()) {
-                    // dv[0:i1] += P^T @ dO
-                    gemm_tn(i1, hs, rows, 1.0f, p, i1, d, C, beta, dv, C3);
+                    // dv[k0:i1] += P^T @ dO
+                    gemm_tn(keys, hs, rows, 1.0f, p, keys, d, C, beta, dv + kv0, C3);
                     // dP = dO @ v^T, then dS = P * (dP - dO.O) (zero where P is).
-                    gemm_nt(rows, i1, hs, 1.0f, d, C, hd.v, C3, 0.0f, ds, i1);
+                    gemm_nt(rows, keys, hs, 1.0f, d, C, hd.v + kv0, C3, 0.0f, ds, keys);
                     for (int r = 0; r < rows; ++r) {
-                        const float* prow = p + static_cast<long>(r) * i1;
-                        float* srow = ds + static_cast<long>(r) * i1;
+                        const float* prow = p + static_cast<long>(r) * keys;
+                        float* srow = ds + static_cast<long>(r) * keys;
                         const float dot = row_dot[r];
-                        for (int j = 0; j < i1; ++j)
+                        for (int j = 0; j < keys; ++j)
                             srow[j] = prow[j] * (srow[j] - dot);
                     }
                 } else {
                     // With the dropped probabilities D = M * P / (1 - rate): dD = dO @ v^T,
                     // dP = M * dD / (1 - rate), dS = P * (dP - dO.O) (dO.O is still sum_j P dP),
-                    // and dv[0:i1] += D^T @ dO, D made in place of P once dS is done.
-                    gemm_nt(rows, i1, hs, 1.0f, d, C, hd.v, C3, 0.0f, ds, i1);
+                    // and dv[k0:i1] += D^T @ dO, D made in place of P once dS is done.
+                    gemm_nt(rows, keys, hs, 1.0f, d, C, hd.v + kv0, C3, 0.0f, ds, keys);
                     for (int r = 0; r < rows; ++r) {
                         drop_gradient_row(
-                            p + static_cast<long>(r) * i1, ds + static_cast<long>(r) * i1,
-                            first_key(first_keys, b, T, i0 + r), i0 + r + 1, i1, row_dot[r],
-                            dropout, b, (static_cast<long>(h) * T + i0 + r) * T);
+                            p + static_cast<long>(r) * keys, ds + static_cast<long>(r) * keys,
+                            first_key(first_keys, b, T, i0 + r) - k0, i0 + r + 1 - k0, keys,
+                            row_dot[r], dropout, b, (static_cast<long>(h) * T + i0 + r) * T + k0);
                     }
-                    gemm_tn(i1, hs, rows, 1.0f, p, i1, d, C, beta, dv, C3);
+                    gemm_tn(keys, hs, rows, 1.0f, p, keys, d, C, beta, dv + kv0, C3);
                 }
-                // dq[i0:i1] = scale * dS @ k[0:i1];  dk[0:i1] += scale * dS^T @ q[i0:i1]
-                gemm_nn(rows, hs, i1, scale, ds, i1, hd.k, C3, 0.0f,
+                // dq[i0:i1] = scale * dS @ k[k0:i1];  dk[k0:i1] += scale * dS^T @ q[i0:i1]
+                gemm_nn(rows, hs, keys, scale, ds, keys, hd.k + kv0, C3, 0.0f,
                         dq + static_cast<long>(i0) * C3, C3);
-                gemm_tn(i1, hs, rows, scale, ds, i1, hd.q + static_cast<long>(i0) * C3, C3, beta,
-                        dk, C3);
+                gemm_tn(keys, hs, rows, scale, ds, keys, hd.q + static_cast<long>(i0) * C3, C3,
+                        beta, dk + kv0, C3);
             }
         }
     }
