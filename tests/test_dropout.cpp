@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -125,13 +126,15 @@ TEST(DropoutCounter, KeptValuesAreScaledAndDroppedOnesZero) {
 
 // Attention with dropped probabilities, written out in double from the definition (the row term
 // of the softmax backward as sum_k P dP, not the kernel's dO.O), for sequences longer than one
-// panel of query rows, so that backward's accumulation over panels is checked too.
+// panel of query rows, so that backward's accumulation over panels is checked too. With
+// `first_keys` (document masking), row i of sequence b sees keys [first_keys[b * T + i], i].
 struct NaiveAttention {
     std::vector<double> out, dqkv;
 };
 
 NaiveAttention naive_attention(const std::vector<float>& qkv, const std::vector<float>& dout, int B,
-                               int T, int C, int NH, const DropoutMask& mask) {
+                               int T, int C, int NH, const DropoutMask& mask,
+                               std::span<const std::int32_t> first_keys = {}) {
     const int hs = C / NH, C3 = 3 * C;
     const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
     NaiveAttention r{std::vector<double>(dout.size()), std::vector<double>(qkv.size())};
@@ -143,18 +146,20 @@ NaiveAttention naive_attention(const std::vector<float>& qkv, const std::vector<
         for (int h = 0; h < NH; ++h) {
             for (int i = 0; i < T; ++i) {
                 std::vector<double> p(static_cast<std::size_t>(i) + 1), m(p.size()), dp(p.size());
+                const int f =
+                    first_keys.empty() ? 0 : first_keys[static_cast<std::size_t>(b) * T + i];
                 double maxs = -1e300, sum = 0.0;
-                for (int j = 0; j <= i; ++j) {
+                for (int j = f; j <= i; ++j) {
                     double dot = 0.0;
                     for (int e = 0; e < hs; ++e)
                         dot += static_cast<double>(qkv[at(b, i, 0, h, e)]) * qkv[at(b, j, 1, h, e)];
                     p[j] = dot * scale;
                     maxs = std::max(maxs, p[j]);
                 }
-                for (double& x : p)
-                    sum += (x = std::exp(x - maxs));
+                for (int j = f; j <= i; ++j)
+                    sum += (p[j] = std::exp(p[j] - maxs));
                 const std::uint64_t key = mask.sequence_key(b);
-                for (int j = 0; j <= i; ++j) {
+                for (int j = f; j <= i; ++j) {
                     p[j] /= sum;
                     const auto e =
                         static_cast<std::uint32_t>((static_cast<long>(h) * T + i) * T + j);
@@ -162,7 +167,7 @@ NaiveAttention naive_attention(const std::vector<float>& qkv, const std::vector<
                 }
                 const std::size_t o = (static_cast<std::size_t>(b) * T + i) * C + h * hs;
                 double row_term = 0.0;
-                for (int j = 0; j <= i; ++j) {
+                for (int j = f; j <= i; ++j) {
                     double dd = 0.0;
                     for (int e = 0; e < hs; ++e) {
                         r.out[o + e] += m[j] * p[j] * qkv[at(b, j, 2, h, e)];
@@ -172,7 +177,7 @@ NaiveAttention naive_attention(const std::vector<float>& qkv, const std::vector<
                     dp[j] = m[j] * dd;
                     row_term += p[j] * dp[j];
                 }
-                for (int j = 0; j <= i; ++j) {
+                for (int j = f; j <= i; ++j) {
                     const double ds = p[j] * (dp[j] - row_term) * scale;
                     for (int e = 0; e < hs; ++e) {
                         r.dqkv[at(b, i, 0, h, e)] += ds * qkv[at(b, j, 1, h, e)];
@@ -212,6 +217,41 @@ TEST(DropoutAttention, FlashKernelsMatchTheDefinitionOverSeveralPanels) {
     // Without the mask the same kernels give something else.
     attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, C, NH);
     EXPECT_FALSE(all_close(out, out_ref, 1e-2, 1e-3));
+}
+
+// Dropout with document masking: the dropped elements are still (h * T + i) * T + j of the
+// window (j the key's place in the window, not in its document), in forward and backward, also
+// where a panel skips the keys left of its rows' documents.
+TEST(DropoutAttention, WithDocumentMaskingFlashKernelsMatchTheDefinition) {
+    const int B = 2, T = 2 * kAttentionQueryRows + 21, C = 32, NH = 2;
+    std::vector<float> qkv(static_cast<std::size_t>(B) * T * 3 * C);
+    std::vector<float> dout(static_cast<std::size_t>(B) * T * C);
+    std::uint64_t state = 777;
+    const auto uniform = [&] {
+        state = mix64(state + 1);
+        return static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+    };
+    for (float& x : qkv)
+        x = uniform();
+    for (float& x : dout)
+        x = uniform();
+    // Sequence 0: documents at 0, 20, 70 and 100 (the last two panels skip keys); sequence 1: one.
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T, 1), first_keys(tokens.size());
+    for (const int start : {20, 70, 100})
+        tokens[static_cast<std::size_t>(start)] = 0;
+    document_first_keys(first_keys, tokens, B, T, 0);
+    const DropoutMask mask{0.3f, dropout_site_key(9, 4, 1, DropoutSite::AttentionProbabilities), 7};
+    std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B) * NH * T);
+    std::vector<float> scratch(attention_scratch_floats(T)), dqkv(qkv.size(), 777.0f);
+    attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, C, NH, mask,
+                      first_keys);
+    attention_backward(dqkv.data(), scratch.data(), dout.data(), out.data(), lse.data(), qkv.data(),
+                       B, T, C, NH, mask, first_keys);
+    const NaiveAttention expected = naive_attention(qkv, dout, B, T, C, NH, mask, first_keys);
+    const std::vector<float> out_ref(expected.out.begin(), expected.out.end());
+    const std::vector<float> dqkv_ref(expected.dqkv.begin(), expected.dqkv.end());
+    EXPECT_TRUE(all_close(out, out_ref, 1e-4, 1e-5));
+    EXPECT_TRUE(all_close(dqkv, dqkv_ref, 1e-4, 1e-5));
 }
 
 // The fixture's model, batch and dropout key.

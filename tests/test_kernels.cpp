@@ -399,6 +399,61 @@ TEST(Attention, ResultsDoNotDependOnWhatTheScratchHeld) {
     EXPECT_EQ(a.lse, b.lse);
 }
 
+// Document masking: attention over a window of packed documents, each query row seeing keys
+// from its document's first token, equals attention run on each document alone (out, lse and
+// dqkv), with documents that cross the 64-row panels, start mid-panel or at a panel's first row,
+// hold one token, and fill a whole sequence.
+TEST(Attention, DocumentMaskingEqualsEachDocumentAlone) {
+    const int B = 2, T = 150, C = 32, NH = 2;
+    // Each sequence's document starts (its first token always starts one).
+    const std::vector<std::vector<int>> starts = {{0, 37, 64, 65, 100, 149}, {0}};
+    AttentionCase ac(B, T, C, NH, 97);
+    std::vector<std::int32_t> first_keys(static_cast<std::size_t>(B) * T);
+    for (int b = 0; b < B; ++b) {
+        for (int t = 0; t < T; ++t) {
+            int first = 0;
+            for (const int s : starts[static_cast<std::size_t>(b)])
+                first = s <= t ? s : first;
+            first_keys[static_cast<std::size_t>(b) * T + t] = first;
+        }
+    }
+    attention_forward(ac.out.data(), ac.lse.data(), ac.scratch.data(), ac.qkv.data(), B, T, C, NH,
+                      {}, first_keys);
+    std::vector<float> dqkv(ac.qkv.size(), kGarbage);
+    attention_backward(dqkv.data(), ac.scratch.data(), ac.r.data(), ac.out.data(), ac.lse.data(),
+                       ac.qkv.data(), B, T, C, NH, {}, first_keys);
+
+    const std::size_t C3 = 3 * C;
+    for (int b = 0; b < B; ++b) {
+        std::vector<int> bounds = starts[static_cast<std::size_t>(b)];
+        bounds.push_back(T);
+        for (std::size_t d = 0; d + 1 < bounds.size(); ++d) {
+            const int s = bounds[d], n = bounds[d + 1] - s;
+            const std::size_t row0 = static_cast<std::size_t>(b) * T + static_cast<std::size_t>(s);
+            const auto rows = [&](const std::vector<float>& x, std::size_t width) {
+                return std::vector<float>(x.begin() + static_cast<long>(row0 * width),
+                                          x.begin() + static_cast<long>((row0 + n) * width));
+            };
+            const std::vector<float> qkv = rows(ac.qkv, C3), dout = rows(ac.r, C);
+            std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(NH) * n),
+                scratch(attention_scratch_floats(n)), alone(qkv.size());
+            attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), 1, n, C, NH);
+            attention_backward(alone.data(), scratch.data(), dout.data(), out.data(), lse.data(),
+                               qkv.data(), 1, n, C, NH);
+            std::vector<float> masked_lse;
+            for (int h = 0; h < NH; ++h) {
+                const auto at = ac.lse.begin() + (static_cast<long>(b) * NH + h) * T + s;
+                masked_lse.insert(masked_lse.end(), at, at + n);
+            }
+            const std::string where = "sequence " + std::to_string(b) + ", document at " +
+                                      std::to_string(s) + " of " + std::to_string(n) + " tokens";
+            EXPECT_TRUE(all_close(rows(ac.out, C), out, 1e-5, 1e-6)) << where;
+            EXPECT_TRUE(all_close(masked_lse, lse, 1e-5, 1e-6)) << where;
+            EXPECT_TRUE(all_close(rows(dqkv, C3), alone, 1e-4, 1e-5)) << where;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // GELU
 

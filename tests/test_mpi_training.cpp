@@ -3,6 +3,7 @@
 // on any rank ends the whole job quickly.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -197,6 +198,80 @@ TEST(MpiTraining, DropoutResumesBitwise) {
         {named(runs, 2, flags + " --max-steps 5 --dropout 0.2 --lr-decay-steps 10", "resumed"),
          named(runs, 2, flags + kDropout + " --resume auto", "resumed")});
     expect_same_weights(runs, "resumed", straight, 10);
+}
+
+// ---- Document masking in attention ----
+
+// Documents of 5 to 60 words separated by <|endoftext|> (the end-of-text token for a trained
+// BPE), about `bytes` bytes.
+void write_documents(const std::filesystem::path& path, std::size_t bytes) {
+    static constexpr std::array<const char*, 8> kWords = {"the",  "king", "shall", "speak",
+                                                          "love", "war",  "my",    "lord"};
+    std::ofstream out(path, std::ios::binary);
+    std::uint64_t state = 777;
+    std::size_t written = 0;
+    while (written < bytes) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        for (std::uint64_t w = 0, n = 5 + (state >> 40) % 56; w < n; ++w) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            const std::string word = kWords[(state >> 33) % kWords.size()];
+            out << word << ' ';
+            written += word.size() + 1;
+        }
+        out << "<|endoftext|>";
+        written += 13;
+    }
+}
+
+const std::string kDocuments = " --max-steps 10 --tokenizer bpe --vocab-size 300";
+
+// A run of 10 steps on the documents corpus (`extra` after the common flags): its name.
+std::string documents_run(int ranks, int threads, int batch, const std::string& extra,
+                          const std::string& name, std::string* log = nullptr) {
+    SharedRuns runs("documents");
+    runs.once("corpus", [&] { write_documents(runs.path() / "corpus.txt", 30000); });
+    const std::string flags = test::build_path("train_gpt2") + kModelFlags + " --data " +
+                              (runs / "corpus.txt") + " --threads " + std::to_string(threads) +
+                              " --batch-size " + std::to_string(batch) + kDocuments + extra;
+    const std::string output = succeeded(runs, name, {named(runs, ranks, flags, name)});
+    if (log != nullptr) *log = output;
+    return name;
+}
+
+const std::string kWithinDocuments = " --attention-within-documents";
+
+TEST(MpiTraining, AttentionWithinDocumentsTrainsAlikeOnOneAndTwoRanks) {
+    std::string log;
+    const std::string reference = documents_run(1, 1, 8, kWithinDocuments, "np1_w1", &log);
+    // (The trained BPE's end-of-text id depends on how many merges the corpus offered.)
+    expect_logged(log,
+                  "attention within documents: a token attends only to its own document's "
+                  "tokens, a document beginning at each end-of-text token (id ");
+    expect_logged(log, ") and at each window's start");
+    expect_same_training(SharedRuns("documents"), reference,
+                         documents_run(2, 2, 4, kWithinDocuments, "np2_w2"), 1e-5, 1e-5, 10);
+    // Masking changed the training (the windows hold several documents).
+    const std::vector<double> unmasked =
+        losses_of(SharedRuns("documents"), documents_run(1, 1, 8, "", "unmasked"));
+    const std::vector<double> masked = losses_of(SharedRuns("documents"), reference);
+    ASSERT_FALSE(unmasked.empty());
+    ASSERT_FALSE(masked.empty());
+    EXPECT_GT(std::abs(unmasked[0] - masked[0]), 1e-5 * masked[0]) << "masking changed nothing";
+}
+
+// The char tokenizer has no end-of-text token: refused with one line, exit 2.
+TEST(MpiTraining, AttentionWithinDocumentsIsRefusedForATokenizerWithoutEndOfText) {
+    const ScratchDir dir("gpt2-mpi-documents-char");
+    test::write_corpus(dir.path() / "corpus.txt", 3000);
+    const auto refused = run_command(test::build_path("train_gpt2") + kModelFlags + " --data " +
+                                     (dir.path() / "corpus.txt").string() + " --out-dir " +
+                                     (dir.path() / "out").string() + kWithinDocuments);
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_NE(refused.output.find("error: --attention-within-documents: the char tokenizer has no "
+                                  "end-of-text token to begin documents at (use --tokenizer bpe "
+                                  "or gpt2)"),
+              std::string::npos)
+        << refused.output;
 }
 
 // ---- The overlapped, bucketed allreduce ----

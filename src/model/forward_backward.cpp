@@ -216,7 +216,7 @@ const float* dropped_gradient(const float* dres, float* scratch, int B, int T, i
 void layer_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ctx,
                    const LayerActs& a, const LayerView<const float>& p, const LayerAdapter& adapter,
                    const float* residual, int B, int T, int C, int NH, const LayerDropout& dropout,
-                   bool output) {
+                   std::span<const std::int32_t> first_keys, bool output) {
     const int N = B * T;
     float* ln = ctx.scratch.normalized;
     float* gelu = ctx.scratch.gelu;
@@ -224,7 +224,7 @@ void layer_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ct
     matmul.forward(a.qkv, nullptr, ln, p.qkvw, p.qkvb, N, C, 3 * C);
     adapter.forward(LoraTarget::CAttn, a.qkv, ln, N, C, 3 * C);
     attention_forward(a.atty, a.att_lse, ctx.scratch.attention, a.qkv, B, T, C, NH,
-                      dropout.probabilities);
+                      dropout.probabilities, first_keys);
     residual_product(matmul, a.residual2, residual, a.atty, p.attprojw, p.attprojb, B, T, C, C,
                      dropout.attention_output, adapter, LoraTarget::AttnCProj);
     layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
@@ -243,7 +243,7 @@ void layer_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ct
 void layer_backward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ctx,
                     const LayerActs& a, const LayerView<const float>& p, const LayerView<float>& d,
                     const LayerAdapter& adapter, const float* residual, int B, int T, int C, int NH,
-                    const LayerDropout& dropout) {
+                    const LayerDropout& dropout, std::span<const std::int32_t> first_keys) {
     const int N = B * T;
     float* dres = ctx.scratch.dresidual;
     float* dch = ctx.scratch.dchannels;
@@ -266,11 +266,20 @@ void layer_backward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& c
     matmul.backward(dch, d.attprojw, d.attprojb, dattn, a.atty, p.attprojw, N, C, C);
     adapter.backward(LoraTarget::AttnCProj, dch, dattn, a.atty, N, C, C);
     attention_backward(ctx.scratch.dqkv, ctx.scratch.attention, dch, a.atty, a.att_lse, a.qkv, B, T,
-                       C, NH, dropout.probabilities);
+                       C, NH, dropout.probabilities, first_keys);
     layernorm_recompute(ln, residual, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b, N, C);
     matmul.backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, ln, p.qkvw, N, C, 3 * C);
     adapter.backward(LoraTarget::CAttn, dch, ctx.scratch.dqkv, ln, N, C, 3 * C);
     layernorm_backward(dres, d.ln1w, d.ln1b, dch, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+// The batch's document masking for attention: the first keys forward_hidden wrote into the
+// context, or empty (no masking) when the batch does not ask for it.
+std::span<const std::int32_t> attention_first_keys(const ThreadLocalTrainingContext& ctx,
+                                                   const TokenBatch& batch) {
+    if (!batch.document_start) return {};
+    return std::span<const std::int32_t>(ctx.attention_first_keys)
+        .first(static_cast<std::size_t>(batch.B) * static_cast<std::size_t>(batch.T));
 }
 
 // Layer l's input: the embeddings' sum or the previous layer's output.
@@ -286,6 +295,11 @@ void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const T
     const std::span<const float> w = model.weights();
     const int B = batch.B, T = batch.T, C = c.channels, NH = c.num_heads, N = B * T;
     const PrecisionMatmul matmul(model, ctx);
+    if (batch.document_start) {  // once per forward: every layer, and backward, read them
+        ctx.attention_first_keys.resize(static_cast<std::size_t>(N));
+        document_first_keys(ctx.attention_first_keys, batch.inputs, B, T, *batch.document_start);
+    }
+    const std::span<const std::int32_t> first_keys = attention_first_keys(ctx, batch);
 
     encoder_forward(ctx.acts.encoded, batch.inputs.data(),
                     layout.tensor(w, ParamTensor::wte).data(),
@@ -296,7 +310,7 @@ void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const T
     for (int l = 0; l < c.num_layers; ++l) {
         layer_forward(matmul, ctx, layer_acts(ctx, c, l), layer_view(layout, w, l),
                       layer_adapter(model, ctx, l, batch), layer_input(ctx, c, l), B, T, C, NH,
-                      layer_dropout(batch, l), true);
+                      layer_dropout(batch, l), first_keys, true);
     }
     layernorm_forward(ctx.acts.lnf, ctx.acts.lnf_mean, ctx.acts.lnf_rstd,
                       layer_input(ctx, c, c.num_layers), layout.tensor(w, ParamTensor::lnfw).data(),
@@ -365,6 +379,7 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
     sink.head_done();
 
     const bool rerun_layers = ctx.stored_layers() < c.num_layers;
+    const std::span<const std::int32_t> first_keys = attention_first_keys(ctx, batch);
     for (int l = c.num_layers - 1; l >= 0; --l) {
         const LayerActs a = layer_acts(ctx, c, l);
         const LayerView<const float> p = layer_view(layout, w, l);
@@ -373,9 +388,11 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
         const LayerDropout dropout = layer_dropout(batch, l);
         const LayerAdapter adapter = layer_adapter(model, ctx, l, batch, sink.adapter());
         if (rerun_layers) {
-            layer_forward(matmul, ctx, a, p, adapter, residual, B, T, C, NH, dropout, false);
+            layer_forward(matmul, ctx, a, p, adapter, residual, B, T, C, NH, dropout, first_keys,
+                          false);
         }
-        layer_backward(matmul, ctx, a, p, sink.layer(l), adapter, residual, B, T, C, NH, dropout);
+        layer_backward(matmul, ctx, a, p, sink.layer(l), adapter, residual, B, T, C, NH, dropout,
+                       first_keys);
         sink.layer_done(l);
     }
     const DropoutMask embeddings = dropout_mask(batch, 0, DropoutSite::Embeddings);

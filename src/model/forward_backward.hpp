@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "model/model.hpp"
@@ -34,6 +35,10 @@ struct TokenBatch {
     int T = 0;
     Dropout dropout{};
     std::uint64_t first_sequence = 0;
+    // Document masking in attention (train_gpt2 --attention-within-documents): the token that
+    // begins each document (the end-of-text token); a query attends only to the keys of its own
+    // document (ops/attention.hpp's document_first_keys). None: every earlier key of the sequence.
+    std::optional<std::int32_t> document_start{};
 };
 
 // Where forward_backward writes the gradient. Backward produces it in three kinds of section, in

@@ -103,6 +103,11 @@ class ThreadLocalTrainingContext {
     // gradient_window_floats); empty when the worker writes straight into a full gradient.
     AlignedBuffer<float> gradient_window;
 
+    // Document masking in attention: the first key each of the batch's query rows sees (B*T),
+    // written by each forward whose batch asks for it (4 bytes a token: outside the memory plan);
+    // empty otherwise.
+    std::vector<std::int32_t> attention_first_keys;
+
     // LoRA: x @ A^T and scale * dout @ B for one product, (N, r) each, then with LoRA's input
     // dropout the product's dropped input (N, dropped_channels: 4C, the widest); empty without an
     // adapter.

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
 
 #include "ops/dropout.hpp"
 
@@ -20,15 +22,27 @@ inline constexpr int kAttentionQueryRows = 64;
 // lse (B, NH, T): log sum_j exp(score_ij) over the keys j <= i row i can see. With `dropout`
 // active, the probabilities are dropped (element (h * T + i) * T + j of each sequence) after the
 // softmax, which lse describes undropped.
+// Document masking: with `first_keys` (B, T), query row i of sequence b sees only the keys
+// [first_keys[b * T + i], i] (0 <= first <= i), the tokens of its own document; the others get
+// probability exactly 0 and lse sums over the seen keys only. Empty: every key j <= i.
 void attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
-                       int C, int NH, const DropoutMask& dropout = {});
+                       int C, int NH, const DropoutMask& dropout = {},
+                       std::span<const std::int32_t> first_keys = {});
 
 // Gradient of attention_forward: dqkv (B, T, 3C) is overwritten. Reads the forward's out and lse
 // and recomputes the probabilities as exp(score - lse). Panels run from the last query rows to the
 // first, so the result is the same on every call whatever the thread count. `dropout` must be
-// forward's: its masks are drawn again, not stored.
+// forward's: its masks are drawn again, not stored, and so must `first_keys` be.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out,
                         const float* lse, const float* qkv, int B, int T, int C, int NH,
-                        const DropoutMask& dropout = {});
+                        const DropoutMask& dropout = {},
+                        std::span<const std::int32_t> first_keys = {});
+
+// The first keys of document masking for B sequences of T tokens: a document begins at each
+// `document_start` token (it is its document's first token, as GPT-2's <|endoftext|> begins each
+// document of its training data) and at each sequence's first token, so first_keys[b * T + t] is
+// the last position s <= t of sequence b where tokens[b * T + s] == document_start, else 0.
+void document_first_keys(std::span<std::int32_t> first_keys, std::span<const std::int32_t> tokens,
+                         int B, int T, std::int32_t document_start);
 
 }  // namespace gpt2

@@ -6,7 +6,8 @@
 namespace gpt2 {
 
 ValidationLoss validation_loss(const Model& model, WorkerGroup& workers, const Communicator& comm,
-                               std::uint64_t windows, const WindowReader& read_window) {
+                               std::uint64_t windows, const WindowReader& read_window,
+                               std::optional<std::int32_t> document_start) {
     const int T = workers.seq_len();
     const auto uT = static_cast<std::size_t>(T);
     // Workers beyond the batch size have no room for activations.
@@ -21,7 +22,9 @@ ValidationLoss validation_loss(const Model& model, WorkerGroup& workers, const C
         for (std::size_t i = rank_windows.begin + mine.begin; i < rank_windows.begin + mine.end;
              ++i) {
             read_window(i, inputs, targets);
-            losses[i] = forward_loss(model, workers.context(w), TokenBatch{inputs, targets, 1, T});
+            TokenBatch window{inputs, targets, 1, T};
+            window.document_start = document_start;
+            losses[i] = forward_loss(model, workers.context(w), window);
             losses[windows + i] = static_cast<double>(std::count_if(
                 targets.begin(), targets.end(), [](std::int32_t t) { return t >= 0; }));
         }

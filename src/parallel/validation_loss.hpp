@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 
 #include "model/model.hpp"
@@ -29,9 +30,11 @@ struct ValidationLoss {
 // of its own (one sequence, so no matrix product ever sees it among other rows), wherever it
 // runs; the windows are divided among the ranks and their workers, each window's loss lands at
 // its index, and every rank adds them in index order after an allreduce in which each index has
-// one non-zero contributor (exact).
+// one non-zero contributor (exact). `document_start`: the training's document masking in
+// attention (TokenBatch::document_start), so that validation sees the windows as training does.
 [[nodiscard]] ValidationLoss validation_loss(const Model& model, WorkerGroup& workers,
                                              const Communicator& comm, std::uint64_t windows,
-                                             const WindowReader& read_window);
+                                             const WindowReader& read_window,
+                                             std::optional<std::int32_t> document_start = {});
 
 }  // namespace gpt2

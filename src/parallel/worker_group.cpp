@@ -48,7 +48,8 @@ TokenBatch worker_sequences(const StepBatch& batch, int micro_step, int B, int T
                       static_cast<int>(seqs.end - seqs.begin),
                       T,
                       batch.dropout,
-                      first};
+                      first,
+                      batch.document_start};
 }
 
 GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, const StepBatch& batch,

@@ -82,6 +82,8 @@ struct StepBatch {
     // With a loss mask: the targets the step trains over all ranks (the others are
     // kIgnoredTarget); the loss is their mean. None: every target (global_sequences x T).
     std::optional<std::int64_t> trained_targets{};
+    // Document masking in attention (TokenBatch::document_start); none: off.
+    std::optional<std::int32_t> document_start{};
 };
 
 // The targets a step's loss averages over, all ranks (its gradient is scaled by 1 / that).

@@ -29,6 +29,16 @@ void log_implied_tokenizer(const TrainOptions& o, const TokenizerChoice& choice)
                  tokenizer_kind_name(choice.kind), o.data.tokenizer_dir, o.model.preset);
 }
 
+// --attention-within-documents needs an end-of-text token to begin documents with: refused (rank
+// 0, before any tokenizing) for a tokenizer without one.
+void check_document_masking(const TrainOptions& o, const Tokenizer& tokenizer) {
+    if (!o.data.attention_within_documents || tokenizer.eot_id()) return;
+    throw UsageError("--attention-within-documents: the " +
+                     std::string(tokenizer_kind_name(tokenizer.kind())) +
+                     " tokenizer has no end-of-text token to begin documents at (use --tokenizer "
+                     "bpe or gpt2)");
+}
+
 std::string read_corpus(const std::string& path) {
     std::string text = read_text_file(path);
     if (text.empty()) throw InputError("--data " + path + ": the corpus is empty");
@@ -49,6 +59,7 @@ void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
         const std::string text = read_corpus(o.data.data);
         corpus.tokenizer = build_tokenizer(o, choice, text);
         log_implied_tokenizer(o, choice);
+        check_document_masking(o, *corpus.tokenizer);
         TokenSplit split =
             split_tokens(corpus.tokenizer->encode(text, parse_eot_in_text(o.data.eot_in_text)),
                          o.data.val_fraction);
@@ -155,6 +166,7 @@ void prepare_shard_corpus(const TrainOptions& o, const Communicator& comm,
             throw InputError("--train-data " + o.data.train_data + ": no " + beside.string() +
                              " (prepare_data writes it) and --tokenizer is not gpt2");
         }
+        check_document_masking(o, *corpus.tokenizer);
         tokenizer_bytes = corpus.tokenizer->serialize();
     }
     comm.broadcast_vector(tokenizer_bytes);
@@ -204,6 +216,7 @@ void prepare_corpus(const TrainOptions& o, const Communicator& comm, const Token
     } else {
         prepare_shard_corpus(o, comm, choice, corpus);
     }
+    if (o.data.attention_within_documents) corpus.document_start = corpus.tokenizer->eot_id();
 }
 
 }  // namespace gpt2

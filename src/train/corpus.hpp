@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "data/shard.hpp"
@@ -27,6 +28,9 @@ struct Corpus {
     std::vector<MappedShardMask> val_masks;
     TokenStore train_store;
     TokenStore val_store;
+    // --attention-within-documents: the token each document begins with (the tokenizer's
+    // end-of-text), which attention's document masking cuts the windows at; none: off.
+    std::optional<std::int32_t> document_start;
 };
 
 // Fills `corpus` on every rank (collective) from --data or --train-data/--val-data, with the

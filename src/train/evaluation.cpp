@@ -42,12 +42,13 @@ void TrainingLoop::validate(std::int64_t completed) {
     const auto t0 = Clock::now();
     const TokenStore& store = corpus_.val_store;
     const int T = T_;
-    const ValidationLoss val =
-        validation_loss(replica_.model, replica_.workers, comm_, val_windows_,
-                        [&store, T](std::uint64_t window, std::span<std::int32_t> inputs,
-                                    std::span<std::int32_t> targets) {
-                            store.copy_window(window, T, inputs, targets);
-                        });
+    const ValidationLoss val = validation_loss(
+        replica_.model, replica_.workers, comm_, val_windows_,
+        [&store, T](std::uint64_t window, std::span<std::int32_t> inputs,
+                    std::span<std::int32_t> targets) {
+            store.copy_window(window, T, inputs, targets);
+        },
+        corpus_.document_start);
     if (val.tokens == 0) {
         spdlog::warn(
             "step {}/{} | val loss: none, the loss mask trains no target in the {} "

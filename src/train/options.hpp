@@ -39,6 +39,10 @@ struct TrainOptions {
         std::string eot_in_text = "token";  // a literal <|endoftext|> in --data: token | text
         double val_fraction = 0.1;
         bool no_shuffle = false;
+        // Document masking in attention: a token attends only to the tokens of its own document
+        // (a document begins at each end-of-text token); false: to every earlier token of the
+        // window, as GPT-2 trained.
+        bool attention_within_documents = false;
     } data;
 
     // Batch.

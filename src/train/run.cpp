@@ -139,7 +139,8 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
         corpus_.train_store.masked() ? std::optional(train_sampler_.step_trained_targets(
                                            static_cast<std::uint64_t>(step),
                                            static_cast<std::uint64_t>(plan_.global_sequences)))
-                                     : std::nullopt};
+                                     : std::nullopt,
+        corpus_.document_start};
     // The step's rules: the schedule's learning rate, clipping, and the spike policy.
     const StepRules rules{
         AdamWHyper{learning_rate(schedule_, step), o_.optimizer.beta1, o_.optimizer.beta2,

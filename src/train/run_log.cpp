@@ -98,6 +98,12 @@ void TrainingLoop::log_banner() const {
             "and MLP outputs (training steps only)",
             o_.optimizer.dropout);
     }
+    if (corpus_.document_start) {
+        spdlog::info(
+            "attention within documents: a token attends only to its own document's tokens, a "
+            "document beginning at each end-of-text token (id {}) and at each window's start",
+            *corpus_.document_start);
+    }
     log_memory();
     for (const std::string& line : describe_memory(replica_.memory))
         spdlog::info("{}", line);

@@ -212,6 +212,10 @@ void add_data_flags(CLI::App& app, TrainOptions& o) {
                      "last fraction of --data used for validation");
     data->add_flag("--no-shuffle", o.data.no_shuffle,
                    "visit windows in file order (as llm.c does)");
+    data->add_flag("--attention-within-documents", o.data.attention_within_documents,
+                   "document masking: a token attends only to its own document's tokens, a "
+                   "document beginning at each end-of-text token (training and validation; "
+                   "needs a tokenizer with one)");
 }
 
 void add_batch_flags(CLI::App& app, TrainOptions& o) {
