@@ -6,6 +6,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -125,6 +127,16 @@ void init_lora(LoraAdapter& adapter, std::uint64_t seed);
 
 // The base weights with the adapter folded in: W += (alpha/r) * B @ A for every adapted product.
 void merge_lora(Model& model, const LoraAdapter& adapter);
+
+// merge_lora's weights without a merged copy of the model: `emit` receives them in the parameter
+// buffer's order a piece at a time, the base as it is between adapted matrices and each adapted
+// matrix of a layer copied into one buffer of merge_buffer_floats with the update added as
+// merge_lora adds it (bitwise the same weights). A piece is valid only during the call.
+void merged_lora_pieces(const Model& base, const LoraAdapter& adapter,
+                        const std::function<void(std::span<const float>)>& emit);
+// That buffer's size: the largest adapted matrix of one layer (0 without an adapter).
+[[nodiscard]] std::size_t merge_buffer_floats(const ModelConfig& config,
+                                              const std::optional<LoraConfig>& lora);
 
 // out (N, OC) += scale * (inp (N, C) @ A (r, C)^T) @ B (OC, r)^T; `u` (N, r) receives inp @ A^T.
 void lora_forward(float* out, float* u, const float* inp, const float* A, const float* B,

@@ -142,7 +142,7 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
     auto replica = std::make_unique<Replica>(
         config, workers, o,
         plan_memory(o, comm, machines.machine, config, workers, moment_parts,
-                    adapter ? adapter->layout.total() : 0, adapter ? adapter->config.rank : 0));
+                    adapter ? std::optional(adapter->config) : std::nullopt));
     if (have_weights) {
         if (comm.is_root()) {
             const auto loaded = start.model->model.params.span();
