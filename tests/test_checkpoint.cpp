@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -428,6 +431,81 @@ TEST_F(Checkpoint, FailedRenameRemovesTheTemporary) {
     }
     EXPECT_TRUE(fs::is_directory(path / "child"));
     EXPECT_TRUE(temporaries().empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing the parameters piece by piece (a LoRA run's merged weights, model/lora.hpp)
+// ---------------------------------------------------------------------------------------------
+
+// The checksum fed in pieces, cut anywhere (inside a 32-byte block, on its edge, empty pieces),
+// is the one-pass checksum of the whole.
+TEST(Checksum64, PiecesCutAnywhereGiveTheOnePassChecksum) {
+    Bytes bytes(1000);
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+        bytes[i] = static_cast<std::uint8_t>(i * 131 + 7);
+    const std::span<const std::uint8_t> all(bytes);
+    for (const std::uint64_t seed : {std::uint64_t{0}, std::uint64_t{0x1234567890ABCDEFull}}) {
+        const std::uint64_t whole = checksum64(all, seed);
+        for (const std::size_t step : {1u, 3u, 31u, 32u, 33u, 100u, 999u}) {
+            Checksum64 sum(seed);
+            for (std::size_t at = 0; at < bytes.size(); at += step)
+                sum.add(all.subspan(at, std::min(step, bytes.size() - at)));
+            sum.add({});
+            EXPECT_EQ(sum.value(), whole) << "pieces of " << step << " bytes, seed " << seed;
+        }
+        Checksum64 shorter(seed);
+        shorter.add(all.first(999));
+        EXPECT_NE(shorter.value(), whole);
+    }
+}
+
+// Hands the model's parameters over in uneven pieces (1, 7, 64, ... floats).
+ParameterSource uneven_pieces(const Model& model) {
+    return [&model](const ParameterSink& sink) {
+        const std::span<const float> all = model.params.span();
+        std::size_t at = 0;
+        for (std::size_t size = 1; at < all.size(); size = size * 7 % 1000 + 1) {
+            const std::size_t take = std::min(size, all.size() - at);
+            sink(all.subspan(at, take));
+            at += take;
+        }
+    };
+}
+
+TEST_F(Checkpoint, ParametersWrittenPieceByPieceGiveTheSameFileByteForByte) {
+    const Model model = random_model(5);
+    for (const bool with_extras : {false, true}) {
+        const std::optional<CheckpointExtras> extras =
+            with_extras ? std::optional(sample_extras()) : std::nullopt;
+        const Bytes whole = read_file_bytes(save_checkpoint(dir_ / "whole.bin", model, extras));
+        const Bytes pieces = read_file_bytes(
+            save_checkpoint(dir_ / "pieces.bin", model.config, uneven_pieces(model), extras));
+        EXPECT_TRUE(pieces == whole) << "with extras: " << with_extras;
+    }
+    const LoadedModel loaded = load_checkpoint(dir_ / "pieces.bin");  // the checksum verifies
+    EXPECT_TRUE(same_params(loaded.model, model));
+}
+
+// A source that gives too few or too many parameters is a programming error: nothing is written,
+// the previous checkpoint stays as it was, no temporary is left.
+TEST_F(Checkpoint, ASourceOfTheWrongSizeWritesNothing) {
+    const fs::path path = extras_file("ckpt.bin", 1);
+    const Bytes old = read_file_bytes(path);
+    const Model model = random_model(2);
+    const std::span<const float> all = model.params.span();
+    const ParameterSource too_few = [&](const ParameterSink& sink) {
+        sink(all.first(all.size() - 1));
+    };
+    const ParameterSource too_many = [&](const ParameterSink& sink) {
+        sink(all);
+        sink(all.first(1));
+    };
+    for (const ParameterSource* source : {&too_few, &too_many}) {
+        EXPECT_THROW(save_checkpoint(path, model.config, *source, sample_extras()),
+                     std::logic_error);
+        EXPECT_TRUE(read_file_bytes(path) == old);
+        EXPECT_TRUE(temporaries().empty());
+    }
 }
 
 }  // namespace

@@ -4,13 +4,17 @@
 // directory written and read back.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
 #include "core/file_io.hpp"
 #include "core/random.hpp"
+#include "formats/checkpoint.hpp"
 #include "formats/peft.hpp"
 #include "formats/safetensors.hpp"
 #include "model/forward_backward.hpp"
@@ -21,6 +25,7 @@
 #include "reference_fixture.hpp"
 #include "scratch_files.hpp"
 #include "test_support.hpp"
+#include "train/memory_plan.hpp"
 
 namespace gpt2 {
 namespace {
@@ -489,6 +494,142 @@ TEST(LoraFlops, ABaseWithoutWeightGradientCountsTwoThirdsOfFullTrainingsProducts
         L * 2 * 16 * ((4 * C + 9 * C) + (4 * C + 3 * C) + (4 * C + 12 * C) + (16 * C + 3 * C));
     EXPECT_DOUBLE_EQ(lora, 2.0 * products + attention + adapter);
     EXPECT_LT(lora, 0.75 * full);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A LoRA run's checkpoint: the merged weights written a matrix at a time
+// ---------------------------------------------------------------------------------------------
+
+// A base and an adapter of its shape with every A and B non-zero (B is zero after init_lora).
+struct BaseAndAdapter {
+    Model base;
+    LoraAdapter adapter;
+};
+BaseAndAdapter base_and_adapter(const std::string& targets) {
+    // C=40 and Vp not a multiple of the matrices' sizes: nothing lines up by accident.
+    const ModelConfig config{16, 101, 128, 3, 4, 40};
+    Model base(config);
+    init_parameters(base, 11);
+    LoraConfig c;
+    c.rank = 3;
+    c.alpha = 7.0f;
+    c.targets = parse_lora_targets(targets, "--lora-targets");
+    LoraAdapter adapter(config, c);
+    init_lora(adapter, 5);
+    for (std::size_t i = 0; i < adapter.params.size(); ++i)
+        if (adapter.params.data()[i] == 0.0f)
+            adapter.params.data()[i] = 0.01f * static_cast<float>(static_cast<int>(i % 23) - 11);
+    return {std::move(base), std::move(adapter)};
+}
+
+// The merged checkpoint as train_gpt2 wrote it before the weights were streamed: merge_lora on a
+// whole copy of the model, then save_checkpoint of the copy.
+std::vector<std::uint8_t> full_copy_merged_checkpoint(const std::filesystem::path& path,
+                                                      const Model& base, const LoraAdapter& adapter,
+                                                      const CheckpointExtras& extras) {
+    Model merged(base.config);
+    const auto weights = base.params.span();
+    std::copy(weights.begin(), weights.end(), merged.params.data());
+    merge_lora(merged, adapter);
+    return read_file_bytes(save_checkpoint(path, merged, extras));
+}
+
+std::vector<std::uint8_t> streamed_merged_checkpoint(const std::filesystem::path& path,
+                                                     const Model& base, const LoraAdapter& adapter,
+                                                     const CheckpointExtras& extras) {
+    return read_file_bytes(save_checkpoint(
+        path, base.config,
+        [&](const ParameterSink& sink) { merged_lora_pieces(base, adapter, sink); }, extras));
+}
+
+TEST(LoraCheckpoint, StreamedMergedWeightsAreTheFullCopysFileByteForByte) {
+    const test::ScratchDir dir("lora_merged_file");
+    const CheckpointExtras extras{{1, 2, 3}, R"({"lora": true})"};
+    for (const char* targets : {"all", "c_attn,mlp.c_proj", "attn.c_proj", "c_fc"}) {
+        const BaseAndAdapter m = base_and_adapter(targets);
+        const auto expected =
+            full_copy_merged_checkpoint(dir.path() / "full.bin", m.base, m.adapter, extras);
+        const auto streamed =
+            streamed_merged_checkpoint(dir.path() / "streamed.bin", m.base, m.adapter, extras);
+        EXPECT_TRUE(streamed == expected) << targets;
+        // The merge did change the weights: the file is not simply the base's.
+        const auto base_file =
+            read_file_bytes(save_checkpoint(dir.path() / "base.bin", m.base, extras));
+        EXPECT_FALSE(streamed == base_file) << targets;
+    }
+}
+
+// The comparison catches a wrong merge: one element of one B off, or another alpha.
+TEST(LoraCheckpoint, AWrongMergeGivesAnotherFile) {
+    const test::ScratchDir dir("lora_wrong_merge");
+    const CheckpointExtras extras{{}, "{}"};
+    const BaseAndAdapter m = base_and_adapter("all");
+    const auto expected =
+        full_copy_merged_checkpoint(dir.path() / "full.bin", m.base, m.adapter, extras);
+    LoraAdapter off_b(m.base.config, m.adapter.config);
+    std::copy(m.adapter.params.span().begin(), m.adapter.params.span().end(), off_b.params.data());
+    off_b.params.data()[off_b.layout.b_offset(2, LoraTarget::MlpCProj) + 5] += 0.25f;
+    EXPECT_FALSE(streamed_merged_checkpoint(dir.path() / "b.bin", m.base, off_b, extras) ==
+                 expected);
+    LoraConfig other_alpha = m.adapter.config;
+    other_alpha.alpha = 7.5f;
+    LoraAdapter off_alpha(m.base.config, other_alpha);
+    std::copy(m.adapter.params.span().begin(), m.adapter.params.span().end(),
+              off_alpha.params.data());
+    EXPECT_FALSE(streamed_merged_checkpoint(dir.path() / "alpha.bin", m.base, off_alpha, extras) ==
+                 expected);
+}
+
+// What the streaming costs in memory: every piece is either the base's own weights (no copy) or at
+// most one adapted matrix of one layer, never a copy of the model.
+TEST(LoraCheckpoint, PiecesAreTheBaseItselfOrOneAdaptedMatrix) {
+    for (const char* targets : {"all", "c_attn"}) {
+        const BaseAndAdapter m = base_and_adapter(targets);
+        const std::span<const float> base = m.base.params.span();
+        const std::size_t buffer = merge_buffer_floats(m.base.config, m.adapter.config);
+        const std::size_t C = static_cast<std::size_t>(m.base.config.channels);
+        EXPECT_EQ(buffer, std::string(targets) == "all" ? 4 * C * C : 3 * C * C) << targets;
+        std::size_t total = 0;
+        std::size_t copied = 0;
+        merged_lora_pieces(m.base, m.adapter, [&](std::span<const float> piece) {
+            total += piece.size();
+            const bool in_base = piece.data() >= base.data() &&
+                                 piece.data() + piece.size() <= base.data() + base.size();
+            if (in_base) {
+                EXPECT_EQ(piece.data(), base.data() + (total - piece.size()));  // in order
+            } else {
+                EXPECT_LE(piece.size(), buffer);
+                copied += piece.size();
+            }
+        });
+        EXPECT_EQ(total, base.size());
+        const int L = m.base.config.num_layers;
+        EXPECT_EQ(copied, std::string(targets) == "all" ? static_cast<std::size_t>(L) * 12 * C * C
+                                                        : static_cast<std::size_t>(L) * 3 * C * C)
+            << targets;
+    }
+}
+
+// The memory plan counts what a checkpoint now adds on rank 0: one adapted matrix of one layer
+// (the largest adapted), not a merged copy of the weights.
+TEST(LoraCheckpoint, TheMemoryPlanCountsOneAdaptedMatrixNotAMergedCopy) {
+    const ModelConfig config = preset_config("gpt2-350M", 50257);
+    const std::size_t C = static_cast<std::size_t>(config.channels);
+    for (const char* targets : {"all", "c_attn", "attn.c_proj"}) {
+        LoraConfig lora;
+        lora.rank = 16;
+        lora.alpha = 32.0f;
+        lora.targets = parse_lora_targets(targets, "--lora-targets");
+        const MemoryNeed need =
+            memory_need(config, 1, 1, 256, Precision::Fp32, Recompute::Layers, 1, lora);
+        const std::size_t largest = std::string(targets) == "all"      ? 4 * C * C
+                                    : std::string(targets) == "c_attn" ? 3 * C * C
+                                                                       : C * C;
+        EXPECT_EQ(need.merge_buffer_bytes, largest * sizeof(float)) << targets;
+        EXPECT_EQ(need.rank_bytes, need.frozen_bytes + need.adapter_bytes +
+                                       need.adapter_moment_bytes + need.merge_buffer_bytes)
+            << targets;
+    }
 }
 
 }  // namespace

@@ -205,6 +205,11 @@ TEST_F(LoraTraining, OneAndTwoRanksTrainTheSameAdapterAndTheMergedCheckpointIsWP
               std::string::npos)
         << two.output;
     EXPECT_NE(one.output.find("memory per rank (LoRA): "), std::string::npos) << one.output;
+    // A checkpoint merges the adapter one matrix at a time (the largest: c_fc's, 4C x C floats),
+    // not into a copy of the weights.
+    EXPECT_NE(one.output.find("adapter moments 32.0 KiB + checkpoint merge buffer "),
+              std::string::npos)
+        << one.output;
     EXPECT_NE(one.output.find("checkpoint " + (*dir_ / "np1/model_000003.bin") +
                               " (merged weights) and LoRA adapter " +
                               (*dir_ / "np1/model_000003.adapter") + " ("),

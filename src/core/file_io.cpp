@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -18,13 +20,6 @@ std::string errno_text() {
     return std::strerror(errno);
 }
 
-template <typename T>
-T read_pod(std::span<const std::uint8_t> bytes, std::size_t offset) {
-    T value;
-    std::memcpy(&value, bytes.data() + offset, sizeof(T));
-    return value;
-}
-
 void fsync_directory(const std::filesystem::path& dir) {
     const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
     if (fd >= 0) {
@@ -32,66 +27,114 @@ void fsync_directory(const std::filesystem::path& dir) {
         ::close(fd);
     }
 }
+
+constexpr std::uint64_t kChecksumMul = 0x9E3779B97F4A7C15ull;
 }  // namespace
 
-std::uint64_t checksum64(std::span<const std::uint8_t> bytes, std::uint64_t seed) {
-    constexpr std::uint64_t kMul = 0x9E3779B97F4A7C15ull;
+Checksum64::Checksum64(std::uint64_t seed)
+    : lane_{seed ^ 0x243F6A8885A308D3ull, seed ^ 0x13198A2E03707344ull,
+            seed ^ 0xA4093822299F31D0ull, seed ^ 0x082EFA98EC4E6C89ull} {}
+
+void Checksum64::mix_block(const std::uint8_t* block) {
     // Four independent lanes keep the multiplier pipeline busy.
-    std::array<std::uint64_t, 4> lane = {seed ^ 0x243F6A8885A308D3ull, seed ^ 0x13198A2E03707344ull,
-                                         seed ^ 0xA4093822299F31D0ull,
-                                         seed ^ 0x082EFA98EC4E6C89ull};
-    std::size_t i = 0;
-    for (; i + 32 <= bytes.size(); i += 32) {
-        for (std::size_t k = 0; k < 4; ++k) {
-            const auto word = read_pod<std::uint64_t>(bytes, i + 8 * k);
-            lane[k] = (lane[k] ^ word) * kMul;
-            lane[k] ^= lane[k] >> 29;
-        }
+    for (std::size_t k = 0; k < 4; ++k) {
+        std::uint64_t word;
+        std::memcpy(&word, block + 8 * k, sizeof(word));
+        lane_[k] = (lane_[k] ^ word) * kChecksumMul;
+        lane_[k] ^= lane_[k] >> 29;
     }
-    std::uint64_t h = bytes.size();
-    for (std::uint64_t l : lane)
-        h = (h ^ l) * kMul + (h >> 31);
-    for (; i < bytes.size(); ++i)
-        h = (h ^ bytes[i]) * kMul;
+}
+
+void Checksum64::add(std::span<const std::uint8_t> bytes) {
+    total_ += bytes.size();
+    std::size_t i = 0;
+    if (pending_size_ > 0) {
+        const std::size_t take = std::min(kBlock - pending_size_, bytes.size());
+        std::memcpy(pending_.data() + pending_size_, bytes.data(), take);
+        pending_size_ += take;
+        i = take;
+        if (pending_size_ < kBlock) return;
+        mix_block(pending_.data());
+        pending_size_ = 0;
+    }
+    for (; i + kBlock <= bytes.size(); i += kBlock)
+        mix_block(bytes.data() + i);
+    pending_size_ = bytes.size() - i;
+    std::memcpy(pending_.data(), bytes.data() + i, pending_size_);
+}
+
+std::uint64_t Checksum64::value() const {
+    std::uint64_t h = total_;
+    for (std::uint64_t l : lane_)
+        h = (h ^ l) * kChecksumMul + (h >> 31);
+    for (std::size_t i = 0; i < pending_size_; ++i)
+        h = (h ^ pending_[i]) * kChecksumMul;
     h ^= h >> 33;
     h *= 0xFF51AFD7ED558CCDull;
     return h ^ (h >> 33);
 }
 
+std::uint64_t checksum64(std::span<const std::uint8_t> bytes, std::uint64_t seed) {
+    Checksum64 sum(seed);
+    sum.add(bytes);
+    return sum.value();
+}
+
+AtomicFileWriter::AtomicFileWriter(std::filesystem::path path)
+    : path_(std::move(path)),
+      tmp_(path_.string() + ".tmp." + std::to_string(static_cast<long>(::getpid()))) {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd_ < 0) throw InputError("cannot write " + path_.string() + ": " + errno_text());
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+    if (fd_ < 0) return;
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::fail() {
+    const std::string message = "cannot write " + path_.string() + ": " + errno_text();
+    ::close(fd_);
+    fd_ = -1;
+    ::unlink(tmp_.c_str());
+    throw InputError(message);
+}
+
+void AtomicFileWriter::write(std::span<const std::uint8_t> bytes) {
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+        const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            fail();
+        }
+        done += static_cast<std::size_t>(n);
+    }
+}
+
+void AtomicFileWriter::commit() {
+    if (::fsync(fd_) != 0) fail();
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) {
+        const std::string message = "cannot write " + path_.string() + ": " + errno_text();
+        ::unlink(tmp_.c_str());
+        throw InputError(message);
+    }
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+        const std::string message = "cannot write " + path_.string() + ": " + errno_text();
+        ::unlink(tmp_.c_str());
+        throw InputError(message);
+    }
+    fsync_directory(path_.parent_path());
+}
+
 void write_file_atomically(const std::filesystem::path& path,
                            std::span<const std::span<const std::uint8_t>> pieces) {
-    const std::filesystem::path tmp =
-        path.string() + ".tmp." + std::to_string(static_cast<long>(::getpid()));
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) throw InputError("cannot write " + path.string() + ": " + errno_text());
-    const auto fail = [&](const std::string& what) {
-        const std::string message = "cannot write " + path.string() + ": " + what;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw InputError(message);
-    };
-    for (std::span<const std::uint8_t> piece : pieces) {
-        std::size_t done = 0;
-        while (done < piece.size()) {
-            const ssize_t n = ::write(fd, piece.data() + done, piece.size() - done);
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                fail(errno_text());
-            }
-            done += static_cast<std::size_t>(n);
-        }
-    }
-    if (::fsync(fd) != 0) fail(errno_text());
-    if (::close(fd) != 0) {
-        ::unlink(tmp.c_str());
-        throw InputError("cannot write " + path.string() + ": " + errno_text());
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const std::string message = "cannot write " + path.string() + ": " + errno_text();
-        ::unlink(tmp.c_str());
-        throw InputError(message);
-    }
-    fsync_directory(path.parent_path());
+    AtomicFileWriter file(path);
+    for (std::span<const std::uint8_t> piece : pieces)
+        file.write(piece);
+    file.commit();
 }
 
 std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path) {

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
+#include <string>
 
 #include "core/bytes.hpp"
 #include "core/error.hpp"
@@ -58,36 +60,58 @@ std::filesystem::path save_llmc_model(const std::filesystem::path& path, const M
 
 std::filesystem::path save_checkpoint(const std::filesystem::path& path, const Model& model,
                                       const std::optional<CheckpointExtras>& extras) {
-    const auto header = llmc_header(model.config, kLlmcModelVersionFp32);
+    const std::span<const float> params = model.params.span();
+    return save_checkpoint(
+        path, model.config, [&](const ParameterSink& sink) { sink(params); }, extras);
+}
+
+std::filesystem::path save_checkpoint(const std::filesystem::path& path, const ModelConfig& config,
+                                      const ParameterSource& source,
+                                      const std::optional<CheckpointExtras>& extras) {
+    const auto header = llmc_header(config, kLlmcModelVersionFp32);
     const std::span<const std::uint8_t> header_bytes(
         reinterpret_cast<const std::uint8_t*>(header.data()), kHeaderBytes);
-    const std::span<const std::uint8_t> param_bytes(
-        reinterpret_cast<const std::uint8_t*>(model.params.data()),
-        model.params.size() * sizeof(float));
-    if (!extras) {
-        const std::array pieces = {header_bytes, param_bytes};
-        write_file_atomically(path, pieces);
-        return path;
+    const std::size_t param_count = ParameterLayout(config).total();
+    AtomicFileWriter file(path);
+    file.write(header_bytes);
+    // The checksum is chained as the reader chains it: header, then parameters (as one piece of
+    // bytes however the source cuts them), then the trailer.
+    Checksum64 param_sum(checksum64(header_bytes));
+    std::size_t written = 0;
+    source([&](std::span<const float> piece) {
+        if (piece.size() > param_count - written) {
+            throw std::logic_error("save_checkpoint: the parameter source gives more than " +
+                                   std::to_string(param_count) + " parameters");
+        }
+        const std::span<const std::uint8_t> bytes(
+            reinterpret_cast<const std::uint8_t*>(piece.data()), piece.size_bytes());
+        file.write(bytes);
+        if (extras) param_sum.add(bytes);
+        written += piece.size();
+    });
+    if (written != param_count) {
+        throw std::logic_error("save_checkpoint: the parameter source gave " +
+                               std::to_string(written) + " parameters of " +
+                               std::to_string(param_count));
     }
-    ByteWriter trailer;
-    const auto add_section = [&](TrailerTag tag, std::span<const std::uint8_t> bytes) {
-        trailer.put(static_cast<std::uint32_t>(tag));
-        trailer.put(static_cast<std::uint64_t>(bytes.size()));
-        trailer.raw(bytes);
-    };
-    add_section(TrailerTag::Tokenizer, extras->tokenizer);
-    add_section(TrailerTag::ConfigJson,
-                std::span(reinterpret_cast<const std::uint8_t*>(extras->config_json.data()),
-                          extras->config_json.size()));
-    std::uint64_t sum = checksum64(header_bytes);
-    sum = checksum64(param_bytes, sum);
-    sum = checksum64(trailer.bytes(), sum);
-    trailer.raw(std::string_view(kFooterMagic.data(), kFooterMagic.size()));
-    trailer.put(static_cast<std::uint64_t>(kHeaderBytes + param_bytes.size()));
-    trailer.put(sum);
-    const std::array pieces = {header_bytes, param_bytes,
-                               std::span<const std::uint8_t>(trailer.bytes())};
-    write_file_atomically(path, pieces);
+    if (extras) {
+        ByteWriter trailer;
+        const auto add_section = [&](TrailerTag tag, std::span<const std::uint8_t> bytes) {
+            trailer.put(static_cast<std::uint32_t>(tag));
+            trailer.put(static_cast<std::uint64_t>(bytes.size()));
+            trailer.raw(bytes);
+        };
+        add_section(TrailerTag::Tokenizer, extras->tokenizer);
+        add_section(TrailerTag::ConfigJson,
+                    std::span(reinterpret_cast<const std::uint8_t*>(extras->config_json.data()),
+                              extras->config_json.size()));
+        const std::uint64_t sum = checksum64(trailer.bytes(), param_sum.value());
+        trailer.raw(std::string_view(kFooterMagic.data(), kFooterMagic.size()));
+        trailer.put(static_cast<std::uint64_t>(kHeaderBytes + param_count * sizeof(float)));
+        trailer.put(sum);
+        file.write(trailer.bytes());
+    }
+    file.commit();
     return path;
 }
 

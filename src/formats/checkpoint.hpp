@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -34,6 +35,19 @@ struct LoadedModel {
 // Writes `path` atomically; returns it. Throws InputError naming the file on failure, leaving any
 // previous file at `path` untouched.
 std::filesystem::path save_checkpoint(const std::filesystem::path& path, const Model& model,
+                                      const std::optional<CheckpointExtras>& extras);
+
+// The parameters of a model handed over in order a piece at a time: called once, a source passes
+// its sink consecutive pieces that together are the whole parameter buffer (ParameterLayout's
+// order), each valid only during the call. A checkpoint is then written without the buffer in
+// memory at once (a LoRA run's merged weights, model/lora.hpp's merged_lora_pieces).
+using ParameterSink = std::function<void(std::span<const float>)>;
+using ParameterSource = std::function<void(const ParameterSink&)>;
+// save_checkpoint of a `config` model whose parameters `source` produces: the same bytes as the
+// whole buffer would give. std::logic_error (nothing written) if the pieces do not add up to the
+// model's parameter count.
+std::filesystem::path save_checkpoint(const std::filesystem::path& path, const ModelConfig& config,
+                                      const ParameterSource& source,
                                       const std::optional<CheckpointExtras>& extras);
 // Writes llm.c's model file, version 3 (fp32: save_checkpoint without extras) or 5 (bf16, each
 // weight rounded to nearest even), atomically; returns path.

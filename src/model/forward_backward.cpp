@@ -149,7 +149,7 @@ class LayerAdapter {
 LayerAdapter layer_adapter(const Model& model, ThreadLocalTrainingContext& ctx, int l,
                            const TokenBatch& batch, std::span<float> adapter_grads = {}) {
     if (model.lora == nullptr) return {};
-    const int dropped_channels = batch.dropout.lora_rate > 0.0f ? 4 * model.config.channels : 0;
+    const int dropped_channels = lora_dropout_channels(model.config, batch.dropout.lora_rate);
     const std::size_t needed = ThreadLocalTrainingContext::adapter_scratch_floats(
         ctx.max_batch(), ctx.seq_len(), model.lora->config.rank, dropped_channels);
     if (ctx.adapter_scratch.size() < needed) {

@@ -174,22 +174,74 @@ void init_lora(LoraAdapter& adapter, std::uint64_t seed) {
     }
 }
 
-void merge_lora(Model& model, const LoraAdapter& adapter) {
+namespace {
+// Layer l's matrix of target t (its base weight, (out, in)) += scale * B (out, r) @ A (r, in):
+// merge_lora's one product, shared with merged_lora_pieces so that both give bitwise the same.
+void add_lora_update(float* weight, const LoraAdapter& adapter, const ModelConfig& config, int l,
+                     LoraTarget t) {
+    const auto i = static_cast<std::size_t>(t);
+    const LoraLayerView<const float> view = adapter.layer(l);
+    const ProductShape s = lora_product_shape(config, t);
     const int r = adapter.config.rank;
+    gemm_nn(s.out, s.in, r, adapter.config.scale(), view.b[i], r, view.a[i], s.in, 1.0f, weight,
+            s.in);
+}
+
+// The adapted target whose base weight is `tensor`, if any.
+std::optional<LoraTarget> adapted_target(const LoraConfig& config, ParamTensor tensor) {
+    for (int i = 0; i < kLoraTargets; ++i) {
+        const auto t = static_cast<LoraTarget>(i);
+        if (config.adapts(t) && lora_target_weight(t) == tensor) return t;
+    }
+    return std::nullopt;
+}
+}  // namespace
+
+void merge_lora(Model& model, const LoraAdapter& adapter) {
     const std::span<float> w = model.params.span();
     for (int l = 0; l < model.config.num_layers; ++l) {
-        const LoraLayerView<const float> view = adapter.layer(l);
         for (int i = 0; i < kLoraTargets; ++i) {
             const auto t = static_cast<LoraTarget>(i);
             if (!adapter.config.adapts(t)) continue;
-            const ProductShape s = lora_product_shape(model.config, t);
-            float* weight = model.layout.layer(w, lora_target_weight(t), l).data();
-            // W (out, in) += scale * B (out, r) @ A (r, in)
-            gemm_nn(s.out, s.in, r, adapter.config.scale(), view.b[static_cast<std::size_t>(i)], r,
-                    view.a[static_cast<std::size_t>(i)], s.in, 1.0f, weight, s.in);
+            add_lora_update(model.layout.layer(w, lora_target_weight(t), l).data(), adapter,
+                            model.config, l, t);
         }
     }
     if (model.precision == Precision::Bf16) set_precision(model, Precision::Bf16);
+}
+
+std::size_t merge_buffer_floats(const ModelConfig& config, const std::optional<LoraConfig>& lora) {
+    std::size_t largest = 0;
+    if (!lora) return largest;
+    for (int i = 0; i < kLoraTargets; ++i) {
+        const auto t = static_cast<LoraTarget>(i);
+        if (!lora->adapts(t)) continue;
+        const ProductShape s = lora_product_shape(config, t);
+        largest =
+            std::max(largest, static_cast<std::size_t>(s.in) * static_cast<std::size_t>(s.out));
+    }
+    return largest;
+}
+
+void merged_lora_pieces(const Model& base, const LoraAdapter& adapter,
+                        const std::function<void(std::span<const float>)>& emit) {
+    const std::span<const float> w = base.params.span();
+    AlignedBuffer<float> matrix(merge_buffer_floats(base.config, adapter.config));
+    for (int k = 0; k < kNumParamTensors; ++k) {
+        const auto tensor = static_cast<ParamTensor>(k);
+        const std::optional<LoraTarget> target = adapted_target(adapter.config, tensor);
+        if (!target) {
+            emit(base.layout.tensor(w, tensor));
+            continue;
+        }
+        for (int l = 0; l < base.config.num_layers; ++l) {
+            const std::span<const float> layer = base.layout.layer(w, tensor, l);
+            const std::span<float> merged = matrix.span().first(layer.size());
+            std::copy(layer.begin(), layer.end(), merged.begin());
+            add_lora_update(merged.data(), adapter, base.config, l, *target);
+            emit(merged);
+        }
+    }
 }
 
 void lora_forward(float* out, float* u, const float* inp, const float* A, const float* B,

@@ -6,6 +6,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -131,6 +133,16 @@ void init_lora(LoraAdapter& adapter, std::uint64_t seed);
 // The base weights with the adapter folded in: W += (alpha/r) * B @ A for every adapted product.
 void merge_lora(Model& model, const LoraAdapter& adapter);
 
+// merge_lora's weights without a merged copy of the model: `emit` receives them in the parameter
+// buffer's order a piece at a time, the base as it is between adapted matrices and each adapted
+// matrix of a layer copied into one buffer of merge_buffer_floats with the update added as
+// merge_lora adds it (bitwise the same weights). A piece is valid only during the call.
+void merged_lora_pieces(const Model& base, const LoraAdapter& adapter,
+                        const std::function<void(std::span<const float>)>& emit);
+// That buffer's size: the largest adapted matrix of one layer (0 without an adapter).
+[[nodiscard]] std::size_t merge_buffer_floats(const ModelConfig& config,
+                                              const std::optional<LoraConfig>& lora);
+
 // out (N, OC) += scale * (inp (N, C) @ A (r, C)^T) @ B (OC, r)^T; `u` (N, r) receives inp @ A^T.
 void lora_forward(float* out, float* u, const float* inp, const float* A, const float* B,
                   float scale, int N, int C, int OC, int r);
@@ -145,6 +157,11 @@ void lora_backward(float* dinp, float* dA, float* dB, float* u, float* v, const 
 // product inp itself. The mask spans the batch's `sequences` sequences of N / sequences rows each
 // (ops/dropout.hpp); `dropped` (N, C) is scratch that receives the masked input, made again from
 // the mask in backward rather than kept from forward. An inactive mask is the plain path, bitwise.
+// Channels of scratch per token LoRA's input dropout at `rate` needs: the widest input an adapted
+// product reads (mlp.c_proj's 4C), or 0 without dropout.
+[[nodiscard]] inline int lora_dropout_channels(const ModelConfig& config, float rate) {
+    return rate > 0.0f ? 4 * config.channels : 0;
+}
 struct LoraInputDropout {
     DropoutMask mask;
     int sequences = 0;

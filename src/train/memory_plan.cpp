@@ -13,16 +13,9 @@
 
 namespace gpt2 {
 
-namespace {
-// The widest product input a worker's LoRA input dropout keeps dropped in scratch (4C), or 0.
-int lora_dropped_channels(const TrainOptions& o, const ModelConfig& config) {
-    return o.lora.enabled() && o.lora.dropout > 0.0f ? 4 * config.channels : 0;
-}
-}  // namespace
-
 MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size, int seq_len,
                        Precision precision, Recompute recompute, int moment_parts,
-                       std::size_t adapter_floats, int lora_rank, int lora_dropped_channels) {
+                       const std::optional<LoraConfig>& lora) {
     MemoryNeed need;
     need.recompute = recompute;
     need.workers = workers;
@@ -35,21 +28,24 @@ MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size, i
         need.worker_bytes += part.bytes;
     const std::size_t P = ParameterLayout(config).total();
     const std::size_t weights = P * sizeof(float) + (precision == Precision::Bf16 ? P * 2 : 0);
-    if (adapter_floats > 0) {
+    if (lora) {
         // LoRA: the base is frozen; each worker sums its own adapter gradient and keeps the
         // adapter's products' scratch (training_context.hpp).
+        const std::size_t adapter_floats = LoraLayout(config, *lora).total();
         need.adapter_floats = adapter_floats;
         need.frozen_bytes = weights;
         need.adapter_bytes =
             adapter_floats * sizeof(float) * (1 + static_cast<std::size_t>(workers)) +
             static_cast<std::size_t>(need.with_sequences) *
                 ThreadLocalTrainingContext::adapter_scratch_floats(
-                    need.sequences_per_worker, seq_len, lora_rank, lora_dropped_channels) *
+                    need.sequences_per_worker, seq_len, lora->rank,
+                    lora_dropout_channels(config, lora->dropout)) *
                 sizeof(float);
         need.adapter_moment_bytes = 2 * adapter_floats * sizeof(float);
-        need.merged_copy_bytes = P * sizeof(float);
+        // A checkpoint merges the adapter into one matrix at a time as it writes the weights.
+        need.merge_buffer_bytes = merge_buffer_floats(config, lora) * sizeof(float);
         need.rank_bytes = need.frozen_bytes + need.adapter_bytes + need.adapter_moment_bytes +
-                          need.merged_copy_bytes;
+                          need.merge_buffer_bytes;
         return need;
     }
     // Every worker with sequences but the first writes through a gradient window
@@ -72,12 +68,11 @@ bool fits(const MemoryNeed& need, int ranks_on_machine,
 // Flags that would make this rank's machine fit, tried from the least change in results' cost:
 // --recompute layers, the largest --batch-size, fewer --threads.
 std::string what_would_fit(const TrainOptions& o, const ModelConfig& config, const MemoryNeed& need,
-                           int moment_parts, int ranks,
+                           int moment_parts, const std::optional<LoraConfig>& lora, int ranks,
                            const std::optional<AvailableMemory>& available) {
     const auto need_for = [&](int workers, int batch, Recompute level) {
         return memory_need(config, workers, batch, o.batch.seq_len, o.compute.precision, level,
-                           moment_parts, need.adapter_floats, o.lora.rank,
-                           lora_dropped_channels(o, config));
+                           moment_parts, lora);
     };
     std::vector<std::string> options;
     if (need.recompute == Recompute::Cheap &&
@@ -113,14 +108,13 @@ std::string what_would_fit(const TrainOptions& o, const ModelConfig& config, con
 
 MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm, const Communicator& machine,
                        const ModelConfig& config, int workers, int moment_parts,
-                       std::size_t adapter_floats, int lora_rank) {
+                       const std::optional<LoraConfig>& lora) {
     MemoryPlan plan;
     plan.ranks_on_machine = machine.size();
     plan.available = available_memory();
     const auto need_for = [&](Recompute level) {
         return memory_need(config, workers, o.batch.batch_size, o.batch.seq_len,
-                           o.compute.precision, level, moment_parts, adapter_floats, lora_rank,
-                           lora_dropped_channels(o, config));
+                           o.compute.precision, level, moment_parts, lora);
     };
     Recompute level = o.compute.recompute.value_or(Recompute::Cheap);
     if (!o.compute.recompute) {
@@ -144,12 +138,12 @@ MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm, const Co
             n.adapter_floats > 0
                 ? fmt::format(
                       "{} for the rank (LoRA: frozen weights {}, adapter {}, adapter moments {}, "
-                      "merged copy for checkpoints {})",
+                      "checkpoint merge buffer {})",
                       human_bytes(static_cast<double>(n.rank_bytes)),
                       human_bytes(static_cast<double>(n.frozen_bytes)),
                       human_bytes(static_cast<double>(n.adapter_bytes)),
                       human_bytes(static_cast<double>(n.adapter_moment_bytes)),
-                      human_bytes(static_cast<double>(n.merged_copy_bytes)))
+                      human_bytes(static_cast<double>(n.merge_buffer_bytes)))
                 : fmt::format("{} for the rank",
                               human_bytes(static_cast<double>(n.windows_bytes + n.rank_bytes)));
         throw InputError(fmt::format(
@@ -159,7 +153,7 @@ MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm, const Co
             plan.chosen_automatically ? ", the least there is" : "", for_rank, per_machine,
             human_bytes(static_cast<double>(plan.need.total()) * plan.ranks_on_machine),
             human_bytes(static_cast<double>(plan.available->bytes)), plan.available->source,
-            what_would_fit(o, config, plan.need, moment_parts, plan.ranks_on_machine,
+            what_would_fit(o, config, plan.need, moment_parts, lora, plan.ranks_on_machine,
                            plan.available)));
     }
     // Ended by the failing rank's abort; never returns.
@@ -186,13 +180,13 @@ std::vector<std::string> describe_memory(const MemoryPlan& plan) {
     if (n.adapter_floats > 0) {
         lines.push_back(fmt::format(
             "memory per rank (LoRA): {} workers x {} + frozen weights {} + adapter {} (weights, "
-            "each worker's gradient, scratch) + adapter moments {} + merged copy for checkpoints "
-            "{} = {}{} | {}",
+            "each worker's gradient, scratch) + adapter moments {} + checkpoint merge buffer {} "
+            "= {}{} | {}",
             n.with_sequences, human_bytes(static_cast<double>(n.worker_bytes)),
             human_bytes(static_cast<double>(n.frozen_bytes)),
             human_bytes(static_cast<double>(n.adapter_bytes)),
             human_bytes(static_cast<double>(n.adapter_moment_bytes)),
-            human_bytes(static_cast<double>(n.merged_copy_bytes)),
+            human_bytes(static_cast<double>(n.merge_buffer_bytes)),
             human_bytes(static_cast<double>(n.total())),
             plan.ranks_on_machine > 1
                 ? fmt::format(" ({} ranks on this machine)", plan.ranks_on_machine)

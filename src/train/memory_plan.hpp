@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/system_memory.hpp"
+#include "model/lora.hpp"
 #include "model/training_context.hpp"
 
 namespace gpt2 {
@@ -28,26 +29,26 @@ struct MemoryNeed {
     std::size_t windows_bytes = 0;          // every worker's gradient window
     std::size_t rank_bytes = 0;             // weights (and bf16 copy), gradient, AdamW moments
     // LoRA (adapter_floats > 0): rank_bytes is the frozen weights (and bf16 copy), the adapter
-    // (its weights, every worker's gradient of it and scratch), its AdamW moments, and the merged
-    // copy of the weights a checkpoint writes; no model gradient, no windows.
+    // (its weights, every worker's gradient of it and scratch), its AdamW moments, and the buffer
+    // a checkpoint merges one adapted matrix in (merged_lora_pieces); no model gradient, no
+    // windows.
     std::size_t adapter_floats = 0;
     std::size_t frozen_bytes = 0;
     std::size_t adapter_bytes = 0;
     std::size_t adapter_moment_bytes = 0;
-    std::size_t merged_copy_bytes = 0;
+    std::size_t merge_buffer_bytes = 0;
     [[nodiscard]] std::size_t total() const {
         return static_cast<std::size_t>(with_sequences) * worker_bytes + windows_bytes + rank_bytes;
     }
 };
 
 // `moment_parts`: how many ranks hold a part of the AdamW moments (ZeRO-1 or shared-memory
-// slices), 1 when every rank holds them all. `lora_rank` > 0: only an adapter of
-// `adapter_floats` trains (LoRA), the base frozen; `lora_dropped_channels` > 0: LoRA's input
-// dropout keeps each worker's dropped input in scratch (training_context.hpp).
+// slices), 1 when every rank holds them all. `lora`: only an adapter of that shape trains (LoRA),
+// the base frozen; with LoRA's input dropout each worker keeps its dropped input in scratch.
 [[nodiscard]] MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size,
                                      int seq_len, Precision precision, Recompute recompute,
-                                     int moment_parts, std::size_t adapter_floats = 0,
-                                     int lora_rank = 0, int lora_dropped_channels = 0);
+                                     int moment_parts,
+                                     const std::optional<LoraConfig>& lora = std::nullopt);
 
 // The level the run trains with and what it needs, decided on every rank alike.
 struct MemoryPlan {
@@ -63,8 +64,8 @@ struct MemoryPlan {
 // which flags would fit; the other ranks wait to be ended with it.
 [[nodiscard]] MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm,
                                      const Communicator& machine, const ModelConfig& config,
-                                     int workers, int moment_parts, std::size_t adapter_floats = 0,
-                                     int lora_rank = 0);
+                                     int workers, int moment_parts,
+                                     const std::optional<LoraConfig>& lora = std::nullopt);
 
 // The start-up log's table: bytes per worker by part, and the rank's total (one line each).
 [[nodiscard]] std::vector<std::string> describe_memory(const MemoryPlan& plan);

@@ -145,7 +145,7 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
     auto replica = std::make_unique<Replica>(
         config, workers, o,
         plan_memory(o, comm, machines.machine, config, workers, moment_parts,
-                    adapter ? adapter->layout.total() : 0, adapter ? adapter->config.rank : 0));
+                    adapter ? std::optional(adapter->config) : std::nullopt));
     if (have_weights) {
         if (comm.is_root()) {
             const auto loaded = start.model->model.params.span();
@@ -175,7 +175,7 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
         }
         for (int w = 0; w < replica->workers.size(); ++w)
             replica->workers.context(w).reserve_adapter(
-                adapter->config.rank, adapter->config.dropout > 0.0f ? 4 * config.channels : 0);
+                adapter->config.rank, lora_dropout_channels(config, adapter->config.dropout));
         replica->model.lora = adapter;
         replica->optimizer = AdamWState(adapter->layout.total(), 0);  // no slices: all of it
         replica->exchange =
