@@ -5,6 +5,7 @@
 
 #include <cstddef>
 
+#include "ops/bf16.hpp"
 #include "ops/dropout.hpp"
 
 namespace gpt2 {
@@ -30,5 +31,28 @@ void attention_forward(float* out, float* lse, float* scratch, const float* qkv,
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out,
                         const float* lse, const float* qkv, int B, int T, int C, int NH,
                         const DropoutMask& dropout = {});
+
+// The same attention with its products on bf16 operands and fp32 accumulation (as the model's
+// other products in bf16 precision): per head, q, k, v (and in backward dO) are rounded to bf16
+// once, and each panel's probabilities (dropped, where dropout is) and scale * dS as they enter a
+// product; the softmax, its statistics (max, sum, lse) and dO.O stay fp32. Through the bf16 GEMMs
+// (ops/bf16.hpp), so the emulated backend gives the fp32 GEMM's numbers on the rounded operands.
+struct AttentionBf16Scratch {
+    float* floats;  // attention_bf16_scratch_floats(T, C / NH)
+    Bf16* pieces;   // attention_bf16_scratch_pieces(T, C / NH)
+};
+[[nodiscard]] std::size_t attention_bf16_scratch_floats(int T, int hs);
+[[nodiscard]] std::size_t attention_bf16_scratch_pieces(int T, int hs);
+void attention_forward_bf16(float* out, float* lse, const AttentionBf16Scratch& scratch,
+                            const float* qkv, int B, int T, int C, int NH,
+                            const DropoutMask& dropout = {});
+void attention_backward_bf16(float* dqkv, const AttentionBf16Scratch& scratch, const float* dout,
+                             const float* out, const float* lse, const float* qkv, int B, int T,
+                             int C, int NH, const DropoutMask& dropout = {});
+
+// Whether bf16 attention is faster than fp32 attention on this CPU's bf16 backend, so that bf16
+// training takes it: on AMX (measured, docs/performance.md), not where bf16 products are
+// emulated.
+[[nodiscard]] bool bf16_attention_pays();
 
 }  // namespace gpt2
