@@ -1,13 +1,20 @@
 // bf16 conversion and the bf16 matrix products against an fp32 reference on the same rounded
-// operands (a product of two bf16 numbers is exact in fp32, so only the summation order differs).
+// operands (a product of two bf16 numbers is exact in fp32, so only the summation order differs),
+// and bf16 attention against the fp32 attention kernel.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
+#include <span>
 #include <vector>
 
+#include "ops/attention.hpp"
 #include "ops/bf16.hpp"
+#include "test_support.hpp"
 
 namespace gpt2 {
 namespace {
@@ -123,6 +130,140 @@ TEST(Bf16Gemm, NamesWhatItRunsOn) {
         EXPECT_EQ(bf16_backend(), Bf16Backend::Fp32Emulated);
         EXPECT_NE(name.find("emulation"), std::string::npos);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// bf16 attention against the fp32 kernel.
+//
+// Tolerance: the project's bf16 tolerance, 2e-2 relative in norm per tensor (test_model_reference,
+// test_dropout). Each rounding to bf16 is within 2^-9 = 2e-3 relative; an output goes through at
+// most three roundings in a chain (q and k -> scores -> P or dS -> product), whose errors add to
+// about 6e-3 in the worst element and, averaging over a product's terms, well under that in norm
+// (measured 4.3e-3 to 4.5e-3 here, AMX and emulated alike): 2e-2 leaves room without letting a
+// wrong factor (an unscaled dk is 8x off, a missed panel or key is O(1) off) through.
+constexpr double kBf16Tolerance = 2e-2;
+
+struct AttentionRun {
+    std::vector<float> out, lse, dqkv;
+};
+
+// One forward and backward of attention on (B, T, C) random q, k, v and output gradient, in fp32
+// or bf16; the scratch starts out as garbage.
+// `first_keys`: document masking's first key per query row (empty: none).
+AttentionRun run_attention(bool bf16, int B, int T, int C, int NH, const DropoutMask& dropout,
+                           std::span<const std::int32_t> first_keys = {}) {
+    std::mt19937 rng(static_cast<unsigned>(B * 1000 + T * 10 + NH));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> qkv(static_cast<std::size_t>(B) * T * 3 * C), dout(qkv.size() / 3);
+    for (float& v : qkv)
+        v = normal(rng);
+    for (float& v : dout)
+        v = normal(rng);
+    const int hs = C / NH;
+    std::vector<float> scratch(attention_bf16_scratch_floats(T, hs), -7.0e20f);
+    std::vector<Bf16> pieces(attention_bf16_scratch_pieces(T, hs), to_bf16(-7.0e20f));
+    const AttentionBf16Scratch bf16_scratch{scratch.data(), pieces.data()};
+    AttentionRun run{std::vector<float>(dout.size()),
+                     std::vector<float>(static_cast<std::size_t>(B) * NH * T),
+                     std::vector<float>(qkv.size(), -7.0e20f)};
+    if (bf16) {
+        attention_forward_bf16(run.out.data(), run.lse.data(), bf16_scratch, qkv.data(), B, T, C,
+                               NH, dropout, first_keys);
+        attention_backward_bf16(run.dqkv.data(), bf16_scratch, dout.data(), run.out.data(),
+                                run.lse.data(), qkv.data(), B, T, C, NH, dropout, first_keys);
+    } else {
+        attention_forward(run.out.data(), run.lse.data(), scratch.data(), qkv.data(), B, T, C, NH,
+                          dropout, first_keys);
+        attention_backward(run.dqkv.data(), scratch.data(), dout.data(), run.out.data(),
+                           run.lse.data(), qkv.data(), B, T, C, NH, dropout, first_keys);
+    }
+    return run;
+}
+
+// Part `part` (0 q, 1 k, 2 v) of every row of a (B*T, 3C) gradient.
+std::vector<float> qkv_part(const std::vector<float>& dqkv, int C, int part) {
+    std::vector<float> out;
+    for (std::size_t row = 0; row < dqkv.size() / (3 * C); ++row) {
+        const auto first = dqkv.begin() + static_cast<long>(row * 3 * C + part * C);
+        out.insert(out.end(), first, first + C);
+    }
+    return out;
+}
+
+// T = 130 (three panels, the last partial) with GPT-2's head size 64, two sequences; T = 200 with
+// head size 32 (a scale that is not a power of two); with and without dropout of probabilities.
+TEST(Bf16Attention, MatchesTheFp32KernelWithinBf16Tolerance) {
+    for (const auto& [B, T, C, NH] : {std::array{2, 130, 128, 2}, std::array{1, 200, 96, 3}}) {
+        for (const float rate : {0.0f, 0.2f}) {
+            SCOPED_TRACE(::testing::Message()
+                         << "T=" << T << " hs=" << C / NH << " dropout " << rate << " on "
+                         << bf16_backend_name(bf16_backend()));
+            const DropoutMask dropout{rate, 0x5eedULL, 3};
+            const AttentionRun fp32 = run_attention(false, B, T, C, NH, dropout);
+            const AttentionRun bf16 = run_attention(true, B, T, C, NH, dropout);
+            EXPECT_TRUE(test::norm_close(bf16.out, fp32.out, kBf16Tolerance)) << "out";
+            EXPECT_TRUE(test::norm_close(bf16.lse, fp32.lse, kBf16Tolerance)) << "lse";
+            const char* names[] = {"dq", "dk", "dv"};
+            for (int part = 0; part < 3; ++part) {
+                EXPECT_TRUE(test::norm_close(qkv_part(bf16.dqkv, C, part),
+                                             qkv_part(fp32.dqkv, C, part), kBf16Tolerance))
+                    << names[part];
+            }
+            double worst = test::difference_norms(bf16.out, fp32.out).relative();
+            for (int part = 0; part < 3; ++part) {
+                worst = std::max(worst, test::difference_norms(qkv_part(bf16.dqkv, C, part),
+                                                               qkv_part(fp32.dqkv, C, part))
+                                            .relative());
+            }
+            std::printf("bf16 attention T=%d hs=%d dropout %.1f: worst relative error %.2e\n", T,
+                        C / NH, static_cast<double>(rate), worst);
+            // Measurably not fp32: the products really took bf16 operands.
+            EXPECT_GT(test::difference_norms(bf16.out, fp32.out).relative(), 1e-5);
+            EXPECT_GT(test::difference_norms(bf16.dqkv, fp32.dqkv).relative(), 1e-5);
+        }
+    }
+}
+
+// Document masking (--attention-within-documents) through the bf16 products: the panels skip the
+// keys left of their earliest document and the keys no panel sees get dk = dv = 0, in the dense
+// accumulators of the bf16 path as in dqkv for fp32. Documents begin at 40 and 100 in sequence 0
+// (the panel of rows 64..127 starts at key 40, the last panel at key 100) and at 64, 65 (a
+// one-token document) and 127 in sequence 1.
+TEST(Bf16Attention, DocumentMaskingMatchesTheFp32KernelWithinBf16Tolerance) {
+    const int B = 2, T = 130, C = 128, NH = 2;
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T, 1);
+    for (const int start : {40, 100, T + 64, T + 65, T + 127})
+        tokens[static_cast<std::size_t>(start)] = 0;
+    std::vector<std::int32_t> first_keys(tokens.size());
+    document_first_keys(first_keys, tokens, B, T, 0);
+    for (const float rate : {0.0f, 0.2f}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "dropout " << rate << " on " << bf16_backend_name(bf16_backend()));
+        const DropoutMask dropout{rate, 0x5eedULL, 3};
+        const AttentionRun fp32 = run_attention(false, B, T, C, NH, dropout, first_keys);
+        const AttentionRun bf16 = run_attention(true, B, T, C, NH, dropout, first_keys);
+        EXPECT_TRUE(test::norm_close(bf16.out, fp32.out, kBf16Tolerance)) << "out";
+        EXPECT_TRUE(test::norm_close(bf16.lse, fp32.lse, kBf16Tolerance)) << "lse";
+        const char* names[] = {"dq", "dk", "dv"};
+        for (int part = 0; part < 3; ++part) {
+            EXPECT_TRUE(test::norm_close(qkv_part(bf16.dqkv, C, part), qkv_part(fp32.dqkv, C, part),
+                                         kBf16Tolerance))
+                << names[part];
+        }
+        // Masking changes the result: the unmasked kernel is O(1) away.
+        const AttentionRun unmasked = run_attention(true, B, T, C, NH, dropout);
+        EXPECT_GT(test::difference_norms(unmasked.out, fp32.out).relative(), 0.1);
+    }
+}
+
+// Nothing the scratch held shows, and a second call gives the same bits.
+TEST(Bf16Attention, IsBitwiseRepeatable) {
+    const DropoutMask dropout{0.1f, 0xabcULL, 0};
+    const AttentionRun first = run_attention(true, 1, 70, 128, 2, dropout);
+    const AttentionRun second = run_attention(true, 1, 70, 128, 2, dropout);
+    EXPECT_EQ(first.out, second.out);
+    EXPECT_EQ(first.lse, second.lse);
+    EXPECT_EQ(first.dqkv, second.dqkv);
 }
 
 }  // namespace

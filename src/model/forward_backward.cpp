@@ -40,10 +40,14 @@ LayerActs layer_acts(const ThreadLocalTrainingContext& ctx, const ModelConfig& c
 // The model's matrix products in its precision: fp32 through OpenBLAS, or bf16 operands (the
 // weights' bf16 copy, activations and gradients rounded into the context's scratch) with fp32
 // accumulation. Both paths take the same arguments, so forward/backward read the same either way.
+// Attention's products follow in bf16 where bf16 attention is the faster (bf16_attention_pays).
 class PrecisionMatmul {
   public:
     PrecisionMatmul(const Model& model, ThreadLocalTrainingContext& ctx)
-        : model_(model), ctx_(ctx), bf16_(model.precision == Precision::Bf16) {
+        : model_(model),
+          ctx_(ctx),
+          bf16_(model.precision == Precision::Bf16),
+          bf16_attention_(bf16_ && bf16_attention_pays()) {
         if (bf16_ && (ctx.bf16_inputs.size() == 0 || model.params_bf16.size() == 0)) {
             throw std::invalid_argument("bf16 model: the context or the weights have no bf16 copy");
         }
@@ -72,10 +76,39 @@ class PrecisionMatmul {
         }
     }
 
+    void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                           const DropoutMask& dropout,
+                           std::span<const std::int32_t> first_keys) const {
+        if (bf16_attention_) {
+            attention_forward_bf16(out, lse, attention_scratch(), qkv, B, T, C, NH, dropout,
+                                   first_keys);
+        } else {
+            gpt2::attention_forward(out, lse, ctx_.scratch.attention, qkv, B, T, C, NH, dropout,
+                                    first_keys);
+        }
+    }
+    void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse,
+                            const float* qkv, int B, int T, int C, int NH,
+                            const DropoutMask& dropout,
+                            std::span<const std::int32_t> first_keys) const {
+        if (bf16_attention_) {
+            attention_backward_bf16(dqkv, attention_scratch(), dout, out, lse, qkv, B, T, C, NH,
+                                    dropout, first_keys);
+        } else {
+            gpt2::attention_backward(dqkv, ctx_.scratch.attention, dout, out, lse, qkv, B, T, C, NH,
+                                     dropout, first_keys);
+        }
+    }
+
   private:
+    [[nodiscard]] AttentionBf16Scratch attention_scratch() const {
+        return AttentionBf16Scratch{ctx_.scratch.attention, ctx_.bf16_attention.data()};
+    }
+
     const Model& model_;
     ThreadLocalTrainingContext& ctx_;
     bool bf16_;
+    bool bf16_attention_;
 };
 
 void check_batch(const ThreadLocalTrainingContext& ctx, const Model& model,
@@ -223,8 +256,8 @@ void layer_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ct
     layernorm_forward(ln, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
     matmul.forward(a.qkv, nullptr, ln, p.qkvw, p.qkvb, N, C, 3 * C);
     adapter.forward(LoraTarget::CAttn, a.qkv, ln, N, C, 3 * C);
-    attention_forward(a.atty, a.att_lse, ctx.scratch.attention, a.qkv, B, T, C, NH,
-                      dropout.probabilities, first_keys);
+    matmul.attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH, dropout.probabilities,
+                             first_keys);
     residual_product(matmul, a.residual2, residual, a.atty, p.attprojw, p.attprojb, B, T, C, C,
                      dropout.attention_output, adapter, LoraTarget::AttnCProj);
     layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
@@ -265,8 +298,8 @@ void layer_backward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& c
     const float* dattn = dropped_gradient(dres, dfch, B, T, C, dropout.attention_output);
     matmul.backward(dch, d.attprojw, d.attprojb, dattn, a.atty, p.attprojw, N, C, C);
     adapter.backward(LoraTarget::AttnCProj, dch, dattn, a.atty, N, C, C);
-    attention_backward(ctx.scratch.dqkv, ctx.scratch.attention, dch, a.atty, a.att_lse, a.qkv, B, T,
-                       C, NH, dropout.probabilities, first_keys);
+    matmul.attention_backward(ctx.scratch.dqkv, dch, a.atty, a.att_lse, a.qkv, B, T, C, NH,
+                              dropout.probabilities, first_keys);
     layernorm_recompute(ln, residual, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b, N, C);
     matmul.backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, ln, p.qkvw, N, C, 3 * C);
     adapter.backward(LoraTarget::CAttn, dch, ctx.scratch.dqkv, ln, N, C, 3 * C);

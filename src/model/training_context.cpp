@@ -47,7 +47,7 @@ struct ContextLayout {
     ThreadLocalTrainingContext::Activations acts;  // null until planned over an arena
     ThreadLocalTrainingContext::Scratch scratch;
     ArenaPlan plan;
-    std::size_t bf16_inputs = 0, bf16_gradients = 0;  // elements
+    std::size_t bf16_inputs = 0, bf16_gradients = 0, bf16_attention = 0;  // elements
     int logits_rows = 0;
     int stored_layers = 0;
 };
@@ -90,13 +90,18 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
     x.dchannels = at("backward scratch", N * C);
     x.dqkv = at("backward scratch", N * 3 * C);
     x.dfch = at("backward scratch", N * 4 * C);
-    x.attention = at("attention panels", attention_scratch_floats(seq_len));
+    const int hs = c.channels / std::max(c.num_heads, 1);
+    x.attention = at("attention panels", precision == Precision::Bf16
+                                             ? attention_bf16_scratch_floats(seq_len, hs)
+                                             : attention_scratch_floats(seq_len));
     x.logits = at("LM head chunk", static_cast<std::size_t>(out.logits_rows) * c.padded_vocab_size);
     if (precision == Precision::Bf16) {
         out.bf16_inputs = N * 4 * C;
         out.bf16_gradients =
             std::max(N * 4 * C, static_cast<std::size_t>(out.logits_rows) * c.padded_vocab_size);
-        plan.add("bf16 operands", (out.bf16_inputs + out.bf16_gradients) * sizeof(Bf16));
+        out.bf16_attention = attention_bf16_scratch_pieces(seq_len, hs);
+        plan.add("bf16 operands",
+                 (out.bf16_inputs + out.bf16_gradients + out.bf16_attention) * sizeof(Bf16));
     }
     return out;
 }
@@ -131,6 +136,7 @@ ThreadLocalTrainingContext::ThreadLocalTrainingContext(const ModelConfig& c, int
     if (precision == Precision::Bf16) {
         bf16_inputs = AlignedBuffer<Bf16>(layout.bf16_inputs);
         bf16_gradients = AlignedBuffer<Bf16>(layout.bf16_gradients);
+        bf16_attention = AlignedBuffer<Bf16>(layout.bf16_attention);
     }
 }
 

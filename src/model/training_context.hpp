@@ -56,7 +56,7 @@ class ThreadLocalTrainingContext {
     // Bytes of activations and scratch (without the gradient buffer) and in total.
     [[nodiscard]] std::size_t activation_bytes() const {
         return arena_.size() * sizeof(float) +
-               (bf16_inputs.size() + bf16_gradients.size()) * sizeof(Bf16);
+               (bf16_inputs.size() + bf16_gradients.size() + bf16_attention.size()) * sizeof(Bf16);
     }
     [[nodiscard]] std::size_t total_bytes() const {
         return activation_bytes() +
@@ -89,7 +89,7 @@ class ThreadLocalTrainingContext {
         float* dchannels;   // (N, C): dlnf, dln2, datty, dln1 in turn
         float* dqkv;        // (N, 3C)
         float* dfch;        // (N, 4C)
-        float* attention;   // attention's panels (ops/attention.hpp)
+        float* attention;   // attention's panels (ops/attention.hpp; bf16 sizes in bf16)
         float* logits;      // (logits_rows, Vp): one chunk of the LM head
     } scratch{};
     int logits_rows = 0;
@@ -98,6 +98,8 @@ class ThreadLocalTrainingContext {
     // chunk of dlogits) rounded to bf16 as they enter a product.
     AlignedBuffer<Bf16> bf16_inputs;
     AlignedBuffer<Bf16> bf16_gradients;
+    // bf16 precision only: one head's q, k, v, dO and a panel rounded for bf16 attention.
+    AlignedBuffer<Bf16> bf16_attention;
 
     // Where this worker writes the gradient sections its sink hands out (see
     // gradient_window_floats); empty when the worker writes straight into a full gradient.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "ops/bf16.hpp"
 #include "ops/gemm.hpp"
 #include "ops/vector_math.hpp"
 
@@ -19,14 +20,6 @@ struct Head {
 Head head_of(const float* qkv, int b, int h, int T, int C, int NH) {
     const float* q = qkv + static_cast<long>(b) * T * 3 * C + static_cast<long>(h) * (C / NH);
     return Head{q, q + C, q + 2 * C, (static_cast<long>(b) * NH + h) * T};
-}
-
-// A panel of scaled scores (rows x keys, row stride `keys`) for query rows [i0, i0 + rows) against
-// keys [k0, k0 + keys): the same product in forward and backward, so both see the same scores.
-void scores_panel(float* panel, const Head& hd, int i0, int rows, int k0, int keys, int hs, int C3,
-                  float scale) {
-    gemm_nt(rows, keys, hs, scale, hd.q + static_cast<long>(i0) * C3, C3,
-            hd.k + static_cast<long>(k0) * C3, C3, 0.0f, panel, keys);
 }
 
 // Lanes of the row reductions below: element j goes to lane j % kLanes and the lanes combine in a
@@ -130,31 +123,178 @@ void check_first_keys(std::span<const std::int32_t> first_keys, int B, int T) {
     }
 }
 
-}  // namespace
+// The products of a panel, in fp32 through the fp32 GEMM (Fp32Products) or on bf16 operands
+// with fp32 accumulation (Bf16Products); forward and backward take them through the same calls:
+// start_head once per head, then per panel of query rows [i0, i0 + rows) against keys
+// [k0, k0 + keys) (k0 > 0 only under document masking):
+//   scores:               panel = scale * q[i0:] @ k^T (the same in forward and backward)
+//   values:               o = P @ v
+//   values_gradient:      dv (+)= P^T @ dO[i0:]
+//   probability_gradient: dP = dO[i0:] @ v^T
+//   score_gradients:      dq[i0:] = scale * dS @ k;  dk (+)= scale * dS^T @ q[i0:]
+class Fp32Products {
+  public:
+    Fp32Products(int hs, int C, float scale) : hs_(hs), C_(C), scale_(scale) {}
 
-std::size_t attention_scratch_floats(int T) {
-    // backward: the probabilities panel, its gradient panel and one dO.O per query row.
-    const auto panel = static_cast<std::size_t>(kAttentionQueryRows) * static_cast<std::size_t>(T);
-    return 2 * panel + kAttentionQueryRows;
+    // dout: the head's first output gradient (rows C apart), null in forward.
+    void start_head(const Head& hd, const float* dout, int /*T*/) {
+        hd_ = hd;
+        dout_ = dout;
+    }
+    void scores(float* panel, int i0, int rows, int k0, int keys) const {
+        gemm_nt(rows, keys, hs_, scale_, hd_.q + static_cast<long>(i0) * 3 * C_, 3 * C_,
+                hd_.k + static_cast<long>(k0) * 3 * C_, 3 * C_, 0.0f, panel, keys);
+    }
+    void values(float* o, int ldo, const float* p, int rows, int k0, int keys) const {
+        gemm_nn(rows, hs_, keys, 1.0f, p, keys, hd_.v + static_cast<long>(k0) * 3 * C_, 3 * C_,
+                0.0f, o, ldo);
+    }
+    void values_gradient(float* dv, float beta, const float* p, int i0, int rows, int k0,
+                         int keys) const {
+        gemm_tn(keys, hs_, rows, 1.0f, p, keys, dout_ + static_cast<long>(i0) * C_, C_, beta,
+                dv + static_cast<long>(k0) * 3 * C_, 3 * C_);
+    }
+    void probability_gradient(float* dp, int i0, int rows, int k0, int keys) const {
+        gemm_nt(rows, keys, hs_, 1.0f, dout_ + static_cast<long>(i0) * C_, C_,
+                hd_.v + static_cast<long>(k0) * 3 * C_, 3 * C_, 0.0f, dp, keys);
+    }
+    void score_gradients(float* dq, float* dk, float beta, const float* ds, int i0, int rows,
+                         int k0, int keys) const {
+        gemm_nn(rows, hs_, keys, scale_, ds, keys, hd_.k + static_cast<long>(k0) * 3 * C_, 3 * C_,
+                0.0f, dq + static_cast<long>(i0) * 3 * C_, 3 * C_);
+        gemm_tn(keys, hs_, rows, scale_, ds, keys, hd_.q + static_cast<long>(i0) * 3 * C_, 3 * C_,
+                beta, dk + static_cast<long>(k0) * 3 * C_, 3 * C_);
+    }
+    // Keys [0, count) that no panel of the head sees (document masking): their dk and dv are 0.
+    void zero_unseen_keys(float* dk, float* dv, int count) const {
+        for (int j = 0; j < count; ++j) {
+            std::fill_n(dk + static_cast<long>(j) * 3 * C_, hs_, 0.0f);
+            std::fill_n(dv + static_cast<long>(j) * 3 * C_, hs_, 0.0f);
+        }
+    }
+    void finish_head(float* /*dk*/, float* /*dv*/, int /*T*/) const {}
+
+  private:
+    int hs_, C_;
+    float scale_;
+    Head hd_{};
+    const float* dout_ = nullptr;
+};
+
+// rows x cols of `in` (rows ld apart) rounded into `out` (rows cols apart), scaled first.
+void round_rows(Bf16* out, const float* in, int rows, int cols, long ld, float scale = 1.0f) {
+    for (int r = 0; r < rows; ++r) {
+        const float* row = in + r * ld;
+        Bf16* dst = out + static_cast<long>(r) * cols;
+        for (int c = 0; c < cols; ++c)
+            dst[c] = to_bf16(scale * row[c]);
+    }
 }
 
-void attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
-                       int C, int NH, const DropoutMask& dropout,
-                       std::span<const std::int32_t> first_keys) {
-    check_first_keys(first_keys, B, T);
-    const int hs = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+// rows x cols of `in` (rows cols apart) into `out` (rows ld apart), scaled.
+void copy_rows(float* out, long ld, const float* in, int rows, int cols, float scale = 1.0f) {
+    for (int r = 0; r < rows; ++r) {
+        float* dst = out + r * ld;
+        const float* row = in + static_cast<long>(r) * cols;
+        for (int c = 0; c < cols; ++c)
+            dst[c] = scale * row[c];
+    }
+}
+
+// The same products on bf16 operands: the head's q, k, v (and dO) rounded once into the pieces
+// scratch, each panel's P and dS rounded as they enter a product; fp32 accumulation and fp32
+// results, so the softmax and its statistics stay fp32. The keys are rounded scaled (scale * k:
+// exact when the head size is a power of 4, as GPT-2's 64), so the scores and dq need no pass of
+// their own for it; dk gets its scale once, when the head's panels are done. Every product writes
+// a dense result (rows exactly N apart): oneDNN 2.6 runs those on AMX, but strided results (the
+// heads' columns of out and dqkv) on a generic kernel about 4x slower; so the outputs go through
+// dense scratch, and dk and dv accumulate there over the head's panels.
+class Bf16Products {
+  public:
+    Bf16Products(int hs, int C, float scale, int T, const AttentionBf16Scratch& scratch)
+        : hs_(hs),
+          C_(C),
+          scale_(scale),
+          q_(scratch.pieces),
+          k_(q_ + static_cast<long>(T) * hs),
+          v_(k_ + static_cast<long>(T) * hs),
+          dout_(v_ + static_cast<long>(T) * hs),
+          panel_(dout_ + static_cast<long>(T) * hs),
+          result_(scratch.floats + attention_scratch_floats(T)),
+          dk_(result_ + static_cast<long>(kAttentionQueryRows) * hs),
+          dv_(dk_ + static_cast<long>(T) * hs) {}
+
+    void start_head(const Head& hd, const float* dout, int T) {
+        round_rows(q_, hd.q, T, hs_, 3L * C_);
+        round_rows(k_, hd.k, T, hs_, 3L * C_, scale_);
+        round_rows(v_, hd.v, T, hs_, 3L * C_);
+        if (dout != nullptr) round_rows(dout_, dout, T, hs_, C_);
+    }
+    void scores(float* panel, int i0, int rows, int k0, int keys) const {
+        gemm_bf16_nt(rows, keys, hs_, q_ + static_cast<long>(i0) * hs_, hs_,
+                     k_ + static_cast<long>(k0) * hs_, hs_, 0.0f, panel, keys);
+    }
+    void values(float* o, int ldo, const float* p, int rows, int k0, int keys) const {
+        round_rows(panel_, p, rows, keys, keys);
+        gemm_bf16_nn(rows, hs_, keys, panel_, keys, v_ + static_cast<long>(k0) * hs_, hs_, 0.0f,
+                     result_, hs_);
+        copy_rows(o, ldo, result_, rows, hs_);
+    }
+    void values_gradient(float* /*dv*/, float beta, const float* p, int i0, int rows, int k0,
+                         int keys) const {
+        round_rows(panel_, p, rows, keys, keys);
+        gemm_bf16_tn(keys, hs_, rows, panel_, keys, dout_ + static_cast<long>(i0) * hs_, hs_, beta,
+                     dv_ + static_cast<long>(k0) * hs_, hs_);
+    }
+    void probability_gradient(float* dp, int i0, int rows, int k0, int keys) const {
+        gemm_bf16_nt(rows, keys, hs_, dout_ + static_cast<long>(i0) * hs_, hs_,
+                     v_ + static_cast<long>(k0) * hs_, hs_, 0.0f, dp, keys);
+    }
+    // dq = dS @ (scale * k); dk (+)= dS^T @ q, scaled in finish_head.
+    void score_gradients(float* dq, float* /*dk*/, float beta, const float* ds, int i0, int rows,
+                         int k0, int keys) const {
+        round_rows(panel_, ds, rows, keys, keys);
+        gemm_bf16_nn(rows, hs_, keys, panel_, keys, k_ + static_cast<long>(k0) * hs_, hs_, 0.0f,
+                     result_, hs_);
+        copy_rows(dq + static_cast<long>(i0) * 3 * C_, 3L * C_, result_, rows, hs_);
+        gemm_bf16_tn(keys, hs_, rows, panel_, keys, q_ + static_cast<long>(i0) * hs_, hs_, beta,
+                     dk_ + static_cast<long>(k0) * hs_, hs_);
+    }
+    // Keys [0, count) that no panel of the head sees (document masking): their dk and dv are 0.
+    void zero_unseen_keys(float* /*dk*/, float* /*dv*/, int count) const {
+        std::fill_n(dk_, static_cast<long>(count) * hs_, 0.0f);
+        std::fill_n(dv_, static_cast<long>(count) * hs_, 0.0f);
+    }
+    // The head's dk and dv, accumulated over its panels, into dqkv.
+    void finish_head(float* dk, float* dv, int T) const {
+        copy_rows(dk, 3L * C_, dk_, T, hs_, scale_);
+        copy_rows(dv, 3L * C_, dv_, T, hs_);
+    }
+
+  private:
+    int hs_, C_;
+    float scale_;
+    Bf16 *q_, *k_, *v_, *dout_, *panel_;  // (T, hs) each, then (kAttentionQueryRows, T)
+    float *result_, *dk_, *dv_;           // (kAttentionQueryRows, hs), (T, hs), (T, hs)
+};
+
+template <typename Products>
+void forward(Products& products, float* out, float* lse, float* scratch, const float* qkv, int B,
+             int T, int C, int NH, const DropoutMask& dropout,
+             std::span<const std::int32_t> first_keys) {
+    const int hs = C / NH;
     float* panel = scratch;
     for (int b = 0; b < B; ++b) {
         for (int h = 0; h < NH; ++h) {
             const Head hd = head_of(qkv, b, h, T, C, NH);
+            products.start_head(hd, nullptr, T);
             float* o = out + static_cast<long>(b) * T * C + static_cast<long>(h) * hs;
             for (int i0 = 0; i0 < T; i0 += kAttentionQueryRows) {
                 // Query rows [i0, i1) see keys [k0, i1): nothing above the diagonal's block, nor
                 // (document masking) left of the rows' earliest document.
                 const int i1 = std::min(T, i0 + kAttentionQueryRows), rows = i1 - i0;
                 const int k0 = panel_first_key(first_keys, b, T, i0, i1), keys = i1 - k0;
-                scores_panel(panel, hd, i0, rows, k0, keys, hs, C3, scale);
+                products.scores(panel, i0, rows, k0, keys);
                 for (int r = 0; r < rows; ++r) {
                     float* row = panel + static_cast<long>(r) * keys;
                     const int first = first_key(first_keys, b, T, i0 + r) - k0;
@@ -165,19 +305,17 @@ void attention_forward(float* out, float* lse, float* scratch, const float* qkv,
                                  (static_cast<long>(h) * T + i0 + r) * T + k0);
                 }
                 // out[i0:i1] = P @ v[k0:i1]
-                gemm_nn(rows, hs, keys, 1.0f, panel, keys, hd.v + static_cast<long>(k0) * C3, C3,
-                        0.0f, o + static_cast<long>(i0) * C, C);
+                products.values(o + static_cast<long>(i0) * C, C, panel, rows, k0, keys);
             }
         }
     }
 }
 
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out,
-                        const float* lse, const float* qkv, int B, int T, int C, int NH,
-                        const DropoutMask& dropout, std::span<const std::int32_t> first_keys) {
-    check_first_keys(first_keys, B, T);
-    const int hs = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+template <typename Products>
+void backward(Products& products, float* dqkv, float* scratch, const float* dout, const float* out,
+              const float* lse, const float* qkv, int B, int T, int C, int NH,
+              const DropoutMask& dropout, std::span<const std::int32_t> first_keys) {
+    const int hs = C / NH;
     const int num_panels = (T + kAttentionQueryRows - 1) / kAttentionQueryRows;
     float* const p = scratch;                                                // (rows, i1)
     float* const ds = scratch + static_cast<long>(kAttentionQueryRows) * T;  // (rows, i1)
@@ -190,20 +328,18 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             float* dk = dq + C;
             float* dv = dq + 2 * C;
             const long io = static_cast<long>(b) * T * C + static_cast<long>(h) * hs;
+            products.start_head(hd, dout + io, T);
             // The last panel sees every key (from its k0 on: the rows before are zeroed here), so
             // it initialises all rows of dk and dv (beta 0) and the earlier panels accumulate
             // into them.
-            const int last_k0 =
-                panel_first_key(first_keys, b, T, (num_panels - 1) * kAttentionQueryRows, T);
-            for (int j = 0; j < last_k0; ++j) {
-                std::fill_n(dk + static_cast<long>(j) * C3, hs, 0.0f);
-                std::fill_n(dv + static_cast<long>(j) * C3, hs, 0.0f);
-            }
+            products.zero_unseen_keys(
+                dk, dv,
+                panel_first_key(first_keys, b, T, (num_panels - 1) * kAttentionQueryRows, T));
             for (int panel = num_panels - 1; panel >= 0; --panel) {
                 const int i0 = panel * kAttentionQueryRows;
                 const int i1 = std::min(T, i0 + kAttentionQueryRows), rows = i1 - i0;
-                const int k0 = panel_first_key(first_keys, b, T, i0, i1), keys = i1 - k0;
                 const float beta = panel == num_panels - 1 ? 0.0f : 1.0f;
+                const int k0 = panel_first_key(first_keys, b, T, i0, i1), keys = i1 - k0;
                 const float* d = dout + io + static_cast<long>(i0) * C;
                 const float* o = out + io + static_cast<long>(i0) * C;
                 // sum_j P_ij dP_ij = dO_i . O_i: the softmax backward's row term, once per row.
@@ -213,17 +349,16 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                         dot += d[static_cast<long>(r) * C + e] * o[static_cast<long>(r) * C + e];
                     row_dot[r] = dot;
                 }
-                scores_panel(p, hd, i0, rows, k0, keys, hs, C3, scale);
+                products.scores(p, i0, rows, k0, keys);
                 for (int r = 0; r < rows; ++r)
                     probabilities_row(p + static_cast<long>(r) * keys,
                                       first_key(first_keys, b, T, i0 + r) - k0, i0 + r + 1 - k0,
                                       keys, lse[hd.lse + i0 + r]);
-                const long kv0 = static_cast<long>(k0) * C3;  // key k0's row in k, v, dk and dv
                 if (!dropout.active()) {
                     // dv[k0:i1] += P^T @ dO
-                    gemm_tn(keys, hs, rows, 1.0f, p, keys, d, C, beta, dv + kv0, C3);
+                    products.values_gradient(dv, beta, p, i0, rows, k0, keys);
                     // dP = dO @ v^T, then dS = P * (dP - dO.O) (zero where P is).
-                    gemm_nt(rows, keys, hs, 1.0f, d, C, hd.v + kv0, C3, 0.0f, ds, keys);
+                    products.probability_gradient(ds, i0, rows, k0, keys);
                     for (int r = 0; r < rows; ++r) {
                         const float* prow = p + static_cast<long>(r) * keys;
                         float* srow = ds + static_cast<long>(r) * keys;
@@ -235,23 +370,79 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                     // With the dropped probabilities D = M * P / (1 - rate): dD = dO @ v^T,
                     // dP = M * dD / (1 - rate), dS = P * (dP - dO.O) (dO.O is still sum_j P dP),
                     // and dv[k0:i1] += D^T @ dO, D made in place of P once dS is done.
-                    gemm_nt(rows, keys, hs, 1.0f, d, C, hd.v + kv0, C3, 0.0f, ds, keys);
+                    products.probability_gradient(ds, i0, rows, k0, keys);
                     for (int r = 0; r < rows; ++r) {
                         drop_gradient_row(
                             p + static_cast<long>(r) * keys, ds + static_cast<long>(r) * keys,
                             first_key(first_keys, b, T, i0 + r) - k0, i0 + r + 1 - k0, keys,
                             row_dot[r], dropout, b, (static_cast<long>(h) * T + i0 + r) * T + k0);
                     }
-                    gemm_tn(keys, hs, rows, 1.0f, p, keys, d, C, beta, dv + kv0, C3);
+                    products.values_gradient(dv, beta, p, i0, rows, k0, keys);
                 }
                 // dq[i0:i1] = scale * dS @ k[k0:i1];  dk[k0:i1] += scale * dS^T @ q[i0:i1]
-                gemm_nn(rows, hs, keys, scale, ds, keys, hd.k + kv0, C3, 0.0f,
-                        dq + static_cast<long>(i0) * C3, C3);
-                gemm_tn(keys, hs, rows, scale, ds, keys, hd.q + static_cast<long>(i0) * C3, C3,
-                        beta, dk + kv0, C3);
+                products.score_gradients(dq, dk, beta, ds, i0, rows, k0, keys);
             }
+            products.finish_head(dk, dv, T);
         }
     }
+}
+
+float score_scale(int C, int NH) {
+    return 1.0f / std::sqrt(static_cast<float>(C / NH));
+}
+
+}  // namespace
+
+std::size_t attention_scratch_floats(int T) {
+    // backward: the probabilities panel, its gradient panel and one dO.O per query row.
+    const auto panel = static_cast<std::size_t>(kAttentionQueryRows) * static_cast<std::size_t>(T);
+    return 2 * panel + kAttentionQueryRows;
+}
+
+std::size_t attention_bf16_scratch_floats(int T, int hs) {
+    // attention_scratch_floats, then a panel's (rows, hs) result and one head's dk and dv.
+    const auto t = static_cast<std::size_t>(T), h = static_cast<std::size_t>(hs);
+    return attention_scratch_floats(T) + static_cast<std::size_t>(kAttentionQueryRows) * h +
+           2 * t * h;
+}
+
+std::size_t attention_bf16_scratch_pieces(int T, int hs) {
+    // One head's q, k, v and dO, then one panel of P or scale * dS.
+    const auto t = static_cast<std::size_t>(T);
+    return 4 * t * static_cast<std::size_t>(hs) + static_cast<std::size_t>(kAttentionQueryRows) * t;
+}
+
+void attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
+                       int C, int NH, const DropoutMask& dropout,
+                       std::span<const std::int32_t> first_keys) {
+    check_first_keys(first_keys, B, T);
+    Fp32Products products(C / NH, C, score_scale(C, NH));
+    forward(products, out, lse, scratch, qkv, B, T, C, NH, dropout, first_keys);
+}
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out,
+                        const float* lse, const float* qkv, int B, int T, int C, int NH,
+                        const DropoutMask& dropout, std::span<const std::int32_t> first_keys) {
+    check_first_keys(first_keys, B, T);
+    Fp32Products products(C / NH, C, score_scale(C, NH));
+    backward(products, dqkv, scratch, dout, out, lse, qkv, B, T, C, NH, dropout, first_keys);
+}
+
+void attention_forward_bf16(float* out, float* lse, const AttentionBf16Scratch& scratch,
+                            const float* qkv, int B, int T, int C, int NH,
+                            const DropoutMask& dropout, std::span<const std::int32_t> first_keys) {
+    check_first_keys(first_keys, B, T);
+    Bf16Products products(C / NH, C, score_scale(C, NH), T, scratch);
+    forward(products, out, lse, scratch.floats, qkv, B, T, C, NH, dropout, first_keys);
+}
+
+void attention_backward_bf16(float* dqkv, const AttentionBf16Scratch& scratch, const float* dout,
+                             const float* out, const float* lse, const float* qkv, int B, int T,
+                             int C, int NH, const DropoutMask& dropout,
+                             std::span<const std::int32_t> first_keys) {
+    check_first_keys(first_keys, B, T);
+    Bf16Products products(C / NH, C, score_scale(C, NH), T, scratch);
+    backward(products, dqkv, scratch.floats, dout, out, lse, qkv, B, T, C, NH, dropout, first_keys);
 }
 
 void document_first_keys(std::span<std::int32_t> first_keys, std::span<const std::int32_t> tokens,
@@ -268,6 +459,10 @@ void document_first_keys(std::span<std::int32_t> first_keys, std::span<const std
             first_keys[row0 + t] = first;
         }
     }
+}
+
+bool bf16_attention_pays() {
+    return bf16_backend() == Bf16Backend::Amx;
 }
 
 }  // namespace gpt2

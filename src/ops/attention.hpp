@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "ops/bf16.hpp"
 #include "ops/dropout.hpp"
 
 namespace gpt2 {
@@ -44,5 +45,30 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 // the last position s <= t of sequence b where tokens[b * T + s] == document_start, else 0.
 void document_first_keys(std::span<std::int32_t> first_keys, std::span<const std::int32_t> tokens,
                          int B, int T, std::int32_t document_start);
+
+// The same attention with its products on bf16 operands and fp32 accumulation (as the model's
+// other products in bf16 precision): per head, q, k, v (and in backward dO) are rounded to bf16
+// once, and each panel's probabilities (dropped, where dropout is) and scale * dS as they enter a
+// product; the softmax, its statistics (max, sum, lse) and dO.O stay fp32. Through the bf16 GEMMs
+// (ops/bf16.hpp), so the emulated backend gives the fp32 GEMM's numbers on the rounded operands.
+struct AttentionBf16Scratch {
+    float* floats;  // attention_bf16_scratch_floats(T, C / NH)
+    Bf16* pieces;   // attention_bf16_scratch_pieces(T, C / NH)
+};
+[[nodiscard]] std::size_t attention_bf16_scratch_floats(int T, int hs);
+[[nodiscard]] std::size_t attention_bf16_scratch_pieces(int T, int hs);
+void attention_forward_bf16(float* out, float* lse, const AttentionBf16Scratch& scratch,
+                            const float* qkv, int B, int T, int C, int NH,
+                            const DropoutMask& dropout = {},
+                            std::span<const std::int32_t> first_keys = {});
+void attention_backward_bf16(float* dqkv, const AttentionBf16Scratch& scratch, const float* dout,
+                             const float* out, const float* lse, const float* qkv, int B, int T,
+                             int C, int NH, const DropoutMask& dropout = {},
+                             std::span<const std::int32_t> first_keys = {});
+
+// Whether bf16 attention is faster than fp32 attention on this CPU's bf16 backend, so that bf16
+// training takes it: on AMX (measured, docs/performance.md), not where bf16 products are
+// emulated.
+[[nodiscard]] bool bf16_attention_pays();
 
 }  // namespace gpt2
