@@ -10,6 +10,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/forward_backward.hpp"
@@ -190,11 +191,12 @@ NaiveAttention naive_attention(const std::vector<float>& qkv, const std::vector<
     return r;
 }
 
-TEST(DropoutAttention, FlashKernelsMatchTheDefinitionOverSeveralPanels) {
-    const int B = 2, T = 2 * kAttentionQueryRows + 21, C = 32, NH = 2;
+// q, k, v (B, T, 3C) and the output gradient (B, T, C), uniform in [-1, 1) from `seed`.
+std::pair<std::vector<float>, std::vector<float>> uniform_attention_inputs(int B, int T, int C,
+                                                                           std::uint64_t seed) {
     std::vector<float> qkv(static_cast<std::size_t>(B) * T * 3 * C);
     std::vector<float> dout(static_cast<std::size_t>(B) * T * C);
-    std::uint64_t state = 12345;
+    std::uint64_t state = seed;
     const auto uniform = [&] {
         state = mix64(state + 1);
         return static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-53 * 2.0 - 1.0);
@@ -203,6 +205,12 @@ TEST(DropoutAttention, FlashKernelsMatchTheDefinitionOverSeveralPanels) {
         x = uniform();
     for (float& x : dout)
         x = uniform();
+    return {std::move(qkv), std::move(dout)};
+}
+
+TEST(DropoutAttention, FlashKernelsMatchTheDefinitionOverSeveralPanels) {
+    const int B = 2, T = 2 * kAttentionQueryRows + 21, C = 32, NH = 2;
+    const auto [qkv, dout] = uniform_attention_inputs(B, T, C, 12345);
     const DropoutMask mask{0.3f, dropout_site_key(9, 4, 1, DropoutSite::AttentionProbabilities), 7};
     std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B) * NH * T);
     std::vector<float> scratch(attention_scratch_floats(T)), dqkv(qkv.size());
@@ -224,17 +232,7 @@ TEST(DropoutAttention, FlashKernelsMatchTheDefinitionOverSeveralPanels) {
 // where a panel skips the keys left of its rows' documents.
 TEST(DropoutAttention, WithDocumentMaskingFlashKernelsMatchTheDefinition) {
     const int B = 2, T = 2 * kAttentionQueryRows + 21, C = 32, NH = 2;
-    std::vector<float> qkv(static_cast<std::size_t>(B) * T * 3 * C);
-    std::vector<float> dout(static_cast<std::size_t>(B) * T * C);
-    std::uint64_t state = 777;
-    const auto uniform = [&] {
-        state = mix64(state + 1);
-        return static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-    };
-    for (float& x : qkv)
-        x = uniform();
-    for (float& x : dout)
-        x = uniform();
+    const auto [qkv, dout] = uniform_attention_inputs(B, T, C, 777);
     // Sequence 0: documents at 0, 20, 70 and 100 (the last two panels skip keys); sequence 1: one.
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T, 1), first_keys(tokens.size());
     for (const int start : {20, 70, 100})
