@@ -6,14 +6,18 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "ops/attention.hpp"
 #include "ops/bf16.hpp"
+#include "ops/kernels.hpp"
 #include "test_support.hpp"
 
 namespace gpt2 {
@@ -46,6 +50,92 @@ TEST(Bf16, ConvertsArraysBothWays) {
         EXPECT_NEAR(back[i], values[i], std::abs(values[i]) * 0x1p-8f) << i;
     }
     EXPECT_TRUE(std::signbit(back[5]));
+}
+
+// Every kind of float the rounding meets: ties either way, values just off a tie, subnormals,
+// zeros of both signs, infinities, quiet and signalling NaNs, the largest finite values (which
+// round to infinity) and random bit patterns.
+std::vector<float> awkward_values(std::size_t random_count) {
+    std::vector<std::uint32_t> bits{
+        0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f807fffu, 0x00000001u, 0x00008000u, 0x00018000u,
+        0x807fffffu, 0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u,
+        0x7f800001u, 0x7fbfffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u, 0x7f7f7fffu};
+    std::mt19937 rng(44);
+    for (std::size_t i = 0; i < random_count; ++i)
+        bits.push_back(static_cast<std::uint32_t>(rng()));
+    std::vector<float> values(bits.size());
+    std::memcpy(values.data(), bits.data(), bits.size() * sizeof(float));
+    return values;
+}
+
+TEST(Bf16, ConvertsTransposedExactlyAsToBf16) {
+    const std::vector<float> pool = awkward_values(4000);
+    // Shapes below, at and across the conversion's tiles, not multiples of them.
+    for (const auto& [rows, cols] :
+         std::array<std::pair<int, int>, 5>{{{1, 1}, {1, 70}, {33, 1}, {37, 45}, {64, 96}}}) {
+        std::vector<float> in(static_cast<std::size_t>(rows) * cols);
+        for (std::size_t i = 0; i < in.size(); ++i)
+            in[i] = pool[(i * 7) % pool.size()];
+        std::vector<Bf16> out(in.size(), static_cast<Bf16>(0x1234));
+        convert_to_bf16_transposed(out.data(), in.data(), rows, cols);
+        for (int r = 0; r < rows; ++r) {
+            for (int c = 0; c < cols; ++c) {
+                ASSERT_EQ(
+                    static_cast<std::uint16_t>(out[static_cast<std::size_t>(c) * rows + r]),
+                    static_cast<std::uint16_t>(to_bf16(in[static_cast<std::size_t>(r) * cols + c])))
+                    << rows << "x" << cols << " at " << r << "," << c;
+            }
+        }
+    }
+}
+
+// matmul_backward_bf16 against sums over the operands rounded as it rounds them: dinp = dout @ W,
+// dweight += dout^T @ inp (accumulated onto what was there), dbias += the columns' sums of dout.
+TEST(Bf16Gemm, MatmulBackwardMatchesAReferenceOnTheRoundedOperands) {
+    constexpr int N = 37, C = 45, OC = 70;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const auto random = [&](std::size_t count) {
+        std::vector<float> v(count);
+        for (float& x : v)
+            x = normal(rng);
+        return v;
+    };
+    const std::vector<float> dout = random(N * OC), inp = random(N * C), weight = random(OC * C);
+    std::vector<Bf16> weight_bf16(weight.size());
+    convert_to_bf16(weight_bf16.data(), weight.data(), weight.size());
+    std::vector<float> dinp(N * C, 99.0f), dweight = random(OC * C), dbias = random(OC);
+    const std::vector<float> dweight0 = dweight, dbias0 = dbias;
+    std::vector<Bf16> dout_scratch(N * OC), inp_scratch(N * C);
+    matmul_backward_bf16(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
+                         weight_bf16.data(), dout_scratch.data(), inp_scratch.data(), N, C, OC);
+    const auto rounded = [](float x) { return static_cast<double>(to_float(to_bf16(x))); };
+    for (int n = 0; n < N; ++n) {
+        for (int c = 0; c < C; ++c) {
+            double expected = 0.0, magnitude = 0.0;
+            for (int o = 0; o < OC; ++o) {
+                const double p = rounded(dout[n * OC + o]) * to_float(weight_bf16[o * C + c]);
+                expected += p;
+                magnitude += std::abs(p);
+            }
+            ASSERT_NEAR(dinp[n * C + c], expected, 1e-5 * (magnitude + 1.0)) << n << "," << c;
+        }
+    }
+    for (int o = 0; o < OC; ++o) {
+        for (int c = 0; c < C; ++c) {
+            double expected = dweight0[o * C + c], magnitude = std::abs(expected);
+            for (int n = 0; n < N; ++n) {
+                const double p = rounded(dout[n * OC + o]) * rounded(inp[n * C + c]);
+                expected += p;
+                magnitude += std::abs(p);
+            }
+            ASSERT_NEAR(dweight[o * C + c], expected, 1e-5 * (magnitude + 1.0)) << o << "," << c;
+        }
+        double sum = dbias0[o];
+        for (int n = 0; n < N; ++n)
+            sum += dout[n * OC + o];
+        EXPECT_NEAR(dbias[o], sum, 1e-4 * (std::abs(sum) + 1.0)) << o;
+    }
 }
 
 struct Matrix {

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -16,6 +17,24 @@ namespace gpt2 {
 void convert_to_bf16(Bf16* out, const float* in, std::size_t count) {
     for (std::size_t i = 0; i < count; ++i)
         out[i] = to_bf16(in[i]);
+}
+
+void convert_to_bf16_transposed(Bf16* out, const float* in, int rows, int cols) {
+    // Tiles small enough that a tile's source rows and destination rows stay in L1 together.
+    constexpr int kTile = 32;
+    for (int r0 = 0; r0 < rows; r0 += kTile) {
+        const int r1 = std::min(rows, r0 + kTile);
+        for (int c0 = 0; c0 < cols; c0 += kTile) {
+            const int c1 = std::min(cols, c0 + kTile);
+            for (int c = c0; c < c1; ++c) {
+                Bf16* dst = out + static_cast<std::size_t>(c) * static_cast<std::size_t>(rows);
+                for (int r = r0; r < r1; ++r)
+                    dst[r] =
+                        to_bf16(in[static_cast<std::size_t>(r) * static_cast<std::size_t>(cols) +
+                                   static_cast<std::size_t>(c)]);
+            }
+        }
+    }
 }
 
 void convert_to_float(float* out, const Bf16* in, std::size_t count) {

@@ -30,6 +30,10 @@ enum class Bf16 : std::uint16_t {};
 }
 void convert_to_bf16(Bf16* out, const float* in, std::size_t count);
 void convert_to_float(float* out, const Bf16* in, std::size_t count);
+// in (rows x cols, rows `cols` apart) rounded as to_bf16 rounds into out transposed (cols x rows,
+// rows `rows` apart): out[c * rows + r] = to_bf16(in[r * cols + c]). Lets a product whose operand
+// is stored the other way round run in the layout oneDNN's AMX kernels run fastest.
+void convert_to_bf16_transposed(Bf16* out, const float* in, int rows, int cols);
 
 // What the bf16 products run on, decided once per process: oneDNN's kernels for AMX-BF16 or
 // AVX512_BF16, oneDNN's AVX-512 emulation of bf16, or our emulation (fp32 GEMM on bf16-rounded

@@ -46,7 +46,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // and `bias` may be null; out = residual + bias + inp @ weight^T.
 void matmul_forward_bf16(float* out, const float* residual, const float* inp, Bf16* inp_bf16,
                          const Bf16* weight, const float* bias, int N, int C, int OC);
-// As matmul_backward, with dout and inp rounded into the scratch arrays (N*OC and N*C bf16).
+// As matmul_backward, with dout and inp rounded into the scratch arrays (N*OC and N*C bf16; for
+// dweight both transposed).
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const Bf16* weight, Bf16* dout_bf16, Bf16* inp_bf16,
                           int N, int C, int OC);
