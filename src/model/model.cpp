@@ -1,8 +1,12 @@
 #include "model/model.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
+#include <stdexcept>
 #include <vector>
 
 #include "core/error.hpp"
@@ -211,6 +215,11 @@ std::string_view recompute_name(Recompute r) {
 }
 
 void set_precision(Model& model, Precision precision) {
+    if (model.layer_matrices_bf16_only) {
+        // Its fp32 matrices are gone: a refill would round zeros into the weights the products
+        // read.
+        throw std::logic_error("set_precision: the model's fp32 layer matrices were released");
+    }
     model.precision = precision;
     if (precision == Precision::Fp32) {
         model.params_bf16 = AlignedBuffer<Bf16>();
@@ -220,6 +229,35 @@ void set_precision(Model& model, Precision precision) {
         model.params_bf16 = AlignedBuffer<Bf16>(model.params.size());
     }
     convert_to_bf16(model.params_bf16.data(), model.params.data(), model.params.size());
+}
+
+std::size_t release_fp32_layer_matrices(Model& model, Fp32Release how) {
+    if (model.precision != Precision::Bf16 || model.params_bf16.size() != model.params.size()) {
+        throw std::logic_error("release_fp32_layer_matrices: the model has no bf16 twin");
+    }
+    std::size_t released = 0;
+    for (const ParamTensor t : kLayerMatrices) {
+        if (how == Fp32Release::PoisonForTests) {
+            const std::span<float> w = model.layout.tensor(model.params.span(), t);
+            std::fill(w.begin(), w.end(), std::numeric_limits<float>::quiet_NaN());
+        } else {
+            released += model.params.discard(model.layout.offset(t), model.layout.size(t));
+        }
+    }
+    model.layer_matrices_bf16_only = true;
+    model.released_fp32_bytes = released;
+    return released;
+}
+
+std::size_t releasable_fp32_bytes(const ParameterLayout& layout) {
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    std::size_t bytes = 0;
+    for (const ParamTensor t : kLayerMatrices) {
+        const std::size_t begin = (layout.offset(t) * sizeof(float) + page - 1) / page * page;
+        const std::size_t end = (layout.offset(t) + layout.size(t)) * sizeof(float) / page * page;
+        if (end > begin) bytes += end - begin;
+    }
+    return bytes;
 }
 
 }  // namespace gpt2
