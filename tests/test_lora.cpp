@@ -636,18 +636,22 @@ TEST(LoraCheckpoint, TheMemoryPlanCountsOneAdaptedMatrixNotAMergedCopy) {
     }
 }
 
-// --lora-base bf16's release: the whole pages of the four layer matrices leave the resident set
-// (mincore), everything else of the fp32 weights and the whole bf16 twin stay as they were, and
-// set_precision, which would round the released zeros into the twin, is refused.
-TEST(LoraBf16Base, ReleasingTheFp32LayerMatricesDropsTheirPagesAndKeepsTheRest) {
+// --lora-base bf16's twin: set_precision's bf16 copy, bit for bit, while the whole pages of the
+// four layer matrices' fp32 copies leave the resident set (mincore) and the rest of the fp32
+// weights stays as it was; set_precision, which would round the released zeros into the twin, is
+// refused.
+TEST(LoraBf16Base, TheTwinIsSetPrecisionsAndTheFp32LayerMatricesPagesAreReleased) {
     const ModelConfig config{64, 100, 128, 2, 4, 256};  // 1.6M floats: a mapped buffer
     Model model(config);
     init_parameters(model, 5);
-    set_precision(model, Precision::Bf16);
+    Model reference(config);
+    init_parameters(reference, 5);
+    set_precision(reference, Precision::Bf16);
     const std::vector<float> before(model.params.data(), model.params.data() + model.params.size());
-    const std::vector<Bf16> twin(model.params_bf16.data(),
-                                 model.params_bf16.data() + model.params_bf16.size());
-    const std::size_t released = release_fp32_layer_matrices(model);
+    const std::vector<Bf16> twin(reference.params_bf16.data(),
+                                 reference.params_bf16.data() + reference.params_bf16.size());
+    const std::size_t released = set_bf16_frozen_base(model);
+    EXPECT_EQ(model.precision, Precision::Bf16);
     EXPECT_EQ(released, releasable_fp32_bytes(model.layout));
     EXPECT_EQ(model.released_fp32_bytes, released);
     const std::size_t C = 256;

@@ -231,18 +231,37 @@ void set_precision(Model& model, Precision precision) {
     convert_to_bf16(model.params_bf16.data(), model.params.data(), model.params.size());
 }
 
-std::size_t release_fp32_layer_matrices(Model& model, Fp32Release how) {
-    if (model.precision != Precision::Bf16 || model.params_bf16.size() != model.params.size()) {
-        throw std::logic_error("release_fp32_layer_matrices: the model has no bf16 twin");
+std::size_t set_bf16_frozen_base(Model& model, Fp32Release how) {
+    const std::size_t P = model.params.size();
+    model.precision = Precision::Bf16;
+    if (model.params_bf16.size() != P) model.params_bf16 = AlignedBuffer<Bf16>(P);
+    const ParameterLayout& layout = model.layout;
+    for (int k = 0; k < kNumParamTensors; ++k) {
+        const auto t = static_cast<ParamTensor>(k);
+        if (is_layer_matrix(t)) continue;
+        convert_to_bf16(model.params_bf16.data() + layout.offset(t),
+                        model.params.data() + layout.offset(t), layout.size(t));
     }
     std::size_t released = 0;
     for (const ParamTensor t : kLayerMatrices) {
-        if (how == Fp32Release::PoisonForTests) {
-            const std::span<float> w = model.layout.tensor(model.params.span(), t);
-            std::fill(w.begin(), w.end(), std::numeric_limits<float>::quiet_NaN());
-        } else {
-            released += model.params.discard(model.layout.offset(t), model.layout.size(t));
+        const std::size_t per_layer =
+            layout.size(t) / static_cast<std::size_t>(model.config.num_layers);
+        for (int l = 0; l < model.config.num_layers; ++l) {
+            const std::size_t begin = layout.offset(t) + per_layer * static_cast<std::size_t>(l);
+            convert_to_bf16(model.params_bf16.data() + begin, model.params.data() + begin,
+                            per_layer);
+            if (how == Fp32Release::PoisonForTests) {
+                std::fill_n(model.params.data() + begin, per_layer,
+                            std::numeric_limits<float>::quiet_NaN());
+            } else {
+                // The tensor's layers so far: a page the previous layer shares with this one
+                // goes too (pages already handed back cost nothing again).
+                (void)model.params.discard(layout.offset(t),
+                                           per_layer * static_cast<std::size_t>(l + 1));
+            }
         }
+        if (how == Fp32Release::Discard)
+            released += model.params.discard(layout.offset(t), layout.size(t));
     }
     model.layer_matrices_bf16_only = true;
     model.released_fp32_bytes = released;

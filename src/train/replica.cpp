@@ -156,7 +156,9 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
     } else {
         init_parameters(replica->model, o.seed, &replica->workers.pool());
     }
-    set_precision(replica->model, o.compute.precision);  // the bf16 copy of the weights, if any
+    // The bf16 copy of the weights, if any (--lora-base bf16: once the base's fingerprint is
+    // taken).
+    if (!o.lora.bf16_base) set_precision(replica->model, o.compute.precision);
     if (adapter) {
         // LoRA: the base stays frozen; only the adapter trains, its gradient in one allreduce.
         if (lora_from) {
@@ -176,9 +178,9 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
         if (o.lora.bf16_base) {
             // --lora-base bf16: the base never changes, so its layer matrices' fp32 copies (what
             // a resume's fingerprint was just taken from) are dead weight beside their bf16 twin.
-            (void)release_fp32_layer_matrices(replica->model, o.test.poison_released_base
-                                                                  ? Fp32Release::PoisonForTests
-                                                                  : Fp32Release::Discard);
+            (void)set_bf16_frozen_base(replica->model, o.test.poison_released_base
+                                                           ? Fp32Release::PoisonForTests
+                                                           : Fp32Release::Discard);
         }
         for (int w = 0; w < replica->workers.size(); ++w)
             replica->workers.context(w).reserve_adapter(
