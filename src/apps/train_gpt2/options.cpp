@@ -283,8 +283,10 @@ void add_lora_flags(CLI::App& app, TrainOptions& o) {
             "--lora-base", [&o](const std::string& base) { o.lora.bf16_base = base == "bf16"; },
             "how the frozen base is held: fp32 (the fp32 weights and, with --precision bf16, "
             "their bf16 copy) or bf16 (with --precision bf16: the layer matrices only in bf16, "
-            "about 60% less base memory; the merged checkpoint is of the bf16-rounded base)")
+            "over half the base's memory saved; the merged checkpoint is of the bf16-rounded "
+            "base)")
         ->check(CLI::IsMember({"fp32", "bf16"}).description(""))
+        ->default_str("fp32")
         ->type_name("fp32|bf16");
     lora->add_option("--lora-from", o.lora.from,
                      "continue training a PEFT adapter directory (its rank, alpha and targets)")
