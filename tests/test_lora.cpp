@@ -3,9 +3,13 @@
 // gradient; the frozen base untouched by backward; merging equal to W + (alpha/r) B A; PEFT's
 // directory written and read back.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -630,6 +634,80 @@ TEST(LoraCheckpoint, TheMemoryPlanCountsOneAdaptedMatrixNotAMergedCopy) {
                                        need.adapter_moment_bytes + need.merge_buffer_bytes)
             << targets;
     }
+}
+
+// --lora-base bf16's twin: set_precision's bf16 copy, bit for bit, while the whole pages of the
+// four layer matrices' fp32 copies leave the resident set (mincore) and the rest of the fp32
+// weights stays as it was; set_precision, which would round the released zeros into the twin, is
+// refused.
+TEST(LoraBf16Base, TheTwinIsSetPrecisionsAndTheFp32LayerMatricesPagesAreReleased) {
+    const ModelConfig config{64, 100, 128, 2, 4, 256};  // 1.6M floats: a mapped buffer
+    Model model(config);
+    init_parameters(model, 5);
+    Model reference(config);
+    init_parameters(reference, 5);
+    set_precision(reference, Precision::Bf16);
+    const std::vector<float> before(model.params.data(), model.params.data() + model.params.size());
+    const std::vector<Bf16> twin(reference.params_bf16.data(),
+                                 reference.params_bf16.data() + reference.params_bf16.size());
+    const std::size_t released = set_bf16_frozen_base(model);
+    EXPECT_EQ(model.precision, Precision::Bf16);
+    EXPECT_EQ(released, releasable_fp32_bytes(model.layout));
+    EXPECT_EQ(model.released_fp32_bytes, released);
+    const std::size_t C = 256;
+    const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    EXPECT_GE(released, 2 * 12 * C * C * sizeof(float) - 8 * page);
+    EXPECT_TRUE(model.layer_matrices_bf16_only);
+
+    const auto resident_pages = [&](ParamTensor t) {
+        const auto begin = reinterpret_cast<std::uintptr_t>(
+            model.params.data() + model.layout.offset(t) + page / sizeof(float));
+        const std::uintptr_t lo = begin / page * page;
+        const std::size_t bytes = (model.layout.size(t) * sizeof(float) - 2 * page) / page * page;
+        std::vector<unsigned char> in_core(bytes / page);
+        EXPECT_EQ(::mincore(reinterpret_cast<void*>(lo), bytes, in_core.data()), 0);
+        return std::count_if(in_core.begin(), in_core.end(),
+                             [](unsigned char c) { return (c & 1) != 0; });
+    };
+    for (const ParamTensor t : kLayerMatrices)
+        EXPECT_EQ(resident_pages(t), 0) << param_tensor_name(t);
+    EXPECT_GT(resident_pages(ParamTensor::wte), 0);
+    for (int k = 0; k < kNumParamTensors; ++k) {
+        const auto t = static_cast<ParamTensor>(k);
+        if (is_layer_matrix(t)) continue;
+        const std::span<const float> now = model.layout.tensor(model.weights(), t);
+        const std::span<const float> was = model.layout.tensor(std::span<const float>(before), t);
+        EXPECT_TRUE(std::equal(now.begin(), now.end(), was.begin())) << param_tensor_name(t);
+    }
+    EXPECT_EQ(std::memcmp(model.params_bf16.data(), twin.data(), twin.size() * sizeof(Bf16)), 0);
+    EXPECT_THROW(set_precision(model, Precision::Bf16), std::logic_error);
+}
+
+// The memory plan of --lora-base bf16: the frozen weights without the layer matrices' fp32 pages
+// (5.5 GiB of GPT-2 1558M's 8.7 GiB), and a merge buffer that holds the largest layer matrix
+// whichever targets are adapted (each is converted from bf16 in it).
+TEST(LoraBf16Base, TheMemoryPlanCountsTheFrozenWeightsWithoutTheFp32LayerMatrices) {
+    const ModelConfig config = preset_config("gpt2-1558M", 50257);
+    const std::size_t C = static_cast<std::size_t>(config.channels);
+    const std::size_t L = static_cast<std::size_t>(config.num_layers);
+    LoraConfig lora;
+    lora.rank = 16;
+    lora.alpha = 32.0f;
+    lora.targets = parse_lora_targets("c_attn", "--lora-targets");
+    const MemoryNeed both =
+        memory_need(config, 1, 1, 1024, Precision::Bf16, Recompute::Layers, 1, lora, false);
+    const MemoryNeed bf16 =
+        memory_need(config, 1, 1, 1024, Precision::Bf16, Recompute::Layers, 1, lora, true);
+    const std::size_t P = ParameterLayout(config).total();
+    EXPECT_EQ(both.frozen_bytes, P * 6);
+    const std::size_t matrices = L * 12 * C * C * sizeof(float);
+    const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    EXPECT_LE(bf16.frozen_bytes, P * 6 - matrices + 8 * page);
+    EXPECT_GE(bf16.frozen_bytes, P * 6 - matrices);
+    EXPECT_EQ(both.merge_buffer_bytes, 3 * C * C * sizeof(float));
+    EXPECT_EQ(bf16.merge_buffer_bytes, 4 * C * C * sizeof(float));
+    EXPECT_EQ(bf16.rank_bytes, bf16.frozen_bytes + bf16.adapter_bytes + bf16.adapter_moment_bytes +
+                                   bf16.merge_buffer_bytes);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/file_io.hpp"
+#include "data/multiple_choice.hpp"
 #include "formats/checkpoint.hpp"
 #include "formats/peft.hpp"
 #include "formats/resume_state.hpp"
@@ -23,6 +24,7 @@
 #include "scratch_files.hpp"
 #include "train/replica.hpp"
 #include "train/step.hpp"
+#include "train/text_format.hpp"
 
 namespace gpt2 {
 namespace {
@@ -154,15 +156,18 @@ class LoraTraining : public ::testing::Test {
     }
     static void TearDownTestSuite() { dir_.reset(); }
     static std::string base_file() { return *dir_ / "base/model_000002.bin"; }
-    // A LoRA run of three steps from the base into dir/<name> (one rank: without mpiexec).
+    // A LoRA run of three steps from the base into dir/<name> (one rank: without mpiexec);
+    // `flags` may replace the defaults (--val-every, --sample-every, ...).
     static test::ProcessResult lora(int ranks, const std::string& name, const std::string& flags) {
         return run_command((ranks > 1 ? test::mpiexec(ranks) : std::string()) +
                            test::build_path("train_gpt2") +
-                           " --seq-len 16 --max-steps 3 --val-every 0 --sample-every 0 --seed 3"
-                           " --lr 1e-2 --warmup-steps 1 --data " +
-                           (*dir_ / "corpus.txt") + " --init-from " + base_file() + " --out-dir " +
-                           (*dir_ / name) + " --metrics-file " + (*dir_ / (name + ".jsonl")) + " " +
-                           flags + " 2>&1");
+                           test::without_given(" --seq-len 16 --max-steps 3 --val-every 0"
+                                               " --sample-every 0 --seed 3 --lr 1e-2"
+                                               " --warmup-steps 1",
+                                               flags) +
+                           " --data " + (*dir_ / "corpus.txt") + " --init-from " + base_file() +
+                           " --out-dir " + (*dir_ / name) + " --metrics-file " +
+                           (*dir_ / (name + ".jsonl")) + " " + flags + " 2>&1");
     }
     // A LoRA run (`lora`: r 4, alpha 8 unless told) of six steps into dir/<name>, on `ranks`
     // ranks with 4 sequences per step, from `init_from` (empty: none); `flags` adds
@@ -334,6 +339,120 @@ TEST_F(LoraTraining, LoraFromContinuesTheSavedAdapterAndRefusesContradictingFlag
         << missing.output;
 }
 
+// The text of the sample train_gpt2 printed at `step`.
+std::string sample_text(const std::string& output, int step) {
+    const std::string head = "sample at step " + std::to_string(step) + ":\n";
+    const std::size_t begin = output.find(head);
+    if (begin == std::string::npos) return {};
+    const std::size_t end = output.find("\n---", begin);
+    return output.substr(begin + head.size(), end - begin - head.size());
+}
+
+// A memory figure of train_gpt2's start-up log: the words after `label` up to the next " +".
+std::string memory_figure(const std::string& output, const std::string& label) {
+    const std::size_t at = output.find(label);
+    if (at == std::string::npos) return {};
+    const std::size_t begin = at + label.size();
+    return output.substr(begin, output.find(" +", begin) - begin);
+}
+
+// --lora-base bf16: whatever reads the base in a bf16 run reads the layer matrices' bf16 copy. With
+// the fp32 copies overwritten with NaN (instead of released), training, validation, HellaSwag and
+// the sample give bitwise what --lora-base fp32 gives, and the merged checkpoint holds
+// bf16(W) + (alpha/r) B A for adapted matrices, bf16(W) for the unadapted layer matrices, and W
+// elsewhere. The memory plan's frozen weights are the smaller for it.
+TEST_F(LoraTraining, ABf16BaseIsReadOnlyInBf16AndTheCheckpointMergesTheRoundedBase) {
+    std::vector<MultipleChoiceExample> examples;
+    for (int i = 0; i < 6; ++i) {
+        MultipleChoiceExample e;
+        e.index = i;
+        e.label = i % 4;
+        e.context = {1 + i, 2, 3 + i % 5};
+        for (int k = 0; k < 4; ++k)
+            e.endings.push_back({(i + k) % 15, (2 * i + k) % 15});
+        examples.push_back(std::move(e));
+    }
+    write_multiple_choice_file(dir_->path() / "bf16base-eval.bin", examples);
+    const std::string flags =
+        "--lora-rank 4 --lora-alpha 8 --lora-targets c_attn,c_fc --precision bf16 --batch-size 4 "
+        "--threads 2 --val-every 2 --val-tokens 64 --sample-every 3 --sample-tokens 12 "
+        "--hellaswag " +
+        (*dir_ / "bf16base-eval.bin");
+    const auto both = lora(1, "fp32base", flags);
+    ASSERT_EQ(both.exit_code, 0) << both.output;
+    const auto bf16 = lora(1, "bf16base", flags + " --lora-base bf16 --test-poison-lora-base");
+    ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+    EXPECT_NE(bf16.output.find("base frozen (its layer matrices in bf16 only: --lora-base bf16)"),
+              std::string::npos)
+        << bf16.output;
+
+    for (const auto& [type, key] : std::vector<std::pair<std::string, std::string>>{
+             {"train", "loss"}, {"val", "val_loss"}, {"eval", "hellaswag_acc_norm"}}) {
+        const std::vector<double> a = test::metrics_values(*dir_ / "fp32base.jsonl", type, key);
+        const std::vector<double> b = test::metrics_values(*dir_ / "bf16base.jsonl", type, key);
+        ASSERT_FALSE(a.empty()) << key;
+        for (const double x : b)
+            EXPECT_TRUE(std::isfinite(x)) << key;
+        EXPECT_EQ(a, b) << key;  // bitwise: the metrics file prints doubles exactly
+    }
+    const std::string sample = sample_text(both.output, 3);
+    ASSERT_FALSE(sample.empty()) << both.output;
+    EXPECT_EQ(sample_text(bf16.output, 3), sample);
+
+    // The memory plan: the fp32 layer matrices' whole pages are left out of the frozen weights.
+    const LoadedModel base = load_checkpoint(base_file());
+    const ModelConfig& config = base.model.config;
+    const std::size_t P = base.model.params.size();
+    EXPECT_EQ(memory_figure(both.output, "+ frozen weights "),
+              human_bytes(static_cast<double>(P * 6)));
+    EXPECT_EQ(memory_figure(bf16.output, "+ frozen weights "),
+              human_bytes(static_cast<double>(P * 6 - releasable_fp32_bytes(base.model.layout))));
+
+    const LoadedModel merged = load_checkpoint(*dir_ / "bf16base/model_000003.bin");
+    const auto adapter = adapter_of(*dir_, "bf16base", config);
+    const float scale = 8.0f / 4.0f;
+    const int r = 4;
+    std::vector<bool> layer_matrix(P, false);
+    for (const ParamTensor t : kLayerMatrices) {
+        const std::size_t offset = base.model.layout.offset(t);
+        for (std::size_t i = offset; i < offset + base.model.layout.size(t); ++i)
+            layer_matrix[i] = true;
+    }
+    std::vector<bool> adapted(P, false);
+    for (int l = 0; l < config.num_layers; ++l) {
+        for (const LoraTarget t : {LoraTarget::CAttn, LoraTarget::CFc}) {
+            const ProductShape shape = lora_product_shape(config, t);
+            const float* A = adapter->params.data() + adapter->layout.a_offset(l, t);
+            const float* B = adapter->params.data() + adapter->layout.b_offset(l, t);
+            const std::size_t w0 = base.model.layout.offset(lora_target_weight(t)) +
+                                   static_cast<std::size_t>(l) * shape.out * shape.in;
+            for (int o = 0; o < shape.out; ++o) {
+                for (int c = 0; c < shape.in; ++c) {
+                    double ba = 0.0;
+                    for (int k = 0; k < r; ++k)
+                        ba += static_cast<double>(B[o * r + k]) * A[k * shape.in + c];
+                    const std::size_t at = w0 + static_cast<std::size_t>(o) * shape.in + c;
+                    adapted[at] = true;
+                    const double expected = to_float(to_bf16(base.model.params.data()[at])) +
+                                            static_cast<double>(scale) * ba;
+                    ASSERT_NEAR(merged.model.params.data()[at], expected,
+                                1e-6 * (1.0 + std::abs(expected)))
+                        << "layer " << l << " " << lora_target_module(t);
+                }
+            }
+        }
+    }
+    std::size_t rounded = 0;
+    for (std::size_t at = 0; at < P; ++at) {
+        if (adapted[at]) continue;
+        const float w = base.model.params.data()[at];
+        ASSERT_EQ(merged.model.params.data()[at], layer_matrix[at] ? to_float(to_bf16(w)) : w)
+            << at;
+        if (layer_matrix[at] && to_float(to_bf16(w)) != w) ++rounded;
+    }
+    EXPECT_GT(rounded, 0u) << "the base's layer matrices were bf16 already";
+}
+
 bool same_weights(const fs::path& a, const fs::path& b) {
     const LoadedModel x = load_checkpoint(a);
     const LoadedModel y = load_checkpoint(b);
@@ -412,6 +531,18 @@ TEST_F(LoraTraining, ALoraRunWithInputDropoutResumesBitwiseAndRefusesAnotherRate
     EXPECT_NE(without.output.find("--lora-dropout 0 (the state's 0.2)"), std::string::npos)
         << without.output;
     EXPECT_EQ(read_file_bytes(state), state_bytes);
+}
+
+// --lora-base bf16 (the fp32 layer matrices released after the start): 3 + 3 steps equal 6
+// straight, bit for bit, the resume releasing the base it reads again from --init-from alike.
+TEST_F(LoraTraining, ALoraRunWithABf16BaseResumesBitwise) {
+    expect_bitwise_lora_resume(
+        *dir_, 1,
+        [&](const std::string& name, const std::string& flags) {
+            return six_steps(1, name, flags, base_file(),
+                             "--lora-rank 4 --lora-alpha 8 --precision bf16 --lora-base bf16");
+        },
+        "bf16base-");
 }
 
 // What a LoRA state records is checked before the corpus is read: a resume that would train
@@ -509,6 +640,13 @@ TEST_F(LoraTraining, UnsupportedCombinationsAndBadValuesAreRefusedNamingTheFlags
         {"--lora-dropout 0.1",
          "error: --lora-dropout needs --lora-rank R (or --lora-from DIR): without an adapter the "
          "whole model trains"},
+        {"--lora-base bf16",
+         "error: --lora-base needs --lora-rank R (or --lora-from DIR): without an adapter the "
+         "whole model trains"},
+        {"--lora-rank 4 --lora-base bf16",
+         "error: --lora-base bf16 needs --precision bf16: in fp32 the products read the fp32 "
+         "base"},
+        {"--lora-rank 4 --precision bf16 --lora-base fp16", "--lora-base"},
         {"--lora-rank 4 --lora-dropout 1", "error: --lora-dropout must be in [0, 1)"},
         {"--lora-rank 4 --lora-dropout -0.1", "error: --lora-dropout must be in [0, 1)"},
     };

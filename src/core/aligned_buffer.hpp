@@ -5,7 +5,9 @@
 #pragma once
 
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -69,6 +71,22 @@ class AlignedBuffer {
     [[nodiscard]] const T& operator[](std::size_t i) const { return data_[i]; }
     void fill_zero() {
         if (size_ != 0) std::memset(data_, 0, size_ * sizeof(T));
+    }
+    // Hands the whole memory pages inside elements [first, first + count) back to the kernel
+    // (madvise MADV_DONTNEED): the resident memory drops and the elements read as zero afterwards.
+    // The partial pages at either end keep their values. A view of another object's memory keeps
+    // everything. Returns the bytes handed back.
+    std::size_t discard(std::size_t first, std::size_t count) noexcept {
+        if (base_ == nullptr || count == 0 || first >= size_) return 0;
+        count = std::min(count, size_ - first);
+        const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+        const auto begin = reinterpret_cast<std::uintptr_t>(data_ + first);
+        const auto end = reinterpret_cast<std::uintptr_t>(data_ + first + count);
+        const std::uintptr_t lo = (begin + page - 1) / page * page;
+        const std::uintptr_t hi = end / page * page;
+        if (hi <= lo) return 0;
+        if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) return 0;
+        return hi - lo;
     }
 
   private:

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/random.hpp"
+#include "ops/bf16.hpp"
 #include "ops/gemm.hpp"
 
 namespace gpt2 {
@@ -210,12 +211,14 @@ void merge_lora(Model& model, const LoraAdapter& adapter) {
     if (model.precision == Precision::Bf16) set_precision(model, Precision::Bf16);
 }
 
-std::size_t merge_buffer_floats(const ModelConfig& config, const std::optional<LoraConfig>& lora) {
+std::size_t merge_buffer_floats(const ModelConfig& config, const std::optional<LoraConfig>& lora,
+                                bool layer_matrices_bf16_only) {
     std::size_t largest = 0;
     if (!lora) return largest;
     for (int i = 0; i < kLoraTargets; ++i) {
         const auto t = static_cast<LoraTarget>(i);
-        if (!lora->adapts(t)) continue;
+        // A bf16-only base converts every layer matrix, adapted or not, in the buffer.
+        if (!lora->adapts(t) && !layer_matrices_bf16_only) continue;
         const ProductShape s = lora_product_shape(config, t);
         largest =
             std::max(largest, static_cast<std::size_t>(s.in) * static_cast<std::size_t>(s.out));
@@ -226,19 +229,26 @@ std::size_t merge_buffer_floats(const ModelConfig& config, const std::optional<L
 void merged_lora_pieces(const Model& base, const LoraAdapter& adapter,
                         const std::function<void(std::span<const float>)>& emit) {
     const std::span<const float> w = base.params.span();
-    AlignedBuffer<float> matrix(merge_buffer_floats(base.config, adapter.config));
+    const bool bf16_only = base.layer_matrices_bf16_only;
+    AlignedBuffer<float> matrix(merge_buffer_floats(base.config, adapter.config, bf16_only));
     for (int k = 0; k < kNumParamTensors; ++k) {
         const auto tensor = static_cast<ParamTensor>(k);
         const std::optional<LoraTarget> target = adapted_target(adapter.config, tensor);
-        if (!target) {
+        const bool from_twin = bf16_only && is_layer_matrix(tensor);
+        if (!target && !from_twin) {
             emit(base.layout.tensor(w, tensor));
             continue;
         }
         for (int l = 0; l < base.config.num_layers; ++l) {
             const std::span<const float> layer = base.layout.layer(w, tensor, l);
             const std::span<float> merged = matrix.span().first(layer.size());
-            std::copy(layer.begin(), layer.end(), merged.begin());
-            add_lora_update(merged.data(), adapter, base.config, l, *target);
+            if (from_twin) {
+                // The fp32 copy was released: the base is its bf16 rounding.
+                convert_to_float(merged.data(), base.bf16_twin(layer.data()), layer.size());
+            } else {
+                std::copy(layer.begin(), layer.end(), merged.begin());
+            }
+            if (target) add_lora_update(merged.data(), adapter, base.config, l, *target);
             emit(merged);
         }
     }

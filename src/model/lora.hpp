@@ -136,12 +136,16 @@ void merge_lora(Model& model, const LoraAdapter& adapter);
 // merge_lora's weights without a merged copy of the model: `emit` receives them in the parameter
 // buffer's order a piece at a time, the base as it is between adapted matrices and each adapted
 // matrix of a layer copied into one buffer of merge_buffer_floats with the update added as
-// merge_lora adds it (bitwise the same weights). A piece is valid only during the call.
+// merge_lora adds it (bitwise the same weights). A piece is valid only during the call. A base
+// whose layer matrices are bf16 only (Model::layer_matrices_bf16_only) gives each of them, adapted
+// or not, converted from its bf16 twin: bf16(W) + (alpha/r) B A.
 void merged_lora_pieces(const Model& base, const LoraAdapter& adapter,
                         const std::function<void(std::span<const float>)>& emit);
-// That buffer's size: the largest adapted matrix of one layer (0 without an adapter).
+// That buffer's size: the largest adapted matrix of one layer, or with layer matrices in bf16 only
+// the largest layer matrix (0 without an adapter).
 [[nodiscard]] std::size_t merge_buffer_floats(const ModelConfig& config,
-                                              const std::optional<LoraConfig>& lora);
+                                              const std::optional<LoraConfig>& lora,
+                                              bool layer_matrices_bf16_only = false);
 
 // out (N, OC) += scale * (inp (N, C) @ A (r, C)^T) @ B (OC, r)^T; `u` (N, r) receives inp @ A^T.
 void lora_forward(float* out, float* u, const float* inp, const float* A, const float* B,

@@ -1,8 +1,12 @@
 #include "model/model.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
+#include <stdexcept>
 #include <vector>
 
 #include "core/error.hpp"
@@ -211,6 +215,11 @@ std::string_view recompute_name(Recompute r) {
 }
 
 void set_precision(Model& model, Precision precision) {
+    if (model.layer_matrices_bf16_only) {
+        // Its fp32 matrices are gone: a refill would round zeros into the weights the products
+        // read.
+        throw std::logic_error("set_precision: the model's fp32 layer matrices were released");
+    }
     model.precision = precision;
     if (precision == Precision::Fp32) {
         model.params_bf16 = AlignedBuffer<Bf16>();
@@ -220,6 +229,54 @@ void set_precision(Model& model, Precision precision) {
         model.params_bf16 = AlignedBuffer<Bf16>(model.params.size());
     }
     convert_to_bf16(model.params_bf16.data(), model.params.data(), model.params.size());
+}
+
+std::size_t set_bf16_frozen_base(Model& model, Fp32Release how) {
+    const std::size_t P = model.params.size();
+    model.precision = Precision::Bf16;
+    if (model.params_bf16.size() != P) model.params_bf16 = AlignedBuffer<Bf16>(P);
+    const ParameterLayout& layout = model.layout;
+    for (int k = 0; k < kNumParamTensors; ++k) {
+        const auto t = static_cast<ParamTensor>(k);
+        if (is_layer_matrix(t)) continue;
+        convert_to_bf16(model.params_bf16.data() + layout.offset(t),
+                        model.params.data() + layout.offset(t), layout.size(t));
+    }
+    std::size_t released = 0;
+    for (const ParamTensor t : kLayerMatrices) {
+        const std::size_t per_layer =
+            layout.size(t) / static_cast<std::size_t>(model.config.num_layers);
+        for (int l = 0; l < model.config.num_layers; ++l) {
+            const std::size_t begin = layout.offset(t) + per_layer * static_cast<std::size_t>(l);
+            convert_to_bf16(model.params_bf16.data() + begin, model.params.data() + begin,
+                            per_layer);
+            if (how == Fp32Release::PoisonForTests) {
+                std::fill_n(model.params.data() + begin, per_layer,
+                            std::numeric_limits<float>::quiet_NaN());
+            } else {
+                // The tensor's layers so far: a page the previous layer shares with this one
+                // goes too (pages already handed back cost nothing again).
+                (void)model.params.discard(layout.offset(t),
+                                           per_layer * static_cast<std::size_t>(l + 1));
+            }
+        }
+        if (how == Fp32Release::Discard)
+            released += model.params.discard(layout.offset(t), layout.size(t));
+    }
+    model.layer_matrices_bf16_only = true;
+    model.released_fp32_bytes = released;
+    return released;
+}
+
+std::size_t releasable_fp32_bytes(const ParameterLayout& layout) {
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    std::size_t bytes = 0;
+    for (const ParamTensor t : kLayerMatrices) {
+        const std::size_t begin = (layout.offset(t) * sizeof(float) + page - 1) / page * page;
+        const std::size_t end = (layout.offset(t) + layout.size(t)) * sizeof(float) / page * page;
+        if (end > begin) bytes += end - begin;
+    }
+    return bytes;
 }
 
 }  // namespace gpt2

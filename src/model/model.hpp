@@ -122,6 +122,10 @@ struct Model {
     // LoRA fine-tuning: the adapter the products add (model/lora.hpp); the base weights are then
     // frozen and only the adapter trains. Null: no adapter.
     std::shared_ptr<LoraAdapter> lora;
+    // A frozen bf16 base (set_bf16_frozen_base): the layer matrices exist only in
+    // params_bf16; their range of params is released (reads as zero) and must not be read.
+    bool layer_matrices_bf16_only = false;
+    std::size_t released_fp32_bytes = 0;  // what that released of params
 
     explicit Model(const ModelConfig& c) : config(c), layout(c), params(layout.total()) {}
     [[nodiscard]] std::span<const float> weights() const { return params.span(); }
@@ -134,6 +138,28 @@ struct Model {
 // Sets the precision; for bf16 (re)fills params_bf16 from params. Call it again whenever params
 // change outside AdamW (a load, a broadcast).
 void set_precision(Model& model, Precision precision);
+
+// The per-layer matrices (qkvw, attprojw, fcw, fcprojw): about 95% of GPT-2's larger models.
+inline constexpr std::array<ParamTensor, 4> kLayerMatrices = {
+    ParamTensor::qkvw, ParamTensor::attprojw, ParamTensor::fcw, ParamTensor::fcprojw};
+[[nodiscard]] constexpr bool is_layer_matrix(ParamTensor t) {
+    return t == ParamTensor::qkvw || t == ParamTensor::attprojw || t == ParamTensor::fcw ||
+           t == ParamTensor::fcprojw;
+}
+
+// How set_bf16_frozen_base treats the fp32 layer matrices: hand their pages back to the kernel,
+// or (tests) overwrite them with NaN so that any reader left on them shows.
+enum class Fp32Release { Discard, PoisonForTests };
+
+// set_precision(model, Bf16) for a base that never changes again (LoRA with --lora-base bf16):
+// from now on the layer matrices are read from params_bf16 only. Each layer's matrix is rounded
+// into the twin and the whole memory pages of its fp32 copy inside params are handed back at once,
+// so the two copies of the matrices are never resident together (the embeddings, LayerNorms and
+// biases keep both). set_precision refuses such a model afterwards. Returns the bytes released.
+std::size_t set_bf16_frozen_base(Model& model, Fp32Release how = Fp32Release::Discard);
+// What set_bf16_frozen_base hands back from a page-aligned parameter buffer of `layout`
+// (the memory plan's figure).
+[[nodiscard]] std::size_t releasable_fp32_bytes(const ParameterLayout& layout);
 
 class ThreadPool;
 

@@ -15,7 +15,7 @@ namespace gpt2 {
 
 MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size, int seq_len,
                        Precision precision, Recompute recompute, int moment_parts,
-                       const std::optional<LoraConfig>& lora) {
+                       const std::optional<LoraConfig>& lora, bool layer_matrices_bf16_only) {
     MemoryNeed need;
     need.recompute = recompute;
     need.workers = workers;
@@ -33,7 +33,10 @@ MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size, i
         // adapter's products' scratch (training_context.hpp).
         const std::size_t adapter_floats = LoraLayout(config, *lora).total();
         need.adapter_floats = adapter_floats;
-        need.frozen_bytes = weights;
+        // --lora-base bf16: the layer matrices' fp32 pages are handed back after the start.
+        need.frozen_bytes =
+            weights -
+            (layer_matrices_bf16_only ? releasable_fp32_bytes(ParameterLayout(config)) : 0);
         need.adapter_bytes =
             adapter_floats * sizeof(float) * (1 + static_cast<std::size_t>(workers)) +
             static_cast<std::size_t>(need.with_sequences) *
@@ -43,7 +46,8 @@ MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size, i
                 sizeof(float);
         need.adapter_moment_bytes = 2 * adapter_floats * sizeof(float);
         // A checkpoint merges the adapter into one matrix at a time as it writes the weights.
-        need.merge_buffer_bytes = merge_buffer_floats(config, lora) * sizeof(float);
+        need.merge_buffer_bytes =
+            merge_buffer_floats(config, lora, layer_matrices_bf16_only) * sizeof(float);
         need.rank_bytes = need.frozen_bytes + need.adapter_bytes + need.adapter_moment_bytes +
                           need.merge_buffer_bytes;
         return need;
@@ -72,7 +76,7 @@ std::string what_would_fit(const TrainOptions& o, const ModelConfig& config, con
                            const std::optional<AvailableMemory>& available) {
     const auto need_for = [&](int workers, int batch, Recompute level) {
         return memory_need(config, workers, batch, o.batch.seq_len, o.compute.precision, level,
-                           moment_parts, lora);
+                           moment_parts, lora, o.lora.bf16_base);
     };
     std::vector<std::string> options;
     if (need.recompute == Recompute::Cheap &&
@@ -114,7 +118,7 @@ MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm, const Co
     plan.available = available_memory();
     const auto need_for = [&](Recompute level) {
         return memory_need(config, workers, o.batch.batch_size, o.batch.seq_len,
-                           o.compute.precision, level, moment_parts, lora);
+                           o.compute.precision, level, moment_parts, lora, o.lora.bf16_base);
     };
     Recompute level = o.compute.recompute.value_or(Recompute::Cheap);
     if (!o.compute.recompute) {

@@ -56,7 +56,7 @@ void validate_requested_model(const TrainOptions& o) {
 void validate_lora_options(const TrainOptions& o) {
     const TrainOptions::Lora& lora = o.lora;
     if (!lora.enabled()) {
-        for (const char* flag : {"lora-alpha", "lora-targets", "lora-dropout"}) {
+        for (const char* flag : {"lora-alpha", "lora-targets", "lora-dropout", "lora-base"}) {
             if (o.was_given(flag)) {
                 throw InputError(std::string("--") + flag +
                                  " needs --lora-rank R (or --lora-from DIR): without an adapter "
@@ -70,6 +70,10 @@ void validate_lora_options(const TrainOptions& o) {
         throw InputError("--lora-dropout must be in [0, 1)");
     }
     (void)parse_lora_targets(lora.targets, "--lora-targets");
+    if (lora.bf16_base && o.compute.precision != Precision::Bf16) {
+        throw InputError(
+            "--lora-base bf16 needs --precision bf16: in fp32 the products read the fp32 base");
+    }
     const std::string flag = lora.from.empty() ? "--lora-rank" : "--lora-from";
     const auto refuse_with = [&](bool conflict, const std::string& other, const std::string& why) {
         if (conflict) throw InputError(flag + " and " + other + ": " + why);

@@ -142,6 +142,9 @@ struct TrainOptions {
         std::string targets = "all";  // --lora-targets: PEFT's GPT-2 module names
         std::string from;             // --lora-from: a PEFT adapter directory to continue from
         float dropout = 0.0f;         // --lora-dropout: PEFT's lora_dropout on adapter inputs
+        // --lora-base bf16 (with --precision bf16): the frozen base's layer matrices kept only
+        // as their bf16 copy (Model::layer_matrices_bf16_only); false: fp32 and bf16 both.
+        bool bf16_base = false;
         // Whether the run trains an adapter (--lora-rank or --lora-from).
         [[nodiscard]] bool enabled() const { return rank > 0 || !from.empty(); }
     } lora;
@@ -159,6 +162,8 @@ struct TrainOptions {
         int simulate_machines = 0;
         // Machines other than the first report that they could not share memory.
         bool inject_share_failure = false;
+        // --lora-base bf16 overwrites the fp32 layer matrices with NaN instead of releasing them.
+        bool poison_released_base = false;
         // The --checkpoint-minutes clock advances this many minutes per step (0: real time).
         double minutes_per_step = 0.0;
         std::int64_t mpi_chunk_elements = 0;  // elements per MPI call (0: default)

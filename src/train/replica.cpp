@@ -156,7 +156,9 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
     } else {
         init_parameters(replica->model, o.seed, &replica->workers.pool());
     }
-    set_precision(replica->model, o.compute.precision);  // the bf16 copy of the weights, if any
+    // The bf16 copy of the weights, if any (--lora-base bf16: once the base's fingerprint is
+    // taken).
+    if (!o.lora.bf16_base) set_precision(replica->model, o.compute.precision);
     if (adapter) {
         // LoRA: the base stays frozen; only the adapter trains, its gradient in one allreduce.
         if (lora_from) {
@@ -172,6 +174,13 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
         // What a resume checks the base it is given against (the state records it).
         if (comm.is_root()) {
             replica->base_fingerprint = lora_base_fingerprint(replica->model.params.span());
+        }
+        if (o.lora.bf16_base) {
+            // --lora-base bf16: the base never changes, so its layer matrices' fp32 copies (what
+            // a resume's fingerprint was just taken from) are dead weight beside their bf16 twin.
+            (void)set_bf16_frozen_base(replica->model, o.test.poison_released_base
+                                                           ? Fp32Release::PoisonForTests
+                                                           : Fp32Release::Discard);
         }
         for (int w = 0; w < replica->workers.size(); ++w)
             replica->workers.context(w).reserve_adapter(
@@ -246,9 +255,11 @@ std::string describe_lora(const Model& model) {
     const std::string dropout =
         c.dropout > 0.0f ? fmt::format(" dropout={} (on the adapters' inputs)", c.dropout) : "";
     return fmt::format(
-        "LoRA r={} alpha={}{} on {}: {} trained parameters of {} ({:.2f}%), base frozen", c.rank,
+        "LoRA r={} alpha={}{} on {}: {} trained parameters of {} ({:.2f}%), base frozen{}", c.rank,
         c.alpha, dropout, fmt::join(names, ", "), with_commas(trained), with_commas(total),
-        100.0 * trained / total);
+        100.0 * trained / total,
+        model.layer_matrices_bf16_only ? " (its layer matrices in bf16 only: --lora-base bf16)"
+                                       : "");
 }
 
 std::string describe_exchange(const ExchangePlan& plan, const Replica& replica,

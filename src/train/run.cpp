@@ -256,9 +256,14 @@ void TrainingLoop::log_step(const StepMetrics& m, std::int64_t completed, float 
 }
 
 void TrainingLoop::check_replicas(std::int64_t completed) const {
+    const Model& model = replica_.model;
+    // A bf16-only base's fp32 layer matrices are released: its twin is what the products read.
     std::uint64_t sum =
-        checksum64(std::span(reinterpret_cast<const std::uint8_t*>(replica_.model.params.data()),
-                             replica_.model.params.size() * 4));
+        model.layer_matrices_bf16_only
+            ? checksum64(std::span(reinterpret_cast<const std::uint8_t*>(model.params_bf16.data()),
+                                   model.params_bf16.size() * sizeof(Bf16)))
+            : checksum64(std::span(reinterpret_cast<const std::uint8_t*>(model.params.data()),
+                                   model.params.size() * 4));
     if (const auto& adapter = replica_.model.lora) {  // LoRA: what trains is the adapter
         sum ^= checksum64(std::span(reinterpret_cast<const std::uint8_t*>(adapter->params.data()),
                                     adapter->params.size() * 4)) *

@@ -26,8 +26,8 @@ void TrainingLoop::log_memory() const {
             "memory: {} activations per worker | rank: {} frozen weights, {} adapter, {} adapter "
             "AdamW moments | startup {:.0f} ms",
             human_bytes(static_cast<double>(workers.context(0).activation_bytes())),
-            human_bytes(
-                static_cast<double>(model.params.size() * 4 + model.params_bf16.size() * 2)),
+            human_bytes(static_cast<double>(model.params.size() * 4 + model.params_bf16.size() * 2 -
+                                            model.released_fp32_bytes)),
             human_bytes(static_cast<double>(model.lora->params.size() * 4)),
             human_bytes(static_cast<double>(replica_.optimizer.m.size() * 8)),
             startup_seconds_ * 1e3);

@@ -279,6 +279,15 @@ void add_lora_flags(CLI::App& app, TrainOptions& o) {
     lora->add_option("--lora-dropout", o.lora.dropout,
                      "dropout rate, in [0, 1), on each adapter's input (PEFT's lora_dropout; "
                      "training steps only; 0: none)");
+    lora->add_option_function<std::string>(
+            "--lora-base", [&o](const std::string& base) { o.lora.bf16_base = base == "bf16"; },
+            "how the frozen base is held: fp32 (the fp32 weights and, with --precision bf16, "
+            "their bf16 copy) or bf16 (with --precision bf16: the layer matrices only in bf16, "
+            "over half the base's memory saved; the merged checkpoint is of the bf16-rounded "
+            "base)")
+        ->check(CLI::IsMember({"fp32", "bf16"}).description(""))
+        ->default_str("fp32")
+        ->type_name("fp32|bf16");
     lora->add_option("--lora-from", o.lora.from,
                      "continue training a PEFT adapter directory (its rank, alpha and targets)")
         ->type_name("DIR");
@@ -408,6 +417,9 @@ void add_reporting_flags(CLI::Option_group* run, TrainOptions& o) {
         ->group("");
     run->add_flag("--inject-share-failure", o.test.inject_share_failure,
                   "testing: machines other than the first cannot share memory")
+        ->group("");
+    run->add_flag("--test-poison-lora-base", o.test.poison_released_base,
+                  "testing: --lora-base bf16 fills the fp32 layer matrices with NaN instead")
         ->group("");
     run->add_option("--test-minutes-per-step", o.test.minutes_per_step,
                     "testing: the --checkpoint-minutes clock advances this much per step")
