@@ -46,6 +46,7 @@ void Checksum64::mix_block(const std::uint8_t* block) {
 }
 
 void Checksum64::add(std::span<const std::uint8_t> bytes) {
+    if (bytes.empty()) return;  // an empty span may have no data() for memcpy
     total_ += bytes.size();
     std::size_t i = 0;
     if (pending_size_ > 0) {
