@@ -35,8 +35,10 @@ using test::ScratchDir;
 
 // ---- in process -------------------------------------------------------------------------------
 
-TrainOptions small_lora_options(int threads, float lora_dropout) {
+TrainOptions small_lora_options(int threads, float lora_dropout,
+                                Precision precision = Precision::Fp32) {
     TrainOptions o;
+    o.compute.precision = precision;
     o.model.num_layers = 2;
     o.model.num_heads = 2;
     o.model.channels = 32;
@@ -58,8 +60,9 @@ struct LoraSteps {
 // Three steps of the small model's LoRA replica with `threads` workers, one rank, on fixed tokens;
 // checks on the way that the workers hold no model gradient and the base stays bitwise as built.
 // `lora_dropout`: LoRA's input dropout in every step, as the training loop passes it.
-LoraSteps train_lora_in_process(int threads, float lora_dropout = 0.0f) {
-    const TrainOptions o = small_lora_options(threads, lora_dropout);
+LoraSteps train_lora_in_process(int threads, float lora_dropout = 0.0f,
+                                Precision precision = Precision::Fp32) {
+    const TrainOptions o = small_lora_options(threads, lora_dropout, precision);
     const Communicator comm = Communicator::single_process();
     const ModelConfig config{16, 50, 64, 2, 2, 32};
     StartPoint start;
@@ -122,6 +125,30 @@ TEST(LoraReplica, FrozenBaseNoModelGradientAndTheSameAdapterForOneTwoAndFourWork
 
 // LoRA's input dropout draws its masks by sequence, not by worker: 1, 2 and 4 workers train the
 // same adapter, which is not the adapter trained without it.
+// Rank 0 trains the weights it loaded where they lie: the replica takes over the loaded model's
+// buffer instead of copying it (a 1558M base from --init-from is never in memory twice), with
+// LoRA and without.
+TEST(LoraReplica, TheLoadedWeightsBecomeTheReplicasWithoutACopy) {
+    for (const int lora_rank : {4, 0}) {
+        TrainOptions o = small_lora_options(1, 0.0f);
+        o.lora.rank = lora_rank;
+        const Communicator comm = Communicator::single_process();
+        const ModelConfig config{16, 50, 64, 2, 2, 32};
+        StartPoint start;
+        start.model = LoadedModel{Model(config), std::nullopt};
+        init_parameters(start.model->model, 5);
+        const float* loaded = start.model->model.params.data();
+        const std::vector<float> weights(loaded, loaded + start.model->model.params.size());
+        ExchangePlan plan = plan_exchange(o, comm);
+        const std::unique_ptr<Replica> replica = build_replica(o, comm, config, start, plan);
+        EXPECT_EQ(replica->model.params.data(), loaded) << "LoRA rank " << lora_rank;
+        EXPECT_FALSE(start.model.has_value());
+        const auto trained = replica->model.params.span();
+        EXPECT_TRUE(std::equal(weights.begin(), weights.end(), trained.begin(), trained.end()));
+        EXPECT_EQ(replica->model.lora != nullptr, lora_rank > 0);
+    }
+}
+
 TEST(LoraReplica, InputDropoutTrainsTheSameAdapterForOneTwoAndFourWorkers) {
     const LoraSteps one = train_lora_in_process(1, 0.3f);
     const LoraSteps undropped = train_lora_in_process(1);
@@ -137,6 +164,40 @@ TEST(LoraReplica, InputDropoutTrainsTheSameAdapterForOneTwoAndFourWorkers) {
             ASSERT_NEAR(other.adapter[i], one.adapter[i], 1e-5 * (1.0 + std::abs(one.adapter[i])))
                 << threads << " workers, element " << i;
     }
+}
+
+// The same in bf16 (the products on bf16 operands, the dropped adapter input in fp32): the masks
+// change the adapter, the workers agree, and the adapter stays near fp32's with the same masks.
+// Bounds, in norm relative to the reference adapter:
+// - 1 against 2 workers, 1e-3: the workers sum the same terms in another order (1e-7 relative in
+//   fp32), which can flip a few bf16 roundings of the emulated products' operands (2^-8 each);
+//   measured 1.6e-4 emulated, 8e-8 on AMX. A sequence lost or counted twice moves it by O(0.1).
+// - bf16 against fp32, 4e-2: twice the project's bf16 tolerance (2e-2 for a tensor computed in
+//   bf16, tests/test_bf16.cpp), because these are three AdamW steps from B = 0, and AdamW's first
+//   steps move each element by about lr times the sign of its gradient: an element whose small
+//   gradient the rounding turns over moves 2 lr the other way. Measured 1.4e-2 (AMX and emulated
+//   alike); without the masks the adapter is 0.23 away, so the bound still tells them apart.
+TEST(LoraReplica, InputDropoutInBf16TrainsTheSameAdapterForOneAndTwoWorkersNearFp32s) {
+    const auto relative_distance = [](const std::vector<float>& a, const std::vector<float>& b) {
+        double diff = 0.0, norm = 0.0;
+        for (std::size_t i = 0; i < a.size(); ++i) {
+            diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+            norm += static_cast<double>(b[i]) * b[i];
+        }
+        return std::sqrt(diff / norm);
+    };
+    const LoraSteps one = train_lora_in_process(1, 0.3f, Precision::Bf16);
+    const LoraSteps undropped = train_lora_in_process(1, 0.0f, Precision::Bf16);
+    const LoraSteps two = train_lora_in_process(2, 0.3f, Precision::Bf16);
+    const LoraSteps fp32 = train_lora_in_process(1, 0.3f, Precision::Fp32);
+    for (const LoraSteps* other : {&undropped, &two, &fp32})
+        ASSERT_EQ(other->adapter.size(), one.adapter.size());
+    EXPECT_NE(undropped.adapter, one.adapter);
+    EXPECT_LT(relative_distance(two.adapter, one.adapter), 1e-3);
+    EXPECT_LT(relative_distance(one.adapter, fp32.adapter), 4e-2);
+    EXPECT_GT(relative_distance(undropped.adapter, fp32.adapter), 0.1);
+    for (std::size_t s = 0; s < one.losses.size(); ++s)
+        EXPECT_NEAR(one.losses[s], fp32.losses[s], 2e-2 * fp32.losses[s]) << "step " << s;
 }
 
 // ---- train_gpt2 -------------------------------------------------------------------------------

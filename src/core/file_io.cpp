@@ -1,6 +1,8 @@
 #include "core/file_io.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -154,6 +156,43 @@ std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path) {
         throw InputError(path.string() + ": read failed");
     }
     return bytes;
+}
+
+MappedFile::MappedFile(const std::filesystem::path& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+        throw InputError(path.string() + ": is a directory, expected a file");
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw InputError(path.string() + ": cannot open (" + errno_text() + ")");
+    struct stat info {};
+    if (::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0) {
+        const auto size = static_cast<std::size_t>(info.st_size);
+        void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p != MAP_FAILED) {
+            ::madvise(p, size, MADV_SEQUENTIAL);  // a hint: read ahead, drop behind
+            mapping_ = p;
+            bytes_ = std::span(static_cast<const std::uint8_t*>(p), size);
+        }
+    }
+    ::close(fd);
+    if (mapping_ == nullptr) {  // not mappable (a pipe, say) or empty: read it
+        read_ = read_file_bytes(path);
+        bytes_ = read_;
+    }
+}
+
+MappedFile::~MappedFile() {
+    if (mapping_ != nullptr) ::munmap(mapping_, bytes_.size());
+}
+
+void MappedFile::release(std::span<const std::uint8_t> piece) const {
+    if (mapping_ == nullptr || piece.empty()) return;
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = (reinterpret_cast<std::uintptr_t>(piece.data()) + page - 1) / page * page;
+    const auto end = (reinterpret_cast<std::uintptr_t>(piece.data()) + piece.size()) / page * page;
+    // A private read-only mapping's pages are the file's: dropping them loses nothing.
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 std::string read_text_file(const std::filesystem::path& path) {

@@ -40,6 +40,28 @@ void write_file_atomically(const std::filesystem::path& path,
 void write_file_atomically(const std::filesystem::path& path, std::span<const std::uint8_t> bytes);
 // Reads a whole file; InputError naming it if missing, a directory or unreadable.
 [[nodiscard]] std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path);
+// A whole file read once, front to back, without all of it in memory at once: mapped read-only
+// where the system allows (else read into memory), its pages handed back as the reader is done
+// with them, so that a 6 GiB model file never sits in memory beside the model it fills.
+class MappedFile {
+  public:
+    // InputError naming the file if missing, a directory or unreadable (as read_file_bytes).
+    explicit MappedFile(const std::filesystem::path& path);
+    ~MappedFile();
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+
+    [[nodiscard]] std::span<const std::uint8_t> bytes() const { return bytes_; }
+    // Hands back the memory pages lying wholly inside `piece` (a part of bytes()); touched again
+    // they are read again from the file. Nothing for a file that was read into memory.
+    void release(std::span<const std::uint8_t> piece) const;
+
+  private:
+    std::span<const std::uint8_t> bytes_;
+    void* mapping_ = nullptr;         // null: read into `read_`
+    std::vector<std::uint8_t> read_;  // where mapping failed (or an empty file)
+};
+
 // The same, as text (any bytes).
 [[nodiscard]] std::string read_text_file(const std::filesystem::path& path);
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -117,9 +118,14 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& path, const M
 
 namespace {
 
+// The parameters are copied out of the mapped file this many bytes at a time, each piece's pages
+// handed back once copied: the file never sits in memory beside the model it fills.
+constexpr std::size_t kLoadPieceBytes = std::size_t{16} << 20;
+
 // llm.c's bf16 model file: the same layout in bf16, nothing after it. Widened exactly.
-LoadedModel load_llmc_bf16(const std::vector<std::uint8_t>& bytes, const std::string& name,
+LoadedModel load_llmc_bf16(const MappedFile& file, const std::string& name,
                            const ModelConfig& config, const ParameterLayout& layout) {
+    const std::span<const std::uint8_t> bytes = file.bytes();
     const std::size_t bf16_bytes = kHeaderBytes + layout.total() * sizeof(Bf16);
     if (bytes.size() != bf16_bytes) {
         throw InputError(name + ": " + std::to_string(bytes.size()) + " bytes, but an llm.c bf16 " +
@@ -127,42 +133,44 @@ LoadedModel load_llmc_bf16(const std::vector<std::uint8_t>& bytes, const std::st
                          " (truncated or not a model file)");
     }
     LoadedModel loaded{Model(config), std::nullopt};
-    for (std::size_t i = 0; i < layout.total(); ++i) {
-        std::uint16_t bits;
-        std::memcpy(&bits, bytes.data() + kHeaderBytes + i * sizeof(bits), sizeof(bits));
-        loaded.model.params[i] = to_float(static_cast<Bf16>(bits));
+    constexpr std::size_t kPiece = kLoadPieceBytes / sizeof(Bf16);
+    for (std::size_t first = 0; first < layout.total(); first += kPiece) {
+        const std::size_t count = std::min(kPiece, layout.total() - first);
+        const auto piece = bytes.subspan(kHeaderBytes + first * sizeof(Bf16), count * sizeof(Bf16));
+        for (std::size_t i = 0; i < count; ++i) {
+            std::uint16_t bits;
+            std::memcpy(&bits, piece.data() + i * sizeof(bits), sizeof(bits));
+            loaded.model.params[first + i] = to_float(static_cast<Bf16>(bits));
+        }
+        file.release(piece);
     }
     return loaded;
 }
 
-// Our trailer after the model's `model_bytes`: tagged sections (tokenizer, configuration) and a
-// footer whose checksum covers the whole file.
-CheckpointExtras read_trailer(const std::vector<std::uint8_t>& bytes, const std::string& name,
-                              std::size_t model_bytes) {
+// Our trailer, `tail`: the file's bytes after the model's `model_bytes`, tagged sections
+// (tokenizer, configuration) and a footer whose checksum covers the whole file; `model_sum` is that
+// checksum chained over the header and the parameters.
+CheckpointExtras read_trailer(std::span<const std::uint8_t> tail, const std::string& name,
+                              std::size_t model_bytes, std::uint64_t model_sum) {
     // A trailer must end in our footer and match its checksum.
-    if (bytes.size() < model_bytes + kFooterBytes ||
-        std::memcmp(bytes.data() + bytes.size() - kFooterBytes, kFooterMagic.data(), 8) != 0) {
+    if (tail.size() < kFooterBytes ||
+        std::memcmp(tail.data() + tail.size() - kFooterBytes, kFooterMagic.data(), 8) != 0) {
         throw InputError(name +
                          ": unexpected bytes after the model (truncated or corrupt checkpoint)");
     }
-    const std::size_t footer = bytes.size() - kFooterBytes;
-    ByteReader footer_reader(std::span<const std::uint8_t>(bytes).subspan(footer + 8), name);
+    const std::size_t footer = tail.size() - kFooterBytes;
+    ByteReader footer_reader(tail.subspan(footer + 8), name);
     const auto trailer_offset = footer_reader.get<std::uint64_t>("trailer offset");
     const auto stored_sum = footer_reader.get<std::uint64_t>("checksum");
     if (trailer_offset != model_bytes) {
         throw InputError(name + ": checkpoint footer does not match the model size (corrupt)");
     }
     // Chained over the same three pieces the writer hashed.
-    const std::span<const std::uint8_t> all(bytes);
-    std::uint64_t sum = checksum64(all.first(kHeaderBytes));
-    sum = checksum64(all.subspan(kHeaderBytes, model_bytes - kHeaderBytes), sum);
-    sum = checksum64(all.subspan(model_bytes, footer - model_bytes), sum);
-    if (sum != stored_sum) {
+    if (checksum64(tail.first(footer), model_sum) != stored_sum) {
         throw InputError(name + ": checksum mismatch, the file is corrupt");
     }
     CheckpointExtras extras;
-    ByteReader trailer(all.subspan(model_bytes, footer - model_bytes),
-                       name + ": corrupt checkpoint trailer");
+    ByteReader trailer(tail.first(footer), name + ": corrupt checkpoint trailer");
     while (trailer.remaining() > 0) {
         const auto tag = static_cast<TrailerTag>(trailer.get<std::uint32_t>("section tag"));
         const auto length = trailer.get<std::uint64_t>("section length");
@@ -178,14 +186,15 @@ CheckpointExtras read_trailer(const std::vector<std::uint8_t>& bytes, const std:
 }  // namespace
 
 LoadedModel load_checkpoint(const std::filesystem::path& path) {
-    const std::vector<std::uint8_t> bytes = read_file_bytes(path);
+    const MappedFile file(path);
+    const std::span<const std::uint8_t> bytes = file.bytes();
     const std::string name = path.string();
     if (bytes.size() < kHeaderBytes) {
         throw InputError(name + ": too short for an llm.c model header (" +
                          std::to_string(bytes.size()) + " bytes), truncated or not a model file");
     }
-    const auto header = ByteReader(std::span<const std::uint8_t>(bytes).first(kHeaderBytes), name)
-                            .get_array<std::int32_t, kHeaderInts>("header");
+    const auto header =
+        ByteReader(bytes.first(kHeaderBytes), name).get_array<std::int32_t, kHeaderInts>("header");
     const auto h = [&](std::size_t i) { return header[i]; };
     if (h(0) != kLlmcModelMagic) {
         throw InputError(name + ": bad magic " + std::to_string(h(0)) + " (expected " +
@@ -198,18 +207,26 @@ LoadedModel load_checkpoint(const std::filesystem::path& path) {
     const ModelConfig config{h(2), h(3), h(7), h(4), h(5), h(6)};
     validate_config(config, name);
     const ParameterLayout layout(config);
-    if (h(1) == kLlmcModelVersionBf16) return load_llmc_bf16(bytes, name, config, layout);
+    if (h(1) == kLlmcModelVersionBf16) return load_llmc_bf16(file, name, config, layout);
     const std::size_t model_bytes = kHeaderBytes + layout.total() * sizeof(float);
     if (bytes.size() < model_bytes) {
         throw InputError(name + ": truncated: " + std::to_string(bytes.size()) + " bytes, the " +
                          describe(config) + " model needs " + std::to_string(model_bytes));
     }
+    const bool has_trailer = bytes.size() > model_bytes;  // else a plain llm.c model file
     LoadedModel loaded{Model(config), std::nullopt};
-    std::memcpy(loaded.model.params.data(), bytes.data() + kHeaderBytes,
-                layout.total() * sizeof(float));
-    if (bytes.size() == model_bytes) return loaded;  // plain llm.c model file
-
-    loaded.extras = read_trailer(bytes, name, model_bytes);
+    auto* params = reinterpret_cast<std::uint8_t*>(loaded.model.params.data());
+    Checksum64 model_sum(checksum64(bytes.first(kHeaderBytes)));
+    for (std::size_t offset = kHeaderBytes; offset < model_bytes; offset += kLoadPieceBytes) {
+        const auto piece = bytes.subspan(offset, std::min(kLoadPieceBytes, model_bytes - offset));
+        std::memcpy(params + (offset - kHeaderBytes), piece.data(), piece.size());
+        if (has_trailer) model_sum.add(piece);
+        file.release(piece);
+    }
+    if (has_trailer) {
+        loaded.extras =
+            read_trailer(bytes.subspan(model_bytes), name, model_bytes, model_sum.value());
+    }
     return loaded;
 }
 

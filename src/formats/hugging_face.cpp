@@ -289,10 +289,12 @@ class TensorReader {
         used_.insert(name);
         if (!conv1d) {
             read_elements(dst, tensor->bytes, *tensor->type);
+            tensor->release_bytes();
             return;
         }
         std::vector<float> stored(dst.size());
         read_elements(stored, tensor->bytes, *tensor->type);
+        tensor->release_bytes();
         const auto in = static_cast<std::size_t>(shape[0]),
                    out = static_cast<std::size_t>(shape[1]);
         for (std::size_t i = 0; i < in; ++i)

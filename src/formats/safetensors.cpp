@@ -48,7 +48,13 @@ const SafetensorsTensor* SafetensorsFile::find(std::string_view tensor) const {
 }
 
 SafetensorsFile SafetensorsFile::read(const std::filesystem::path& path) {
-    return parse(read_file_bytes(path), path.string());
+    SafetensorsFile file;
+    file.name_ = path.string();
+    file.file_ = std::make_unique<const MappedFile>(path);
+    file.index(file.file_->bytes());
+    for (SafetensorsTensor& t : file.tensors_)
+        t.mapped = file.file_.get();
+    return file;
 }
 
 namespace {
@@ -62,7 +68,7 @@ struct Failure {
 };
 
 // The JSON header after the 8-byte length, checked against the file's size.
-nlohmann::json parse_header(const std::vector<std::uint8_t>& bytes, const Failure& fail,
+nlohmann::json parse_header(std::span<const std::uint8_t> bytes, const Failure& fail,
                             std::uint64_t& header_size) {
     if (bytes.size() < 8) {
         throw fail("too short for a safetensors file (" + std::to_string(bytes.size()) +
@@ -169,11 +175,18 @@ void check_tiling(std::span<const TensorBytes> ranges, std::span<const Safetenso
 }  // namespace
 
 SafetensorsFile SafetensorsFile::parse(std::vector<std::uint8_t> bytes, std::string name) {
-    const Failure fail{name};
+    SafetensorsFile file;
+    file.name_ = std::move(name);
+    file.bytes_ = std::move(bytes);
+    file.index(file.bytes_);
+    return file;
+}
+
+void SafetensorsFile::index(std::span<const std::uint8_t> bytes) {
+    const Failure fail{name_};
     std::uint64_t header_size = 0;
     const nlohmann::json header = parse_header(bytes, fail, header_size);
-    SafetensorsFile file;
-    file.name_ = name;
+    SafetensorsFile& file = *this;
     const std::size_t data_start = 8 + static_cast<std::size_t>(header_size);
     const std::size_t data_size = bytes.size() - data_start;
     std::vector<TensorBytes> ranges;
@@ -197,18 +210,15 @@ SafetensorsFile SafetensorsFile::parse(std::vector<std::uint8_t> bytes, std::str
         return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
     });
     check_tiling(ranges, file.tensors_, data_size, fail);
-    file.bytes_ = std::move(bytes);
     std::vector<SafetensorsTensor> ordered;
     ordered.reserve(ranges.size());
     for (const TensorBytes& r : ranges) {
         SafetensorsTensor t = std::move(file.tensors_[r.tensor]);
-        t.bytes = std::span<const std::uint8_t>(file.bytes_)
-                      .subspan(data_start + static_cast<std::size_t>(r.begin),
-                               static_cast<std::size_t>(r.end - r.begin));
+        t.bytes = bytes.subspan(data_start + static_cast<std::size_t>(r.begin),
+                                static_cast<std::size_t>(r.end - r.begin));
         ordered.push_back(std::move(t));
     }
     file.tensors_ = std::move(ordered);
-    return file;
 }
 
 std::filesystem::path write_safetensors(const std::filesystem::path& path,

@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/file_io.hpp"
 #include "formats/element_type.hpp"
 
 namespace gpt2 {
@@ -26,6 +28,12 @@ struct SafetensorsTensor {
     std::vector<std::int64_t> shape;
     std::span<const std::uint8_t> bytes;
     [[nodiscard]] std::int64_t elements() const;
+    // Hands back the memory of `bytes` once read (a mapped file's pages; see MappedFile), so a
+    // model read tensor by tensor never holds the whole file beside itself.
+    void release_bytes() const {
+        if (mapped != nullptr) mapped->release(bytes);
+    }
+    const MappedFile* mapped = nullptr;  // the file `bytes` lies in, when mapped
 };
 
 class SafetensorsFile {
@@ -49,7 +57,10 @@ class SafetensorsFile {
   private:
     SafetensorsFile() = default;
     std::string name_;
-    std::vector<std::uint8_t> bytes_;  // the tensors' spans point into it
+    // The tensors' spans point into one of these: bytes given to parse, or the file read.
+    void index(std::span<const std::uint8_t> bytes);
+    std::vector<std::uint8_t> bytes_;
+    std::unique_ptr<const MappedFile> file_;
     std::vector<SafetensorsTensor> tensors_;
     std::map<std::string, std::string> metadata_;
 };

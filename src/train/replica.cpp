@@ -142,16 +142,16 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
         adapter_read = agree_on_lora(o, comm, config, start, lora, lora_from);
         adapter = std::make_shared<LoraAdapter>(config, lora);
     }
-    auto replica = std::make_unique<Replica>(
-        config, workers, o,
-        plan_memory(o, comm, machines.machine, config, workers, moment_parts,
-                    adapter ? std::optional(adapter->config) : std::nullopt));
+    MemoryPlan memory = plan_memory(o, comm, machines.machine, config, workers, moment_parts,
+                                    adapter ? std::optional(adapter->config) : std::nullopt);
+    // Rank 0 trains the weights it loaded in place: the loaded model becomes the replica's.
+    Model weights = have_weights && comm.is_root() ? std::move(start.model->model) : Model(config);
+    start.model.reset();
+    if (weights.config != config || weights.lora != nullptr) {
+        throw std::logic_error("build_replica: the loaded weights are not of the run's model");
+    }
+    auto replica = std::make_unique<Replica>(std::move(weights), workers, o, std::move(memory));
     if (have_weights) {
-        if (comm.is_root()) {
-            const auto loaded = start.model->model.params.span();
-            std::copy(loaded.begin(), loaded.end(), replica->model.params.data());
-            start.model.reset();
-        }
         broadcast_weights(comm, replica->model);
     } else {
         init_parameters(replica->model, o.seed, &replica->workers.pool());

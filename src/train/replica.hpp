@@ -39,13 +39,15 @@ struct ExchangePlan {
 // This rank's replica: the model, its optimizer state and the worker threads with their contexts.
 // Under --zero 1 or shared memory the optimizer holds only this rank's slice of the moments.
 struct Replica {
-    // With LoRA (plan.need.adapter_floats > 0) the workers hold no model gradient.
-    Replica(const ModelConfig& config, int num_workers, const TrainOptions& o, MemoryPlan plan)
+    // With LoRA (plan.need.adapter_floats > 0) the workers hold no model gradient. `weights`:
+    // the model the replica trains, taken over as it is (rank 0's loaded weights: never a second
+    // copy of a large model in memory), or a fresh one of `config`.
+    Replica(Model weights, int num_workers, const TrainOptions& o, MemoryPlan plan)
         : memory(std::move(plan)),
-          workers(config, num_workers, o.batch.batch_size, o.batch.seq_len, o.parallel.pin_threads,
-                  o.compute.precision, memory.need.recompute,
+          workers(weights.config, num_workers, o.batch.batch_size, o.batch.seq_len,
+                  o.parallel.pin_threads, o.compute.precision, memory.need.recompute,
                   memory.need.adapter_floats > 0 ? RankGradient::None : RankGradient::Full),
-          model(config) {}
+          model(std::move(weights)) {}
     MemoryPlan memory;  // decided before the workers' contexts were allocated
     WorkerGroup workers;
     Model model;

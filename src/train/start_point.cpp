@@ -176,8 +176,11 @@ void resume_lora_on_its_base(const TrainOptions& o, StartPoint& start) {
             o.seed, start.adapter_dir.string());
         return;
     }
-    const StartPoint base = load_init_from(o);
-    const ModelConfig& resumed = start.model->model.config;
+    // The checkpoint's merged weights are not what resumes: dropped before the base is read, so
+    // that a large model is never in memory twice.
+    const ModelConfig resumed = start.model->model.config;
+    start.model->model.params = AlignedBuffer<float>();
+    StartPoint base = load_init_from(o);
     if (base.model->model.config != resumed) {
         throw UsageError("--init-from " + o.model.init_from + " (" +
                          describe(base.model->model.config) + ") is not the base of " + file +
@@ -191,7 +194,7 @@ void resume_lora_on_its_base(const TrainOptions& o, StartPoint& start) {
             "the state's {:016x}): give the --init-from the run adapted",
             o.model.init_from, start.state_file.string(), fingerprint, saved.base_fingerprint));
     }
-    std::copy(weights.begin(), weights.end(), start.model->model.params.data());
+    start.model->model = std::move(base.model->model);
     spdlog::info(
         "resuming LoRA: the frozen base from --init-from {} (fingerprint {:016x}), the "
         "adapter from {}",
