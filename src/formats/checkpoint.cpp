@@ -48,14 +48,18 @@ std::filesystem::path save_llmc_model(const std::filesystem::path& path, const M
                          std::to_string(version));
     }
     const auto header = llmc_header(model.config, version);
-    std::vector<Bf16> weights(model.params.size());
-    convert_to_bf16(weights.data(), model.params.data(), weights.size());
-    const std::array pieces = {
-        std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(header.data()),
-                                      kHeaderBytes),
-        std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(weights.data()),
-                                      weights.size() * sizeof(Bf16))};
-    write_file_atomically(path, pieces);
+    AtomicFileWriter file(path);
+    file.write(std::span(reinterpret_cast<const std::uint8_t*>(header.data()), kHeaderBytes));
+    // Rounded a piece at a time: no bf16 copy of the whole model in memory.
+    constexpr std::size_t kPiece = std::size_t{1} << 22;
+    std::vector<Bf16> piece(std::min(kPiece, model.params.size()));
+    for (std::size_t first = 0; first < model.params.size(); first += kPiece) {
+        const std::size_t count = std::min(kPiece, model.params.size() - first);
+        convert_to_bf16(piece.data(), model.params.data() + first, count);
+        file.write(
+            std::span(reinterpret_cast<const std::uint8_t*>(piece.data()), count * sizeof(Bf16)));
+    }
+    file.commit();
     return path;
 }
 

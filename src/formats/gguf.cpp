@@ -47,11 +47,16 @@ class Writer {
     std::vector<std::uint8_t> bytes;
 };
 
+// A tensor to write: its values are converted to `weights` only when the writer reaches it, so
+// that a model is written without a second copy of it in memory.
 struct Tensor {
     std::string name;
     std::vector<std::uint64_t> ne;  // ggml order: ne[0] is the row length
     TensorType type;
-    std::vector<std::uint8_t> data;
+    std::span<const float> values;
+    GgufWeights weights;
+    [[nodiscard]] std::uint64_t data_bytes() const;
+    [[nodiscard]] std::vector<std::uint8_t> data() const;
 };
 
 }  // namespace
@@ -133,25 +138,47 @@ std::string layer_tensor_name(int l, std::string_view suffix) {
 // `values` as a tensor of type `weights`.
 Tensor make_tensor(std::string name, std::vector<std::uint64_t> ne, std::span<const float> values,
                    GgufWeights weights) {
-    Tensor t{std::move(name), std::move(ne), TensorType::F32, {}};
+    const TensorType type = weights == GgufWeights::F16    ? TensorType::F16
+                            : weights == GgufWeights::Bf16 ? TensorType::Bf16
+                            : weights == GgufWeights::Q8_0 ? TensorType::Q8_0
+                                                           : TensorType::F32;
+    return Tensor{std::move(name), std::move(ne), type, values, weights};
+}
+
+std::uint64_t Tensor::data_bytes() const {
     switch (weights) {
         case GgufWeights::F32:
-            append_elements(t.data, values, ElementType::F32);
+            return values.size() * 4;
+        case GgufWeights::F16:
+        case GgufWeights::Bf16:
+            return values.size() * 2;
+        case GgufWeights::Q8_0:
+            return values.size() / kQ8Block * (2 + kQ8Block);
+    }
+    return 0;
+}
+
+std::vector<std::uint8_t> Tensor::data() const {
+    std::vector<std::uint8_t> bytes;
+    switch (weights) {
+        case GgufWeights::F32:
+            append_elements(bytes, values, ElementType::F32);
             break;
         case GgufWeights::F16:
-            t.type = TensorType::F16;
-            append_elements(t.data, values, ElementType::F16);
+            append_elements(bytes, values, ElementType::F16);
             break;
         case GgufWeights::Bf16:
-            t.type = TensorType::Bf16;
-            append_elements(t.data, values, ElementType::Bf16);
+            append_elements(bytes, values, ElementType::Bf16);
             break;
         case GgufWeights::Q8_0:
-            t.type = TensorType::Q8_0;
-            append_q8_0(t.data, values);
+            append_q8_0(bytes, values);
             break;
     }
-    return t;
+    if (bytes.size() != data_bytes()) {
+        throw std::logic_error("GGUF tensor " + name + ": " + std::to_string(bytes.size()) +
+                               " bytes made, " + std::to_string(data_bytes()) + " announced");
+    }
+    return bytes;
 }
 
 // The model's tensors in llama.cpp's names; 2-D weights in `weights`' type, 1-D ones in F32.
@@ -259,7 +286,8 @@ KeyValues gguf_metadata(const ModelConfig& c, const SpelledBpe& spelled, GgufWei
     return out;
 }
 
-// The file: header, key-values, tensor descriptions, the data aligned; written atomically.
+// The file: header, key-values, tensor descriptions, the data aligned; written atomically, one
+// tensor's data in memory at a time.
 void write_gguf_file(const std::filesystem::path& path, const KeyValues& metadata,
                      const std::vector<Tensor>& tensors) {
     Writer head;
@@ -277,16 +305,17 @@ void write_gguf_file(const std::filesystem::path& path, const KeyValues& metadat
             head.put(n);
         head.put(static_cast<std::uint32_t>(t.type));
         head.put(offset);
-        offset += t.data.size() + padding(t.data.size());
+        offset += t.data_bytes() + padding(t.data_bytes());
     }
     head.bytes.resize(head.bytes.size() + padding(head.bytes.size()), 0);
     const std::vector<std::uint8_t> zeros(kAlignment, 0);
-    std::vector<std::span<const std::uint8_t>> pieces{head.bytes};
+    AtomicFileWriter file(path);
+    file.write(head.bytes);
     for (const Tensor& t : tensors) {
-        pieces.emplace_back(t.data);
-        pieces.emplace_back(std::span(zeros).first(padding(t.data.size())));
+        file.write(t.data());
+        file.write(std::span(zeros).first(padding(t.data_bytes())));
     }
-    write_file_atomically(path, pieces);
+    file.commit();
 }
 
 }  // namespace

@@ -451,20 +451,26 @@ std::vector<SafetensorsOutput> hugging_face_tensors(const Model& model, ElementT
     const ParameterLayout& layout = model.layout;
     const std::int64_t C = c.channels, V = c.vocab_size;
     std::vector<SafetensorsOutput> tensors;
+    // Each tensor's bytes are made as the writer reaches it: one tensor in memory at a time.
     const auto add = [&](const std::string& name, std::vector<std::int64_t> shape,
                          std::span<const float> values, bool conv1d) {
-        SafetensorsOutput out{std::string(kPrefix) + name, type, shape, {}};
-        if (!conv1d) {
-            append_elements(out.bytes, values, type);
-        } else {  // ours (out, in) -> Conv1D (in, out)
+        SafetensorsOutput out{std::string(kPrefix) + name, type, shape, {}, {}};
+        out.make_bytes = [values, conv1d, shape, type] {
+            std::vector<std::uint8_t> bytes;
+            if (!conv1d) {
+                append_elements(bytes, values, type);
+                return bytes;
+            }
+            // ours (out, in) -> Conv1D (in, out)
             const auto rows = static_cast<std::size_t>(shape[1]),
                        cols = static_cast<std::size_t>(shape[0]);
             std::vector<float> transposed(values.size());
             for (std::size_t r = 0; r < rows; ++r)
                 for (std::size_t k = 0; k < cols; ++k)
                     transposed[k * rows + r] = values[r * cols + k];
-            append_elements(out.bytes, transposed, type);
-        }
+            append_elements(bytes, transposed, type);
+            return bytes;
+        };
         tensors.push_back(std::move(out));
     };
     add("wte.weight", {V, C}, layout.tensor(params, ParamTensor::wte).first(V * C), false);

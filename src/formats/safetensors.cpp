@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "core/error.hpp"
 #include "core/file_io.hpp"
@@ -221,6 +222,14 @@ void SafetensorsFile::index(std::span<const std::uint8_t> bytes) {
     file.tensors_ = std::move(ordered);
 }
 
+std::uint64_t SafetensorsOutput::byte_count() const {
+    if (!make_bytes) return bytes.size();
+    std::uint64_t elements = 1;
+    for (const std::int64_t d : shape)
+        elements *= static_cast<std::uint64_t>(d);
+    return elements * element_bytes(type);
+}
+
 std::filesystem::path write_safetensors(const std::filesystem::path& path,
                                         std::span<const SafetensorsOutput> tensors,
                                         const std::map<std::string, std::string>& metadata) {
@@ -230,8 +239,8 @@ std::filesystem::path write_safetensors(const std::filesystem::path& path,
     for (const SafetensorsOutput& t : tensors) {
         header[t.name] = {{"dtype", element_type_name(t.type)},
                           {"shape", t.shape},
-                          {"data_offsets", {offset, offset + t.bytes.size()}}};
-        offset += t.bytes.size();
+                          {"data_offsets", {offset, offset + t.byte_count()}}};
+        offset += t.byte_count();
     }
     std::string text = header.dump();
     text.append((8 - text.size() % 8) % 8, ' ');  // data 8-byte aligned, as the library writes it
@@ -239,10 +248,22 @@ std::filesystem::path write_safetensors(const std::filesystem::path& path,
     std::vector<std::uint8_t> head(8 + text.size());
     std::memcpy(head.data(), &header_size, 8);
     std::memcpy(head.data() + 8, text.data(), text.size());
-    std::vector<std::span<const std::uint8_t>> pieces{head};
-    for (const SafetensorsOutput& t : tensors)
-        pieces.emplace_back(t.bytes);
-    write_file_atomically(path, pieces);
+    AtomicFileWriter file(path);
+    file.write(head);
+    for (const SafetensorsOutput& t : tensors) {
+        if (!t.make_bytes) {
+            file.write(t.bytes);
+            continue;
+        }
+        const std::vector<std::uint8_t> made = t.make_bytes();
+        if (made.size() != t.byte_count()) {
+            throw std::logic_error("write_safetensors: tensor " + t.name + " made " +
+                                   std::to_string(made.size()) + " bytes, its shape needs " +
+                                   std::to_string(t.byte_count()));
+        }
+        file.write(made);
+    }
+    file.commit();
     return path;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -65,12 +66,16 @@ class SafetensorsFile {
     std::map<std::string, std::string> metadata_;
 };
 
-// A tensor to write: its bytes already in `type`.
+// A tensor to write: its bytes in `type`, given, or made by `make_bytes` when the writer reaches
+// the tensor (then shape's elements x the type's size of them), so that a model is written
+// without a second copy of it in memory.
 struct SafetensorsOutput {
     std::string name;
     ElementType type = ElementType::F32;
     std::vector<std::int64_t> shape;
     std::vector<std::uint8_t> bytes;
+    std::function<std::vector<std::uint8_t>()> make_bytes = nullptr;  // set: `bytes` unread
+    [[nodiscard]] std::uint64_t byte_count() const;
 };
 
 // Writes the tensors (data in the given order) and `metadata` as "__metadata__", atomically;
