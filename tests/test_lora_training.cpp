@@ -256,6 +256,33 @@ std::unique_ptr<LoraAdapter> adapter_of(const ScratchDir& dir, const std::string
     return read_peft_adapter(dir.path() / name / "model_000003.adapter", config);
 }
 
+// What merging adds to layer l's matrix adapted by t, element by element (row by row): the
+// element's index into the model's parameters and scale x (B A)[o][c], summed in double.
+struct MergedDelta {
+    std::size_t at;
+    double value;
+};
+std::vector<MergedDelta> merged_deltas(const LoraAdapter& adapter, const ParameterLayout& layout,
+                                       int l, LoraTarget t, float scale) {
+    const ProductShape shape = lora_product_shape(adapter.layout.model(), t);
+    const int r = adapter.config.rank;
+    const float* A = adapter.params.data() + adapter.layout.a_offset(l, t);
+    const float* B = adapter.params.data() + adapter.layout.b_offset(l, t);
+    const std::size_t w0 =
+        layout.offset(lora_target_weight(t)) + static_cast<std::size_t>(l) * shape.out * shape.in;
+    std::vector<MergedDelta> deltas;
+    for (int o = 0; o < shape.out; ++o) {
+        for (int c = 0; c < shape.in; ++c) {
+            double ba = 0.0;
+            for (int k = 0; k < r; ++k)
+                ba += static_cast<double>(B[o * r + k]) * A[k * shape.in + c];
+            deltas.push_back(
+                {w0 + static_cast<std::size_t>(o) * shape.in + c, static_cast<double>(scale) * ba});
+        }
+    }
+    return deltas;
+}
+
 TEST_F(LoraTraining, OneAndTwoRanksTrainTheSameAdapterAndTheMergedCheckpointIsWPlusScaledBA) {
     const auto one = lora(1, "np1", "--lora-rank 4 --lora-alpha 8 --batch-size 4 --threads 2");
     ASSERT_EQ(one.exit_code, 0) << one.output;
@@ -303,27 +330,15 @@ TEST_F(LoraTraining, OneAndTwoRanksTrainTheSameAdapterAndTheMergedCheckpointIsWP
     const LoadedModel merged = load_checkpoint(*dir_ / "np1/model_000003.bin");
     std::vector<bool> adapted(base.model.params.size(), false);
     const float scale = 8.0f / 4.0f;
-    const int r = 4;
     for (int l = 0; l < config.num_layers; ++l) {
         for (int i = 0; i < kLoraTargets; ++i) {
             const auto t = static_cast<LoraTarget>(i);
-            const ProductShape shape = lora_product_shape(config, t);
-            const float* A = a1->params.data() + a1->layout.a_offset(l, t);
-            const float* B = a1->params.data() + a1->layout.b_offset(l, t);
-            const std::size_t w0 = base.model.layout.offset(lora_target_weight(t)) +
-                                   static_cast<std::size_t>(l) * shape.out * shape.in;
-            for (int o = 0; o < shape.out; ++o) {
-                for (int c = 0; c < shape.in; ++c) {
-                    double ba = 0.0;
-                    for (int k = 0; k < r; ++k)
-                        ba += static_cast<double>(B[o * r + k]) * A[k * shape.in + c];
-                    const std::size_t at = w0 + static_cast<std::size_t>(o) * shape.in + c;
-                    adapted[at] = true;
-                    const double expected = base.model.params.data()[at] + scale * ba;
-                    ASSERT_NEAR(merged.model.params.data()[at], expected,
-                                1e-6 * (1.0 + std::abs(expected)))
-                        << "layer " << l << " " << lora_target_module(t);
-                }
+            for (const auto& [at, delta] : merged_deltas(*a1, base.model.layout, l, t, scale)) {
+                adapted[at] = true;
+                const double expected = base.model.params.data()[at] + delta;
+                ASSERT_NEAR(merged.model.params.data()[at], expected,
+                            1e-6 * (1.0 + std::abs(expected)))
+                    << "layer " << l << " " << lora_target_module(t);
             }
         }
     }
@@ -472,7 +487,6 @@ TEST_F(LoraTraining, ABf16BaseIsReadOnlyInBf16AndTheCheckpointMergesTheRoundedBa
     const LoadedModel merged = load_checkpoint(*dir_ / "bf16base/model_000003.bin");
     const auto adapter = adapter_of(*dir_, "bf16base", config);
     const float scale = 8.0f / 4.0f;
-    const int r = 4;
     std::vector<bool> layer_matrix(P, false);
     for (const ParamTensor t : kLayerMatrices) {
         const std::size_t offset = base.model.layout.offset(t);
@@ -482,24 +496,13 @@ TEST_F(LoraTraining, ABf16BaseIsReadOnlyInBf16AndTheCheckpointMergesTheRoundedBa
     std::vector<bool> adapted(P, false);
     for (int l = 0; l < config.num_layers; ++l) {
         for (const LoraTarget t : {LoraTarget::CAttn, LoraTarget::CFc}) {
-            const ProductShape shape = lora_product_shape(config, t);
-            const float* A = adapter->params.data() + adapter->layout.a_offset(l, t);
-            const float* B = adapter->params.data() + adapter->layout.b_offset(l, t);
-            const std::size_t w0 = base.model.layout.offset(lora_target_weight(t)) +
-                                   static_cast<std::size_t>(l) * shape.out * shape.in;
-            for (int o = 0; o < shape.out; ++o) {
-                for (int c = 0; c < shape.in; ++c) {
-                    double ba = 0.0;
-                    for (int k = 0; k < r; ++k)
-                        ba += static_cast<double>(B[o * r + k]) * A[k * shape.in + c];
-                    const std::size_t at = w0 + static_cast<std::size_t>(o) * shape.in + c;
-                    adapted[at] = true;
-                    const double expected = to_float(to_bf16(base.model.params.data()[at])) +
-                                            static_cast<double>(scale) * ba;
-                    ASSERT_NEAR(merged.model.params.data()[at], expected,
-                                1e-6 * (1.0 + std::abs(expected)))
-                        << "layer " << l << " " << lora_target_module(t);
-                }
+            for (const auto& [at, delta] :
+                 merged_deltas(*adapter, base.model.layout, l, t, scale)) {
+                adapted[at] = true;
+                const double expected = to_float(to_bf16(base.model.params.data()[at])) + delta;
+                ASSERT_NEAR(merged.model.params.data()[at], expected,
+                            1e-6 * (1.0 + std::abs(expected)))
+                    << "layer " << l << " " << lora_target_module(t);
             }
         }
     }
