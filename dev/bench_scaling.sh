@@ -41,8 +41,8 @@
 #
 # Needs, and builds nothing: build/train_gpt2 (ninja -C build train_gpt2), mpirun (Open MPI),
 # awk, timeout, data/tinyshakespeare.txt, and for 124M data/gpt2/encoder.json and vocab.bpe
-# (scripts/get_gpt2_tokenizer.sh). To run on a node without the toolchain, copy those files with
-# this script (dev/bench_scaling.sh) in the same layout, with the libraries train_gpt2 links.
+# (scripts/get_gpt2_tokenizer.sh). On a node without the toolchain or the libraries:
+# dev/device_bundle.sh pack here, then there: bash dev/device_bundle.sh run -- dev/bench_scaling.sh ...
 set -euo pipefail
 # --help: this header.
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then

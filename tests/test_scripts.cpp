@@ -5,6 +5,7 @@
 // a local fake hub), and llama_generate.sh refuses a bad command line or a missing Node or package
 // in one line (its generation is checked against inference in test_gguf); dev/bench_scaling.sh
 // refuses a bad command line in one line and builds its table from recorded runs;
+// dev/device_bundle.sh refuses before it unpacks or links anything;
 // make_dialogue_jsonl.py turns a play into prompt/response records prepare_data masks.
 #include <gtest/gtest.h>
 
@@ -287,6 +288,47 @@ TEST(BenchScaling, ABadCommandLineIsOneUsageLineAndTheTableIsTheRoundsMedians) {
                   "| 2 | 1 rank x 2 workers | 1900 | 1.90 | 0.95 | 0.95 | 600 | 2 / 3 | 5.0% |"),
               std::string::npos)
         << markdown;
+}
+
+// dev/device_bundle.sh: every refusal is one line and exit 1, made before anything is unpacked
+// into /tmp/gpt2-bundle or linked; a build/train_gpt2 of the user's own is never replaced. (Its
+// pack and run were checked by hand with the system's Open MPI and libraries hidden; a pack
+// builds twice, too long for the suite.)
+TEST(DeviceBundle, ARefusalIsOneLineBeforeAnythingIsUnpackedOrLinked) {
+    const ScratchDir dir("gpt2-device-bundle");
+    fs::create_directories(dir.path() / "copy/dev");
+    fs::create_directories(dir.path() / "copy/build");
+    fs::copy_file(kSource + "/dev/device_bundle.sh", dir.path() / "copy/dev/device_bundle.sh");
+    const std::string script = "/bin/bash " + (dir / "copy/dev/device_bundle.sh");
+    const auto help = run_command(script + " --help");
+    EXPECT_EQ(help.exit_code, 0) << help.output;
+    EXPECT_NE(help.output.find("dev/device_bundle.sh pack [--out FILE]"), std::string::npos);
+    const auto fails = [&](const std::string& args, const std::string& message) {
+        const auto r = run_command(script + args);
+        EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
+        EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+        EXPECT_EQ(r.output.rfind("device_bundle.sh: ", 0), 0u) << r.output;
+        EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+    };
+    fails("", "usage: dev/device_bundle.sh pack");
+    fails(" pack --bogus", "pack: unknown argument '--bogus'");
+    fails(" run", "run: no command after --");
+    fails(" run true", "run: expected -- before the command, not 'true'");
+    fails(" run --variant v5 -- true", "--variant is v3 or v4");
+    fails(" run -- true", (dir / "copy/.deps/device-bundle.tar.gz") + " is missing");
+
+    // A bundle is there, and so is a train_gpt2 the user built: refused, left as it was.
+    const auto bundle = dir.path() / "bundle.tar.gz";
+    std::ofstream(bundle) << "not looked at before the refusal";
+    std::ofstream(dir.path() / "copy/build/train_gpt2") << "the user's own";
+    const auto before = fs::exists("/tmp/gpt2-bundle") ? fs::last_write_time("/tmp/gpt2-bundle")
+                                                       : fs::file_time_type{};
+    fails(" run --bundle " + bundle.string() + " -- true",
+          (dir / "copy/build/train_gpt2") + " exists and is not the bundle's");
+    EXPECT_EQ(read_text_file(dir.path() / "copy/build/train_gpt2"), "the user's own");
+    const auto after = fs::exists("/tmp/gpt2-bundle") ? fs::last_write_time("/tmp/gpt2-bundle")
+                                                      : fs::file_time_type{};
+    EXPECT_EQ(before, after) << "nothing unpacked";
 }
 
 // get_gpt2_weights.sh against a fake hub (a file:// folder holding a small exported model in the
