@@ -158,7 +158,9 @@ run() {
   ln -sfn "$target/bin/train_gpt2-$variant" "$link"
   echo "$me: train_gpt2 $variant (built at $(cat "$target/commit")), Open MPI from $target/usr" >&2
   # OPAL_PREFIX relocates Open MPI; PMIx is told where its components are (it has no such prefix).
-  PATH="$target/usr/bin:$PATH" OPAL_PREFIX="$target/usr" \
+  # Help texts are printed by each rank itself: mpirun's aggregation of them failed from the
+  # bundle ("Data unpack would read past end of buffer" in place of MPI_ABORT's text).
+  PATH="$target/usr/bin:$PATH" OPAL_PREFIX="$target/usr" OMPI_MCA_orte_base_help_aggregate=0 \
     PMIX_MCA_mca_base_component_path="$target/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix" \
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$@"
 }
