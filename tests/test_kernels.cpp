@@ -562,5 +562,21 @@ TEST(FmaPeak, MeasuresAFiniteRateWithTheGemmKernelsInstructions) {
     EXPECT_TRUE(isa == "AVX-512 FMA" || isa == "AVX2 FMA" || isa == "SSE") << isa;
 }
 
+// AVX512_BF16's dot-product peak: a rate exactly where the CPU has the instructions, 0 elsewhere.
+// The bounds only catch a miscounted or empty loop: a dot product does twice an FMA's work per
+// lane, so issuing at a quarter to four times the FMAs' rate gives 0.5x-8x (a Sapphire Rapids:
+// 0.48x, half an instruction per cycle against the FMAs' two; hence 0.1x below).
+TEST(FmaPeak, TheBf16DotProductPeakIsMeasuredExactlyWhereTheCpuHasAvx512Bf16) {
+    const double dot = measure_bf16_dot_peak();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bf16")) {
+        EXPECT_EQ(dot, 0.0);
+        return;
+    }
+    EXPECT_TRUE(std::isfinite(dot));
+    const FmaPeak fma = measure_fma_peak();
+    EXPECT_GT(dot, 0.1 * fma.gflops);
+    EXPECT_LT(dot, 8.0 * fma.gflops);
+}
+
 }  // namespace
 }  // namespace gpt2

@@ -3,6 +3,8 @@
 // the log names what the bf16 products run on, and a wrong value is one clear error.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -120,6 +122,37 @@ TEST(Precision, TheLogNamesWhatBf16RunsOnEmulationSaysSoAndSamplesWork) {
                                       flags + " --out-dir " + (dir / "b"));
     ASSERT_EQ(emulated.exit_code, 0) << emulated.output;
     EXPECT_NE(emulated.output.find("products on emulation"), std::string::npos) << emulated.output;
+}
+
+// Without AMX (oneDNN held to AVX512_BF16, as on AMD Zen 4/5), the start-up log says what bf16 can
+// gain on this core: its bf16 dot-product and fp32 multiply-add peaks, measured, and their ratio.
+TEST(Precision, Bf16WithoutAmxSaysWhatThisCoresDotProductsCanGain) {
+    if (!__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+    const ScratchDir dir("gpt2-precision-no-amx");
+    test::write_corpus(dir.path() / "corpus.txt", 20000);
+    const auto run = run_command(
+        "ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 " + test::build_path("train_gpt2") +
+        " --n-layer 1 --n-head 2 --n-embd 32 --seq-len 16 --batch-size 2 --max-steps 1"
+        " --val-every 0 --sample-every 0 --checkpoint-every 0 --precision bf16 --data " +
+        (dir / "corpus.txt") + " --out-dir " + (dir / "out"));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find("products on AVX512_BF16"), std::string::npos) << run.output;
+    const auto at = run.output.find("bf16 without AMX: this core's bf16 dot products peak at ");
+    ASSERT_NE(at, std::string::npos) << run.output;
+    double dot = 0.0, ratio = 0.0, fma = 0.0;
+    ASSERT_EQ(std::sscanf(run.output.c_str() + at,
+                          "bf16 without AMX: this core's bf16 dot products peak at %lf GFLOP/s, "
+                          "%lfx its fp32 multiply-adds (%lf GFLOP/s",
+                          &dot, &ratio, &fma),
+              3)
+        << run.output.substr(at);
+    EXPECT_GT(dot, 0.0);
+    EXPECT_GT(fma, 0.0);
+    // Rounded as printed: whole GFLOP/s, the ratio to 0.01.
+    EXPECT_NEAR(ratio, dot / fma, 0.01 + 1.0 / fma);
+    const bool slower = ratio < 1.0;
+    EXPECT_EQ(run.output.find("--precision fp32 trains faster") != std::string::npos, slower)
+        << run.output;
 }
 
 TEST(Precision, AnUnknownPrecisionIsOneClearError) {

@@ -1,5 +1,6 @@
 // One core's fp32 multiply-add peak, measured in a few milliseconds with the widest vector
-// instructions the GEMM kernels use: the yardstick of the MFU the training log prints.
+// instructions the GEMM kernels use: the yardstick of the MFU the training log prints; and its bf16
+// dot-product peak, the most bf16 products can gain over fp32 on a CPU without AMX.
 #pragma once
 
 namespace gpt2 {
@@ -12,5 +13,11 @@ struct FmaPeak {
 // Independent multiply-add chains for about 2 ms, five times; the fastest run counts (a core
 // shared with other work only ever measures slower).
 [[nodiscard]] FmaPeak measure_fma_peak();
+
+// One core's rate of AVX512_BF16's dot products (vdpbf16ps on 512-bit registers: 16 lanes, each
+// adding two bf16 products into fp32), in GFLOP/s counted as a GEMM counts them (2 per product),
+// measured as measure_fma_peak is; 0 where the CPU has no AVX512_BF16. Its ratio to the AVX-512 FMA
+// peak bounds what bf16 matrix products without AMX can gain over fp32 on this core.
+[[nodiscard]] double measure_bf16_dot_peak();
 
 }  // namespace gpt2

@@ -3,7 +3,9 @@
 // dW += dY^T@X (tn); on one thread, and per thread with --threads N threads calling at once on
 // their own buffers, as the workers do. Each product's sampled entries are checked against a
 // double-precision sum first (a wrong or thread-unsafe kernel says so instead of a figure).
-// A benchmark, not a test: it prints figures.
+// Last, one core's instruction peaks: fp32 multiply-adds and (with AVX512_BF16) bf16 dot products,
+// the ceiling of what bf16 products without AMX can gain. A benchmark, not a test: it prints
+// figures.
 //   build/bench_gemm [ROWS=512] [--threads N=1]
 #include <algorithm>
 #include <barrier>
@@ -21,6 +23,7 @@
 #include "core/clock.hpp"
 #include "ops/bf16.hpp"
 #include "ops/gemm.hpp"
+#include "ops/peak_flops.hpp"
 
 namespace {
 
@@ -179,6 +182,17 @@ int main(int argc, char** argv) {
         });
         std::printf("%-10s %5d %5d | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f\n", s.name, K, N, f_nt,
                     f_nn, f_tn, b_nt, b_nn, b_tn);
+    }
+    const gpt2::FmaPeak fma = gpt2::measure_fma_peak();
+    const double dot = gpt2::measure_bf16_dot_peak();
+    if (dot > 0.0) {
+        std::printf(
+            "one core's peak: fp32 %s %.1f GFLOP/s, bf16 dot products (AVX512_BF16) %.1f: "
+            "bf16 products without AMX run at most %.2fx fp32's rate here\n",
+            fma.isa, fma.gflops, dot, dot / fma.gflops);
+    } else {
+        std::printf("one core's peak: fp32 %s %.1f GFLOP/s; no AVX512_BF16 dot products here\n",
+                    fma.isa, fma.gflops);
     }
     return 0;
 }
