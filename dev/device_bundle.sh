@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs train_gpt2 and Open MPI's mpirun on a machine that has neither them nor their libraries (a
 # lent many-core node with no package registry): `pack` gathers two portable builds of
-# train_gpt2, mpirun, orted and every shared library they load (glibc's loader included, so the node's
-# own C library never mixes in) into one gzip tarball; `run` unpacks it there and runs a command
-# with build/train_gpt2 and mpirun taken from it. Issue 44 (dev/bench_scaling.sh on 16 cores).
+# train_gpt2, mpirun, orted, lscpu and every shared library they load (glibc's loader included,
+# so the node's own C library never mixes in) into one gzip tarball; `run` unpacks it there and
+# runs a command with build/train_gpt2 and mpirun taken from it. Issue 44 (dev/bench_scaling.sh
+# on 16 cores).
 #
 # Usage:
 #   dev/device_bundle.sh pack [--out FILE] [--jobs N]      (here: Debian 12 with the toolchain)
@@ -75,6 +76,7 @@ pack() {
   cp "$mpirun_real" "$stage/usr/bin/orterun"
   ln -s orterun "$stage/usr/bin/mpirun"
   cp "$(realpath /usr/bin/orted)" "$stage/usr/bin/orted"  # a process without mpirun starts one
+  cp "$(realpath "$(command -v lscpu)")" "$stage/usr/bin/lscpu"  # bench_scaling.sh names the CPU
   cp -a "$ompi_plugins" "$stage/usr/lib/x86_64-linux-gnu/openmpi/lib/"
   [[ -d "$pmix_plugins" ]] && cp -a "$pmix_plugins" "$stage/usr/lib/x86_64-linux-gnu/pmix2/lib/"
   [[ -d "$pmix_plugins/../../share" ]] && cp -a "$pmix_plugins/../../share" "$stage/usr/lib/x86_64-linux-gnu/pmix2/"
@@ -89,8 +91,8 @@ pack() {
 
   # Every shared library any of them loads, and the loader itself, into lib/.
   local elf lib
-  local -a elves=("$stage"/bin/* "$stage/usr/bin/orterun" "$stage/usr/bin/orted"
-                  "$stage"/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so)
+  local -a programs=("$stage"/bin/* "$stage"/usr/bin/{orterun,orted,lscpu})
+  local -a elves=("${programs[@]}" "$stage"/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so)
   [[ -d "$stage/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix" ]] &&
     elves+=("$stage"/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/*.so)
   for elf in "${elves[@]}"; do
@@ -101,7 +103,7 @@ pack() {
   local loader; loader="$(basename "$(ls "$stage"/lib/ld-linux-x86-64.so.* | head -1)")"
 
   # Programs load through the bundle's loader; everything looks for its libraries in lib/ first.
-  for elf in "$stage"/bin/* "$stage/usr/bin/orterun" "$stage/usr/bin/orted"; do
+  for elf in "${programs[@]}"; do
     patchelf --set-interpreter "$target/lib/$loader" --set-rpath "$target/lib" "$elf"
   done
   for elf in "$stage"/lib/*.so* "$stage"/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so \
