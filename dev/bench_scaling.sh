@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Worker scaling of one training step (fp32) on one node: for each worker count W, the same
+# Worker scaling of one training step (fp32, or bf16) on one node: for each worker count W, the same
 # global batch trained by one rank with W worker threads (--threads W) and by W ranks x 1 worker
 # (mpirun -np W --bind-to core), interleaved over --repeats rounds (medians). Issue 44.
 #
 # Configurations (--configs, comma-separated; the global batch is --batch sequences for both):
 #   124M  gpt2-124M   L12 H12 C768, V 50257 (GPT-2 BPE, random weights), T 1024, 3 timed steps
 #   d6    d6-char     L6  H6  C384, V 65 (characters), T 256, 5 timed steps
+#   124M-bf16, d6-bf16  the same with --precision bf16 (matrix products in bf16)
 # W = 1 is one run (1 rank x 1 worker), the baseline of both layouts. Each run does 2 untimed
 # warm-up steps; its tok/s is train_gpt2's benchmark line (the median timed step).
 #
@@ -80,7 +81,7 @@ cores=$(nproc)
 IFS=',' read -r -a config_list <<<"$configs"
 ((${#config_list[@]})) || bad "--configs needs at least one of 124M, d6"
 for c in "${config_list[@]}"; do
-  [[ "$c" == 124M || "$c" == d6 ]] || bad "--configs takes 124M and/or d6, not '$c'"
+  [[ "$c" =~ ^(124M|d6)(-bf16)?$ ]] || bad "--configs takes 124M and/or d6 (each with -bf16 or not), not '$c'"
 done
 workers=()
 if [[ -n "$workers_arg" ]]; then
@@ -113,7 +114,7 @@ if ((!plot_only)); then
   data="$repo/data/tinyshakespeare.txt"
   [[ -s "$data" ]] || die "$data is missing (scripts/setup.sh fetches it)"
   for c in "${config_list[@]}"; do
-    if [[ "$c" == 124M ]]; then
+    if [[ "$c" == 124M* ]]; then
       for f in encoder.json vocab.bpe; do
         [[ -s "$repo/data/gpt2/$f" ]] || die "$repo/data/gpt2/$f is missing (scripts/get_gpt2_tokenizer.sh), needed by --configs 124M"
       done
@@ -205,8 +206,9 @@ if ((!plot_only)); then
   ((physical > 0)) || physical=$cores
 
   run_one() {  # config T steps layout W round
-    local c=$1 t=$2 n=$3 layout=$4 w=$5 r=$6 model tok log rc=0 figures
-    if [[ "$c" == 124M ]]; then
+    local c=$1 t=$2 n=$3 layout=$4 w=$5 r=$6 model tok log rc=0 figures precision=fp32
+    [[ "$c" == *-bf16 ]] && precision=bf16
+    if [[ "$c" == 124M* ]]; then
       model=(--model gpt2-124M)
       tok=(--tokenizer gpt2 --tokenizer-dir "$repo/data/gpt2")
     else
@@ -216,7 +218,7 @@ if ((!plot_only)); then
     local train=("$trainer" "${model[@]}" "${tok[@]}" --data "$data" --seq-len "$t"
       --lr 3e-4 --min-lr 3e-4 --schedule constant --warmup-steps 0 --val-every 0
       --sample-every 0 --checkpoint-every 0 --out-dir "$out_dir/logs/out" --benchmark "$n"
-      --log-level debug)
+      --precision "$precision" --log-level debug)
     log="$out_dir/logs/$c-T$t-B$batch-$layout-W$w-r$r.log"
     local cmd
     if [[ "$layout" == threads ]]; then
@@ -250,7 +252,7 @@ if ((!plot_only)); then
   failures=0
   for ((r = 1; r <= repeats; r++)); do
     for c in "${config_list[@]}"; do
-      if [[ "$c" == 124M ]]; then t=1024 n=3; else t=256 n=5; fi
+      if [[ "$c" == 124M* ]]; then t=1024 n=3; else t=256 n=5; fi
       t=${seq_len:-$t} n=${steps:-$n}
       for w in "${workers[@]}"; do
         run_one "$c" "$t" "$n" threads "$w" "$r"
@@ -297,7 +299,7 @@ awk -F, -v OFS=, '
   }' "$runs_csv" | { IFS= read -r header; echo "$header"; sort -t, -k1,1 -k2,2n -k6,6n -k5,5r; } >"$summary_csv"
 
 {
-  echo "## Worker scaling of train_gpt2 (fp32)"
+  echo "## Worker scaling of train_gpt2"
   echo
   echo "$machine; $(date '+%Y-%m-%d'); git $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   awk -F, '
@@ -305,7 +307,7 @@ awk -F, -v OFS=, '
     {
       g = $1 " T=" $2 " B=" $3
       if (g != last) {
-        name = $1 == "124M" ? "gpt2-124M (L12 H12 C768, V 50257)" : "d6 (L6 H6 C384, V 65)"
+        name = ($1 ~ /^124M/ ? "gpt2-124M (L12 H12 C768, V 50257)" : "d6 (L6 H6 C384, V 65)") ($1 ~ /-bf16$/ ? ", bf16" : ", fp32")
         printf "\n### %s, T=%s, global batch %s sequences (%d tokens/step), %s timed steps, medians of %s round(s)\n\n", name, $2, $3, $2 * $3, $4, $7
         print "| W | layout | tok/s | speedup | efficiency | vs ranks | peak RSS MiB | barrier ms (mean / max) | reduction | fwd/bwd ms | thread red. ms | allreduce ms | optimizer ms |"
         print "|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
@@ -351,7 +353,8 @@ for col, g in enumerate(groups):
     if base and base[0]["tok_s"]:
         axes[0][col].plot(ws, [float(base[0]["tok_s"]) * w for w in ws], ":", color="grey", label="ideal")
     axes[1][col].axhline(1.0, linestyle=":", color="grey")
-    name = "gpt2-124M" if g[0] == "124M" else "d6 (L6 H6 C384)"
+    name = ("gpt2-124M" if g[0].startswith("124M") else "d6 (L6 H6 C384)") + (
+        ", bf16" if g[0].endswith("-bf16") else "")
     axes[0][col].set_title(f"{name}, T={g[1]}, global batch {g[2]}")
     axes[0][col].set_ylabel("tokens/s")
     axes[0][col].set_ylim(bottom=0)
@@ -363,7 +366,7 @@ for col, g in enumerate(groups):
         ax.set_xlabel("workers W")
         ax.grid(True, alpha=0.3)
         ax.legend()
-fig.suptitle("train_gpt2 worker scaling (fp32)\n" + sys.argv[3].replace(", ", ",\n", 1), fontsize=10)
+fig.suptitle("train_gpt2 worker scaling\n" + sys.argv[3].replace(", ", ",\n", 1), fontsize=10)
 fig.tight_layout()
 fig.savefig(sys.argv[2], dpi=110)
 EOF

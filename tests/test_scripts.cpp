@@ -233,7 +233,9 @@ TEST(BenchScaling, ABadCommandLineIsOneUsageLineAndTheTableIsTheRoundsMedians) {
     fails(" --bogus" + out, 2, "unknown flag --bogus");
     fails(" --repeats 0" + out, 2, "--repeats must be a positive whole number, not '0'");
     fails(" --steps" + out, 2, "--steps needs a value");
-    fails(" --configs 124M,70B" + out, 2, "--configs takes 124M and/or d6, not '70B'");
+    fails(" --configs 124M,70B" + out, 2,
+          "--configs takes 124M and/or d6 (each with -bf16 or not), not '70B'");
+    fails(" --configs d6-fp16" + out, 2, "not 'd6-fp16'");
     fails(" --workers 1,two" + out, 2, "--workers takes positive whole numbers, not 'two'");
     fails(" --workers 100000" + out, 2, "--workers 100000 exceeds the ");
     fails(" --oversubscribe --workers 1,3 --batch 16" + out, 2,
@@ -262,8 +264,9 @@ TEST(BenchScaling, ABadCommandLineIsOneUsageLineAndTheTableIsTheRoundsMedians) {
     runs << "config,seq_len,batch,steps,layout,workers,round,tok_s,peak_rss_mib,"
             "forward_backward_ms,thread_reduction_ms,allreduce_ms,optimizer_ms,step_ms,"
             "barrier_mean_ms,barrier_max_ms,reduction_share,log\n";
-    const auto row = [&](const std::string& layout, int workers, int round, double tok_s) {
-        runs << "d6,256,16,5," << layout << ',' << workers << ',' << round << ',' << tok_s
+    const auto row = [&](const std::string& layout, int workers, int round, double tok_s,
+                         const std::string& config = "d6") {
+        runs << config << ",256,16,5," << layout << ',' << workers << ',' << round << ',' << tok_s
              << ",600,90,4,1,5,100,2,3,0.05,logs/x.log\n";
     };
     for (const auto& [round, one, threads, ranks] : {std::tuple{1, 1000.0, 1900.0, 2000.0},
@@ -273,6 +276,10 @@ TEST(BenchScaling, ABadCommandLineIsOneUsageLineAndTheTableIsTheRoundsMedians) {
         row("threads", 2, round, threads);
         row("ranks", 2, round, ranks);
     }
+    // The same in bf16, one round: a table of its own, against its own 1 worker.
+    row("threads", 1, 1, 1500.0, "d6-bf16");
+    row("threads", 2, 1, 2700.0, "d6-bf16");
+    row("ranks", 2, 1, 3000.0, "d6-bf16");
     runs.close();
     const auto table = run_command(script + " --plot-only" + out);
     ASSERT_EQ(table.exit_code, 0) << table.output;
@@ -280,10 +287,14 @@ TEST(BenchScaling, ABadCommandLineIsOneUsageLineAndTheTableIsTheRoundsMedians) {
     // Medians 1000, 1900 and 2000 tok/s: speedups 1.90 and 2.00, threads at 0.95 x ranks.
     for (const char* line : {"\nd6,256,16,5,threads,1,3,1000.0,1.00,1.00,,600",
                              "\nd6,256,16,5,threads,2,3,1900.0,1.90,0.95,0.95,600",
-                             "\nd6,256,16,5,ranks,2,3,2000.0,2.00,1.00,,600"})
+                             "\nd6,256,16,5,ranks,2,3,2000.0,2.00,1.00,,600",
+                             "\nd6-bf16,256,16,5,threads,2,1,2700.0,1.80,0.90,0.90,600"})
         EXPECT_NE(csv.find(line), std::string::npos) << line << " in\n" << csv;
     const std::string markdown = read_text_file(dir.path() / "out/scaling.md");
     EXPECT_NE(markdown.find("Some CPU, 16 CPUs"), std::string::npos) << markdown;
+    for (const char* title : {"### d6 (L6 H6 C384, V 65), fp32, T=256, global batch 16",
+                              "### d6 (L6 H6 C384, V 65), bf16, T=256, global batch 16"})
+        EXPECT_NE(markdown.find(title), std::string::npos) << title << " in\n" << markdown;
     EXPECT_NE(markdown.find(
                   "| 2 | 1 rank x 2 workers | 1900 | 1.90 | 0.95 | 0.95 | 600 | 2 / 3 | 5.0% |"),
               std::string::npos)
