@@ -303,6 +303,7 @@ awk -F, -v OFS=, '
   echo
   echo "$machine; $(date '+%Y-%m-%d'); git $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   awk -F, '
+    function f(v, digits) { return v == "" ? "" : sprintf("%." digits "f", v) }
     NR == 1 { next }
     {
       g = $1 " T=" $2 " B=" $3
@@ -315,7 +316,8 @@ awk -F, -v OFS=, '
       }
       layout = $6 == 1 ? "1 rank x 1 worker" : $5 == "threads" ? "1 rank x " $6 " workers" : $6 " ranks x 1 worker"
       share = $20 == "" ? "" : sprintf("%.1f%%", 100 * $20)
-      printf "| %s | %s | %.0f | %s | %s | %s | %s | %s / %s | %s | %s | %s | %s | %s |\n", $6, layout, $8, $9, $10, $11, $12, $18, $19, share, $13, $14, $15, $16
+      # Medians of an even number of rounds are means of two: printed to the same digits as one.
+      printf "| %s | %s | %.0f | %s | %s | %s | %s | %s / %s | %s | %s | %s | %s | %s |\n", $6, layout, $8, $9, $10, $11, f($12, 1), f($18, 2), f($19, 2), share, f($13, 1), f($14, 1), f($15, 1), f($16, 1)
     }' "$summary_csv"
 } >"$table_md"
 echo
