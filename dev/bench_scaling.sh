@@ -144,6 +144,16 @@ lscpu_line() {
          printf "%s, %s CPUs (%s socket(s) x %s cores x %s thread(s)), nproc %s\n", model, n, s, c, t, nproc}'
 }
 
+# The commit measured: the checkout's, or where there is no git (a copy of the tree on a lent
+# node), the one dev/device_bundle.sh recorded beside the build/train_gpt2 it linked.
+built_from() {
+  local commit trainer_path
+  if commit="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null)"; then echo "$commit"; return; fi
+  trainer_path="$(readlink -f "$repo/build/train_gpt2" 2>/dev/null || true)"
+  commit="$(dirname "$(dirname "${trainer_path:-/}")")/commit"
+  if [[ -n "$trainer_path" && -s "$commit" ]]; then echo "$(cat "$commit") (device bundle)"; else echo unknown; fi
+}
+
 # ---- one run's figures from its log ---------------------------------------------------------------
 # Prints tok_s,rss_mib,fb,thr,allr,opt,step,barrier_mean,barrier_max,share (empty fields where the
 # log lacks a figure). Steps after the 2 warm-up steps only.
@@ -301,7 +311,7 @@ awk -F, -v OFS=, '
 {
   echo "## Worker scaling of train_gpt2"
   echo
-  echo "$machine; $(date '+%Y-%m-%d'); git $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "$machine; $(date '+%Y-%m-%d'); git $(built_from)"
   awk -F, '
     function f(v, digits) { return v == "" ? "" : sprintf("%." digits "f", v) }
     NR == 1 { next }
