@@ -68,10 +68,11 @@ void TrainingLoop::log_precision() const {
             "precision bf16: products on {}, fp32 weights, gradients and AdamW | MFU against "
             "the fp32 peak {:.0f} GFLOP/s ({})",
             bf16_backend_name(bf16_backend()), peak_gflops_, yardstick_.describe());
-        if (bf16_backend() == Bf16Backend::Avx512Bf16) {
+        if (bf16_backend() == Bf16Backend::Avx512Bf16 && comm_.is_root()) {
             // Without AMX, bf16 products are AVX512_BF16 dot products: oneDNN's kernels run at
             // 90-97% of their peak (docs/performance.md), so this core's two peaks say what bf16
             // can gain (on a Sapphire Rapids the dot products issue at half the FMAs' rate: 0.48x).
+            // Measured and said once, by rank 0 (a warning would print on every rank).
             const double dot = measure_bf16_dot_peak();
             const FmaPeak fma = measure_fma_peak();
             const double ratio = dot / fma.gflops;
