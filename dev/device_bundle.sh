@@ -15,7 +15,8 @@
 #        (-march=x86-64-v4: AVX-512 F/BW/DQ/VL/CD), both Release without tests, and writes FILE
 #        (default .deps/device-bundle.tar.gz, about 30 MB). Needs patchelf (apt-get install
 #        patchelf): every program and library in the bundle is made to load from
-#        /tmp/gpt2-bundle, where `run` puts it.
+#        /tmp/gpt2-bundle, where `run` puts it (and where pack unpacks it to check that mpirun
+#        and train_gpt2 start from it before writing FILE).
 # run    unpacks FILE to /tmp/gpt2-bundle (again only when FILE changed), links build/train_gpt2
 #        to the build for this CPU (v4 where /proc/cpuinfo has the AVX-512 set, else v3; a
 #        build/train_gpt2 that is not such a link is refused, never replaced; --variant chooses),
@@ -37,6 +38,13 @@ die() { echo "$me: $*" >&2; exit 1; }
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 target=/tmp/gpt2-bundle   # fixed: the bundle's programs name their loader by this absolute path
 bundle="$repo/.deps/device-bundle.tar.gz"
+# What the bundle's programs run with: OPAL_PREFIX relocates Open MPI; PMIx is told where its
+# components are (it has no such prefix); help texts are printed by each rank itself, because
+# mpirun's aggregation of them failed from the bundle ("Data unpack would read past end of
+# buffer" in place of MPI_ABORT's text); root may run it.
+bundle_env=(OPAL_PREFIX="$target/usr"
+  PMIX_MCA_mca_base_component_path="$target/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix"
+  OMPI_MCA_orte_base_help_aggregate=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
 
 pack() {
   local jobs; jobs="$(nproc)"
@@ -114,8 +122,21 @@ pack() {
   git -C "$repo" rev-parse --short HEAD > "$stage/commit" 2>/dev/null || echo unknown > "$stage/commit"
 
   mkdir -p "$(dirname "$bundle")"
-  tar -C "$stage" -czf "$bundle.tmp" . && mv "$bundle.tmp" "$bundle"
-  echo "$me: wrote $bundle ($(du -h "$bundle" | cut -f1), train_gpt2 at $(cat "$stage/commit"))"
+  tar -C "$stage" -czf "$bundle.tmp" . || die "$bundle.tmp: cannot write"
+
+  # Smoke test before it travels: unpacked where it will live, each program starts from it.
+  rm -rf "$target" && mkdir -p "$target" && tar -C "$target" -xzf "$bundle.tmp"
+  cksum < "$bundle.tmp" > "$target/.unpacked-from"
+  env "${bundle_env[@]}" "$target/usr/bin/mpirun" --version >/dev/null ||
+    die "the bundle's mpirun does not start"
+  env "${bundle_env[@]}" "$target/bin/train_gpt2-v3" --version >/dev/null ||
+    die "the bundle's v3 train_gpt2 does not start"
+  if grep -qw avx512bw /proc/cpuinfo; then
+    env "${bundle_env[@]}" "$target/bin/train_gpt2-v4" --version >/dev/null ||
+      die "the bundle's v4 train_gpt2 does not start"
+  fi
+  mv "$bundle.tmp" "$bundle"
+  echo "$me: wrote $bundle ($(du -h "$bundle" | cut -f1), train_gpt2 at $(cat "$stage/commit")); its programs start from $target"
 }
 
 run() {
@@ -159,12 +180,7 @@ run() {
   mkdir -p "$repo/build"
   ln -sfn "$target/bin/train_gpt2-$variant" "$link"
   echo "$me: train_gpt2 $variant (built at $(cat "$target/commit")), Open MPI from $target/usr" >&2
-  # OPAL_PREFIX relocates Open MPI; PMIx is told where its components are (it has no such prefix).
-  # Help texts are printed by each rank itself: mpirun's aggregation of them failed from the
-  # bundle ("Data unpack would read past end of buffer" in place of MPI_ABORT's text).
-  PATH="$target/usr/bin:$PATH" OPAL_PREFIX="$target/usr" OMPI_MCA_orte_base_help_aggregate=0 \
-    PMIX_MCA_mca_base_component_path="$target/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix" \
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$@"
+  env PATH="$target/usr/bin:$PATH" "${bundle_env[@]}" "$@"
 }
 
 case "${1:-}" in
