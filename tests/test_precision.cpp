@@ -147,9 +147,12 @@ TEST(Precision, Bf16WithoutAmxSaysWhatThisCoresDotProductsCanGain) {
               3)
         << run.output.substr(at);
     EXPECT_GT(dot, 0.0);
-    EXPECT_GT(fma, 0.0);
-    // Rounded as printed: whole GFLOP/s, the ratio to 0.01.
-    EXPECT_NEAR(ratio, dot / fma, 0.01 + 1.0 / fma);
+    ASSERT_GT(fma, 1.0);  // any core, even under the sanitizers (8 there); the bound divides by it
+    // The line prints both peaks to whole GFLOP/s and the ratio of the unrounded peaks to 0.01:
+    // with each peak within 0.5 of its figure, the ratio is within (D + 0.5) / (F - 0.5) - D / F
+    // = 0.5 (1 + D/F) / (F - 0.5) of D/F, plus its own 0.005 (peaks of a few GFLOP/s under the
+    // sanitizers' slow code make that wide: 0.19 at 14 and 8).
+    EXPECT_NEAR(ratio, dot / fma, 0.5 * (1.0 + dot / fma) / (fma - 0.5) + 0.005);
     const bool slower = ratio < 1.0;
     EXPECT_EQ(run.output.find("--precision fp32 trains faster") != std::string::npos, slower)
         << run.output;
