@@ -18,6 +18,7 @@
 #include "ops/attention.hpp"
 #include "ops/bf16.hpp"
 #include "ops/kernels.hpp"
+#include "ops/lm_head.hpp"
 #include "test_support.hpp"
 
 namespace gpt2 {
@@ -278,6 +279,112 @@ std::vector<float> qkv_part(const std::vector<float>& dqkv, int C, int part) {
         out.insert(out.end(), first, first + C);
     }
     return out;
+}
+
+// The blocked bf16 LM head against double-precision sums over its rounded operands: three
+// vocabulary blocks (the last partial, with padded columns), an ignored row, targets in every
+// block. The losses' only error is the products' summation order (1e-5 of the magnitudes, as
+// above, carried through the log-sum-exp). dlogits enter the backward products rounded to bf16,
+// each within 2^-8 of its value, so dinp and dwte may differ from the unrounded sums by 2^-8 of
+// the sum of the terms' magnitudes.
+TEST(Bf16LmHead, MatchesADoubleReferenceOnTheRoundedOperands) {
+    constexpr int R = 37, C = 45, V = 2 * kLmHeadVocabBlock + 52, Vp = 2 * kLmHeadVocabBlock + 64;
+    constexpr float dloss = 0.25f;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> inp(R * C), wte(static_cast<std::size_t>(Vp) * C, 0.0f);
+    for (float& x : inp)
+        x = normal(rng);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(V) * C; ++i)
+        wte[i] = 0.5f * normal(rng);  // the padded rows stay 0, as the model's
+    std::vector<Bf16> wte_bf16(wte.size());
+    convert_to_bf16(wte_bf16.data(), wte.data(), wte.size());
+    std::vector<std::int32_t> targets(R);
+    for (int r = 0; r < R; ++r)
+        targets[r] = static_cast<std::int32_t>((r * 977 + 13) % V);
+    targets[3] = -1;
+    targets[4] = V - 1;
+    targets[5] = kLmHeadVocabBlock;
+
+    std::vector<float> logits(lm_head_bf16_scratch_floats(R, Vp));
+    std::vector<Bf16> pieces(lm_head_bf16_scratch_pieces(R, C));
+    const LmHeadBf16Scratch scratch{logits.data(),
+                                    logits.data() + static_cast<std::size_t>(R) * Vp,
+                                    pieces.data(),
+                                    pieces.data() + R * C,
+                                    pieces.data() + 2 * R * C,
+                                    pieces.data() + 2 * R * C + R * kLmHeadVocabBlock};
+    std::vector<float> losses(R, 99.0f), only_losses(R, 99.0f), dinp(R * C, 99.0f);
+    std::vector<float> dwte(wte.size());
+    for (float& x : dwte)
+        x = normal(rng);
+    const std::vector<float> dwte0 = dwte;
+    lm_head_forward_backward_bf16(losses.data(), dinp.data(), dwte.data(), inp.data(),
+                                  wte_bf16.data(), targets.data(), R, C, V, Vp, dloss, scratch);
+    lm_head_loss_bf16(only_losses.data(), inp.data(), wte_bf16.data(), targets.data(), R, C, V, Vp,
+                      scratch);
+
+    const auto rounded = [](float x) { return static_cast<double>(to_float(to_bf16(x))); };
+    std::vector<double> d(static_cast<std::size_t>(R) * Vp, 0.0);  // dlogits
+    for (int r = 0; r < R; ++r) {
+        EXPECT_EQ(only_losses[r], losses[r]) << r;
+        std::vector<double> z(V);
+        double magnitude = 0.0, maxz = -1e300;
+        for (int v = 0; v < V; ++v) {
+            double sum = 0.0, mag = 0.0;
+            for (int c = 0; c < C; ++c) {
+                const double p = rounded(inp[r * C + c]) * to_float(wte_bf16[v * C + c]);
+                sum += p;
+                mag += std::abs(p);
+            }
+            z[v] = sum;
+            magnitude = std::max(magnitude, mag);
+            maxz = std::max(maxz, sum);
+        }
+        if (targets[r] < 0) {
+            EXPECT_EQ(losses[r], 0.0f);
+            continue;
+        }
+        double total = 0.0;
+        for (int v = 0; v < V; ++v)
+            total += std::exp(z[v] - maxz);
+        const double lse = maxz + std::log(total);
+        EXPECT_NEAR(losses[r], lse - z[targets[r]], 1e-5 * (2 * magnitude + 1.0)) << r;
+        for (int v = 0; v < V; ++v)
+            d[static_cast<std::size_t>(r) * Vp + v] =
+                (std::exp(z[v] - lse) - (v == targets[r] ? 1.0 : 0.0)) * dloss;
+    }
+    const double kRounding = 1.0 / 256;  // bf16's relative rounding error, at most 2^-8
+    for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; ++c) {
+            double expected = 0.0, magnitude = 0.0;
+            for (int v = 0; v < Vp; ++v) {
+                const double p =
+                    d[static_cast<std::size_t>(r) * Vp + v] * to_float(wte_bf16[v * C + c]);
+                expected += p;
+                magnitude += std::abs(p);
+            }
+            ASSERT_NEAR(dinp[r * C + c], expected, kRounding * magnitude + 1e-6) << r << "," << c;
+        }
+    }
+    for (int v = 0; v < Vp; ++v) {
+        for (int c = 0; c < C; ++c) {
+            const std::size_t at = static_cast<std::size_t>(v) * C + c;
+            double expected = dwte0[at], magnitude = 0.0;
+            for (int r = 0; r < R; ++r) {
+                const double p = d[static_cast<std::size_t>(r) * Vp + v] * rounded(inp[r * C + c]);
+                expected += p;
+                magnitude += std::abs(p);
+            }
+            if (v >= V) {  // padded: no gradient
+                ASSERT_EQ(dwte[at], dwte0[at]) << v << "," << c;
+                continue;
+            }
+            ASSERT_NEAR(dwte[at], expected,
+                        kRounding * magnitude + 1e-6 * (std::abs(expected) + 1.0))
+                << v << "," << c;
+        }
+    }
 }
 
 // T = 130 (three panels, the last partial) with GPT-2's head size 64, two sequences; T = 200 with

@@ -9,6 +9,7 @@
 #include "ops/attention.hpp"
 #include "ops/dropout.hpp"
 #include "ops/kernels.hpp"
+#include "ops/lm_head.hpp"
 
 namespace gpt2 {
 
@@ -76,6 +77,33 @@ class PrecisionMatmul {
         }
     }
 
+    // The LM head (tied to wte (Vp, C)) over R rows of inp: the rows' losses against targets.
+    void lm_head_loss(float* losses, const float* inp, const float* wte,
+                      const std::int32_t* targets, int R, int C, int V, int Vp) const {
+        if (bf16_) {
+            lm_head_loss_bf16(losses, inp, model_.bf16_twin(wte), targets, R, C, V, Vp,
+                              lm_head_scratch(R, C, Vp));
+        } else {
+            matmul_forward(ctx_.scratch.logits, inp, wte, nullptr, R, C, Vp);
+            cross_entropy_forward(losses, ctx_.scratch.logits, targets, R, V, Vp);
+        }
+    }
+    // ... and the backward: dinp = dlogits @ wte (overwritten), dwte += dlogits^T @ inp (skipped
+    // when null), dlogits = (softmax - onehot) * dloss.
+    void lm_head_forward_backward(float* losses, float* dinp, float* dwte, const float* inp,
+                                  const float* wte, const std::int32_t* targets, int R, int C,
+                                  int V, int Vp, float dloss) const {
+        if (bf16_) {
+            lm_head_forward_backward_bf16(losses, dinp, dwte, inp, model_.bf16_twin(wte), targets,
+                                          R, C, V, Vp, dloss, lm_head_scratch(R, C, Vp));
+            return;
+        }
+        float* const logits = ctx_.scratch.logits;
+        matmul_forward(logits, inp, wte, nullptr, R, C, Vp);
+        cross_entropy_forward_backward(losses, logits, targets, R, V, Vp, dloss);
+        matmul_backward(dinp, dwte, nullptr, logits, inp, wte, R, C, Vp);
+    }
+
     void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                            const DropoutMask& dropout,
                            std::span<const std::int32_t> first_keys) const {
@@ -101,6 +129,17 @@ class PrecisionMatmul {
     }
 
   private:
+    [[nodiscard]] LmHeadBf16Scratch lm_head_scratch(int R, int C, int Vp) const {
+        const long rows = ctx_.logits_rows;
+        Bf16* const inputs = ctx_.bf16_inputs.data();
+        Bf16* const gradients = ctx_.bf16_gradients.data();
+        return LmHeadBf16Scratch{ctx_.scratch.logits,
+                                 ctx_.scratch.logits + rows * Vp,
+                                 inputs,
+                                 inputs + static_cast<long>(R) * C,
+                                 gradients,
+                                 gradients + rows * kLmHeadVocabBlock};
+    }
     [[nodiscard]] AttentionBf16Scratch attention_scratch() const {
         return AttentionBf16Scratch{ctx_.scratch.attention, ctx_.bf16_attention.data()};
     }
@@ -362,10 +401,8 @@ double forward_loss(const Model& model, ThreadLocalTrainingContext& ctx, const T
     double loss_sum = 0.0;
     for (int r0 = 0; r0 < N; r0 += ctx.logits_rows) {
         const int rows = std::min(ctx.logits_rows, N - r0);
-        matmul.forward(ctx.scratch.logits, nullptr, ctx.acts.lnf + static_cast<long>(r0) * C, wte,
-                       nullptr, rows, C, Vp);
-        cross_entropy_forward(ctx.acts.losses + r0, ctx.scratch.logits, batch.targets.data() + r0,
-                              rows, c.vocab_size, Vp);
+        matmul.lm_head_loss(ctx.acts.losses + r0, ctx.acts.lnf + static_cast<long>(r0) * C, wte,
+                            batch.targets.data() + r0, rows, C, c.vocab_size, Vp);
         for (int r = 0; r < rows; ++r)
             loss_sum += ctx.acts.losses[r0 + r];
     }
@@ -394,15 +431,12 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
     double loss_sum = 0.0;
     for (int r0 = 0; r0 < N; r0 += ctx.logits_rows) {
         const int rows = std::min(ctx.logits_rows, N - r0);
-        const float* lnf_rows = ctx.acts.lnf + static_cast<long>(r0) * C;
-        float* logits = ctx.scratch.logits;
-        matmul.forward(logits, nullptr, lnf_rows, wte, nullptr, rows, C, Vp);
-        cross_entropy_forward_backward(ctx.acts.losses + r0, logits, batch.targets.data() + r0,
-                                       rows, c.vocab_size, Vp, dloss);
+        matmul.lm_head_forward_backward(ctx.acts.losses + r0, dch + static_cast<long>(r0) * C,
+                                        head.dwte, ctx.acts.lnf + static_cast<long>(r0) * C, wte,
+                                        batch.targets.data() + r0, rows, C, c.vocab_size, Vp,
+                                        dloss);
         for (int r = 0; r < rows; ++r)
             loss_sum += ctx.acts.losses[r0 + r];
-        matmul.backward(dch + static_cast<long>(r0) * C, head.dwte, nullptr, logits, lnf_rows, wte,
-                        rows, C, Vp);
     }
 
     std::memset(dres, 0, sizeof(float) * static_cast<std::size_t>(N) * C);

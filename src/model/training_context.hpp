@@ -90,12 +90,13 @@ class ThreadLocalTrainingContext {
         float* dqkv;        // (N, 3C)
         float* dfch;        // (N, 4C)
         float* attention;   // attention's panels (ops/attention.hpp; bf16 sizes in bf16)
-        float* logits;      // (logits_rows, Vp): one chunk of the LM head
+        float* logits;      // (logits_rows, Vp): one chunk of the LM head (bf16: blocked, with
+                            // its row statistics after; ops/lm_head.hpp)
     } scratch{};
     int logits_rows = 0;
 
     // bf16 precision only: an activation (up to N*4C) and an output gradient (up to N*4C, or a
-    // chunk of dlogits) rounded to bf16 as they enter a product.
+    // block of dlogits) rounded to bf16 as they enter a product.
     AlignedBuffer<Bf16> bf16_inputs;
     AlignedBuffer<Bf16> bf16_gradients;
     // bf16 precision only: one head's q, k, v, dO and a panel rounded for bf16 attention.
