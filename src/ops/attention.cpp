@@ -132,6 +132,8 @@ void check_first_keys(std::span<const std::int32_t> first_keys, int B, int T) {
 //   values_gradient:      dv (+)= P^T @ dO[i0:]
 //   probability_gradient: dP = dO[i0:] @ v^T
 //   score_gradients:      dq[i0:] = scale * dS @ k;  dk (+)= scale * dS^T @ q[i0:]
+// The panel P or dS of values, values_gradient and score_gradients is handed over row by row as
+// each row is finished (take_row), so the bf16 products round it while it is in L1.
 class Fp32Products {
   public:
     Fp32Products(int hs, int C, float scale) : hs_(hs), C_(C), scale_(scale) {}
@@ -141,6 +143,8 @@ class Fp32Products {
         hd_ = hd;
         dout_ = dout;
     }
+    // The fp32 products read the panels themselves.
+    void take_row(int /*r*/, int /*keys*/, const float* /*row*/) const {}
     void scores(float* panel, int i0, int rows, int k0, int keys) const {
         gemm_nt(rows, keys, hs_, scale_, hd_.q + static_cast<long>(i0) * 3 * C_, 3 * C_,
                 hd_.k + static_cast<long>(k0) * 3 * C_, 3 * C_, 0.0f, panel, keys);
@@ -202,7 +206,7 @@ void copy_rows(float* out, long ld, const float* in, int rows, int cols, float s
 }
 
 // The same products on bf16 operands: the head's q, k, v (and dO) rounded once into the pieces
-// scratch, each panel's P and dS rounded as they enter a product; fp32 accumulation and fp32
+// scratch, each panel's P and dS rounded row by row (take_row); fp32 accumulation and fp32
 // results, so the softmax and its statistics stay fp32. The keys are rounded scaled (scale * k:
 // exact when the head size is a power of 4, as GPT-2's 64), so the scores and dq need no pass of
 // their own for it; dk gets its scale once, when the head's panels are done. Every product writes
@@ -230,19 +234,21 @@ class Bf16Products {
         round_rows(v_, hd.v, T, hs_, 3L * C_);
         if (dout != nullptr) round_rows(dout_, dout, T, hs_, C_);
     }
+    // Row r of the panel the next product takes (P or dS), rounded while it is in L1.
+    void take_row(int r, int keys, const float* row) const {
+        round_rows(panel_ + static_cast<long>(r) * keys, row, 1, keys, keys);
+    }
     void scores(float* panel, int i0, int rows, int k0, int keys) const {
         gemm_bf16_nt(rows, keys, hs_, q_ + static_cast<long>(i0) * hs_, hs_,
                      k_ + static_cast<long>(k0) * hs_, hs_, 0.0f, panel, keys);
     }
-    void values(float* o, int ldo, const float* p, int rows, int k0, int keys) const {
-        round_rows(panel_, p, rows, keys, keys);
+    void values(float* o, int ldo, const float* /*p*/, int rows, int k0, int keys) const {
         gemm_bf16_nn(rows, hs_, keys, panel_, keys, v_ + static_cast<long>(k0) * hs_, hs_, 0.0f,
                      result_, hs_);
         copy_rows(o, ldo, result_, rows, hs_);
     }
-    void values_gradient(float* /*dv*/, float beta, const float* p, int i0, int rows, int k0,
+    void values_gradient(float* /*dv*/, float beta, const float* /*p*/, int i0, int rows, int k0,
                          int keys) const {
-        round_rows(panel_, p, rows, keys, keys);
         gemm_bf16_tn(keys, hs_, rows, panel_, keys, dout_ + static_cast<long>(i0) * hs_, hs_, beta,
                      dv_ + static_cast<long>(k0) * hs_, hs_);
     }
@@ -251,9 +257,8 @@ class Bf16Products {
                      v_ + static_cast<long>(k0) * hs_, hs_, 0.0f, dp, keys);
     }
     // dq = dS @ (scale * k); dk (+)= dS^T @ q, scaled in finish_head.
-    void score_gradients(float* dq, float* /*dk*/, float beta, const float* ds, int i0, int rows,
-                         int k0, int keys) const {
-        round_rows(panel_, ds, rows, keys, keys);
+    void score_gradients(float* dq, float* /*dk*/, float beta, const float* /*ds*/, int i0,
+                         int rows, int k0, int keys) const {
         gemm_bf16_nn(rows, hs_, keys, panel_, keys, k_ + static_cast<long>(k0) * hs_, hs_, 0.0f,
                      result_, hs_);
         copy_rows(dq + static_cast<long>(i0) * 3 * C_, 3L * C_, result_, rows, hs_);
@@ -303,6 +308,7 @@ void forward(Products& products, float* out, float* lse, float* scratch, const f
                     if (dropout.active())
                         drop_row(row, first, visible, dropout, b,
                                  (static_cast<long>(h) * T + i0 + r) * T + k0);
+                    products.take_row(r, keys, row);
                 }
                 // out[i0:i1] = P @ v[k0:i1]
                 products.values(o + static_cast<long>(i0) * C, C, panel, rows, k0, keys);
@@ -350,10 +356,13 @@ void backward(Products& products, float* dqkv, float* scratch, const float* dout
                     row_dot[r] = dot;
                 }
                 products.scores(p, i0, rows, k0, keys);
-                for (int r = 0; r < rows; ++r)
+                for (int r = 0; r < rows; ++r) {
                     probabilities_row(p + static_cast<long>(r) * keys,
                                       first_key(first_keys, b, T, i0 + r) - k0, i0 + r + 1 - k0,
                                       keys, lse[hd.lse + i0 + r]);
+                    if (!dropout.active())
+                        products.take_row(r, keys, p + static_cast<long>(r) * keys);
+                }
                 if (!dropout.active()) {
                     // dv[k0:i1] += P^T @ dO
                     products.values_gradient(dv, beta, p, i0, rows, k0, keys);
@@ -365,6 +374,7 @@ void backward(Products& products, float* dqkv, float* scratch, const float* dout
                         const float dot = row_dot[r];
                         for (int j = 0; j < keys; ++j)
                             srow[j] = prow[j] * (srow[j] - dot);
+                        products.take_row(r, keys, srow);
                     }
                 } else {
                     // With the dropped probabilities D = M * P / (1 - rate): dD = dO @ v^T,
@@ -376,8 +386,11 @@ void backward(Products& products, float* dqkv, float* scratch, const float* dout
                             p + static_cast<long>(r) * keys, ds + static_cast<long>(r) * keys,
                             first_key(first_keys, b, T, i0 + r) - k0, i0 + r + 1 - k0, keys,
                             row_dot[r], dropout, b, (static_cast<long>(h) * T + i0 + r) * T + k0);
+                        products.take_row(r, keys, p + static_cast<long>(r) * keys);
                     }
                     products.values_gradient(dv, beta, p, i0, rows, k0, keys);
+                    for (int r = 0; r < rows; ++r)
+                        products.take_row(r, keys, ds + static_cast<long>(r) * keys);
                 }
                 // dq[i0:i1] = scale * dS @ k[k0:i1];  dk[k0:i1] += scale * dS^T @ q[i0:i1]
                 products.score_gradients(dq, dk, beta, ds, i0, rows, k0, keys);
