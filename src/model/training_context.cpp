@@ -99,8 +99,11 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
     x.attention = at("attention panels", precision == Precision::Bf16
                                              ? attention_bf16_scratch_floats(seq_len, hs)
                                              : attention_scratch_floats(seq_len));
+    const auto logits_floats = static_cast<std::size_t>(out.logits_rows) * c.padded_vocab_size;
     x.logits =
-        at("LM head chunk", lm_head_bf16_scratch_floats(out.logits_rows, c.padded_vocab_size));
+        at("LM head chunk", precision == Precision::Bf16
+                                ? lm_head_bf16_scratch_floats(out.logits_rows, c.padded_vocab_size)
+                                : logits_floats);
     if (precision == Precision::Bf16) {
         // The LM head's operands (lm_head_bf16_scratch_pieces) fit in these two.
         out.bf16_inputs = N * 4 * C;
