@@ -82,7 +82,7 @@ class PrecisionMatmul {
                       const std::int32_t* targets, int R, int C, int V, int Vp) const {
         if (bf16_) {
             lm_head_loss_bf16(losses, inp, model_.bf16_twin(wte), targets, R, C, V, Vp,
-                              lm_head_scratch(R, C, Vp));
+                              lm_head_scratch(Vp));
         } else {
             matmul_forward(ctx_.scratch.logits, inp, wte, nullptr, R, C, Vp);
             cross_entropy_forward(losses, ctx_.scratch.logits, targets, R, V, Vp);
@@ -95,7 +95,7 @@ class PrecisionMatmul {
                                   int V, int Vp, float dloss) const {
         if (bf16_) {
             lm_head_forward_backward_bf16(losses, dinp, dwte, inp, model_.bf16_twin(wte), targets,
-                                          R, C, V, Vp, dloss, lm_head_scratch(R, C, Vp));
+                                          R, C, V, Vp, dloss, lm_head_scratch(Vp));
             return;
         }
         float* const logits = ctx_.scratch.logits;
@@ -129,16 +129,10 @@ class PrecisionMatmul {
     }
 
   private:
-    [[nodiscard]] LmHeadBf16Scratch lm_head_scratch(int R, int C, int Vp) const {
+    [[nodiscard]] LmHeadBf16Scratch lm_head_scratch(int Vp) const {
         const long rows = ctx_.logits_rows;
-        Bf16* const inputs = ctx_.bf16_inputs.data();
-        Bf16* const gradients = ctx_.bf16_gradients.data();
-        return LmHeadBf16Scratch{ctx_.scratch.logits,
-                                 ctx_.scratch.logits + rows * Vp,
-                                 inputs,
-                                 inputs + static_cast<long>(R) * C,
-                                 gradients,
-                                 gradients + rows * kLmHeadVocabBlock};
+        return LmHeadBf16Scratch{ctx_.scratch.logits, ctx_.scratch.logits + rows * Vp,
+                                 ctx_.bf16_inputs.data(), ctx_.bf16_gradients.data()};
     }
     [[nodiscard]] AttentionBf16Scratch attention_scratch() const {
         return AttentionBf16Scratch{ctx_.scratch.attention, ctx_.bf16_attention.data()};

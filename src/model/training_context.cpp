@@ -108,7 +108,7 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
         // The LM head's operands (lm_head_bf16_scratch_pieces) fit in these two.
         out.bf16_inputs = N * 4 * C;
         out.bf16_gradients =
-            std::max(N * 4 * C, static_cast<std::size_t>(2 * out.logits_rows) * kLmHeadVocabBlock);
+            std::max(N * 4 * C, static_cast<std::size_t>(out.logits_rows) * kLmHeadVocabBlock);
         out.bf16_attention = attention_bf16_scratch_pieces(seq_len, hs);
         plan.add("bf16 operands",
                  (out.bf16_inputs + out.bf16_gradients + out.bf16_attention) * sizeof(Bf16));

@@ -1,6 +1,7 @@
 #include "ops/kernels.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -45,13 +46,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
                        const float* bias, int N, int C) {
     for (int n = 0; n < N; ++n) {
         const float* x = inp + static_cast<long>(n) * C;
-        float sum = 0.0f;
-        for (int i = 0; i < C; ++i)
-            sum += x[i];
-        const float m = sum / static_cast<float>(C);
-        float var = 0.0f;
-        for (int i = 0; i < C; ++i)
-            var += (x[i] - m) * (x[i] - m);
+        const float m = lane_sum(C, [x](int i) { return x[i]; }) / static_cast<float>(C);
+        const float var = lane_sum(C, [x, m](int i) { return (x[i] - m) * (x[i] - m); });
         mean[n] = m;
         rstd[n] = 1.0f / std::sqrt(var / static_cast<float>(C) + kLayerNormEps);
         // The row while it is in cache, by the very function backward recomputes it with.
@@ -76,29 +72,38 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C) {
     for (int n = 0; n < N; ++n) {
-        const float* d = dout + static_cast<long>(n) * C;
-        const float* x = inp + static_cast<long>(n) * C;
-        float* dx = dinp + static_cast<long>(n) * C;
+        const float* __restrict d = dout + static_cast<long>(n) * C;
+        const float* __restrict x = inp + static_cast<long>(n) * C;
+        float* __restrict dx = dinp + static_cast<long>(n) * C;
         const float m = mean[n];
         const float s = rstd[n];
-        float dnorm_mean = 0.0f;
-        float dnorm_norm_mean = 0.0f;
-        for (int i = 0; i < C; ++i) {
-            const float norm = (x[i] - m) * s;
-            const float dnorm = weight[i] * d[i];
-            dnorm_mean += dnorm;
-            dnorm_norm_mean += dnorm * norm;
-        }
-        dnorm_mean /= static_cast<float>(C);
-        dnorm_norm_mean /= static_cast<float>(C);
-        for (int i = 0; i < C; ++i) {
-            const float norm = (x[i] - m) * s;
-            const float dnorm = weight[i] * d[i];
-            if (dweight != nullptr) {  // null: frozen weights (LoRA)
-                dbias[i] += d[i];
-                dweight[i] += norm * d[i];
+        // The two row means in lanes (vectorised, the same order on every CPU).
+        std::array<float, kLanes> dnorm_lanes{}, dnorm_norm_lanes{};
+        int i = 0;
+        for (; i + kLanes <= C; i += kLanes) {
+            for (int l = 0; l < kLanes; ++l) {
+                const float dnorm = weight[i + l] * d[i + l];
+                dnorm_lanes[l] += dnorm;
+                dnorm_norm_lanes[l] += dnorm * ((x[i + l] - m) * s);
             }
-            dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+        for (int l = 0; i + l < C; ++l) {
+            const float dnorm = weight[i + l] * d[i + l];
+            dnorm_lanes[l] += dnorm;
+            dnorm_norm_lanes[l] += dnorm * ((x[i + l] - m) * s);
+        }
+        const float dnorm_mean = add_lanes(dnorm_lanes) / static_cast<float>(C);
+        const float dnorm_norm_mean = add_lanes(dnorm_norm_lanes) / static_cast<float>(C);
+        for (int j = 0; j < C; ++j) {
+            const float norm = (x[j] - m) * s;
+            dx[j] += (weight[j] * d[j] - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+        if (dweight == nullptr) continue;  // frozen weights (LoRA)
+        float* __restrict dw = dweight;
+        float* __restrict db = dbias;
+        for (int j = 0; j < C; ++j) {
+            db[j] += d[j];
+            dw[j] += (x[j] - m) * s * d[j];
         }
     }
 }

@@ -21,9 +21,7 @@ struct LmHeadBf16Scratch {
     float* logits;      // R * Vp, block by block: block v0 is (R, nb) at logits + v0 * R
     float* statistics;  // 2 * R: each row's running maximum and sum of exponentials
     Bf16* inp;          // R * C: the rounded input
-    Bf16* inp_t;        // C * R: the same, transposed (for dwte)
     Bf16* dlogits;      // R * kLmHeadVocabBlock: one block's gradient, rounded
-    Bf16* dlogits_t;    // kLmHeadVocabBlock * R: the same, transposed (for dwte)
 };
 
 // Floats and bf16 elements of the scratch above.

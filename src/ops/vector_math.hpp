@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -29,6 +30,32 @@ inline float vexp(float x) {
 // tanh through vexp: 1 - 2 / (1 + e^(2u)), exact at the saturated ends.
 inline float vtanh(float u) {
     return 1.0f - 2.0f / (1.0f + vexp(2.0f * u));
+}
+
+// Row reductions in lanes: term i goes to lane i % kLanes and the lanes are added in a fixed
+// order, so the loop vectorises (a single running sum is a chain of dependent adds) and every CPU
+// and vector width adds in the same order.
+inline constexpr int kLanes = 16;
+
+inline float add_lanes(const std::array<float, kLanes>& lanes) {
+    float result = lanes[0];
+    for (int l = 1; l < kLanes; ++l)
+        result += lanes[l];
+    return result;
+}
+
+// The sum of term(i) over i in [0, n), in lanes.
+template <class Term>
+inline float lane_sum(int n, Term term) {
+    std::array<float, kLanes> lanes{};
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+        for (int l = 0; l < kLanes; ++l)
+            lanes[l] += term(i + l);
+    }
+    for (int l = 0; i + l < n; ++l)
+        lanes[l] += term(i + l);
+    return add_lanes(lanes);
 }
 
 // log(sum(exp(row[j]))) over the first n entries, the maximum taken out first: a softmax's
