@@ -1,5 +1,6 @@
-// exp, tanh and log-sum-exp in forms the compiler vectorises (libm's are a call per element),
-// shared by the kernels of ops/ so that a value recomputed in backward is bitwise the forward's.
+// exp, tanh, log-sum-exp and row sums in forms the compiler vectorises (libm's are a call per
+// element, a running sum a chain of dependent adds), shared by the kernels of ops/ so that a value
+// recomputed in backward is bitwise the forward's.
 #pragma once
 
 #include <algorithm>
