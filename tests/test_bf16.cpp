@@ -213,6 +213,89 @@ TEST(Bf16Gemm, MatchesAReferenceOnTheSameRoundedOperands) {
     }
 }
 
+// The nt product's extras against the same double-precision loop: a bias row added (fp32 results,
+// and results rounded to bf16), and a scale. A rounded result is the exact sum rounded to bf16, so
+// it may be off by half a bf16 unit (2^-8 of the value) on top of the fp32 sum's own error.
+TEST(Bf16Gemm, BiasScaleAndRoundedResultsMatchAReference) {
+    constexpr int M = 37, N = 45, K = 64, pad = 3, ldc = N + pad;
+    std::mt19937 rng(5);
+    const Matrix A = random_matrix(M, K, K + pad, rng);
+    const Matrix B = random_matrix(N, K, K + pad, rng);
+    std::vector<float> bias(N);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& b : bias)
+        b = normal(rng);
+    constexpr float alpha = 0.125f;
+    std::vector<float> with_bias(static_cast<std::size_t>(M) * ldc, 0.5f), scaled = with_bias;
+    std::vector<Bf16> rounded(static_cast<std::size_t>(M) * ldc, to_bf16(0.5f));
+    gemm_bf16_nt_bias(M, N, K, A.data.data(), A.ld, B.data.data(), B.ld, bias.data(),
+                      with_bias.data(), ldc);
+    gemm_bf16_nt_bias_rounded(M, N, K, A.data.data(), A.ld, B.data.data(), B.ld, bias.data(),
+                              rounded.data(), ldc);
+    gemm_bf16_nt_scaled(M, N, K, alpha, A.data.data(), A.ld, B.data.data(), B.ld, scaled.data(),
+                        ldc);
+    for (int i = 0; i < M; ++i) {
+        for (int j = 0; j < ldc; ++j) {
+            const std::size_t at = static_cast<std::size_t>(i) * ldc + j;
+            if (j >= N) {  // outside the product: untouched
+                ASSERT_EQ(with_bias[at], 0.5f);
+                ASSERT_EQ(scaled[at], 0.5f);
+                ASSERT_EQ(to_float(rounded[at]), 0.5f);
+                continue;
+            }
+            double sum = 0.0, magnitude = 0.0;
+            for (int k = 0; k < K; ++k) {
+                sum += static_cast<double>(A.at(i, k)) * B.at(j, k);
+                magnitude += std::abs(static_cast<double>(A.at(i, k)) * B.at(j, k));
+            }
+            const double error = 1e-5 * (magnitude + std::abs(bias[j]) + 1.0);
+            const double expected = sum + bias[j];
+            ASSERT_NEAR(with_bias[at], expected, error) << i << " " << j;
+            ASSERT_NEAR(to_float(rounded[at]), expected, error + std::ldexp(std::abs(expected), -8))
+                << i << " " << j;
+            ASSERT_NEAR(scaled[at], alpha * sum, alpha * error) << i << " " << j;
+        }
+    }
+}
+
+// The qkv product by heads: block j of the rounded results holds output columns [j * 64, j * 64 +
+// 64) of the plain product's rows, rounded (within one bf16 unit of the fp32 product's value: the
+// two products may sum in different orders), and round_qkv_by_heads lays an fp32 qkv out the same
+// way, rounding as to_bf16 does.
+TEST(Bf16Gemm, QkvByHeadsHoldsEachHeadsColumnsDense) {
+    constexpr int N = 37, C = 128, NH = 2, hs = C / NH, OC = 3 * C;
+    std::mt19937 rng(6);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> inp(static_cast<std::size_t>(N) * C),
+        weight(static_cast<std::size_t>(OC) * C), bias(OC);
+    for (float& v : inp)
+        v = normal(rng);
+    for (float& v : weight)
+        v = 0.1f * normal(rng);
+    for (float& v : bias)
+        v = normal(rng);
+    std::vector<Bf16> weight_bf16(weight.size()), scratch(inp.size());
+    convert_to_bf16(weight_bf16.data(), weight.data(), weight.size());
+    std::vector<float> plain(static_cast<std::size_t>(N) * OC);
+    matmul_forward_bf16(plain.data(), nullptr, inp.data(), scratch.data(), weight_bf16.data(),
+                        bias.data(), N, C, OC);
+    std::vector<Bf16> by_heads(plain.size()), laid_out(plain.size());
+    matmul_forward_bf16_by_blocks(by_heads.data(), inp.data(), scratch.data(), weight_bf16.data(),
+                                  bias.data(), N, C, OC, hs);
+    round_qkv_by_heads(laid_out.data(), plain.data(), N, C, NH);
+    for (int block = 0; block < 3 * NH; ++block) {
+        for (int n = 0; n < N; ++n) {
+            for (int e = 0; e < hs; ++e) {
+                const float value = plain[static_cast<std::size_t>(n) * OC + block * hs + e];
+                const std::size_t at = (static_cast<std::size_t>(block) * N + n) * hs + e;
+                ASSERT_EQ(laid_out[at], to_bf16(value)) << block << " " << n << " " << e;
+                ASSERT_NEAR(to_float(by_heads[at]), value, std::ldexp(std::abs(value), -7))
+                    << block << " " << n << " " << e;
+            }
+        }
+    }
+}
+
 TEST(Bf16Gemm, NamesWhatItRunsOn) {
     const std::string name = bf16_backend_name(bf16_backend());
     EXPECT_FALSE(name.empty());
@@ -257,11 +340,13 @@ AttentionRun run_attention(bool bf16, int B, int T, int C, int NH, const Dropout
     AttentionRun run{std::vector<float>(dout.size()),
                      std::vector<float>(static_cast<std::size_t>(B) * NH * T),
                      std::vector<float>(qkv.size(), -7.0e20f)};
-    if (bf16) {
-        attention_forward_bf16(run.out.data(), run.lse.data(), bf16_scratch, qkv.data(), B, T, C,
-                               NH, dropout, first_keys);
+    if (bf16) {  // q, k and v come rounded by heads, as the qkv product writes them
+        std::vector<Bf16> qkv_bf16(qkv.size());
+        round_qkv_by_heads(qkv_bf16.data(), qkv.data(), B * T, C, NH);
+        attention_forward_bf16(run.out.data(), run.lse.data(), bf16_scratch, qkv_bf16.data(), B, T,
+                               C, NH, dropout, first_keys);
         attention_backward_bf16(run.dqkv.data(), bf16_scratch, dout.data(), run.out.data(),
-                                run.lse.data(), qkv.data(), B, T, C, NH, dropout, first_keys);
+                                run.lse.data(), qkv_bf16.data(), B, T, C, NH, dropout, first_keys);
     } else {
         attention_forward(run.out.data(), run.lse.data(), scratch.data(), qkv.data(), B, T, C, NH,
                           dropout, first_keys);

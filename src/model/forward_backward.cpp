@@ -19,6 +19,7 @@ namespace {
 struct LayerActs {
     float *ln1_mean, *ln1_rstd, *qkv, *atty, *att_lse, *residual2, *ln2_mean, *ln2_rstd, *fch,
         *residual3;
+    Bf16* qkv_bf16;  // instead of qkv where attention runs in bf16
 };
 
 LayerActs layer_acts(const ThreadLocalTrainingContext& ctx, const ModelConfig& c, int l) {
@@ -28,14 +29,15 @@ LayerActs layer_acts(const ThreadLocalTrainingContext& ctx, const ModelConfig& c
     const auto& a = ctx.acts;
     return LayerActs{a.ln1_mean + s * N,
                      a.ln1_rstd + s * N,
-                     a.qkv + s * N * 3 * C,
+                     a.qkv != nullptr ? a.qkv + s * N * 3 * C : nullptr,
                      a.atty + s * N * C,
                      a.att_lse + s * N * c.num_heads,
                      a.residual2 + s * N * C,
                      a.ln2_mean + s * N,
                      a.ln2_rstd + s * N,
                      a.fch + s * N * 4 * C,
-                     a.residual3 + l * N * C};
+                     a.residual3 + l * N * C,
+                     a.qkv_bf16 != nullptr ? a.qkv_bf16 + s * N * 3 * C : nullptr};
 }
 
 // The model's matrix products in its precision: fp32 through OpenBLAS, or bf16 operands (the
@@ -52,6 +54,10 @@ class PrecisionMatmul {
         if (bf16_ && (ctx.bf16_inputs.size() == 0 || model.params_bf16.size() == 0)) {
             throw std::invalid_argument("bf16 model: the context or the weights have no bf16 copy");
         }
+        if ((ctx.acts.qkv_bf16 != nullptr) != bf16_attention_) {
+            throw std::invalid_argument(
+                "forward: the context's qkv is not in attention's precision");
+        }
     }
 
     // out(N,OC) = residual + inp(N,C) @ weight(OC,C)^T + bias; residual and bias may be null.
@@ -65,6 +71,13 @@ class PrecisionMatmul {
         } else {
             matmul_forward(out, inp, weight, bias, N, C, OC);
         }
+    }
+    // The qkv product into bf16 attention's layout (bf16 precision only): qkv (3 * NH, N, hs) =
+    // inp(N,C) @ weight(3C,C)^T + bias, rounded.
+    void qkv_forward_by_heads(Bf16* qkv, const float* inp, const float* weight, const float* bias,
+                              int N, int C, int NH) const {
+        matmul_forward_bf16_by_blocks(qkv, inp, ctx_.bf16_inputs.data(), model_.bf16_twin(weight),
+                                      bias, N, C, 3 * C, C / NH);
     }
     // dinp = dout @ weight (skipped when null), dweight += dout^T @ inp, dbias += sums of dout.
     void backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -104,27 +117,28 @@ class PrecisionMatmul {
         matmul_backward(dinp, dwte, nullptr, logits, inp, wte, R, C, Vp);
     }
 
-    void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                           const DropoutMask& dropout,
+    // qkv: the layer's activations (qkv or, where attention runs in bf16, qkv_bf16).
+    void attention_forward(float* out, float* lse, const LayerActs& qkv, int B, int T, int C,
+                           int NH, const DropoutMask& dropout,
                            std::span<const std::int32_t> first_keys) const {
         if (bf16_attention_) {
-            attention_forward_bf16(out, lse, attention_scratch(), qkv, B, T, C, NH, dropout,
-                                   first_keys);
+            attention_forward_bf16(out, lse, attention_scratch(), qkv.qkv_bf16, B, T, C, NH,
+                                   dropout, first_keys);
         } else {
-            gpt2::attention_forward(out, lse, ctx_.scratch.attention, qkv, B, T, C, NH, dropout,
+            gpt2::attention_forward(out, lse, ctx_.scratch.attention, qkv.qkv, B, T, C, NH, dropout,
                                     first_keys);
         }
     }
     void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse,
-                            const float* qkv, int B, int T, int C, int NH,
+                            const LayerActs& qkv, int B, int T, int C, int NH,
                             const DropoutMask& dropout,
                             std::span<const std::int32_t> first_keys) const {
         if (bf16_attention_) {
-            attention_backward_bf16(dqkv, attention_scratch(), dout, out, lse, qkv, B, T, C, NH,
-                                    dropout, first_keys);
+            attention_backward_bf16(dqkv, attention_scratch(), dout, out, lse, qkv.qkv_bf16, B, T,
+                                    C, NH, dropout, first_keys);
         } else {
-            gpt2::attention_backward(dqkv, ctx_.scratch.attention, dout, out, lse, qkv, B, T, C, NH,
-                                     dropout, first_keys);
+            gpt2::attention_backward(dqkv, ctx_.scratch.attention, dout, out, lse, qkv.qkv, B, T, C,
+                                     NH, dropout, first_keys);
         }
     }
 
@@ -179,6 +193,9 @@ class LayerAdapter {
                                 batch.first_sequence};
             }
         }
+    }
+    [[nodiscard]] bool adapts(LoraTarget t) const {
+        return weights_.a[static_cast<std::size_t>(t)] != nullptr;
     }
     // out (N, OC) += the adapter's term for the product of `inp` (N, C).
     void forward(LoraTarget t, float* out, const float* inp, int N, int C, int OC) const {
@@ -276,6 +293,22 @@ const float* dropped_gradient(const float* dres, float* scratch, int B, int T, i
     return scratch;
 }
 
+// qkv (N, 3C) = ln @ qkvw^T + qkvb (+ the adapter's term), into the layer's qkv or, where
+// attention runs in bf16, rounded into its qkv_bf16 by heads: by the product itself, or after the
+// adapter has added its fp32 term (in dqkv, backward's scratch, free during forward).
+void qkv_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ctx, const LayerActs& a,
+                 const LayerView<const float>& p, const LayerAdapter& adapter, const float* ln,
+                 int N, int C, int NH) {
+    if (a.qkv_bf16 != nullptr && !adapter.adapts(LoraTarget::CAttn)) {
+        matmul.qkv_forward_by_heads(a.qkv_bf16, ln, p.qkvw, p.qkvb, N, C, NH);
+        return;
+    }
+    float* qkv = a.qkv_bf16 != nullptr ? ctx.scratch.dqkv : a.qkv;
+    matmul.forward(qkv, nullptr, ln, p.qkvw, p.qkvb, N, C, 3 * C);
+    adapter.forward(LoraTarget::CAttn, qkv, ln, N, C, 3 * C);
+    if (a.qkv_bf16 != nullptr) round_qkv_by_heads(a.qkv_bf16, qkv, N, C, NH);
+}
+
 // One layer's forward from its input `residual` (N, C). Writes the layer's stored activations and
 // the scratch LayerNorm and GELU outputs; with `output` false it stops before GELU and the last
 // product, whose results backward recomputes or never reads.
@@ -287,10 +320,8 @@ void layer_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ct
     float* ln = ctx.scratch.normalized;
     float* gelu = ctx.scratch.gelu;
     layernorm_forward(ln, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
-    matmul.forward(a.qkv, nullptr, ln, p.qkvw, p.qkvb, N, C, 3 * C);
-    adapter.forward(LoraTarget::CAttn, a.qkv, ln, N, C, 3 * C);
-    matmul.attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH, dropout.probabilities,
-                             first_keys);
+    qkv_forward(matmul, ctx, a, p, adapter, ln, N, C, NH);
+    matmul.attention_forward(a.atty, a.att_lse, a, B, T, C, NH, dropout.probabilities, first_keys);
     residual_product(matmul, a.residual2, residual, a.atty, p.attprojw, p.attprojb, B, T, C, C,
                      dropout.attention_output, adapter, LoraTarget::AttnCProj);
     layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
@@ -331,7 +362,7 @@ void layer_backward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& c
     const float* dattn = dropped_gradient(dres, dfch, B, T, C, dropout.attention_output);
     matmul.backward(dch, d.attprojw, d.attprojb, dattn, a.atty, p.attprojw, N, C, C);
     adapter.backward(LoraTarget::AttnCProj, dch, dattn, a.atty, N, C, C);
-    matmul.attention_backward(ctx.scratch.dqkv, dch, a.atty, a.att_lse, a.qkv, B, T, C, NH,
+    matmul.attention_backward(ctx.scratch.dqkv, dch, a.atty, a.att_lse, a, B, T, C, NH,
                               dropout.probabilities, first_keys);
     layernorm_recompute(ln, residual, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b, N, C);
     matmul.backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, ln, p.qkvw, N, C, 3 * C);

@@ -48,10 +48,10 @@ class ArenaPlan {
 
 // Where everything of a context lies in its arena, and its bf16 operands.
 struct ContextLayout {
-    ThreadLocalTrainingContext::Activations acts;  // null until planned over an arena
-    ThreadLocalTrainingContext::Scratch scratch;
+    ThreadLocalTrainingContext::Activations acts{};  // null until planned over an arena
+    ThreadLocalTrainingContext::Scratch scratch{};
     ArenaPlan plan;
-    std::size_t bf16_inputs = 0, bf16_gradients = 0, bf16_attention = 0;  // elements
+    std::size_t bf16_inputs = 0, bf16_gradients = 0, bf16_attention = 0, bf16_qkv = 0;  // elements
     int logits_rows = 0;
     int stored_layers = 0;
 };
@@ -75,7 +75,14 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
     auto& a = out.acts;
     a.encoded = at("layer inputs", N * C);
     a.residual3 = at("layer inputs", L * N * C);
-    a.qkv = at("qkv", S * N * 3 * C);
+    // Attention in bf16 only ever reads q, k and v rounded: the qkv product rounds them itself.
+    const bool qkv_in_bf16 = precision == Precision::Bf16 && bf16_attention_pays();
+    if (qkv_in_bf16) {
+        out.bf16_qkv = S * N * 3 * C;
+        plan.add("qkv", out.bf16_qkv * sizeof(Bf16));
+    } else {
+        a.qkv = at("qkv", S * N * 3 * C);
+    }
     a.atty = at("attention output", S * N * C);
     a.att_lse = at("attention log-sum-exp", S * N * static_cast<std::size_t>(c.num_heads));
     a.residual2 = at("residual2", S * N * C);
@@ -143,6 +150,10 @@ ThreadLocalTrainingContext::ThreadLocalTrainingContext(const ModelConfig& c, int
     logits_rows = layout.logits_rows;
     acts = layout.acts;
     scratch = layout.scratch;
+    if (layout.bf16_qkv > 0) {
+        bf16_qkv = AlignedBuffer<Bf16>(layout.bf16_qkv);
+        acts.qkv_bf16 = bf16_qkv.data();
+    }
     if (precision == Precision::Bf16) {
         bf16_inputs = AlignedBuffer<Bf16>(layout.bf16_inputs);
         bf16_gradients = AlignedBuffer<Bf16>(layout.bf16_gradients);

@@ -55,8 +55,9 @@ class ThreadLocalTrainingContext {
     [[nodiscard]] int stored_layers() const { return stored_layers_; }
     // Bytes of activations and scratch (without the gradient buffer) and in total.
     [[nodiscard]] std::size_t activation_bytes() const {
-        return arena_.size() * sizeof(float) +
-               (bf16_inputs.size() + bf16_gradients.size() + bf16_attention.size()) * sizeof(Bf16);
+        return arena_.size() * sizeof(float) + (bf16_qkv.size() + bf16_inputs.size() +
+                                                bf16_gradients.size() + bf16_attention.size()) *
+                                                   sizeof(Bf16);
     }
     [[nodiscard]] std::size_t total_bytes() const {
         return activation_bytes() +
@@ -69,7 +70,8 @@ class ThreadLocalTrainingContext {
         float* encoded;    // (N, C)
         float* ln1_mean;   // [S] (N)
         float* ln1_rstd;   // [S] (N)
-        float* qkv;        // [S] (N, 3C)
+        float* qkv;        // [S] (N, 3C); null where attention runs in bf16, which reads:
+        Bf16* qkv_bf16;    // [S] (N, 3C) in bf16 where attention runs in bf16 (else null)
         float* atty;       // [S] (N, C)
         float* att_lse;    // [S] (B, NH, T): attention's log-sum-exp per query row
         float* residual2;  // [S] (N, C)
@@ -99,8 +101,10 @@ class ThreadLocalTrainingContext {
     // block of dlogits) rounded to bf16 as they enter a product.
     AlignedBuffer<Bf16> bf16_inputs;
     AlignedBuffer<Bf16> bf16_gradients;
-    // bf16 precision only: one head's q, k, v, dO and a panel rounded for bf16 attention.
+    // bf16 precision only: one head's dO and a panel rounded for bf16 attention.
     AlignedBuffer<Bf16> bf16_attention;
+    // Where attention runs in bf16 (bf16_attention_pays): the stored qkv, in bf16 (acts.qkv_bf16).
+    AlignedBuffer<Bf16> bf16_qkv;
 
     // Where this worker writes the gradient sections its sink hands out (see
     // gradient_window_floats); empty when the worker writes straight into a full gradient.

@@ -11,15 +11,16 @@
 namespace gpt2 {
 
 namespace {
-// One head of one sequence inside qkv (B, T, 3C) and out/dout (B, T, C).
+// One head of one sequence: its q, k and v (T, hs) each, rows `ld` apart.
+template <typename Value>
 struct Head {
-    const float *q, *k, *v;  // row stride 3C
-    long lse;                // first of its T statistics in lse (B, NH, T)
+    const Value *q, *k, *v;
+    long ld;
 };
 
-Head head_of(const float* qkv, int b, int h, int T, int C, int NH) {
-    const float* q = qkv + static_cast<long>(b) * T * 3 * C + static_cast<long>(h) * (C / NH);
-    return Head{q, q + C, q + 2 * C, (static_cast<long>(b) * NH + h) * T};
+// Where head h of sequence b starts in out, dout (B, T, C) and dqkv (B, T, 3C): its columns.
+long head_columns(int b, int h, int T, int C, int NH, int parts) {
+    return static_cast<long>(b) * T * parts * C + static_cast<long>(h) * (C / NH);
 }
 
 // Lanes of the row reductions below: element j goes to lane j % kLanes and the lanes combine in a
@@ -136,11 +137,14 @@ void check_first_keys(std::span<const std::int32_t> first_keys, int B, int T) {
 // each row is finished (take_row), so the bf16 products round it while it is in L1.
 class Fp32Products {
   public:
-    Fp32Products(int hs, int C, float scale) : hs_(hs), C_(C), scale_(scale) {}
+    // qkv (B, T, 3C).
+    Fp32Products(const float* qkv, int T, int C, int NH, float scale)
+        : qkv_(qkv), T_(T), hs_(C / NH), C_(C), NH_(NH), scale_(scale) {}
 
-    // dout: the head's first output gradient (rows C apart), null in forward.
-    void start_head(const Head& hd, const float* dout, int /*T*/) {
-        hd_ = hd;
+    // Head h of sequence b; dout: its first output gradient (rows C apart), null in forward.
+    void start_head(int b, int h, const float* dout) {
+        const float* q = qkv_ + head_columns(b, h, T_, C_, NH_, 3);
+        hd_ = Head<float>{q, q + C_, q + 2 * C_, 3L * C_};
         dout_ = dout;
     }
     // The fp32 products read the panels themselves.
@@ -179,9 +183,10 @@ class Fp32Products {
     void finish_head(float* /*dk*/, float* /*dv*/, int /*T*/) const {}
 
   private:
-    int hs_, C_;
+    const float* qkv_;
+    int T_, hs_, C_, NH_;
     float scale_;
-    Head hd_{};
+    Head<float> hd_{};
     const float* dout_ = nullptr;
 };
 
@@ -205,46 +210,52 @@ void copy_rows(float* out, long ld, const float* in, int rows, int cols, float s
     }
 }
 
-// The same products on bf16 operands: the head's q, k, v (and dO) rounded once into the pieces
-// scratch, each panel's P and dS rounded row by row (take_row); fp32 accumulation and fp32
-// results, so the softmax and its statistics stay fp32. The keys are rounded scaled (scale * k:
-// exact when the head size is a power of 4, as GPT-2's 64), so the scores and dq need no pass of
-// their own for it; dk gets its scale once, when the head's panels are done. Every product writes
-// a dense result (rows exactly N apart): oneDNN 2.6 runs those on AMX, but strided results (the
-// heads' columns of out and dqkv) on a generic kernel about 4x slower; so the outputs go through
-// dense scratch, and dk and dv accumulate there over the head's panels.
+// The same products on bf16 operands: q, k and v read where the qkv product wrote them in bf16
+// (each head's dense, as oneDNN 2.6 runs products on AMX only for operands whose rows are dense),
+// the head's dO rounded once into the pieces scratch, each panel's P and dS rounded row by row
+// (take_row); fp32 accumulation and fp32 results, so the softmax and its statistics stay fp32.
+// The scale of the scores is oneDNN's (a power of 2 for GPT-2's head size 64, so it is exact and
+// the results are those of scaled keys); dq and dk get it as they are copied out. Every product
+// writes a dense result (rows exactly N apart): oneDNN 2.6 runs those on AMX, but strided results
+// (the heads' columns of out and dqkv) on a generic kernel about 4x slower; so the outputs go
+// through dense scratch, and dk and dv accumulate there over the head's panels.
 class Bf16Products {
   public:
-    Bf16Products(int hs, int C, float scale, int T, const AttentionBf16Scratch& scratch)
-        : hs_(hs),
+    // qkv (3 * NH, B * T, hs): attention_forward_bf16's layout.
+    Bf16Products(const Bf16* qkv, int B, int T, int C, int NH, float scale,
+                 const AttentionBf16Scratch& scratch)
+        : qkv_(qkv),
+          N_(static_cast<long>(B) * T),
+          T_(T),
+          hs_(C / NH),
           C_(C),
+          NH_(NH),
+          ld_(3 * C),
           scale_(scale),
-          q_(scratch.pieces),
-          k_(q_ + static_cast<long>(T) * hs),
-          v_(k_ + static_cast<long>(T) * hs),
-          dout_(v_ + static_cast<long>(T) * hs),
-          panel_(dout_ + static_cast<long>(T) * hs),
+          dout_(scratch.pieces),
+          panel_(dout_ + static_cast<long>(T) * hs_),
           result_(scratch.floats + attention_scratch_floats(T)),
-          dk_(result_ + static_cast<long>(kAttentionQueryRows) * hs),
-          dv_(dk_ + static_cast<long>(T) * hs) {}
+          dk_(result_ + static_cast<long>(kAttentionQueryRows) * hs_),
+          dv_(dk_ + static_cast<long>(T) * hs_) {}
 
-    void start_head(const Head& hd, const float* dout, int T) {
-        round_rows(q_, hd.q, T, hs_, 3L * C_);
-        round_rows(k_, hd.k, T, hs_, 3L * C_, scale_);
-        round_rows(v_, hd.v, T, hs_, 3L * C_);
-        if (dout != nullptr) round_rows(dout_, dout, T, hs_, C_);
+    void start_head(int b, int h, const float* dout) {
+        const auto part = [&](int p) {
+            return qkv_ + ((static_cast<long>(p) * NH_ + h) * N_ + static_cast<long>(b) * T_) * hs_;
+        };
+        hd_ = Head<Bf16>{part(0), part(1), part(2), hs_};
+        if (dout != nullptr) round_rows(dout_, dout, T_, hs_, C_);
     }
     // Row r of the panel the next product takes (P or dS), rounded while it is in L1.
     void take_row(int r, int keys, const float* row) const {
         round_rows(panel_ + static_cast<long>(r) * keys, row, 1, keys, keys);
     }
     void scores(float* panel, int i0, int rows, int k0, int keys) const {
-        gemm_bf16_nt(rows, keys, hs_, q_ + static_cast<long>(i0) * hs_, hs_,
-                     k_ + static_cast<long>(k0) * hs_, hs_, 0.0f, panel, keys);
+        gemm_bf16_nt_scaled(rows, keys, hs_, scale_, hd_.q + i0 * hd_.ld, static_cast<int>(hd_.ld),
+                            hd_.k + k0 * hd_.ld, static_cast<int>(hd_.ld), panel, keys);
     }
     void values(float* o, int ldo, const float* /*p*/, int rows, int k0, int keys) const {
-        gemm_bf16_nn(rows, hs_, keys, panel_, keys, v_ + static_cast<long>(k0) * hs_, hs_, 0.0f,
-                     result_, hs_);
+        gemm_bf16_nn(rows, hs_, keys, panel_, keys, hd_.v + k0 * hd_.ld, static_cast<int>(hd_.ld),
+                     0.0f, result_, hs_);
         copy_rows(o, ldo, result_, rows, hs_);
     }
     void values_gradient(float* /*dv*/, float beta, const float* /*p*/, int i0, int rows, int k0,
@@ -253,17 +264,17 @@ class Bf16Products {
                      dv_ + static_cast<long>(k0) * hs_, hs_);
     }
     void probability_gradient(float* dp, int i0, int rows, int k0, int keys) const {
-        gemm_bf16_nt(rows, keys, hs_, dout_ + static_cast<long>(i0) * hs_, hs_,
-                     v_ + static_cast<long>(k0) * hs_, hs_, 0.0f, dp, keys);
+        gemm_bf16_nt(rows, keys, hs_, dout_ + static_cast<long>(i0) * hs_, hs_, hd_.v + k0 * hd_.ld,
+                     static_cast<int>(hd_.ld), 0.0f, dp, keys);
     }
-    // dq = dS @ (scale * k); dk (+)= dS^T @ q, scaled in finish_head.
+    // dq = scale * dS @ k; dk (+)= dS^T @ q, scaled in finish_head.
     void score_gradients(float* dq, float* /*dk*/, float beta, const float* /*ds*/, int i0,
                          int rows, int k0, int keys) const {
-        gemm_bf16_nn(rows, hs_, keys, panel_, keys, k_ + static_cast<long>(k0) * hs_, hs_, 0.0f,
-                     result_, hs_);
-        copy_rows(dq + static_cast<long>(i0) * 3 * C_, 3L * C_, result_, rows, hs_);
-        gemm_bf16_tn(keys, hs_, rows, panel_, keys, q_ + static_cast<long>(i0) * hs_, hs_, beta,
-                     dk_ + static_cast<long>(k0) * hs_, hs_);
+        gemm_bf16_nn(rows, hs_, keys, panel_, keys, hd_.k + k0 * hd_.ld, static_cast<int>(hd_.ld),
+                     0.0f, result_, hs_);
+        copy_rows(dq + static_cast<long>(i0) * ld_, ld_, result_, rows, hs_, scale_);
+        gemm_bf16_tn(keys, hs_, rows, panel_, keys, hd_.q + i0 * hd_.ld, static_cast<int>(hd_.ld),
+                     beta, dk_ + static_cast<long>(k0) * hs_, hs_);
     }
     // Keys [0, count) that no panel of the head sees (document masking): their dk and dv are 0.
     void zero_unseen_keys(float* /*dk*/, float* /*dv*/, int count) const {
@@ -272,28 +283,29 @@ class Bf16Products {
     }
     // The head's dk and dv, accumulated over its panels, into dqkv.
     void finish_head(float* dk, float* dv, int T) const {
-        copy_rows(dk, 3L * C_, dk_, T, hs_, scale_);
-        copy_rows(dv, 3L * C_, dv_, T, hs_);
+        copy_rows(dk, ld_, dk_, T, hs_, scale_);
+        copy_rows(dv, ld_, dv_, T, hs_);
     }
 
   private:
-    int hs_, C_;
+    const Bf16* qkv_;
+    long N_;
+    int T_, hs_, C_, NH_, ld_;
     float scale_;
-    Bf16 *q_, *k_, *v_, *dout_, *panel_;  // (T, hs) each, then (kAttentionQueryRows, T)
-    float *result_, *dk_, *dv_;           // (kAttentionQueryRows, hs), (T, hs), (T, hs)
+    Head<Bf16> hd_{};
+    Bf16 *dout_, *panel_;        // (T, hs), then (kAttentionQueryRows, T)
+    float *result_, *dk_, *dv_;  // (kAttentionQueryRows, hs), (T, hs), (T, hs)
 };
 
 template <typename Products>
-void forward(Products& products, float* out, float* lse, float* scratch, const float* qkv, int B,
-             int T, int C, int NH, const DropoutMask& dropout,
-             std::span<const std::int32_t> first_keys) {
-    const int hs = C / NH;
+void forward(Products& products, float* out, float* lse, float* scratch, int B, int T, int C,
+             int NH, const DropoutMask& dropout, std::span<const std::int32_t> first_keys) {
     float* panel = scratch;
     for (int b = 0; b < B; ++b) {
         for (int h = 0; h < NH; ++h) {
-            const Head hd = head_of(qkv, b, h, T, C, NH);
-            products.start_head(hd, nullptr, T);
-            float* o = out + static_cast<long>(b) * T * C + static_cast<long>(h) * hs;
+            products.start_head(b, h, nullptr);
+            float* const head_lse = lse + (static_cast<long>(b) * NH + h) * T;
+            float* o = out + head_columns(b, h, T, C, NH, 1);
             for (int i0 = 0; i0 < T; i0 += kAttentionQueryRows) {
                 // Query rows [i0, i1) see keys [k0, i1): nothing above the diagonal's block, nor
                 // (document masking) left of the rows' earliest document.
@@ -304,7 +316,7 @@ void forward(Products& products, float* out, float* lse, float* scratch, const f
                     float* row = panel + static_cast<long>(r) * keys;
                     const int first = first_key(first_keys, b, T, i0 + r) - k0;
                     const int visible = i0 + r + 1 - k0;
-                    lse[hd.lse + i0 + r] = softmax_row(row, first, visible, keys);
+                    head_lse[i0 + r] = softmax_row(row, first, visible, keys);
                     if (dropout.active())
                         drop_row(row, first, visible, dropout, b,
                                  (static_cast<long>(h) * T + i0 + r) * T + k0);
@@ -319,8 +331,8 @@ void forward(Products& products, float* out, float* lse, float* scratch, const f
 
 template <typename Products>
 void backward(Products& products, float* dqkv, float* scratch, const float* dout, const float* out,
-              const float* lse, const float* qkv, int B, int T, int C, int NH,
-              const DropoutMask& dropout, std::span<const std::int32_t> first_keys) {
+              const float* lse, int B, int T, int C, int NH, const DropoutMask& dropout,
+              std::span<const std::int32_t> first_keys) {
     const int hs = C / NH;
     const int num_panels = (T + kAttentionQueryRows - 1) / kAttentionQueryRows;
     float* const p = scratch;                                                // (rows, i1)
@@ -328,13 +340,12 @@ void backward(Products& products, float* dqkv, float* scratch, const float* dout
     float* const row_dot = ds + static_cast<long>(kAttentionQueryRows) * T;  // (rows)
     for (int b = 0; b < B; ++b) {
         for (int h = 0; h < NH; ++h) {
-            const Head hd = head_of(qkv, b, h, T, C, NH);
-            const long offset = hd.q - qkv;
-            float* dq = dqkv + offset;
+            float* dq = dqkv + head_columns(b, h, T, C, NH, 3);
             float* dk = dq + C;
             float* dv = dq + 2 * C;
-            const long io = static_cast<long>(b) * T * C + static_cast<long>(h) * hs;
-            products.start_head(hd, dout + io, T);
+            const float* const head_lse = lse + (static_cast<long>(b) * NH + h) * T;
+            const long io = head_columns(b, h, T, C, NH, 1);
+            products.start_head(b, h, dout + io);
             // The last panel sees every key (from its k0 on: the rows before are zeroed here), so
             // it initialises all rows of dk and dv (beta 0) and the earlier panels accumulate
             // into them.
@@ -359,7 +370,7 @@ void backward(Products& products, float* dqkv, float* scratch, const float* dout
                 for (int r = 0; r < rows; ++r) {
                     probabilities_row(p + static_cast<long>(r) * keys,
                                       first_key(first_keys, b, T, i0 + r) - k0, i0 + r + 1 - k0,
-                                      keys, lse[hd.lse + i0 + r]);
+                                      keys, head_lse[i0 + r]);
                     if (!dropout.active())
                         products.take_row(r, keys, p + static_cast<long>(r) * keys);
                 }
@@ -420,42 +431,50 @@ std::size_t attention_bf16_scratch_floats(int T, int hs) {
 }
 
 std::size_t attention_bf16_scratch_pieces(int T, int hs) {
-    // One head's q, k, v and dO, then one panel of P or scale * dS.
+    // One head's dO, then one panel of P or dS.
     const auto t = static_cast<std::size_t>(T);
-    return 4 * t * static_cast<std::size_t>(hs) + static_cast<std::size_t>(kAttentionQueryRows) * t;
+    return t * static_cast<std::size_t>(hs) + static_cast<std::size_t>(kAttentionQueryRows) * t;
+}
+
+void round_qkv_by_heads(Bf16* out, const float* qkv, int N, int C, int NH) {
+    const int hs = C / NH;
+    for (int block = 0; block < 3 * NH; ++block) {
+        round_rows(out + static_cast<long>(block) * N * hs, qkv + static_cast<long>(block) * hs, N,
+                   hs, 3L * C);
+    }
 }
 
 void attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
                        int C, int NH, const DropoutMask& dropout,
                        std::span<const std::int32_t> first_keys) {
     check_first_keys(first_keys, B, T);
-    Fp32Products products(C / NH, C, score_scale(C, NH));
-    forward(products, out, lse, scratch, qkv, B, T, C, NH, dropout, first_keys);
+    Fp32Products products(qkv, T, C, NH, score_scale(C, NH));
+    forward(products, out, lse, scratch, B, T, C, NH, dropout, first_keys);
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out,
                         const float* lse, const float* qkv, int B, int T, int C, int NH,
                         const DropoutMask& dropout, std::span<const std::int32_t> first_keys) {
     check_first_keys(first_keys, B, T);
-    Fp32Products products(C / NH, C, score_scale(C, NH));
-    backward(products, dqkv, scratch, dout, out, lse, qkv, B, T, C, NH, dropout, first_keys);
+    Fp32Products products(qkv, T, C, NH, score_scale(C, NH));
+    backward(products, dqkv, scratch, dout, out, lse, B, T, C, NH, dropout, first_keys);
 }
 
 void attention_forward_bf16(float* out, float* lse, const AttentionBf16Scratch& scratch,
-                            const float* qkv, int B, int T, int C, int NH,
+                            const Bf16* qkv, int B, int T, int C, int NH,
                             const DropoutMask& dropout, std::span<const std::int32_t> first_keys) {
     check_first_keys(first_keys, B, T);
-    Bf16Products products(C / NH, C, score_scale(C, NH), T, scratch);
-    forward(products, out, lse, scratch.floats, qkv, B, T, C, NH, dropout, first_keys);
+    Bf16Products products(qkv, B, T, C, NH, score_scale(C, NH), scratch);
+    forward(products, out, lse, scratch.floats, B, T, C, NH, dropout, first_keys);
 }
 
 void attention_backward_bf16(float* dqkv, const AttentionBf16Scratch& scratch, const float* dout,
-                             const float* out, const float* lse, const float* qkv, int B, int T,
+                             const float* out, const float* lse, const Bf16* qkv, int B, int T,
                              int C, int NH, const DropoutMask& dropout,
                              std::span<const std::int32_t> first_keys) {
     check_first_keys(first_keys, B, T);
-    Bf16Products products(C / NH, C, score_scale(C, NH), T, scratch);
-    backward(products, dqkv, scratch.floats, dout, out, lse, qkv, B, T, C, NH, dropout, first_keys);
+    Bf16Products products(qkv, B, T, C, NH, score_scale(C, NH), scratch);
+    backward(products, dqkv, scratch.floats, dout, out, lse, B, T, C, NH, dropout, first_keys);
 }
 
 void document_first_keys(std::span<std::int32_t> first_keys, std::span<const std::int32_t> tokens,

@@ -47,22 +47,28 @@ void document_first_keys(std::span<std::int32_t> first_keys, std::span<const std
                          int B, int T, std::int32_t document_start);
 
 // The same attention with its products on bf16 operands and fp32 accumulation (as the model's
-// other products in bf16 precision): per head, q, k, v (and in backward dO) are rounded to bf16
-// once, and each panel's probabilities (dropped, where dropout is) and scale * dS as they enter a
-// product; the softmax, its statistics (max, sum, lse) and dO.O stay fp32. Through the bf16 GEMMs
-// (ops/bf16.hpp), so the emulated backend gives the fp32 GEMM's numbers on the rounded operands.
+// other products in bf16 precision): q, k and v come in bf16 (the qkv product rounds its results,
+// which only ever enter these products), per head dO is rounded to bf16 once (backward), and each
+// panel's probabilities (dropped, where dropout is) and dS as they enter a product; the softmax,
+// its statistics (max, sum, lse) and dO.O stay fp32. Through the bf16 GEMMs (ops/bf16.hpp), so
+// the emulated backend gives the fp32 GEMM's numbers on the rounded operands.
+// qkv's layout is by heads, (3 * NH, B * T, hs): block part * NH + h (part 0 q, 1 k, 2 v) holds
+// head h's (B * T, hs), the qkv product's 64 output columns of that head written densely, because
+// oneDNN 2.6 runs AMX products only on operands whose rows are dense.
 struct AttentionBf16Scratch {
     float* floats;  // attention_bf16_scratch_floats(T, C / NH)
     Bf16* pieces;   // attention_bf16_scratch_pieces(T, C / NH)
 };
 [[nodiscard]] std::size_t attention_bf16_scratch_floats(int T, int hs);
 [[nodiscard]] std::size_t attention_bf16_scratch_pieces(int T, int hs);
+// qkv (N, 3C) rounded into that layout, out (3 * NH, N, C / NH).
+void round_qkv_by_heads(Bf16* out, const float* qkv, int N, int C, int NH);
 void attention_forward_bf16(float* out, float* lse, const AttentionBf16Scratch& scratch,
-                            const float* qkv, int B, int T, int C, int NH,
+                            const Bf16* qkv, int B, int T, int C, int NH,
                             const DropoutMask& dropout = {},
                             std::span<const std::int32_t> first_keys = {});
 void attention_backward_bf16(float* dqkv, const AttentionBf16Scratch& scratch, const float* dout,
-                             const float* out, const float* lse, const float* qkv, int B, int T,
+                             const float* out, const float* lse, const Bf16* qkv, int B, int T,
                              int C, int NH, const DropoutMask& dropout = {},
                              std::span<const std::int32_t> first_keys = {});
 

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -98,18 +99,32 @@ enum class Layout { Nt, Nn, Tn };
 // The operands' type: bf16 into fp32, or int8 into int32 (prompt products with int8 weights).
 enum class Operands { Bf16, Int8 };
 
+// What a product does besides C = A op B (beta 0, fp32 results): one at most of accumulating
+// into C, adding a bias row, scaling by alpha; and results rounded to bf16 instead of fp32.
+struct ProductExtras {
+    bool accumulate = false;
+    bool bias = false;
+    float alpha = 1.0f;
+    bool rounded = false;
+    friend bool operator==(const ProductExtras&, const ProductExtras&) = default;
+};
+
 // Everything that makes two products need different primitives.
 struct ProductShape {
     Layout layout;
     int M, N, K, lda, ldb, ldc;
-    bool accumulate;
+    ProductExtras extras;
     Operands operands = Operands::Bf16;
     friend bool operator==(const ProductShape&, const ProductShape&) = default;
 };
 struct ProductShapeHash {
     std::size_t operator()(const ProductShape& s) const {
-        std::size_t h = (static_cast<std::size_t>(s.layout) * 2 + (s.accumulate ? 1 : 0)) * 2 +
-                        static_cast<std::size_t>(s.operands);
+        const ProductExtras& x = s.extras;
+        std::size_t h =
+            static_cast<std::size_t>(s.layout) * 2 + static_cast<std::size_t>(s.operands);
+        for (const bool flag : {x.accumulate, x.bias, x.rounded})
+            h = h * 2 + (flag ? 1 : 0);
+        h = h * 1000003u ^ std::bit_cast<std::uint32_t>(x.alpha);
         for (const int v : {s.M, s.N, s.K, s.lda, s.ldb, s.ldc})
             h = h * 1000003u ^ static_cast<std::size_t>(v);
         return h;
@@ -118,7 +133,7 @@ struct ProductShapeHash {
 
 struct Product {
     dnnl::matmul primitive;
-    dnnl::memory a, b, c;
+    dnnl::memory a, b, c, bias;
     // The execute() arguments, built once: a call only swaps the three data pointers, so the
     // training step allocates nothing here.
     std::unordered_map<int, dnnl::memory> args;
@@ -150,16 +165,18 @@ class ThreadProducts {
         return slot ? &*slot : nullptr;
     }
 
-    void run(const Product& p, const void* a, const void* b, void* c) {
+    void run(const Product& p, const void* a, const void* b, void* c, const float* bias = nullptr) {
         p.a.set_data_handle(const_cast<void*>(a));
         p.b.set_data_handle(const_cast<void*>(b));
         p.c.set_data_handle(c);
+        if (bias != nullptr) p.bias.set_data_handle(const_cast<float*>(bias));
         p.primitive.execute(stream_, p.args);
         stream_.wait();
     }
 
     std::vector<float>& scratch_a() { return scratch_a_; }
     std::vector<float>& scratch_b() { return scratch_b_; }
+    std::vector<float>& scratch_c() { return scratch_c_; }
 
   private:
     std::unique_ptr<Product> create(const ProductShape& s) {
@@ -171,14 +188,19 @@ class ThreadProducts {
         const dt operand = int8 ? dt::s8 : dt::bf16;
         const dnnl::memory::desc a_md({s.M, s.K}, operand, a_strides);
         const dnnl::memory::desc b_md({s.K, s.N}, operand, b_strides);
-        const dnnl::memory::desc c_md({s.M, s.N}, int8 ? dt::s32 : dt::f32, dims{s.ldc, 1});
+        const dt result = int8 ? dt::s32 : s.extras.rounded ? dt::bf16 : dt::f32;
+        const dnnl::memory::desc c_md({s.M, s.N}, result, dims{s.ldc, 1});
         dnnl::primitive_attr attr;
-        if (s.accumulate) {
+        if (s.extras.accumulate) {
             dnnl::post_ops ops;
             ops.append_sum(1.0f);
             attr.set_post_ops(ops);
         }
-        const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
+        if (s.extras.alpha != 1.0f) attr.set_output_scales(0, {s.extras.alpha});
+        const dnnl::memory::desc bias_md({1, s.N}, dt::f32, dims{s.N, 1});
+        const auto desc = s.extras.bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
+                                        : dnnl::matmul::desc(a_md, b_md, c_md);
+        const dnnl::matmul::primitive_desc pd(desc, attr, engine_);
         auto product = std::make_unique<Product>();
         product->primitive = dnnl::matmul(pd);
         product->a = dnnl::memory(a_md, engine_, DNNL_MEMORY_NONE);
@@ -186,13 +208,17 @@ class ThreadProducts {
         product->c = dnnl::memory(c_md, engine_, DNNL_MEMORY_NONE);
         product->args = {
             {DNNL_ARG_SRC, product->a}, {DNNL_ARG_WEIGHTS, product->b}, {DNNL_ARG_DST, product->c}};
+        if (s.extras.bias) {
+            product->bias = dnnl::memory(bias_md, engine_, DNNL_MEMORY_NONE);
+            product->args.emplace(DNNL_ARG_BIAS, product->bias);
+        }
         return product;
     }
 
     dnnl::engine engine_;
     dnnl::stream stream_;
     std::unordered_map<ProductShape, std::unique_ptr<Product>, ProductShapeHash> products_;
-    std::vector<float> scratch_a_, scratch_b_;
+    std::vector<float> scratch_a_, scratch_b_, scratch_c_;
 };
 
 ThreadProducts& thread_products() {
@@ -211,50 +237,100 @@ const float* widen(std::vector<float>& out, const Bf16* in, int rows, int cols, 
     return out.data();
 }
 
+// C = A op B with `extras`; C is bf16 when extras.rounded, else fp32; bias (extras.bias) has N
+// values.
 void product(Layout layout, int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb,
-             float beta, float* C, int ldc) {
+             const ProductExtras& extras, void* C, int ldc, const float* bias = nullptr) {
     if (M <= 0 || N <= 0) return;
     ThreadProducts& products = thread_products();
-    const bool accumulate = beta != 0.0f;
     if (K > 0 && bf16_backend() != Bf16Backend::Fp32Emulated) {
-        const ProductShape shape{layout, M, N, K, lda, ldb, ldc, accumulate};
+        const ProductShape shape{layout, M, N, K, lda, ldb, ldc, extras};
         if (const Product* p = products.find_or_create(shape)) {
-            products.run(*p, A, B, C);
+            products.run(*p, A, B, C, bias);
             return;
         }
     }
-    // Emulation: the operands' stored rows widened to fp32, then the fp32 GEMM.
+    // Emulation: the operands' stored rows widened to fp32, then the fp32 GEMM (into fp32
+    // scratch first when the results are rounded), the bias added after the product as oneDNN adds
+    // it.
     const int a_rows = layout == Layout::Tn ? K : M, a_cols = layout == Layout::Tn ? M : K;
     const int b_rows = layout == Layout::Nt ? N : K, b_cols = layout == Layout::Nt ? K : N;
     const float* a = widen(products.scratch_a(), A, a_rows, a_cols, lda);
     const float* b = widen(products.scratch_b(), B, b_rows, b_cols, ldb);
+    float* c = static_cast<float*>(C);
+    int ldf = ldc;
+    if (extras.rounded) {
+        products.scratch_c().resize(static_cast<std::size_t>(M) * static_cast<std::size_t>(N));
+        c = products.scratch_c().data();
+        ldf = N;
+    }
+    const float beta = extras.accumulate ? 1.0f : 0.0f;
     switch (layout) {
         case Layout::Nt:
-            gemm_nt(M, N, K, 1.0f, a, lda, b, ldb, beta, C, ldc);
+            gemm_nt(M, N, K, extras.alpha, a, lda, b, ldb, beta, c, ldf);
             break;
         case Layout::Nn:
-            gemm_nn(M, N, K, 1.0f, a, lda, b, ldb, beta, C, ldc);
+            gemm_nn(M, N, K, extras.alpha, a, lda, b, ldb, beta, c, ldf);
             break;
         case Layout::Tn:
-            gemm_tn(M, N, K, 1.0f, a, lda, b, ldb, beta, C, ldc);
+            gemm_tn(M, N, K, extras.alpha, a, lda, b, ldb, beta, c, ldf);
             break;
     }
+    for (int i = 0; i < M; ++i) {
+        float* row = c + static_cast<long>(i) * ldf;
+        if (bias != nullptr) {
+            for (int j = 0; j < N; ++j)
+                row[j] += bias[j];
+        }
+        if (extras.rounded) {
+            convert_to_bf16(static_cast<Bf16*>(C) + static_cast<long>(i) * ldc, row,
+                            static_cast<std::size_t>(N));
+        }
+    }
+}
+
+ProductExtras beta_extras(float beta) {
+    ProductExtras extras;
+    extras.accumulate = beta != 0.0f;
+    return extras;
 }
 }  // namespace
 
 void gemm_bf16_nt(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
                   float* C, int ldc) {
-    product(Layout::Nt, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    product(Layout::Nt, M, N, K, A, lda, B, ldb, beta_extras(beta), C, ldc);
 }
 
 void gemm_bf16_nn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
                   float* C, int ldc) {
-    product(Layout::Nn, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    product(Layout::Nn, M, N, K, A, lda, B, ldb, beta_extras(beta), C, ldc);
 }
 
 void gemm_bf16_tn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
                   float* C, int ldc) {
-    product(Layout::Tn, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    product(Layout::Tn, M, N, K, A, lda, B, ldb, beta_extras(beta), C, ldc);
+}
+
+void gemm_bf16_nt_bias(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb,
+                       const float* bias, float* C, int ldc) {
+    ProductExtras extras;
+    extras.bias = bias != nullptr;
+    product(Layout::Nt, M, N, K, A, lda, B, ldb, extras, C, ldc, bias);
+}
+
+void gemm_bf16_nt_bias_rounded(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb,
+                               const float* bias, Bf16* C, int ldc) {
+    ProductExtras extras;
+    extras.bias = bias != nullptr;
+    extras.rounded = true;
+    product(Layout::Nt, M, N, K, A, lda, B, ldb, extras, C, ldc, bias);
+}
+
+void gemm_bf16_nt_scaled(int M, int N, int K, float alpha, const Bf16* A, int lda, const Bf16* B,
+                         int ldb, float* C, int ldc) {
+    ProductExtras extras;
+    extras.alpha = alpha;
+    product(Layout::Nt, M, N, K, A, lda, B, ldb, extras, C, ldc);
 }
 
 void gemm_s8_nt(int M, int N, int K, const std::int8_t* A, int lda, const std::int8_t* B, int ldb,
@@ -262,7 +338,7 @@ void gemm_s8_nt(int M, int N, int K, const std::int8_t* A, int lda, const std::i
     if (M <= 0 || N <= 0) return;
     if (K > 0 && bf16_backend() != Bf16Backend::Fp32Emulated) {
         ThreadProducts& products = thread_products();
-        const ProductShape shape{Layout::Nt, M, N, K, lda, ldb, ldc, false, Operands::Int8};
+        const ProductShape shape{Layout::Nt, M, N, K, lda, ldb, ldc, {}, Operands::Int8};
         if (const Product* p = products.find_or_create(shape)) {
             products.run(*p, A, B, C);
             return;

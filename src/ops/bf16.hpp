@@ -53,6 +53,17 @@ void gemm_bf16_nn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, in
 // C(M,N) = A(K,M)^T * B(K,N) + beta * C
 void gemm_bf16_tn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb, float beta,
                   float* C, int ldc);
+// C(M,N) = A(M,K) * B(N,K)^T + bias (N values, one per column; may be null): the bias added to each
+// fp32 result, so the product writes C once instead of reading back a bias written first.
+void gemm_bf16_nt_bias(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb,
+                       const float* bias, float* C, int ldc);
+// The same with the results rounded to bf16 as to_bf16 rounds them (oneDNN's conversion; it
+// flushes fp32 denormals, below 1.2e-38, to zero): for results that only ever enter products.
+void gemm_bf16_nt_bias_rounded(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb,
+                               const float* bias, Bf16* C, int ldc);
+// C(M,N) = alpha * (A(M,K) * B(N,K)^T)
+void gemm_bf16_nt_scaled(int M, int N, int K, float alpha, const Bf16* A, int lda, const Bf16* B,
+                         int ldb, float* C, int ldc);
 
 // C(M,N) = A(M,K) * B(N,K)^T over int8 operands, exact in int32 (|C| < 2^31 needs K < 2^17):
 // oneDNN's int8 matmul (AMX-INT8 or AVX512-VNNI), or a plain loop where it has none or

@@ -155,6 +155,10 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 void matmul_forward_bf16(float* out, const float* residual, const float* inp, Bf16* inp_bf16,
                          const Bf16* weight, const float* bias, int N, int C, int OC) {
     convert_to_bf16(inp_bf16, inp, static_cast<std::size_t>(N) * C);
+    if (residual == nullptr && bias != nullptr) {  // oneDNN adds the bias: out written once
+        gemm_bf16_nt_bias(N, OC, C, inp_bf16, C, weight, C, bias, out, OC);
+        return;
+    }
     if (residual != nullptr) {
         for (int n = 0; n < N; ++n) {
             float* o = out + static_cast<long>(n) * OC;
@@ -167,6 +171,17 @@ void matmul_forward_bf16(float* out, const float* residual, const float* inp, Bf
     }
     const float beta = residual != nullptr || bias != nullptr ? 1.0f : 0.0f;
     gemm_bf16_nt(N, OC, C, inp_bf16, C, weight, C, beta, out, OC);
+}
+
+void matmul_forward_bf16_by_blocks(Bf16* out, const float* inp, Bf16* inp_bf16, const Bf16* weight,
+                                   const float* bias, int N, int C, int OC, int block) {
+    convert_to_bf16(inp_bf16, inp, static_cast<std::size_t>(N) * C);
+    for (int j = 0; j < OC / block; ++j) {
+        gemm_bf16_nt_bias_rounded(N, block, C, inp_bf16, C,
+                                  weight + static_cast<long>(j) * block * C, C,
+                                  bias != nullptr ? bias + static_cast<long>(j) * block : nullptr,
+                                  out + static_cast<long>(j) * N * block, block);
+    }
 }
 
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,

@@ -46,6 +46,10 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // and `bias` may be null; out = residual + bias + inp @ weight^T.
 void matmul_forward_bf16(float* out, const float* residual, const float* inp, Bf16* inp_bf16,
                          const Bf16* weight, const float* bias, int N, int C, int OC);
+// out = bias + inp @ weight^T rounded to bf16, for results that only enter bf16 products, by
+// blocks of `block` output columns (OC a multiple): out (OC / block, N, block), each block dense.
+void matmul_forward_bf16_by_blocks(Bf16* out, const float* inp, Bf16* inp_bf16, const Bf16* weight,
+                                   const float* bias, int N, int C, int OC, int block);
 // As matmul_backward, with dout and inp rounded into the scratch arrays (N*OC and N*C bf16; for
 // dweight both transposed).
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
