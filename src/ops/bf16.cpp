@@ -251,8 +251,8 @@ void product(Layout layout, int M, int N, int K, const Bf16* A, int lda, const B
         }
     }
     // Emulation: the operands' stored rows widened to fp32, then the fp32 GEMM (into fp32
-    // scratch first when the results are rounded), the bias added after the product as oneDNN adds
-    // it.
+    // scratch first when the results are rounded); a bias is written first and accumulated onto,
+    // as the fp32 path adds it.
     const int a_rows = layout == Layout::Tn ? K : M, a_cols = layout == Layout::Tn ? M : K;
     const int b_rows = layout == Layout::Nt ? N : K, b_cols = layout == Layout::Nt ? K : N;
     const float* a = widen(products.scratch_a(), A, a_rows, a_cols, lda);
@@ -264,7 +264,11 @@ void product(Layout layout, int M, int N, int K, const Bf16* A, int lda, const B
         c = products.scratch_c().data();
         ldf = N;
     }
-    const float beta = extras.accumulate ? 1.0f : 0.0f;
+    if (bias != nullptr) {
+        for (int i = 0; i < M; ++i)
+            std::copy(bias, bias + N, c + static_cast<long>(i) * ldf);
+    }
+    const float beta = extras.accumulate || bias != nullptr ? 1.0f : 0.0f;
     switch (layout) {
         case Layout::Nt:
             gemm_nt(M, N, K, extras.alpha, a, lda, b, ldb, beta, c, ldf);
@@ -276,15 +280,10 @@ void product(Layout layout, int M, int N, int K, const Bf16* A, int lda, const B
             gemm_tn(M, N, K, extras.alpha, a, lda, b, ldb, beta, c, ldf);
             break;
     }
-    for (int i = 0; i < M; ++i) {
-        float* row = c + static_cast<long>(i) * ldf;
-        if (bias != nullptr) {
-            for (int j = 0; j < N; ++j)
-                row[j] += bias[j];
-        }
-        if (extras.rounded) {
-            convert_to_bf16(static_cast<Bf16*>(C) + static_cast<long>(i) * ldc, row,
-                            static_cast<std::size_t>(N));
+    if (extras.rounded) {
+        for (int i = 0; i < M; ++i) {
+            convert_to_bf16(static_cast<Bf16*>(C) + static_cast<long>(i) * ldc,
+                            c + static_cast<long>(i) * ldf, static_cast<std::size_t>(N));
         }
     }
 }
