@@ -23,39 +23,16 @@ long head_columns(int b, int h, int T, int C, int NH, int parts) {
     return static_cast<long>(b) * T * parts * C + static_cast<long>(h) * (C / NH);
 }
 
-// Lanes of the row reductions below: element j goes to lane j % kLanes and the lanes combine in a
-// fixed order, so the compiler can vectorise them (a single running sum cannot be reordered) and
-// every CPU gets the same result.
-constexpr int kLanes = 16;
-
-template <typename Combine>
-float reduce_lanes(const float* x, int n, float init, Combine combine) {
-    float lane[kLanes];
-    std::fill(lane, lane + kLanes, init);
-    int j = 0;
-    for (; j + kLanes <= n; j += kLanes) {
-        for (int l = 0; l < kLanes; ++l)
-            lane[l] = combine(lane[l], x[j + l]);
-    }
-    for (int l = 0; j + l < n; ++l)
-        lane[l] = combine(lane[l], x[j + l]);
-    float result = lane[0];
-    for (int l = 1; l < kLanes; ++l)
-        result = combine(result, lane[l]);
-    return result;
-}
-
 // Forward: a row of scores becomes its softmax over the keys it sees, [first, visible), zeros in
 // [0, first) and [visible, end); returns the row's log-sum-exp over those keys. One pass of exp,
 // as a plain softmax takes. first is 0 without document masking.
 float softmax_row(float* row, int first, int visible, int end) {
     float* const seen = row + first;
     const int n = visible - first;
-    const float maxv =
-        reduce_lanes(seen, n, seen[0], [](float a, float b) { return std::max(a, b); });
+    const float maxv = lane_max(seen, n);
     for (int j = 0; j < n; ++j)
         seen[j] = vexp(seen[j] - maxv);
-    const float sum = reduce_lanes(seen, n, 0.0f, [](float a, float b) { return a + b; });
+    const float sum = lane_sum(n, [seen](int j) { return seen[j]; });
     const float inv = 1.0f / sum;
     for (int j = 0; j < n; ++j)
         seen[j] *= inv;

@@ -1,7 +1,6 @@
 #include "ops/lm_head.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 
 #include "ops/vector_math.hpp"
@@ -9,23 +8,6 @@
 namespace gpt2 {
 
 namespace {
-// The row maxima in lanes, as vector_math's sums: the loop vectorises, every CPU the same result.
-float row_max(const float* x, int n) {
-    std::array<float, kLanes> lane;
-    lane.fill(x[0]);
-    int j = 0;
-    for (; j + kLanes <= n; j += kLanes) {
-        for (int l = 0; l < kLanes; ++l)
-            lane[l] = std::max(lane[l], x[j + l]);
-    }
-    for (int l = 0; j + l < n; ++l)
-        lane[l] = std::max(lane[l], x[j + l]);
-    float result = lane[0];
-    for (int l = 1; l < kLanes; ++l)
-        result = std::max(result, lane[l]);
-    return result;
-}
-
 float row_exp_sum(const float* x, int n, float shift) {
     return lane_sum(n, [x, shift](int j) { return vexp(x[j] - shift); });
 }
@@ -56,7 +38,7 @@ void logits_and_losses(float* losses, const float* inp, const Bf16* wte,
         if (blk.valid == 0) continue;
         for (int r = 0; r < R; ++r) {
             const float* row = logits + static_cast<long>(r) * blk.width;
-            const float m = row_max(row, blk.valid);
+            const float m = lane_max(row, blk.valid);
             const float e = row_exp_sum(row, blk.valid, m);
             if (v0 == 0) {
                 maximum[r] = m;

@@ -1,6 +1,6 @@
-// exp, tanh, log-sum-exp and row sums in forms the compiler vectorises (libm's are a call per
-// element, a running sum a chain of dependent adds), shared by the kernels of ops/ so that a value
-// recomputed in backward is bitwise the forward's.
+// exp, tanh, log-sum-exp and row reductions (sums, maxima) in forms the compiler vectorises
+// (libm's are a call per element, a running sum a chain of dependent adds), shared by the kernels
+// of ops/ so that a value recomputed in backward is bitwise the forward's.
 #pragma once
 
 #include <algorithm>
@@ -33,9 +33,9 @@ inline float vtanh(float u) {
     return 1.0f - 2.0f / (1.0f + vexp(2.0f * u));
 }
 
-// Row reductions in lanes: term i goes to lane i % kLanes and the lanes are added in a fixed
+// Row reductions in lanes: term i goes to lane i % kLanes and the lanes are combined in a fixed
 // order, so the loop vectorises (a single running sum is a chain of dependent adds) and every CPU
-// and vector width adds in the same order.
+// and vector width combines in the same order.
 inline constexpr int kLanes = 16;
 
 inline float add_lanes(const std::array<float, kLanes>& lanes) {
@@ -45,18 +45,34 @@ inline float add_lanes(const std::array<float, kLanes>& lanes) {
     return result;
 }
 
-// The sum of term(i) over i in [0, n), in lanes.
-template <class Term>
-inline float lane_sum(int n, Term term) {
-    std::array<float, kLanes> lanes{};
+// combine() of term(i) over i in [0, n), in lanes that each start at init.
+template <class Term, class Combine>
+inline float reduce_lanes(int n, float init, Term term, Combine combine) {
+    std::array<float, kLanes> lanes;
+    lanes.fill(init);
     int i = 0;
     for (; i + kLanes <= n; i += kLanes) {
         for (int l = 0; l < kLanes; ++l)
-            lanes[l] += term(i + l);
+            lanes[l] = combine(lanes[l], term(i + l));
     }
     for (int l = 0; i + l < n; ++l)
-        lanes[l] += term(i + l);
-    return add_lanes(lanes);
+        lanes[l] = combine(lanes[l], term(i + l));
+    float result = lanes[0];
+    for (int l = 1; l < kLanes; ++l)
+        result = combine(result, lanes[l]);
+    return result;
+}
+
+// The sum of term(i) over i in [0, n), in lanes.
+template <class Term>
+inline float lane_sum(int n, Term term) {
+    return reduce_lanes(n, 0.0f, term, [](float a, float b) { return a + b; });
+}
+
+// The largest of x[0, n), n >= 1, in lanes.
+inline float lane_max(const float* x, int n) {
+    return reduce_lanes(
+        n, x[0], [x](int i) { return x[i]; }, [](float a, float b) { return std::max(a, b); });
 }
 
 // log(sum(exp(row[j]))) over the first n entries, the maximum taken out first: a softmax's
