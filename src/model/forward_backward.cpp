@@ -117,28 +117,29 @@ class PrecisionMatmul {
         matmul_backward(dinp, dwte, nullptr, logits, inp, wte, R, C, Vp);
     }
 
-    // qkv: the layer's activations (qkv or, where attention runs in bf16, qkv_bf16).
-    void attention_forward(float* out, float* lse, const LayerActs& qkv, int B, int T, int C,
+    // Attention over the layer's q, k and v: acts.qkv or, where attention runs in bf16,
+    // acts.qkv_bf16.
+    void attention_forward(float* out, float* lse, const LayerActs& acts, int B, int T, int C,
                            int NH, const DropoutMask& dropout,
                            std::span<const std::int32_t> first_keys) const {
         if (bf16_attention_) {
-            attention_forward_bf16(out, lse, attention_scratch(), qkv.qkv_bf16, B, T, C, NH,
+            attention_forward_bf16(out, lse, attention_scratch(), acts.qkv_bf16, B, T, C, NH,
                                    dropout, first_keys);
         } else {
-            gpt2::attention_forward(out, lse, ctx_.scratch.attention, qkv.qkv, B, T, C, NH, dropout,
-                                    first_keys);
+            gpt2::attention_forward(out, lse, ctx_.scratch.attention, acts.qkv, B, T, C, NH,
+                                    dropout, first_keys);
         }
     }
     void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse,
-                            const LayerActs& qkv, int B, int T, int C, int NH,
+                            const LayerActs& acts, int B, int T, int C, int NH,
                             const DropoutMask& dropout,
                             std::span<const std::int32_t> first_keys) const {
         if (bf16_attention_) {
-            attention_backward_bf16(dqkv, attention_scratch(), dout, out, lse, qkv.qkv_bf16, B, T,
+            attention_backward_bf16(dqkv, attention_scratch(), dout, out, lse, acts.qkv_bf16, B, T,
                                     C, NH, dropout, first_keys);
         } else {
-            gpt2::attention_backward(dqkv, ctx_.scratch.attention, dout, out, lse, qkv.qkv, B, T, C,
-                                     NH, dropout, first_keys);
+            gpt2::attention_backward(dqkv, ctx_.scratch.attention, dout, out, lse, acts.qkv, B, T,
+                                     C, NH, dropout, first_keys);
         }
     }
 

@@ -57,8 +57,9 @@ void gemm_bf16_tn(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, in
 // fp32 result, so the product writes C once instead of reading back a bias written first.
 void gemm_bf16_nt_bias(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb,
                        const float* bias, float* C, int ldc);
-// The same with the results rounded to bf16 as to_bf16 rounds them (oneDNN's conversion; it
-// flushes fp32 denormals, below 1.2e-38, to zero): for results that only ever enter products.
+// The same with the results rounded to bf16 as to_bf16 rounds them, for results that only ever
+// enter products. (On AMX and AVX512_BF16 the fp32 results are already flushed to zero below
+// 1.2e-38, rounded or not: the bf16 dot-product instructions flush denormals.)
 void gemm_bf16_nt_bias_rounded(int M, int N, int K, const Bf16* A, int lda, const Bf16* B, int ldb,
                                const float* bias, Bf16* C, int ldc);
 // C(M,N) = alpha * (A(M,K) * B(N,K)^T)
