@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/checkpoint.hpp"
+#include "ops/peak_flops.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
 
@@ -155,6 +156,14 @@ TEST(Precision, Bf16WithoutAmxSaysWhatThisCoresDotProductsCanGain) {
     EXPECT_NEAR(ratio, dot / fma, 0.5 * (1.0 + dot / fma) / (fma - 0.5) + 0.005);
     const bool slower = ratio < 1.0;
     EXPECT_EQ(run.output.find("--precision fp32 trains faster") != std::string::npos, slower)
+        << run.output;
+    // Attention runs in bf16 where the CPU's bf16 dot products outrun its multiply-adds (AMD's),
+    // and the precision line says which.
+    EXPECT_NE(run.output.find(bf16_dots_outrun_fma() ? "precision bf16: products on AVX512_BF16 "
+                                                       "(oneDNN), attention in bf16"
+                                                     : "precision bf16: products on AVX512_BF16 "
+                                                       "(oneDNN), attention in fp32"),
+              std::string::npos)
         << run.output;
 }
 

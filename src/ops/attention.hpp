@@ -73,8 +73,9 @@ void attention_backward_bf16(float* dqkv, const AttentionBf16Scratch& scratch, c
                              std::span<const std::int32_t> first_keys = {});
 
 // Whether bf16 attention is faster than fp32 attention on this CPU's bf16 backend, so that bf16
-// training takes it: on AMX (measured, docs/performance.md), not where bf16 products are
-// emulated.
+// training takes it: on AMX, and on AVX512_BF16 without AMX where the bf16 dot products outrun the
+// fp32 multiply-adds (bf16_dots_outrun_fma: AMD Zen 4, not Intel's cores); not where bf16 is
+// emulated. Measured, docs/performance.md.
 [[nodiscard]] bool bf16_attention_pays();
 
 }  // namespace gpt2

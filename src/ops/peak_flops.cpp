@@ -158,4 +158,12 @@ double measure_bf16_dot_peak() {
     return 0.0;
 }
 
+bool bf16_dots_outrun_fma() {
+#if defined(__x86_64__)
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_is("amd");
+#else
+    return false;
+#endif
+}
+
 }  // namespace gpt2

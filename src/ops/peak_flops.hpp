@@ -20,4 +20,10 @@ struct FmaPeak {
 // peak bounds what bf16 matrix products without AMX can gain over fp32 on this core.
 [[nodiscard]] double measure_bf16_dot_peak();
 
+// Whether this CPU's AVX512_BF16 dot products outrun its fp32 multiply-adds: decided from the CPU,
+// not measured, so that a busy core cannot change a run's choices (and with them its bits). AMD's
+// do (Zen 4: 1.7-2.0x measured), Intel's do not (Sapphire Rapids issues vdpbf16ps at half an
+// instruction per cycle against two FMAs: 0.48x); false without AVX512_BF16.
+[[nodiscard]] bool bf16_dots_outrun_fma();
+
 }  // namespace gpt2
