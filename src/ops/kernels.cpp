@@ -187,28 +187,26 @@ void matmul_forward_bf16_by_blocks(Bf16* out, const float* inp, Bf16* inp_bf16, 
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const Bf16* weight, Bf16* dout_bf16, Bf16* inp_bf16,
                           int N, int C, int OC) {
-    if (dinp != nullptr) {
+    // Without AMX oneDNN reads a transposed first operand about as fast as a plain one
+    // (build/bench_gemm on AMD Zen 4: tn 197-209 GFLOP/s, nt 197-224), so the weight gradient
+    // takes the row-major roundings (dout's the input gradient's too): no transposed rounding, a
+    // 124M step at T=1024 3% faster there.
+    const bool row_major_dweight = dweight != nullptr && bf16_backend() == Bf16Backend::Avx512Bf16;
+    if (dinp != nullptr || row_major_dweight) {
         convert_to_bf16(dout_bf16, dout, static_cast<std::size_t>(N) * OC);
-        gemm_bf16_nn(N, C, OC, dout_bf16, OC, weight, C, 0.0f, dinp, C);
     }
-    if (dweight != nullptr) {
-        if (bf16_backend() == Bf16Backend::Avx512Bf16) {
-            // Without AMX oneDNN reads a transposed first operand about as fast as a plain one
-            // (build/bench_gemm on AMD Zen 4: tn 197-209 GFLOP/s, nt 197-224), so dweight +=
-            // dout^T @ inp takes the row-major roundings (dout's is the input gradient's): no
-            // transposed rounding, a 124M step at T=1024 3% faster there.
-            if (dinp == nullptr) convert_to_bf16(dout_bf16, dout, static_cast<std::size_t>(N) * OC);
-            convert_to_bf16(inp_bf16, inp, static_cast<std::size_t>(N) * C);
-            gemm_bf16_tn(OC, C, N, dout_bf16, OC, inp_bf16, C, 1.0f, dweight, C);
-        } else {
-            // dweight += dout^T @ inp with both operands rounded transposed (OC x N and C x N), so
-            // the product reads them as the forward reads x and W: oneDNN 2.6 runs that layout on
-            // AMX about 1.5x faster than the transposed-A one (build/bench_gemm's bf16 nt against
-            // tn). The same rounded values, so the same operands as before.
-            convert_to_bf16_transposed(dout_bf16, dout, N, OC);
-            convert_to_bf16_transposed(inp_bf16, inp, N, C);
-            gemm_bf16_nt(OC, C, N, dout_bf16, N, inp_bf16, N, 1.0f, dweight, C);
-        }
+    if (dinp != nullptr) gemm_bf16_nn(N, C, OC, dout_bf16, OC, weight, C, 0.0f, dinp, C);
+    if (row_major_dweight) {
+        convert_to_bf16(inp_bf16, inp, static_cast<std::size_t>(N) * C);
+        gemm_bf16_tn(OC, C, N, dout_bf16, OC, inp_bf16, C, 1.0f, dweight, C);
+    } else if (dweight != nullptr) {
+        // dweight += dout^T @ inp with both operands rounded transposed (OC x N and C x N), so the
+        // product reads them as the forward reads x and W: oneDNN 2.6 runs that layout on AMX
+        // about 1.5x faster than the transposed-A one (build/bench_gemm's bf16 nt against tn).
+        // The same rounded values, so the same operands as before.
+        convert_to_bf16_transposed(dout_bf16, dout, N, OC);
+        convert_to_bf16_transposed(inp_bf16, inp, N, C);
+        gemm_bf16_nt(OC, C, N, dout_bf16, N, inp_bf16, N, 1.0f, dweight, C);
     }
     if (dbias != nullptr) add_bias_columns(dbias, dout, N, OC);
 }
