@@ -14,6 +14,7 @@
 
 #include "core/utf8.hpp"
 #include "process_support.hpp"
+#include "threads/cpu_topology.hpp"
 #include "train_run_fixture.hpp"
 
 namespace gpt2 {
@@ -25,7 +26,8 @@ using test::ScratchDir;
 using test::TrainRun;
 
 TEST_F(TrainRun, MfuCountsCoresNotThreadsAndWarnsWhenOversubscribed) {
-    const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+    // Cores, not hardware threads: a core's second thread adds no FMA units.
+    const long cpus = cores_first(online_cpus()).cores;
     const int threads = static_cast<int>(cpus) + 2;
     const auto result =
         train("--threads " + std::to_string(threads) + " --batch-size " + std::to_string(threads) +
@@ -45,6 +47,31 @@ TEST_F(TrainRun, MfuCountsCoresNotThreadsAndWarnsWhenOversubscribed) {
     EXPECT_NE(measured.output.find("FMA measured on one core)"), std::string::npos)
         << measured.output;
     EXPECT_NE(result.output.find("oversubscribed"), std::string::npos) << result.output;
+}
+
+// mpirun binds each rank to one core when -np is 1 or 2: on a machine of more cores the rest idle,
+// which the start-up log says, with the fix; unbound, the rank takes every core and nothing is
+// said.
+TEST_F(TrainRun, ARankBoundToFewerCoresThanTheMachineHasIsWarnedAbout) {
+    if (available_cores() < 2) GTEST_SKIP() << "needs 2 cores to leave one idle";
+    const std::string flags = "--threads 0 --batch-size 4 --max-steps 1 --out-dir ";
+    const auto bound =
+        run_command(test::mpiexec(1, "--bind-to core") + command(flags + path("bound")));
+    ASSERT_EQ(bound.exit_code, 0) << bound.output;
+    EXPECT_NE(bound.output.find("host of rank 0: 1 rank may run on 1 of the " +
+                                std::to_string(available_cores()) + " cores its launcher has"),
+              std::string::npos)
+        << bound.output;
+    EXPECT_NE(bound.output.find("--map-by slot:PE=N"), std::string::npos) << bound.output;
+    EXPECT_NE(bound.output.find("ranks x workers 1 x 1 "), std::string::npos) << bound.output;
+    const auto unbound =
+        run_command(test::mpiexec(1, "--bind-to none") + command(flags + path("unbound")));
+    ASSERT_EQ(unbound.exit_code, 0) << unbound.output;
+    EXPECT_EQ(unbound.output.find("idle"), std::string::npos) << unbound.output;
+    EXPECT_NE(unbound.output.find("ranks x workers 1 x " +
+                                  std::to_string(std::min(available_cores(), 4)) + " "),
+              std::string::npos)
+        << unbound.output;
 }
 
 // A batch that does not divide over the workers leaves some waiting at every layer: said at

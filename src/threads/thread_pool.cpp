@@ -7,35 +7,18 @@
 #include <string>
 #include <system_error>
 
+#include "threads/cpu_topology.hpp"
+
 namespace gpt2 {
 
 namespace {
-std::vector<int> affinity_cpus() {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    std::vector<int> cpus;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-        for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-            if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-        }
-    }
-    return cpus;
-}
-
 void pin_to_cpu(pthread_t thread, int cpu) {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
     pthread_setaffinity_np(thread, sizeof(set), &set);
 }
-}  // namespace
 
-int available_cpus() {
-    const auto cpus = affinity_cpus();
-    return cpus.empty() ? 1 : static_cast<int>(cpus.size());
-}
-
-namespace {
 // Checked before any member is sized from it.
 int checked_worker_count(int num_workers) {
     if (num_workers < 1) {
@@ -49,7 +32,8 @@ int checked_worker_count(int num_workers) {
 ThreadPool::ThreadPool(int num_workers, bool pin)
     : num_workers_(checked_worker_count(num_workers)),
       errors_(static_cast<std::size_t>(num_workers)) {
-    const std::vector<int> cpus = pin ? affinity_cpus() : std::vector<int>{};
+    // One CPU of every core before any core's second hardware thread.
+    const std::vector<int> cpus = pin ? cores_first(affinity_cpus()).cpus : std::vector<int>{};
     if (pin && !cpus.empty()) pin_to_cpu(pthread_self(), cpus[0]);
     threads_.reserve(static_cast<std::size_t>(num_workers - 1));
     try {

@@ -13,12 +13,10 @@
 
 namespace gpt2 {
 
-// CPUs this process may run on (sched_getaffinity): under mpirun --bind-to core that is 1.
-[[nodiscard]] int available_cpus();
-
 class ThreadPool {
   public:
-    // pin: bind worker i to the i-th CPU of the process's affinity mask.
+    // pin: bind worker i to the i-th CPU of the process's affinity mask, one CPU of every core
+    // first (cores_first).
     explicit ThreadPool(int num_workers, bool pin = false);
     ~ThreadPool();
     ThreadPool(const ThreadPool&) = delete;

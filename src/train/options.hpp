@@ -110,7 +110,7 @@ struct TrainOptions {
 
     // Worker threads and ranks: how a step is divided and how the gradient travels.
     struct Parallel {
-        int threads = 0;  // worker threads per rank; 0: the CPUs in this process's affinity mask
+        int threads = 0;  // worker threads per rank; 0: one per core in the affinity mask
         bool pin_threads = false;
         // MiB of gradient (with shared memory across machines: of each rank's slice) per
         // allreduce bucket, sent while backward runs (0: one allreduce, or ZeRO-1's

@@ -17,6 +17,7 @@
 #include "parallel/model_broadcast.hpp"
 #include "parallel/shared_replica.hpp"
 #include "parallel/zero.hpp"
+#include "threads/cpu_topology.hpp"
 #include "threads/thread_pool.hpp"
 #include "train/log_lines.hpp"
 #include "train/text_format.hpp"
@@ -128,7 +129,7 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
     std::int32_t have_weights = comm.is_root() && start.model && !start.base_from_seed ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&have_weights, 1));
     const int workers = o.parallel.threads > 0 ? o.parallel.threads
-                                               : std::min(available_cpus(), o.batch.batch_size);
+                                               : std::min(available_cores(), o.batch.batch_size);
     const MachineGroups& machines = *exchange.machines;
     // Who holds how much of the AdamW moments (a failed share falls back to the same slices).
     const int moment_parts = exchange.share_memory  ? machines.machine.size()

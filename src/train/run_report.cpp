@@ -16,7 +16,7 @@
 #include "core/error.hpp"
 #include "core/file_io.hpp"
 #include "ops/peak_flops.hpp"
-#include "threads/thread_pool.hpp"
+#include "threads/cpu_topology.hpp"
 
 namespace gpt2 {
 
@@ -56,16 +56,33 @@ int cores_in_use(const Communicator& comm, int workers) {
     const std::string_view name(host.data());
     const std::uint64_t host_id =
         checksum64(std::span(reinterpret_cast<const std::uint8_t*>(name.data()), name.size()));
-    const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+    const std::vector<int> mask = affinity_cpus();
+    const auto gather = [&](std::size_t value) {
+        return comm.allgather(static_cast<std::uint64_t>(value));
+    };
     const auto hosts = comm.allgather(host_id);
-    const auto host_cpus = comm.allgather(static_cast<std::uint64_t>(online > 0 ? online : 1));
-    const auto rank_workers = comm.allgather(static_cast<std::uint64_t>(workers));
-    const auto rank_cpus = comm.allgather(static_cast<std::uint64_t>(available_cpus()));
-    std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> per_host;  // workers, cpus
+    const auto host_cores = gather(static_cast<std::size_t>(cores_first(online_cpus()).cores));
+    const auto rank_workers = gather(static_cast<std::size_t>(workers));
+    const auto rank_cpus = gather(std::max<std::size_t>(mask.size(), 1));
+    const auto rank_cores = gather(static_cast<std::size_t>(std::max(cores_first(mask).cores, 1)));
+    // The cores of the launcher (mpirun, orted, a shell): what a rank's binding chose from.
+    const auto launcher_cores =
+        gather(static_cast<std::size_t>(cores_first(parent_affinity_cpus()).cores));
+    struct Host {
+        int first_rank = 0, ranks = 0;
+        std::uint64_t workers = 0, cores = 0, bound_cores = 0, busy_cores = 0, launcher_cores = 0;
+    };
+    std::map<std::uint64_t, Host> per_host;
     for (std::size_t r = 0; r < hosts.size(); ++r) {
-        auto& [w, c] = per_host[hosts[r]];
-        w += rank_workers[r];
-        c = host_cpus[r];
+        auto [it, first] = per_host.try_emplace(hosts[r]);
+        Host& h = it->second;
+        if (first) h.first_rank = static_cast<int>(r);
+        h.ranks += 1;
+        h.workers += rank_workers[r];
+        h.cores = host_cores[r];
+        h.bound_cores += rank_cores[r];
+        h.busy_cores += std::min(rank_workers[r], rank_cores[r]);
+        h.launcher_cores = std::max(h.launcher_cores, launcher_cores[r]);
         if (comm.is_root() && rank_workers[r] > rank_cpus[r]) {
             spdlog::warn(
                 "rank {}: {} worker threads but only {} CPUs in its affinity mask: "
@@ -74,15 +91,26 @@ int cores_in_use(const Communicator& comm, int workers) {
         }
     }
     std::uint64_t cores = 0;
-    for (const auto& [id, load] : per_host) {
-        const auto [w, c] = load;
-        if (comm.is_root() && w > c && comm.size() > 1) {
+    for (const auto& [id, h] : per_host) {
+        if (comm.is_root() && h.workers > h.cores && comm.size() > 1) {
             spdlog::warn(
-                "{} worker threads over the ranks of one host with {} CPUs: "
+                "{} worker threads over the ranks of one host with {} cores: "
                 "oversubscribed, steps will be slower",
-                w, c);
+                h.workers, h.cores);
         }
-        cores += std::min(w, c);
+        // mpirun binds each rank to one core when -np is 1 or 2: on a many-core host, most of it
+        // idles unless told otherwise, and nothing else would say so.
+        if (comm.is_root() && h.bound_cores < h.launcher_cores && h.busy_cores < h.launcher_cores) {
+            const bool one = h.ranks == 1;
+            spdlog::warn(
+                "host of rank {}: {} rank{} may run on {} of the {} cores {} launcher has (CPU "
+                "affinity mask{}: mpirun binds each rank to one core when -np is 1 or 2), leaving "
+                "{} idle: give each rank its cores with mpirun --map-by slot:PE=N (N cores per "
+                "rank) or --bind-to none",
+                h.first_rank, h.ranks, one ? "" : "s", h.bound_cores, h.launcher_cores,
+                one ? "its" : "their", one ? "" : "s", h.launcher_cores - h.busy_cores);
+        }
+        cores += std::min(h.workers, h.cores);
     }
     return static_cast<int>(std::max<std::uint64_t>(cores, 1));
 }

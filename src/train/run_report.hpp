@@ -21,7 +21,8 @@ namespace gpt2 {
                                       int workers);
 
 // The CPU cores the job's workers can actually use (for MFU): per host, the workers of all its
-// ranks, capped at the host's CPUs. Warns (on rank 0) when workers outnumber CPUs. Collective.
+// ranks, capped at the host's cores. Warns (on rank 0) when workers outnumber CPUs, and when the
+// ranks' affinity masks leave cores of their launcher's idle (mpirun's binding). Collective.
 [[nodiscard]] int cores_in_use(const Communicator& comm, int workers);
 
 // Now in UTC, ISO 8601 to the second.

@@ -31,6 +31,7 @@
 #include "ops/gemm.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/model_broadcast.hpp"
+#include "threads/cpu_topology.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace {
@@ -195,7 +196,7 @@ Shared share(const Options& o, const gpt2::Communicator& comm) {
 // the cores are busy with other work), so small models default to one thread.
 int default_threads(const gpt2::Model& model) {
     constexpr std::size_t kParallelParams = std::size_t{16} << 20;
-    return model.layout.total() >= kParallelParams ? gpt2::available_cpus() : 1;
+    return model.layout.total() >= kParallelParams ? gpt2::available_cores() : 1;
 }
 
 int run(const Options& o, const gpt2::Communicator& world) {

@@ -65,7 +65,7 @@ void add_model_flags(CLI::App& app, Options& o) {
         ->type_name("NAME");
     app.add_option(
            "--threads", o.threads,
-           "worker threads per rank (0: the CPUs available, 1 for models under 16M parameters)")
+           "worker threads per rank (0: one per core available, 1 for models under 16M parameters)")
         ->check(app::at_least(0));
     app.add_option("--tokenizer", o.tokenizer,
                    "for a model file without a tokenizer: gpt2 (from --tokenizer-dir), or char | "

@@ -17,6 +17,7 @@
 #include "data/prepare/corpus_split.hpp"
 #include "data/prepare/shard_stream.hpp"
 #include "data/prepare/shard_writer.hpp"
+#include "threads/cpu_topology.hpp"
 #include "threads/thread_pool.hpp"
 #include "tokenizer/tokenizer.hpp"
 

@@ -347,7 +347,7 @@ void add_machine_flags(CLI::Option_group* run, TrainOptions& o, std::string& pre
                        std::string& bucket_mb, std::string& share_memory, std::string& recompute) {
     run->add_option("--seed", o.seed, "seed for initialisation, data order and samples");
     run->add_option("--threads", o.parallel.threads,
-                    "worker threads per rank (0: CPUs in the affinity mask)")
+                    "worker threads per rank (0: one per core in the affinity mask, at most --batch-size)")
         ->check(app::at_least(0));
     run->add_flag("--pin-threads", o.parallel.pin_threads, "bind each worker thread to one CPU");
     run->add_option("--bucket-mb", bucket_mb,
