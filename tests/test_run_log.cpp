@@ -74,6 +74,33 @@ TEST_F(TrainRun, ARankBoundToFewerCoresThanTheMachineHasIsWarnedAbout) {
         << unbound.output;
 }
 
+// By default one worker per core, but a worker takes whole sequences: a batch smaller than the
+// cores leaves some idle, which is said with the batch that uses them; a batch of the cores is not.
+TEST_F(TrainRun, ABatchSmallerThanTheCoresIsWarnedAbout) {
+    const int cores = available_cores();
+    if (cores < 2) GTEST_SKIP() << "needs 2 cores to leave one idle";
+    const auto small = train("--threads 0 --batch-size 1 --max-steps 1 --out-dir " + path("small"));
+    ASSERT_EQ(small.exit_code, 0) << small.output;
+    EXPECT_NE(small.output.find("batch 1 per rank gives 1 worker to the " + std::to_string(cores) +
+                                " cores this rank may run on, leaving " +
+                                std::to_string(cores - 1) + " idle"),
+              std::string::npos)
+        << small.output;
+    EXPECT_NE(small.output.find("a --batch-size of " + std::to_string(cores)), std::string::npos)
+        << small.output;
+    const auto full = train("--threads 0 --batch-size " + std::to_string(cores) +
+                            " --max-steps 1 --out-dir " + path("full"));
+    ASSERT_EQ(full.exit_code, 0) << full.output;
+    EXPECT_EQ(full.output.find("idle"), std::string::npos) << full.output;
+    EXPECT_NE(full.output.find("ranks x workers 1 x " + std::to_string(cores) + " "),
+              std::string::npos)
+        << full.output;
+    // Fewer workers asked for: the user's choice, nothing said.
+    const auto asked = train("--threads 1 --batch-size 1 --max-steps 1 --out-dir " + path("asked"));
+    ASSERT_EQ(asked.exit_code, 0) << asked.output;
+    EXPECT_EQ(asked.output.find("idle"), std::string::npos) << asked.output;
+}
+
 // A batch that does not divide over the workers leaves some waiting at every layer: said at
 // start-up, with the fix; an even split says nothing.
 TEST_F(TrainRun, AnUnevenSplitOfTheBatchOverWorkersIsWarnedAbout) {

@@ -11,6 +11,7 @@
 #include "ops/bf16.hpp"
 #include "ops/gemm.hpp"
 #include "ops/peak_flops.hpp"
+#include "threads/cpu_topology.hpp"
 #include "train/memory_plan.hpp"
 #include "train/model_shape.hpp"
 #include "train/text_format.hpp"
@@ -135,6 +136,14 @@ void TrainingLoop::log_banner() const {
             "others {}, and wait for the rest at every layer; a --batch-size that is a multiple of "
             "{} keeps them all busy",
             B_, W, fewer, B_ / W, B_ / W + 1, W);
+    }
+    // The default takes one worker per core, but a worker takes whole sequences.
+    if (const int cores = available_cores(); o_.parallel.threads == 0 && W < cores) {
+        spdlog::warn(
+            "batch {} per rank gives {} worker{} to the {} cores this rank may run on, leaving {} "
+            "idle (a worker takes whole sequences): a --batch-size of {} (or a multiple) uses "
+            "them all",
+            B_, W, W == 1 ? "" : "s", cores, cores - W, cores);
     }
     if (comm_.size() == 1 && o_.parallel.zero == 1) {
         spdlog::warn("--zero 1 with one rank: there is nothing to slice, the optimizer is whole");
