@@ -346,8 +346,9 @@ void add_progress_flags(CLI::Option_group* run, TrainOptions& o) {
 void add_machine_flags(CLI::Option_group* run, TrainOptions& o, std::string& precision,
                        std::string& bucket_mb, std::string& share_memory, std::string& recompute) {
     run->add_option("--seed", o.seed, "seed for initialisation, data order and samples");
-    run->add_option("--threads", o.parallel.threads,
-                    "worker threads per rank (0: one per core in the affinity mask, at most --batch-size)")
+    run->add_option(
+           "--threads", o.parallel.threads,
+           "worker threads per rank (0: one per core in the affinity mask, at most --batch-size)")
         ->check(app::at_least(0));
     run->add_flag("--pin-threads", o.parallel.pin_threads, "bind each worker thread to one CPU");
     run->add_option("--bucket-mb", bucket_mb,
