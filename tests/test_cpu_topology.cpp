@@ -4,8 +4,9 @@
 // CPU per core first on any machine the suite runs on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
-#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
