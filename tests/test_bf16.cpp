@@ -136,8 +136,8 @@ TEST(Bf16Gemm, MatmulBackwardMatchesAReferenceOnTheRoundedOperands) {
         for (int n = 0; n < N; ++n)
             sum += dout[n * OC + o];
         EXPECT_NEAR(dbias[o], sum, 1e-4 * (std::abs(sum) + 1.0)) << o;
-    }  // Without the input gradient (a layer whose input needs none) the weight gradient is the
-       // same,
+    }
+    // Without the input gradient (a layer whose input needs none) the weight gradient is the same,
     // bit for bit: the call rounds dout itself (its scratch here is fresh, all zeros).
     std::vector<float> dweight_alone = dweight0;
     std::vector<Bf16> fresh_dout(N * OC), fresh_inp(N * C);
