@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/utf8.hpp"
+#include "ops/gemm.hpp"
 #include "process_support.hpp"
 #include "threads/cpu_topology.hpp"
 #include "train_run_fixture.hpp"
@@ -101,6 +102,42 @@ TEST_F(TrainRun, ABatchSmallerThanTheCoresIsWarnedAbout) {
     const auto asked = train("--threads 1 --batch-size 1 --max-steps 1 --out-dir " + path("asked"));
     ASSERT_EQ(asked.exit_code, 0) << asked.output;
     EXPECT_EQ(asked.output.find("idle"), std::string::npos) << asked.output;
+}
+
+// More workers than OpenBLAS takes at once (its build's pool: past it, a crash) train on oneDNN's
+// sgemm, said at start-up, and train as two workers on OpenBLAS do: the same losses and gradient
+// norms but for float rounding in a different order (the two kernels sum the products'
+// K terms in their own orders, as do two worker counts).
+TEST_F(TrainRun, MoreWorkersThanOpenBlasTakesTrainOnOneDnnAsFewWorkersDo) {
+    const int workers = openblas_calls_at_once() + 2;
+    const std::string batch = " --batch-size " + std::to_string(workers) + " --max-steps 3";
+    const auto many = train("--threads " + std::to_string(workers) + batch + " --out-dir " +
+                            path("many") + " --metrics-file " + path("many.jsonl"));
+    ASSERT_EQ(many.exit_code, 0) << many.output;
+    EXPECT_NE(many.output.find("precision fp32: GEMM oneDNN sgemm |"), std::string::npos)
+        << many.output;
+    EXPECT_NE(many.output.find("fp32 products on oneDNN's sgemm: " + std::to_string(workers) +
+                               " workers call them at once, more than the " +
+                               std::to_string(openblas_calls_at_once()) + " OpenBLAS takes"),
+              std::string::npos)
+        << many.output;
+    EXPECT_EQ(many.output.find("NUM_THREADS exceeded"), std::string::npos) << many.output;
+    const auto few = train("--threads 2" + batch + " --out-dir " + path("few") +
+                           " --metrics-file " + path("few.jsonl"));
+    ASSERT_EQ(few.exit_code, 0) << few.output;
+    EXPECT_NE(few.output.find("precision fp32: GEMM kernels "), std::string::npos) << few.output;
+    EXPECT_EQ(few.output.find("oneDNN's sgemm"), std::string::npos) << few.output;
+    for (const char* key : {"loss", "grad_norm"}) {
+        const std::vector<double> a = test::metrics_values(path("many.jsonl"), "train", key);
+        const std::vector<double> b = test::metrics_values(path("few.jsonl"), "train", key);
+        ASSERT_EQ(a.size(), 3u) << key;
+        ASSERT_EQ(b.size(), 3u) << key;
+        // Float rounding of a 2-layer, 32-channel model's sums over 130 sequences: relative
+        // 1e-6 is a few dozen roundings of 2^-24 and far below any change of what is computed
+        // (a sequence left out moves the loss by about 1/130).
+        for (std::size_t i = 0; i < a.size(); ++i)
+            EXPECT_NEAR(a[i], b[i], 1e-6 * std::abs(b[i])) << key << " at step " << i + 1;
+    }
 }
 
 // A batch that does not divide over the workers leaves some waiting at every layer: said at

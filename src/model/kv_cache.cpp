@@ -70,6 +70,8 @@ KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_k
       barrier_(std::make_unique<WorkerBarrier>(pool.size(), kDecodeBarrierSpins)) {
     const ModelConfig& c = model.config;
     validate_config(c, "KvCacheSession");
+    // Every thread of the pool may run prompt products at once (more than OpenBLAS takes: oneDNN).
+    choose_gemm_library(pool.size());
     const auto L = static_cast<std::size_t>(c.num_layers);
     const auto C = static_cast<std::size_t>(c.channels);
     const auto maxT = static_cast<std::size_t>(c.max_seq_len);
@@ -165,7 +167,7 @@ KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_k
 KvCacheSession::~KvCacheSession() = default;
 
 std::string KvCacheSession::prompt_products_name() const {
-    const std::string fp32 = std::string("fp32 GEMM (OpenBLAS ") + gemm_kernel_name() + ")";
+    const std::string fp32 = "fp32 GEMM (" + gemm_library_name() + ")";
     if (compact_ == nullptr) return fp32;
     const std::string format(weight_format_name(compact_->format()));
     if (prompt_products_ == PromptProducts::Widened) return format + " rows widened to " + fp32;

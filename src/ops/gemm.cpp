@@ -1,26 +1,80 @@
 #include "ops/gemm.hpp"
 
 #include <cblas.h>
+#include <omp.h>
 #include <unistd.h>
 
+#include <oneapi/dnnl/dnnl.h>
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "core/error.hpp"
 
 namespace gpt2 {
 
 namespace {
-// Parallelism comes from our workers; OpenBLAS must run each call on the calling thread.
-void ensure_single_threaded() {
-    static const bool configured = [] {
+// How many threads OpenBLAS ran with when it loaded (its own, plus the caller's): one per CPU up
+// to its build's MAX_THREADS unless OPENBLAS_NUM_THREADS said otherwise. Read once, before the
+// first product sets it to run every call on the calling thread (parallelism comes from our
+// workers); the threads it started stay, asleep, each holding one buffer of its pool.
+int openblas_threads_at_load() {
+    static const int threads = [] {
+        const int started = openblas_get_num_threads();
         openblas_set_num_threads(1);
+        return started;
+    }();
+    return threads;
+}
+
+void ensure_single_threaded() {
+    (void)openblas_threads_at_load();
+}
+
+// oneDNN (Debian's build runs on OpenMP) takes its thread count from the calling thread's OpenMP
+// setting, which every thread has its own copy of: one, as for OpenBLAS.
+void ensure_onednn_single_threaded() {
+    thread_local const bool configured = [] {
+        omp_set_num_threads(1);
         return true;
     }();
     (void)configured;
+}
+
+// The process's choice. A process-wide setting because what it works around is process-wide:
+// OpenBLAS's buffer pool, shared by every thread that calls it.
+std::atomic<GemmLibrary>& library_in_use() {
+    static std::atomic<GemmLibrary> library{GemmLibrary::OpenBlas};
+    return library;
+}
+
+void onednn_sgemm(char transa, char transb, int M, int N, int K, float alpha, const float* A,
+                  int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    ensure_onednn_single_threaded();
+    const dnnl_status_t status =
+        dnnl_sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (status != dnnl_success) {
+        throw std::runtime_error("oneDNN's sgemm failed (status " +
+                                 std::to_string(static_cast<int>(status)) + ") on a " +
+                                 std::to_string(M) + "x" + std::to_string(N) + "x" +
+                                 std::to_string(K) + " product");
+    }
 }
 }  // namespace
 
 void select_gemm_kernels(char** argv) {
     if (std::getenv("GPT2_GEMM_REEXEC") != nullptr) return;  // already re-executed once
+    bool restart = false;
+    // Threads OpenBLAS started for itself are never used (each call runs on its caller) but each
+    // holds a buffer of the pool every call draws from: on a node of 64 CPUs, 63 of its 128.
+    // OpenBLAS reads OPENBLAS_NUM_THREADS only when it loads.
+    if (openblas_get_num_threads() > 1) {
+        ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+        restart = true;
+    }
     const char* wanted = std::getenv("GPT2_OPENBLAS_CORETYPE");
     if (wanted != nullptr && *wanted == '\0') wanted = nullptr;  // set but empty: the default
     if (wanted == nullptr) {
@@ -30,12 +84,14 @@ void select_gemm_kernels(char** argv) {
         const char* name = openblas_get_corename();
         const bool avx2_kernels =
             std::strcmp(name, "Haswell") == 0 || std::strcmp(name, "Zen") == 0;
-        if (!avx512 || !avx2_kernels) return;
-        wanted = "SkylakeX";
+        if (avx512 && avx2_kernels) wanted = "SkylakeX";
     }
     const char* current = std::getenv("OPENBLAS_CORETYPE");
-    if (current != nullptr && std::strcmp(current, wanted) == 0) return;
-    ::setenv("OPENBLAS_CORETYPE", wanted, 1);
+    if (wanted != nullptr && (current == nullptr || std::strcmp(current, wanted) != 0)) {
+        ::setenv("OPENBLAS_CORETYPE", wanted, 1);
+        restart = true;
+    }
+    if (!restart) return;
     ::setenv("GPT2_GEMM_REEXEC", "1", 1);
     // Through the binary's real path, so the process keeps its name (ps, top, pgrep).
     char self[4096];
@@ -49,8 +105,77 @@ const char* gemm_kernel_name() {
     return openblas_get_corename();
 }
 
+int openblas_threads_started() {
+    return openblas_threads_at_load() - 1;
+}
+
+int openblas_calls_at_once() {
+    // openblas_get_config() names the build's MAX_THREADS (MAX_CPU_NUMBER); its pool holds
+    // MAX(50, 2 * MAX_CPU_NUMBER * MAX_PARALLEL_NUMBER) buffers, MAX_PARALLEL_NUMBER 1 unless
+    // built otherwise (then the pool is larger and this bound stays safe), less one for each
+    // thread it started itself.
+    static const int calls = [] {
+        const std::string config = openblas_get_config();
+        const std::string key = "MAX_THREADS=";
+        const std::size_t at = config.find(key);
+        const int max_threads =
+            at == std::string::npos ? 0 : std::atoi(config.c_str() + at + key.size());
+        return std::max(50, 2 * max_threads) - openblas_threads_started();
+    }();
+    return calls;
+}
+
+void set_gemm_library(GemmLibrary library) {
+    library_in_use().store(library);
+}
+
+GemmLibrary gemm_library() {
+    return library_in_use().load(std::memory_order_relaxed);
+}
+
+GemmLibrary choose_gemm_library(int concurrent_callers) {
+    const int limit = openblas_calls_at_once();
+    const char* asked = std::getenv("GPT2_GEMM_LIBRARY");
+    if (asked != nullptr && *asked != '\0') {
+        if (std::strcmp(asked, "onednn") == 0) {
+            set_gemm_library(GemmLibrary::OneDnn);
+        } else if (std::strcmp(asked, "openblas") != 0) {
+            throw InputError(std::string("GPT2_GEMM_LIBRARY=") + asked +
+                             ": expected openblas or onednn");
+        } else if (concurrent_callers > limit) {
+            throw InputError("GPT2_GEMM_LIBRARY=openblas: " + std::to_string(concurrent_callers) +
+                             " threads would call OpenBLAS at once, more than the " +
+                             std::to_string(limit) +
+                             " its build takes (it crashes beyond); unset it to use oneDNN's "
+                             "sgemm, or use fewer --threads");
+        }
+        return gemm_library();
+    }
+    if (concurrent_callers > limit) set_gemm_library(GemmLibrary::OneDnn);
+    return gemm_library();
+}
+
+bool gemm_uses_avx512() {
+    if (gemm_library() == GemmLibrary::OneDnn) {
+        const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+        return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+    }
+    const char* name = gemm_kernel_name();
+    return std::strcmp(name, "SkylakeX") == 0 || std::strcmp(name, "Cooperlake") == 0 ||
+           std::strcmp(name, "SapphireRapids") == 0;
+}
+
+std::string gemm_library_name() {
+    if (gemm_library() == GemmLibrary::OneDnn) return "oneDNN sgemm";
+    return std::string("OpenBLAS ") + gemm_kernel_name();
+}
+
 void gemm_nt(int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
              float beta, float* C, int ldc) {
+    if (gemm_library() == GemmLibrary::OneDnn) {
+        onednn_sgemm('N', 'T', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     ensure_single_threaded();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
                 ldc);
@@ -58,6 +183,10 @@ void gemm_nt(int M, int N, int K, float alpha, const float* A, int lda, const fl
 
 void gemm_nn(int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
              float beta, float* C, int ldc) {
+    if (gemm_library() == GemmLibrary::OneDnn) {
+        onednn_sgemm('N', 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     ensure_single_threaded();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
                 ldc);
@@ -65,6 +194,10 @@ void gemm_nn(int M, int N, int K, float alpha, const float* A, int lda, const fl
 
 void gemm_tn(int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
              float beta, float* C, int ldc) {
+    if (gemm_library() == GemmLibrary::OneDnn) {
+        onednn_sgemm('T', 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     ensure_single_threaded();
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
                 ldc);

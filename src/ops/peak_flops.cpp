@@ -94,15 +94,10 @@ float chains_portable(long iterations) {
 
 enum class Isa { Avx512, Avx2, Portable };
 
-// The instructions OpenBLAS's kernels multiply with: AVX-512 for its SkylakeX family (which the
-// programs re-execute into on AVX-512 CPUs), AVX2 + FMA for Haswell and Zen.
+// The instructions the fp32 products multiply with (gemm_uses_avx512).
 Isa gemm_isa() {
 #if defined(__x86_64__)
-    const char* name = gemm_kernel_name();
-    const bool avx512_kernels = std::strcmp(name, "SkylakeX") == 0 ||
-                                std::strcmp(name, "Cooperlake") == 0 ||
-                                std::strcmp(name, "SapphireRapids") == 0;
-    if (avx512_kernels && __builtin_cpu_supports("avx512f")) return Isa::Avx512;
+    if (gemm_uses_avx512() && __builtin_cpu_supports("avx512f")) return Isa::Avx512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
 #endif
     return Isa::Portable;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ops/gemm.hpp"
+
 namespace gpt2 {
 
 namespace {
@@ -25,7 +27,10 @@ WorkerGroup::WorkerGroup(const ModelConfig& config, int workers, int batch_size,
       pool_(workers, pin),
       contexts_(make_contexts(config, workers, batch_size, seq_len, precision, recompute)),
       reduction_(config, contexts_, std::min(workers, batch_size), held),
-      partials_(static_cast<std::size_t>(workers)) {}
+      partials_(static_cast<std::size_t>(workers)) {
+    // Every worker calls the fp32 products at once: more than OpenBLAS takes moves them to oneDNN.
+    choose_gemm_library(workers);
+}
 
 double step_targets(const StepBatch& batch, int T) {
     return batch.trained_targets ? static_cast<double>(*batch.trained_targets)

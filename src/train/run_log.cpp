@@ -96,8 +96,20 @@ void TrainingLoop::log_precision() const {
             }
         }
     } else {
-        spdlog::info("precision fp32: GEMM kernels {} | MFU peak {:.0f} GFLOP/s ({})",
-                     gemm_kernel_name(), peak_gflops_, yardstick_.describe());
+        spdlog::info("precision fp32: GEMM {} | MFU peak {:.0f} GFLOP/s ({})",
+                     gemm_library() == GemmLibrary::OpenBlas
+                         ? fmt::format("kernels {}", gemm_kernel_name())
+                         : std::string("oneDNN sgemm"),
+                     peak_gflops_, yardstick_.describe());
+    }
+    if (gemm_library() == GemmLibrary::OneDnn) {
+        const int W = replica_.workers.size();
+        spdlog::info("fp32 products on oneDNN's sgemm: {}",
+                     W > openblas_calls_at_once()
+                         ? fmt::format("{} workers call them at once, more than the {} OpenBLAS "
+                                       "takes (its build's buffer pool; past it OpenBLAS crashes)",
+                                       W, openblas_calls_at_once())
+                         : std::string("GPT2_GEMM_LIBRARY=onednn"));
     }
 }
 

@@ -1,4 +1,5 @@
-// Prints GFLOP/s of this build's fp32 (OpenBLAS) and bf16 (oneDNN) matrix products on GPT-2
+// Prints GFLOP/s of this build's fp32 (OpenBLAS, or oneDNN's sgemm with --library onednn) and bf16
+// (oneDNN) matrix products on GPT-2
 // 124M's shapes in the three layouts training uses: forward x@W^T (nt), dX = dY@W (nn) and
 // dW += dY^T@X (tn); on one thread, and per thread with --threads N threads calling at once on
 // their own buffers, as the workers do. Each product's sampled entries are checked against a
@@ -6,7 +7,7 @@
 // Last, one core's instruction peaks: fp32 multiply-adds and (with AVX512_BF16) bf16 dot products,
 // the ceiling of what bf16 products without AMX can gain. A benchmark, not a test: it prints
 // figures.
-//   build/bench_gemm [ROWS=512] [--threads N=1]
+//   build/bench_gemm [ROWS=512] [--threads N=1] [--library openblas|onednn]
 #include <algorithm>
 #include <barrier>
 #include <cmath>
@@ -113,24 +114,33 @@ double seconds_per_call(int threads, const std::function<void(int)>& call) {
 
 int main(int argc, char** argv) {
     gpt2::select_gemm_kernels(argv);
+    const char* usage =
+        "usage: bench_gemm [ROWS=512] [--threads N=1] [--library openblas|onednn]\n";
     int rows = 512, threads = 1;
+    std::string library = "openblas";
     for (int a = 1; a < argc; ++a) {
         if (std::strcmp(argv[a], "--help") == 0 || std::strcmp(argv[a], "-h") == 0) {
-            std::printf("usage: bench_gemm [ROWS=512] [--threads N=1]\n");
+            std::printf("%s", usage);
             return 0;
         }
         if (std::strcmp(argv[a], "--threads") == 0 && a + 1 < argc) {
             threads = std::atoi(argv[++a]);
+        } else if (std::strcmp(argv[a], "--library") == 0 && a + 1 < argc) {
+            library = argv[++a];
         } else {
             rows = std::atoi(argv[a]);
         }
     }
-    if (rows < 1 || threads < 1) {
-        std::fprintf(stderr, "usage: bench_gemm [ROWS=512] [--threads N=1]\n");
+    if (rows < 1 || threads < 1 || (library != "openblas" && library != "onednn") ||
+        (library == "openblas" && threads > gpt2::openblas_calls_at_once())) {
+        std::fprintf(stderr, "%s(OpenBLAS takes at most %d threads at once)\n", usage,
+                     gpt2::openblas_calls_at_once());
         return 2;
     }
-    std::printf("bench_gemm: %d rows, %d thread(s) calling at once; fp32 kernels %s, bf16 on %s\n",
-                rows, threads, gpt2::gemm_kernel_name(),
+    gpt2::set_gemm_library(library == "onednn" ? gpt2::GemmLibrary::OneDnn
+                                               : gpt2::GemmLibrary::OpenBlas);
+    std::printf("bench_gemm: %d rows, %d thread(s) calling at once; fp32 on %s, bf16 on %s\n", rows,
+                threads, gpt2::gemm_library_name().c_str(),
                 gpt2::bf16_backend_name(gpt2::bf16_backend()));
     std::printf("%-10s %5s %5s | %9s %9s %9s | %9s %9s %9s  GFLOP/s per thread\n", "shape", "in",
                 "out", "fp32 nt", "fp32 nn", "fp32 tn", "bf16 nt", "bf16 nn", "bf16 tn");

@@ -82,8 +82,8 @@ int main(int argc, char** argv) {
     std::printf(
         "bench_prefill: GPT-2 124M shape (L%d), random weights, %d threads, fp32 GEMM %s, "
         "bf16 %s; medians of %d\n",
-        layers, threads, gpt2::gemm_kernel_name(), gpt2::bf16_backend_name(gpt2::bf16_backend()),
-        repeat);
+        layers, threads, gpt2::gemm_library_name().c_str(),
+        gpt2::bf16_backend_name(gpt2::bf16_backend()), repeat);
     for (const std::string& f : formats)
         std::printf("%s prompts: %s\n", f.c_str(), sessions[f]->prompt_products_name().c_str());
     std::printf("%-6s %6s | %10s %10s %9s %11s | %12s\n", "format", "prompt", "prefill ms", "tok/s",
