@@ -1,12 +1,11 @@
 // Prints GFLOP/s of this build's fp32 (OpenBLAS, or oneDNN's sgemm with --library onednn) and bf16
-// (oneDNN) matrix products on GPT-2
-// 124M's shapes in the three layouts training uses: forward x@W^T (nt), dX = dY@W (nn) and
-// dW += dY^T@X (tn); on one thread, and per thread with --threads N threads calling at once on
-// their own buffers, as the workers do. Each product's sampled entries are checked against a
-// double-precision sum first (a wrong or thread-unsafe kernel says so instead of a figure).
-// Last, one core's instruction peaks: fp32 multiply-adds and (with AVX512_BF16) bf16 dot products,
-// the ceiling of what bf16 products without AMX can gain. A benchmark, not a test: it prints
-// figures.
+// (oneDNN) matrix products on GPT-2 124M's shapes in the three layouts training uses: forward
+// x@W^T (nt), dX = dY@W (nn) and dW += dY^T@X (tn); on one thread, and per thread with --threads N
+// threads calling at once on their own buffers, as the workers do; then attention's fp32 panel
+// products. Each matrix product's sampled entries are checked against a double-precision sum
+// first (a wrong or thread-unsafe kernel says so instead of a figure). Last, one core's
+// instruction peaks: fp32 multiply-adds and (with AVX512_BF16) bf16 dot products, the ceiling of
+// what bf16 products without AMX can gain. A benchmark, not a test: it prints figures.
 //   build/bench_gemm [ROWS=512] [--threads N=1] [--library openblas|onednn]
 #include <algorithm>
 #include <barrier>
@@ -192,6 +191,47 @@ int main(int argc, char** argv) {
         });
         std::printf("%-10s %5d %5d | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f\n", s.name, K, N, f_nt,
                     f_nn, f_tn, b_nt, b_nn, b_tn);
+    }
+    // Attention's fp32 products (where bf16 attention does not pay): a panel of 64 query rows
+    // against `keys` keys of one head (64 channels), read from the (T, 3C) qkv rows as training
+    // does: scores = q k^T (nt), out = P v (nn), dv += P^T dout (tn).
+    std::printf(
+        "attention panel (64 rows, head size 64, rows of 3 x 768) | %9s %9s %9s  GFLOP/s "
+        "per thread, fp32\n",
+        "q k^T nt", "P v nn", "P^T dO tn");
+    for (const int keys : {256, 1024}) {
+        constexpr int kRows = 64, kHead = 64, kC = 768;
+        struct Panel {
+            std::vector<float> qkv, p, out, dqkv;
+        };
+        std::vector<Panel> panels;
+        for (int t = 0; t < threads; ++t) {
+            Panel panel{std::vector<float>(static_cast<std::size_t>(keys) * 3 * kC, 0.01f),
+                        std::vector<float>(static_cast<std::size_t>(kRows) * keys, 0.01f),
+                        std::vector<float>(static_cast<std::size_t>(kRows) * kC, 0.01f),
+                        std::vector<float>(static_cast<std::size_t>(keys) * 3 * kC, 0.0f)};
+            panels.push_back(std::move(panel));
+        }
+        const double flops = 2.0 * kRows * keys * kHead;
+        const auto gflops = [&](const std::function<void(Panel&)>& call) {
+            return flops /
+                   seconds_per_call(threads,
+                                    [&](int t) { call(panels[static_cast<std::size_t>(t)]); }) *
+                   1e-9;
+        };
+        const double nt = gflops([&](Panel& a) {
+            gpt2::gemm_nt(kRows, keys, kHead, 0.125f, a.qkv.data(), 3 * kC, a.qkv.data() + kC,
+                          3 * kC, 0.0f, a.p.data(), keys);
+        });
+        const double nn = gflops([&](Panel& a) {
+            gpt2::gemm_nn(kRows, kHead, keys, 1.0f, a.p.data(), keys, a.qkv.data() + 2 * kC, 3 * kC,
+                          0.0f, a.out.data(), kC);
+        });
+        const double tn = gflops([&](Panel& a) {
+            gpt2::gemm_tn(keys, kHead, kRows, 1.0f, a.p.data(), keys, a.out.data(), kC, 1.0f,
+                          a.dqkv.data() + 2 * kC, 3 * kC);
+        });
+        std::printf("%4d keys %49s | %9.1f %9.1f %9.1f\n", keys, "", nt, nn, tn);
     }
     const gpt2::FmaPeak fma = gpt2::measure_fma_peak();
     const double dot = gpt2::measure_bf16_dot_peak();
