@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -113,16 +115,37 @@ struct Product {
     }
 };
 
+// Each test starts on OpenBLAS with GPT2_GEMM_LIBRARY unset, and leaves the process so whatever it
+// asserted.
+class GemmLibraries : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        if (const char* value = std::getenv(kVariable)) saved_ = value;
+        ::unsetenv(kVariable);
+        set_gemm_library(GemmLibrary::OpenBlas);
+    }
+    void TearDown() override {
+        if (saved_) {
+            ::setenv(kVariable, saved_->c_str(), 1);
+        } else {
+            ::unsetenv(kVariable);
+        }
+        set_gemm_library(GemmLibrary::OpenBlas);
+    }
+    static constexpr const char* kVariable = "GPT2_GEMM_LIBRARY";
+    std::optional<std::string> saved_;
+};
+
 // The tests' main set OpenBLAS up as the programs do (select_gemm_kernels): it started no threads
 // of its own, which would hold buffers of the pool the workers' calls share (on a machine of 64
 // CPUs, 63 of 128; checked there by faking 64 CPUs: 100 workers then went past it).
-TEST(GemmLibraries, OpenBlasStartedNoThreadsOfItsOwn) {
+TEST_F(GemmLibraries, OpenBlasStartedNoThreadsOfItsOwn) {
     EXPECT_EQ(openblas_threads_started(), 0);
-    EXPECT_GE(openblas_calls_at_once(),
-              50);  // OpenBLAS's pool holds at least 50 whatever its build
+    // OpenBLAS's pool holds at least 50 whatever its build.
+    EXPECT_GE(openblas_calls_at_once(), 50);
 }
 
-TEST(GemmLibraries, OneDnnComputesEveryLayoutAsOpenBlasDoes) {
+TEST_F(GemmLibraries, OneDnnComputesEveryLayoutAsOpenBlasDoes) {
     for (const Layout layout : {Layout::NT, Layout::NN, Layout::TN}) {
         for (const float beta : {0.0f, 1.0f, 0.5f}) {
             // A GPT-2-like product and a small odd one (edges of every kernel's blocking).
@@ -137,34 +160,48 @@ TEST(GemmLibraries, OneDnnComputesEveryLayoutAsOpenBlasDoes) {
             }
         }
     }
-    set_gemm_library(GemmLibrary::OpenBlas);
 }
 
-TEST(GemmLibraries, TheLibraryFollowsHowManyThreadsCallAtOnceAndStaysOneDnn) {
+// The products go to the library chosen, whatever the timing: oneDNN refuses a leading dimension
+// shorter than a row (an error status, thrown here), where OpenBLAS would only print its own
+// parameter message and return. A product that ignored the choice would not throw.
+TEST_F(GemmLibraries, EveryLayoutRunsOnTheLibraryChosen) {
+    set_gemm_library(GemmLibrary::OneDnn);
+    std::vector<float> a(64, 1.0f), b(64, 1.0f), c(64, 0.0f);
+    EXPECT_THROW(gemm_nt(4, 4, 4, 1.0f, a.data(), 2, b.data(), 4, 0.0f, c.data(), 4),
+                 std::runtime_error);
+    EXPECT_THROW(gemm_nn(4, 4, 4, 1.0f, a.data(), 2, b.data(), 4, 0.0f, c.data(), 4),
+                 std::runtime_error);
+    EXPECT_THROW(gemm_tn(4, 4, 4, 1.0f, a.data(), 2, b.data(), 4, 0.0f, c.data(), 4),
+                 std::runtime_error);
+    // The same products with valid strides run.
+    gemm_nt(4, 4, 4, 1.0f, a.data(), 4, b.data(), 4, 0.0f, c.data(), 4);
+    EXPECT_EQ(c[0], 4.0f);
+}
+
+TEST_F(GemmLibraries, TheLibraryFollowsHowManyThreadsCallAtOnceAndStaysOneDnn) {
     const int limit = openblas_calls_at_once();
-    set_gemm_library(GemmLibrary::OpenBlas);
     EXPECT_EQ(choose_gemm_library(limit), GemmLibrary::OpenBlas);
     EXPECT_EQ(gemm_library_name().rfind("OpenBLAS ", 0), 0u) << gemm_library_name();
     EXPECT_EQ(choose_gemm_library(limit + 1), GemmLibrary::OneDnn);
     EXPECT_EQ(gemm_library_name(), "oneDNN sgemm");
     // A smaller pool later in the same process keeps oneDNN: the larger may still be calling.
     EXPECT_EQ(choose_gemm_library(1), GemmLibrary::OneDnn);
-    set_gemm_library(GemmLibrary::OpenBlas);
 }
 
 // Twice as many threads at once as OpenBLAS takes, as a pool's workers: oneDNN's sgemm must be
-// right under them (OpenBLAS overflows its pool of buffers there, says "precompiled NUM_THREADS
-// exceeded" on stderr and, from 200 training workers of the d6 model, crashed; chosen for the
-// thread count, nothing reaches it). The products are long (milliseconds) so that on a machine of
-// few cores the threads are preempted inside them and really are in the library at once; they
-// share their operands, each thread its own result.
-TEST(GemmLibraries, MoreThreadsAtOnceThanOpenBlasTakesAllGetTheirProductsRight) {
+// right under them. (On OpenBLAS, these products overflow its pool of buffers, which it says on
+// stderr as "precompiled NUM_THREADS exceeded": 3 of 3 runs of the same threads and products in a
+// standalone program on 2 cores; from 200 training workers of the d6 model it crashed.) The
+// products are long (about 5 ms, longer than a scheduler's time slice) so that on a machine of few
+// cores the threads are preempted inside them and really are in the library at once; they share
+// their operands, each thread its own result.
+TEST_F(GemmLibraries, MoreThreadsAtOnceThanOpenBlasTakesAllGetTheirProductsRight) {
     const int threads = 2 * openblas_calls_at_once();
-    set_gemm_library(GemmLibrary::OpenBlas);
     ASSERT_EQ(choose_gemm_library(threads), GemmLibrary::OneDnn);
-    const std::array<Product, 3> products = {Product(Layout::NT, 128, 1024, 1024, 1.0f, 0.0f, 7),
-                                             Product(Layout::NN, 128, 1024, 1024, 1.0f, 1.0f, 8),
-                                             Product(Layout::TN, 128, 1024, 1024, 0.5f, 1.0f, 9)};
+    const std::array<Product, 3> products = {Product(Layout::NT, 256, 1024, 1024, 1.0f, 0.0f, 7),
+                                             Product(Layout::NN, 256, 1024, 1024, 1.0f, 1.0f, 8),
+                                             Product(Layout::TN, 256, 1024, 1024, 0.5f, 1.0f, 9)};
     std::vector<double> errors(static_cast<std::size_t>(threads), 0.0);
     std::barrier start(threads);
     ::testing::internal::CaptureStderr();
@@ -185,15 +222,13 @@ TEST(GemmLibraries, MoreThreadsAtOnceThanOpenBlasTakesAllGetTheirProductsRight) 
     EXPECT_EQ(said.find("NUM_THREADS exceeded"), std::string::npos) << said;
     for (int t = 0; t < threads; ++t)
         EXPECT_LT(errors[static_cast<std::size_t>(t)], 1.0) << "thread " << t;
-    set_gemm_library(GemmLibrary::OpenBlas);
 }
 
 // What calls the products chooses for its thread count before its threads start: training's
 // WorkerGroup and the prompts' KvCacheSession; one thread more than OpenBLAS takes is oneDNN.
-TEST(GemmLibraries, TrainingWorkersAndPromptSessionsChooseForTheirThreadCount) {
+TEST_F(GemmLibraries, TrainingWorkersAndPromptSessionsChooseForTheirThreadCount) {
     const int threads = openblas_calls_at_once() + 1;
     const ModelConfig config = test::small_config(16);
-    set_gemm_library(GemmLibrary::OpenBlas);
     {
         const WorkerGroup few(config, 2, 2, 8, false);
         EXPECT_EQ(gemm_library(), GemmLibrary::OpenBlas);
@@ -208,14 +243,12 @@ TEST(GemmLibraries, TrainingWorkersAndPromptSessionsChooseForTheirThreadCount) {
     const KvCacheSession session(*model, pool, 0, nullptr);
     EXPECT_EQ(gemm_library(), GemmLibrary::OneDnn);
     EXPECT_EQ(session.prompt_products_name(), "fp32 GEMM (oneDNN sgemm)");
-    set_gemm_library(GemmLibrary::OpenBlas);
 }
 
 // GPT2_GEMM_LIBRARY chooses by name: onednn always; openblas refused past its pool; anything else
 // refused, naming the variable.
-TEST(GemmLibraries, Gpt2GemmLibraryChoosesByNameAndRefusesWhatCannotWork) {
+TEST_F(GemmLibraries, Gpt2GemmLibraryChoosesByNameAndRefusesWhatCannotWork) {
     const int limit = openblas_calls_at_once();
-    set_gemm_library(GemmLibrary::OpenBlas);
     ::setenv("GPT2_GEMM_LIBRARY", "onednn", 1);
     EXPECT_EQ(choose_gemm_library(1), GemmLibrary::OneDnn);
     set_gemm_library(GemmLibrary::OpenBlas);
@@ -237,8 +270,6 @@ TEST(GemmLibraries, Gpt2GemmLibraryChoosesByNameAndRefusesWhatCannotWork) {
     } catch (const InputError& e) {
         EXPECT_STREQ(e.what(), "GPT2_GEMM_LIBRARY=mkl: expected openblas or onednn");
     }
-    ::unsetenv("GPT2_GEMM_LIBRARY");
-    EXPECT_EQ(gemm_library(), GemmLibrary::OpenBlas);
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ namespace gpt2 {
 // token-by-token decoding either way.
 enum class PromptProducts {
     Auto,     // pieces where oneDNN runs bf16/int8 on AMX, widened rows elsewhere
-    Widened,  // compact rows widened to fp32, fp32 GEMM (OpenBLAS)
+    Widened,  // compact rows widened to fp32, fp32 GEMM (gemm.hpp's library)
     Pieces,   // activations in bf16/int8 pieces against the rows as stored (oneDNN)
 };
 

@@ -24,7 +24,8 @@ enum class GemmLibrary { OpenBlas, OneDnn };
 // shapes: performance.md "Why OpenBLAS"), while its pool holds them, else oneDNN's sgemm, which has
 // no such limit. Once oneDNN, it stays (for every pool of the process). GPT2_GEMM_LIBRARY=onednn
 // asks for oneDNN whatever the count (to measure it), =openblas for OpenBLAS (an InputError if the
-// callers exceed its pool, as is any other value). Returns the library in use.
+// callers exceed its pool, as is any other value; set but empty: as if unset). Returns the library
+// in use.
 GemmLibrary choose_gemm_library(int concurrent_callers);
 // Sets it directly (tests, bench_gemm).
 void set_gemm_library(GemmLibrary library);

@@ -1,7 +1,6 @@
 #include "ops/peak_flops.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/clock.hpp"
 #include "ops/gemm.hpp"

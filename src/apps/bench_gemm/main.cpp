@@ -2,10 +2,10 @@
 // (oneDNN) matrix products on GPT-2 124M's shapes in the three layouts training uses: forward
 // x@W^T (nt), dX = dY@W (nn) and dW += dY^T@X (tn); on one thread, and per thread with --threads N
 // threads calling at once on their own buffers, as the workers do; then attention's fp32 panel
-// products. Each matrix product's sampled entries are checked against a double-precision sum
-// first (a wrong or thread-unsafe kernel says so instead of a figure). Last, one core's
-// instruction peaks: fp32 multiply-adds and (with AVX512_BF16) bf16 dot products, the ceiling of
-// what bf16 products without AMX can gain. A benchmark, not a test: it prints figures.
+// products. Each product on GPT-2's matrix shapes has its sampled entries checked against a
+// double-precision sum first (a wrong or thread-unsafe kernel says so instead of a figure). Last,
+// one core's instruction peaks: fp32 multiply-adds and (with AVX512_BF16) bf16 dot products, the
+// ceiling of what bf16 products without AMX can gain. A benchmark, not a test: it prints figures.
 //   build/bench_gemm [ROWS=512] [--threads N=1] [--library openblas|onednn]
 #include <algorithm>
 #include <barrier>
@@ -130,10 +130,14 @@ int main(int argc, char** argv) {
             rows = std::atoi(argv[a]);
         }
     }
-    if (rows < 1 || threads < 1 || (library != "openblas" && library != "onednn") ||
-        (library == "openblas" && threads > gpt2::openblas_calls_at_once())) {
-        std::fprintf(stderr, "%s(OpenBLAS takes at most %d threads at once)\n", usage,
-                     gpt2::openblas_calls_at_once());
+    if (rows < 1 || threads < 1 || (library != "openblas" && library != "onednn")) {
+        std::fprintf(stderr, "%s", usage);
+        return 2;
+    }
+    if (library == "openblas" && threads > gpt2::openblas_calls_at_once()) {
+        std::fprintf(stderr,
+                     "--threads %d: OpenBLAS takes at most %d threads at once (--library onednn)\n",
+                     threads, gpt2::openblas_calls_at_once());
         return 2;
     }
     gpt2::set_gemm_library(library == "onednn" ? gpt2::GemmLibrary::OneDnn
@@ -196,9 +200,9 @@ int main(int argc, char** argv) {
     // against `keys` keys of one head (64 channels), read from the (T, 3C) qkv rows as training
     // does: scores = q k^T (nt), out = P v (nn), dv += P^T dout (tn).
     std::printf(
-        "attention panel (64 rows, head size 64, rows of 3 x 768) | %9s %9s %9s  GFLOP/s "
-        "per thread, fp32\n",
-        "q k^T nt", "P v nn", "P^T dO tn");
+        "%-22s | %9s %9s %9s  GFLOP/s per thread, fp32 (panels of 64 query rows, head "
+        "size 64, in rows of 3 x 768)\n",
+        "attention", "q k^T nt", "P v nn", "P^T dO tn");
     for (const int keys : {256, 1024}) {
         constexpr int kRows = 64, kHead = 64, kC = 768;
         struct Panel {
@@ -231,7 +235,7 @@ int main(int argc, char** argv) {
             gpt2::gemm_tn(keys, kHead, kRows, 1.0f, a.p.data(), keys, a.out.data(), kC, 1.0f,
                           a.dqkv.data() + 2 * kC, 3 * kC);
         });
-        std::printf("%4d keys %49s | %9.1f %9.1f %9.1f\n", keys, "", nt, nn, tn);
+        std::printf("%-10s %5d %5s | %9.1f %9.1f %9.1f\n", "", keys, "keys", nt, nn, tn);
     }
     const gpt2::FmaPeak fma = gpt2::measure_fma_peak();
     const double dot = gpt2::measure_bf16_dot_peak();
