@@ -24,21 +24,15 @@
 #include "ops/decode_attention.hpp"
 #include "ops/decode_matvec.hpp"
 #include "ops/prompt_products.hpp"
+#include "test_support.hpp"
 
 namespace gpt2 {
 namespace {
+using test::normal_vector;
 
 constexpr double kUnitRoundoff = 0x1p-24;
 // What the kernels must leave untouched (rows past n) or overwrite (y without accumulate).
 constexpr float kGarbage = 777.0f;
-
-std::vector<float> normal_vector(std::size_t n, std::uint64_t seed) {
-    Rng rng(seed);
-    std::vector<float> v(n);
-    for (float& x : v)
-        x = rng.normal();
-    return v;
-}
 
 double as_double(float w) {
     return w;

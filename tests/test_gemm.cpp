@@ -21,20 +21,14 @@
 #include "ops/gemm.hpp"
 #include "parallel/worker_group.hpp"
 #include "random_model.hpp"
+#include "test_support.hpp"
 #include "threads/thread_pool.hpp"
 
 namespace gpt2 {
 namespace {
+using test::normal_vector;
 
 enum class Layout { NT, NN, TN };
-
-std::vector<float> normal_vector(std::size_t n, std::uint64_t seed) {
-    Rng rng(seed);
-    std::vector<float> v(n);
-    for (float& x : v)
-        x = rng.normal();
-    return v;
-}
 
 // One product C(M,N) = alpha op(A) op(B) + beta C with padded leading dimensions (a wrong stride
 // or transpose reads the padding), and its double-precision reference.

@@ -28,20 +28,12 @@ namespace gpt2 {
 namespace {
 
 using test::all_close;
+using test::normal_vector;
 
 // What the parameter-gradient buffers hold before a backward call: backward must add to it.
 constexpr float kPrefill = 0.25f;
 // What overwritten input-gradient buffers hold before a backward call: it must not survive.
 constexpr float kGarbage = 777.0f;
-
-std::vector<float> normal_vector(std::size_t n, std::uint64_t seed, float scale = 1.0f,
-                                 float offset = 0.0f) {
-    Rng rng(seed);
-    std::vector<float> v(n);
-    for (float& x : v)
-        x = offset + scale * rng.normal();
-    return v;
-}
 
 // L = sum(out * R), accumulated in double.
 double weighted_sum(std::span<const float> out, std::span<const float> r) {

@@ -5,13 +5,25 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/random.hpp"
 #include "model/model.hpp"
 
 namespace gpt2::test {
+
+// n draws of offset + scale * N(0, 1) from the project's generator with `seed`.
+inline std::vector<float> normal_vector(std::size_t n, std::uint64_t seed, float scale = 1.0f,
+                                        float offset = 0.0f) {
+    Rng rng(seed);
+    std::vector<float> v(n);
+    for (float& x : v)
+        x = offset + scale * rng.normal();
+    return v;
+}
 
 // Passes when |a - e| <= atol + rtol * |e| everywhere; reports the worst element otherwise.
 inline ::testing::AssertionResult all_close(std::span<const float> actual,

@@ -109,6 +109,16 @@ double seconds_per_call(int threads, const std::function<void(int)>& call) {
     return *std::max_element(seconds.begin(), seconds.end());
 }
 
+// GFLOP/s per thread of `flops`-FLOP calls of `call` on each thread's own item at once.
+template <typename Item>
+double gflops_per_thread(double flops, std::vector<Item>& items,
+                         const std::function<void(Item&)>& call) {
+    const int threads = static_cast<int>(items.size());
+    return flops /
+           seconds_per_call(threads, [&](int t) { call(items[static_cast<std::size_t>(t)]); }) *
+           1e-9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,10 +179,7 @@ int main(int argc, char** argv) {
         }
         const double flops = 2.0 * M * N * K;
         const auto gflops = [&](const std::function<void(Operands&)>& call) {
-            return flops /
-                   seconds_per_call(threads,
-                                    [&](int t) { call(ops[static_cast<std::size_t>(t)]); }) *
-                   1e-9;
+            return gflops_per_thread(flops, ops, call);
         };
         // out(M,N) = x(M,K) @ w(N,K)^T; dx(M,K) = dy(M,N) @ w(N,K); dw(N,K) += dy^T @ x.
         const double f_nt = gflops([&](Operands& o) {
@@ -218,10 +225,7 @@ int main(int argc, char** argv) {
         }
         const double flops = 2.0 * kRows * keys * kHead;
         const auto gflops = [&](const std::function<void(Panel&)>& call) {
-            return flops /
-                   seconds_per_call(threads,
-                                    [&](int t) { call(panels[static_cast<std::size_t>(t)]); }) *
-                   1e-9;
+            return gflops_per_thread(flops, panels, call);
         };
         const double nt = gflops([&](Panel& a) {
             gpt2::gemm_nt(kRows, keys, kHead, 0.125f, a.qkv.data(), 3 * kC, a.qkv.data() + kC,
