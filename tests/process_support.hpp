@@ -148,14 +148,16 @@ inline std::vector<double> metrics_values(const std::string& file, const std::st
 }
 
 // A small tmpfs mounted for the test (needs the right to mount, as root in CI has); unmounted by
-// the destructor.
+// the destructor. `options` are more mount options, e.g. "ro" for a read-only file system.
 class TinyFileSystem {
   public:
-    TinyFileSystem(const std::filesystem::path& where, const std::string& size) : where_(where) {
+    TinyFileSystem(const std::filesystem::path& where, const std::string& size,
+                   const std::string& options = "")
+        : where_(where) {
         std::filesystem::create_directories(where);
-        mounted_ =
-            run_command("mount -t tmpfs -o size=" + size + " tmpfs " + where.string()).exit_code ==
-            0;
+        mounted_ = run_command("mount -t tmpfs -o size=" + size +
+                               (options.empty() ? "" : "," + options) + " tmpfs " + where.string())
+                       .exit_code == 0;
     }
     ~TinyFileSystem() {
         if (mounted_) (void)run_command("umount " + where_.string());

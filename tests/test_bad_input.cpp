@@ -31,6 +31,11 @@ class BadInputTable : public ::testing::TestWithParam<BadInput> {
         std::ofstream(d.path() / "empty.txt").flush();
         std::filesystem::copy_file(GPT2_TEST_DATA_DIR "/parquet/duckdb_snappy_v1.parquet",
                                    d.path() / "fineweb.txt");
+        std::filesystem::copy_file(d.path() / "fineweb.txt", d.path() / "fineweb.parquet");
+        std::ofstream(d.path() / "qa.jsonl") << "{\"prompt\": \"2+2?\", \"response\": \"4\"}\n"
+                                             << "{\"prompt\": \"3+3?\", \"response\": \"6\"}\n";
+        std::ofstream(d.path() / "qa.txt") << "{\"prompt\": \"2+2?\", \"response\": \"4\"}\n";
+        std::ofstream(d.path() / "web.jsonl.gz") << "\x1f\x8b compressed";
         std::filesystem::create_directories(d.path() / "a_directory");
         // A checkpoint to damage: train briefly (char tokenizer, L2 C32, block 32).
         const auto r = run_command(test::build_path("train_gpt2") + kSmall + " --data " +
@@ -104,7 +109,24 @@ INSTANTIATE_TEST_SUITE_P(
                  "a_directory: is a directory"},
         BadInput{"empty_file", "--data {dir}/empty.txt", "the corpus is empty"},
         BadInput{"parquet_given_as_text", "--data {dir}/fineweb.txt",
-                 "--data {dir}/fineweb.txt: a Parquet file (it starts with PAR1), not text"},
+                 "--data {dir}/fineweb.txt is a Parquet file: --data reads one plain-text file; "
+                 "build/prepare_data turns such files into token shards"},
+        BadInput{"parquet_named_so", "--data {dir}/fineweb.parquet",
+                 "--data {dir}/fineweb.parquet is a Parquet file: --data reads one plain-text "
+                 "file; build/prepare_data turns such files into token shards (with loss masks "
+                 "for prompt/response and chat records): build/prepare_data --data "
+                 "{dir}/fineweb.parquet --tokenizer gpt2 --out-dir data/fineweb, then train with "
+                 "--train-data 'data/fineweb/*_train_*.bin'"},
+        BadInput{"json_lines", "--data {dir}/qa.jsonl",
+                 "--data {dir}/qa.jsonl is JSON Lines: --data reads one plain-text file; "
+                 "build/prepare_data"},
+        BadInput{"json_lines_named_as_text", "--data {dir}/qa.txt",
+                 "--data {dir}/qa.txt is JSON Lines (its first line is a JSON object)"},
+        BadInput{"compressed_json_lines", "--data {dir}/web.jsonl.gz",
+                 "--data {dir}/web.jsonl.gz is gzip-compressed JSON Lines: --data reads one "
+                 "plain-text file; build/prepare_data turns such files into token shards (with "
+                 "loss masks for prompt/response and chat records): build/prepare_data --data "
+                 "{dir}/web.jsonl.gz --tokenizer gpt2 --out-dir data/web,"},
         BadInput{"truncated_checkpoint", "--init-from {dir}/truncated.bin",
                  "truncated.bin: truncated"},
         BadInput{"flipped_byte_checkpoint", "--init-from {dir}/flipped.bin",

@@ -295,10 +295,66 @@ INSTANTIATE_TEST_SUITE_P(
                   "error: --resume weights.bin: expected 'auto' or a state_NNNNNN.bin file"},
         EarlyCase{"data_and_shards", "--data x.txt --train-data 'a_*.bin' --val-data 'b_*.bin'",
                   "error: --data and --train-data both name the training text: give one"},
+        EarlyCase{"min_lr_above_lr", "--lr 1e-4 --min-lr 3e-4 --seq-len 16",
+                  "error: --min-lr 0.0003 is above --lr 0.0001: the schedule decays from --lr "
+                  "down to --min-lr (default --lr / 10)"},
+        EarlyCase{"resume_model_file", "--resume run/model_000100.bin --seq-len 16",
+                  "error: --resume run/model_000100.bin is a model file: name its state file, "
+                  "run/state_000100.bin"},
         EarlyCase{"val_fraction_with_shards",
                   "--train-data 'a_*.bin' --val-data 'b_*.bin' --val-fraction 0.2",
                   "error: --val-fraction splits --data; with --train-data"}),
     [](const ::testing::TestParamInfo<EarlyCase>& info) { return std::string(info.param.name); });
+
+// A fine-tuning learning rate below the old absolute default of --min-lr (3e-4) trains, its
+// schedule decaying to a tenth of it; an explicit --min-lr stays absolute (also from a config).
+TEST_F(TrainFlags, MinLrFollowsLrUnlessGiven) {
+    const auto lrs = [&](const std::string& flags, const std::string& name) {
+        const auto result =
+            bare(flags + " --max-steps 4 --warmup-steps 0 --schedule linear" + " --metrics-file " +
+                 path(name + ".jsonl") + " --out-dir " + path(name) + test::small_model(16));
+        EXPECT_EQ(result.exit_code, 0) << flags << "\n" << result.output;
+        return test::metrics_values(path(name + ".jsonl"), "train", "lr");
+    };
+    const std::vector<double> relative = lrs("--lr 6e-5", "relative");
+    ASSERT_EQ(relative.size(), 4u);
+    EXPECT_FLOAT_EQ(relative.front(), 6e-5f);
+    EXPECT_FLOAT_EQ(relative.back(), 6e-6f);  // the linear decay ends at --lr / 10
+    const std::vector<double> absolute = lrs("--lr 6e-5 --min-lr 0", "absolute");
+    ASSERT_EQ(absolute.size(), 4u);
+    EXPECT_FLOAT_EQ(absolute.back(), 0.0f);
+    std::ofstream(path("config.txt")) << "min-lr = 1e-5\n";
+    const std::vector<double> from_config =
+        lrs("--lr 6e-5 --config " + path("config.txt"), "config");
+    ASSERT_EQ(from_config.size(), 4u);
+    EXPECT_FLOAT_EQ(from_config.back(), 1e-5f);
+}
+
+// Run outside a checkout (an installed program, another directory), the default corpus is not
+// there: the error says it is --data's default and what to do.
+TEST_F(TrainFlags, TheMissingDefaultCorpusIsNamedAsDataSDefault) {
+    const auto result =
+        run_command("cd " + path("") + " && " + test::build_path("train_gpt2") + " --max-steps 1");
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_NE(result.output.find("error: --data data/tinyshakespeare.txt (the default): no such "
+                                 "file in "),
+              std::string::npos)
+        << result.output;
+    EXPECT_NE(result.output.find("give --data FILE"), std::string::npos) << result.output;
+}
+
+// A corpus byte outside a char model's alphabet: the error names the corpus.
+TEST_F(TrainFlags, AByteOutsideTheCharAlphabetNamesTheCorpus) {
+    ASSERT_EQ(train("--max-steps 1 --out-dir " + path("a")).exit_code, 0);
+    std::ofstream(path("other.txt")) << "the king shall speak of love ~ and war\n";
+    const auto result =
+        bare("--init-from " + path("a/model_000001.bin") + " --data " + path("other.txt") +
+             " --seq-len 16 --max-steps 1 --out-dir " + path("b"));
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_NE(result.output.find("error: --data " + path("other.txt") + ": char tokenizer: byte"),
+              std::string::npos)
+        << result.output;
+}
 
 TEST_F(TrainFlags, FlagsThatContradictTheWeightsAreRefusedBeforeTheCorpusIsRead) {
     ASSERT_EQ(train("--max-steps 1 --out-dir " + path("a")).exit_code, 0);  // block size 16

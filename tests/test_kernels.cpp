@@ -118,8 +118,26 @@ TEST(GemmKernels, TheTestsRunTheKernelsTheProgramsRun) {
         EXPECT_EQ(name, wanted);
     } else if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
-        EXPECT_NE(name, "Haswell");
-        EXPECT_NE(name, "Zen");
+        EXPECT_TRUE(name == "SkylakeX" || name == "Cooperlake" || name == "SapphireRapids") << name;
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        EXPECT_TRUE(name == "Haswell" || name == "Zen") << name;
+    }
+}
+
+// A family OpenBLAS falls back to for a CPU it does not know (Prescott for an Intel Xeon of model
+// 207) is replaced by the one the instructions call for; the right families are kept.
+TEST(GemmKernels, TheCpusInstructionsDecideNotTheFamilyOpenBlasGuessed) {
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (!avx2) GTEST_SKIP() << "no AVX2: OpenBLAS's own choice stands";
+    const std::string expected = avx512 ? "SkylakeX" : "Haswell";
+    for (const char* guessed : {"Prescott", "Nehalem", "Sandybridge", "Core2"})
+        EXPECT_EQ(std::string(kernels_for_this_cpu(guessed)), expected) << guessed;
+    EXPECT_EQ(kernels_for_this_cpu(avx512 ? "SkylakeX" : "Haswell"), nullptr);
+    EXPECT_EQ(kernels_for_this_cpu(avx512 ? "Cooperlake" : "Zen"), nullptr);
+    if (avx512) {
+        EXPECT_EQ(std::string(kernels_for_this_cpu("Haswell")), "SkylakeX");
     }
 }
 

@@ -7,6 +7,9 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+
+#include <unistd.h>
 
 #include "core/file_io.hpp"
 #include "core/random.hpp"
@@ -364,6 +367,160 @@ TEST_F(TrainRun, AStrayFileWithAHugeStepNumberIsSkippedWithAWarning) {
               std::string::npos)
         << resumed.output;
     EXPECT_NE(resumed.output.find(log_lines::kResumingFrom), std::string::npos) << resumed.output;
+}
+
+// ---- where checkpoints go, checked before any step ----
+
+TEST_F(TrainRun, AReadOnlyOutDirIsRefusedBeforeAnyStep) {
+    // Root writes through permission bits, so root gets a read-only file system instead.
+    const fs::path out = path("read-only");
+    fs::create_directories(out);
+    std::optional<test::TinyFileSystem> read_only;
+    if (::geteuid() == 0) {
+        read_only.emplace(out, "1m", "ro");
+        if (!read_only->mounted()) GTEST_SKIP() << "cannot mount a read-only tmpfs here";
+    } else {
+        fs::permissions(out, fs::perms::owner_read | fs::perms::owner_exec);
+    }
+    // The directory itself, and one that would be made inside it.
+    for (const fs::path& dir : {out, out / "new"}) {
+        const auto result = train("--max-steps 5 --out-dir " + dir.string());
+        EXPECT_EQ(result.exit_code, 1) << result.output;
+        EXPECT_NE(result.output.find("error: --out-dir " + dir.string() + " cannot be written"),
+                  std::string::npos)
+            << result.output;
+        EXPECT_EQ(result.output.find("step 1/"), std::string::npos) << result.output;
+        EXPECT_EQ(result.output.find("corpus "), std::string::npos)  // refused before the corpus
+            << result.output;
+    }
+}
+
+TEST_F(TrainRun, AnOutDirWithoutRoomForOneCheckpointIsRefusedBeforeAnyStep) {
+    const fs::path out = path("small");
+    const test::TinyFileSystem tiny(out, "128k");
+    if (!tiny.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here";
+    const auto result = train("--max-steps 5 --out-dir " + out.string());
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_NE(result.output.find("error: --out-dir " + out.string() + " has "), std::string::npos)
+        << result.output;
+    EXPECT_NE(result.output.find("free, but one checkpoint takes"), std::string::npos)
+        << result.output;
+    EXPECT_EQ(result.output.find("step 1/"), std::string::npos) << result.output;
+    EXPECT_TRUE(fs::is_empty(out));  // nor the write probe left behind
+}
+
+TEST(CheckpointSizes, TheFootprintOfTheRoomCheckIsTheSizeOfTheFilesWritten) {
+    const ScratchDir dir("gpt2-checkpoint-sizes");
+    const ModelConfig config{16, 70, 128, 2, 2, 32};
+    const Model model(config);
+    const CheckpointExtras extras{std::vector<std::uint8_t>(1234, 7), std::string(321, 'x')};
+    const fs::path model_file = save_checkpoint(dir.path() / "model_000001.bin", model, extras);
+    EXPECT_EQ(fs::file_size(model_file), checkpoint_file_bytes(config, 1234, 321));
+    for (const bool lora : {false, true}) {
+        AdamWState optimizer(lora ? 999 : ParameterLayout(config).total());
+        ResumeState state;
+        if (lora) state.lora = LoraRecord{LoraConfig{4, 8.0f, {true, true, true, true}, 0.0f}};
+        const fs::path state_file = dir.path() / "state_000001.bin";
+        save_resume_state(state_file, state, config, optimizer);
+        EXPECT_EQ(fs::file_size(state_file), resume_state_file_bytes(optimizer.m.size(), lora));
+    }
+}
+
+// ---- damaged checkpoints and model files without their state ----
+
+TEST_F(TrainRun, ResumeAutoSkipsDamagedStateFilesForTheNewestCheckpointThatVerifies) {
+    ASSERT_EQ(
+        train("--max-steps 6 --checkpoint-every 2 --keep-checkpoints 0 --out-dir " + path("out"))
+            .exit_code,
+        0);
+    {  // one flipped bit in the newest state, the next one truncated
+        std::fstream f(path("out/state_000006.bin"),
+                       std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(1000);
+        const char byte = static_cast<char>(f.get());
+        f.seekp(1000);
+        f.put(static_cast<char>(byte ^ 0x10));
+    }
+    fs::resize_file(path("out/state_000004.bin"), fs::file_size(path("out/state_000004.bin")) / 2);
+    const auto resumed =
+        train("--resume auto --max-steps 6 --checkpoint-every 2 --out-dir " + path("out"));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("skipping checkpoint at step 6: " + path("out/state_000006.bin") +
+                                  ": checksum mismatch"),
+              std::string::npos)
+        << resumed.output;
+    EXPECT_NE(resumed.output.find("skipping checkpoint at step 4: " + path("out/state_000004.bin") +
+                                  ": resume state has"),
+              std::string::npos)
+        << resumed.output;
+    EXPECT_NE(resumed.output.find("2 damaged checkpoints skipped"), std::string::npos)
+        << resumed.output;
+    EXPECT_NE(resumed.output.find(std::string(log_lines::kResumingFrom) + " " +
+                                  path("out/state_000002.bin")),
+              std::string::npos)
+        << resumed.output;
+    // Trained again from step 2, the damaged files were replaced by whole ones.
+    for (const std::int64_t step : {4, 6})
+        EXPECT_NO_THROW(verify_resume_state(state_path(path("out"), step))) << step;
+}
+
+TEST_F(TrainRun, ResumeAutoWithOnlyDamagedCheckpointsIsRefusedNotStartedAfresh) {
+    ASSERT_EQ(train("--max-steps 2 --out-dir " + path("out")).exit_code, 0);
+    fs::resize_file(path("out/state_000002.bin"), 100);
+    const auto resumed = train("--resume auto --max-steps 4 --out-dir " + path("out"));
+    EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+    EXPECT_NE(resumed.output.find("no checkpoint in " + path("out") +
+                                  " can be resumed: every one is damaged (steps 2"),
+              std::string::npos)
+        << resumed.output;
+    EXPECT_EQ(resumed.output.find("starting fresh"), std::string::npos) << resumed.output;
+}
+
+TEST_F(TrainRun, AModelFileWithoutItsStateIsCalledAFinishedModelAndNeverOverwritten) {
+    ASSERT_EQ(train("--max-steps 2 --out-dir " + path("out")).exit_code, 0);
+    fs::remove(path("out/state_000002.bin"));  // as a full disk leaves it
+    const std::vector<std::uint8_t> model = read_file_bytes(path("out/model_000002.bin"));
+    for (const std::string resume : {"", " --resume auto"}) {
+        const auto result = train("--max-steps 2 --out-dir " + path("out") + resume);
+        EXPECT_EQ(result.exit_code, 2) << resume << "\n" << result.output;
+        EXPECT_NE(result.output.find("model_000002.bin has no state file: a finished model, not a "
+                                     "run to resume (train from its weights with --init-from " +
+                                     path("out/model_000002.bin")),
+                  std::string::npos)
+            << resume << "\n"
+            << result.output;
+        EXPECT_EQ(result.output.find("continue that run with --resume auto"), std::string::npos)
+            << result.output;
+        EXPECT_EQ(result.output.find("starting fresh"), std::string::npos) << result.output;
+    }
+    EXPECT_EQ(read_file_bytes(path("out/model_000002.bin")), model);
+    // What the message advises works.
+    const auto from_it = train("--max-steps 2 --init-from " + path("out/model_000002.bin") +
+                               " --out-dir " + path("tuned"));
+    EXPECT_EQ(from_it.exit_code, 0) << from_it.output;
+}
+
+TEST_F(TrainRun, ResumeOfAMissingStateFileNamesTheFileGiven) {
+    ASSERT_EQ(train("--max-steps 2 --out-dir " + path("out")).exit_code, 0);
+    const auto missing = train("--resume " + path("out/state_000100.bin") + " --max-steps 4");
+    EXPECT_EQ(missing.exit_code, 1) << missing.output;
+    EXPECT_NE(
+        missing.output.find("error: --resume " + path("out/state_000100.bin") + ": no such file"),
+        std::string::npos)
+        << missing.output;
+    fs::remove(path("out/model_000002.bin"));
+    const auto no_model = train("--resume " + path("out/state_000002.bin") + " --max-steps 4");
+    EXPECT_EQ(no_model.exit_code, 1) << no_model.output;
+    EXPECT_NE(
+        no_model.output.find("its model file " + path("out/model_000002.bin") + " is missing"),
+        std::string::npos)
+        << no_model.output;
+    const auto model_named = train("--resume " + path("out/model_000002.bin") + " --max-steps 4");
+    EXPECT_EQ(model_named.exit_code, 2) << model_named.output;
+    EXPECT_NE(model_named.output.find("is a model file: name its state file, " +
+                                      path("out/state_000002.bin")),
+              std::string::npos)
+        << model_named.output;
 }
 
 // ---- runs with nothing to do, or nothing saved ----

@@ -15,6 +15,7 @@
 
 #include "core/random.hpp"
 #include "parallel/allreduce.hpp"
+#include "parallel/gradient_exchange.hpp"
 #include "parallel/comm.hpp"
 #include "test_support.hpp"
 #include "threads/thread_pool.hpp"
@@ -125,6 +126,55 @@ INSTANTIATE_TEST_SUITE_P(WorkersAndBatch, ThreadedTraining,
 
 // Gradient accumulation accumulates in the rank's buffer: two micro-batches of B per step with W
 // workers train as one worker does with one micro-batch of 2B.
+// The gradient's norm sums fixed blocks in block order: the same bits for any split over workers
+// and ranks' slices.
+TEST(GradientNorm, TheSameBitsForAnySplitOverWorkersAndRankSlices) {
+    const std::vector<float> values = test::normal_vector(kNormBlock * 37 + 123, 5, 1e-2f);
+    const std::size_t P = values.size();
+    const auto norm = [&](int workers, int slices) {
+        std::vector<float> gradient = values;
+        WorkerGroup group(kConfig, workers, workers, 8, false);
+        std::vector<float> all_blocks(norm_blocks(P), 0.0f);
+        for (int s = 0; s < slices; ++s) {  // as ranks would, then summed exactly across them
+            std::vector<float> blocks(norm_blocks(P), 0.0f);
+            const Range slice = split_aligned(P, s, slices, kNormBlock);
+            exchange_detail::owned_block_sums(gradient, slice, group, false, blocks);
+            for (std::size_t b = 0; b < blocks.size(); ++b)
+                all_blocks[b] += blocks[b];
+        }
+        return sum_in_block_order(all_blocks);
+    };
+    const double one = norm(1, 1);
+    EXPECT_EQ(one, sum_of_squares(values));  // one worker: the plain sum, as before
+    for (const auto& [workers, slices] :
+         {std::pair{2, 1}, std::pair{3, 1}, std::pair{1, 2}, std::pair{2, 3}, std::pair{4, 5}}) {
+        EXPECT_EQ(norm(workers, slices), one) << workers << " workers, " << slices << " slices";
+    }
+    // A slice that cuts a block is refused, not summed another way.
+    std::vector<float> gradient = values;
+    WorkerGroup group(kConfig, 1, 1, 8, false);
+    std::vector<float> blocks(norm_blocks(P));
+    EXPECT_THROW(exchange_detail::owned_block_sums(gradient, Range{100, P}, group, false, blocks),
+                 std::invalid_argument);
+}
+
+TEST(SplitAligned, SlicesBeginOnTheAlignmentAndCoverEverything) {
+    for (const std::size_t n : {std::size_t{0}, std::size_t{5}, std::size_t{1024},
+                                std::size_t{100000}}) {
+        for (int parts = 1; parts <= 5; ++parts) {
+            std::size_t next = 0;
+            for (int p = 0; p < parts; ++p) {
+                const Range r = split_aligned(n, p, parts, 1024);
+                EXPECT_EQ(r.begin, next);
+                EXPECT_TRUE(r.begin % 1024 == 0 || r.begin == n);
+                EXPECT_LE(r.begin, r.end);
+                next = r.end;
+            }
+            EXPECT_EQ(next, n);
+        }
+    }
+}
+
 TEST(ThreadedTrainingAccumulation, MicroBatchesWithWorkersMatchOneBigBatch) {
     for (const int workers : {1, 2, 3}) {
         const TrainResult reference = train_ten_steps(1, 6);

@@ -20,4 +20,12 @@ struct Range {
     return Range{begin, begin + base + (uw < extra ? 1 : 0)};
 }
 
+// Part `part` of `parts` near-equal shares of n items that begin on multiples of `align` (the
+// last share ends at n): ranks' gradient slices, so that no norm block is cut between two ranks.
+[[nodiscard]] inline Range split_aligned(std::size_t n, int part, int parts, std::size_t align) {
+    const std::size_t units = (n + align - 1) / align;
+    const Range r = split_range(units, part, parts);
+    return Range{std::min(r.begin * align, n), std::min(r.end * align, n)};
+}
+
 }  // namespace gpt2

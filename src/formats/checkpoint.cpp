@@ -120,6 +120,13 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& path, const M
     return path;
 }
 
+std::uintmax_t checkpoint_file_bytes(const ModelConfig& config, std::size_t tokenizer_bytes,
+                                     std::size_t config_json_bytes) {
+    constexpr std::size_t kSectionHeader = sizeof(std::uint32_t) + sizeof(std::uint64_t);
+    return kHeaderBytes + ParameterLayout(config).total() * sizeof(float) + 2 * kSectionHeader +
+           tokenizer_bytes + config_json_bytes + kFooterBytes;
+}
+
 namespace {
 
 // The parameters are copied out of the mapped file this many bytes at a time, each piece's pages

@@ -49,6 +49,11 @@ using ParameterSource = std::function<void(const ParameterSink&)>;
 std::filesystem::path save_checkpoint(const std::filesystem::path& path, const ModelConfig& config,
                                       const ParameterSource& source,
                                       const std::optional<CheckpointExtras>& extras);
+// The size in bytes of the file save_checkpoint writes for a `config` model with extras of these
+// sizes (a serialized tokenizer and a configuration document), for checking the room beforehand.
+[[nodiscard]] std::uintmax_t checkpoint_file_bytes(const ModelConfig& config,
+                                                   std::size_t tokenizer_bytes,
+                                                   std::size_t config_json_bytes);
 // Writes llm.c's model file, version 3 (fp32: save_checkpoint without extras) or 5 (bf16, each
 // weight rounded to nearest even), atomically; returns path.
 std::filesystem::path save_llmc_model(const std::filesystem::path& path, const Model& model,

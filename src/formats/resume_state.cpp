@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "core/bytes.hpp"
 #include "core/error.hpp"
@@ -171,6 +172,11 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
     write_file_atomically(path, pieces);
 }
 
+std::uintmax_t resume_state_file_bytes(std::size_t moment_floats, bool lora) {
+    return (lora ? kHeaderBytesV5 : kHeaderBytesV3) + 2 * moment_floats * sizeof(float) +
+           sizeof(std::uint64_t);
+}
+
 ResumeState load_resume_state(const std::filesystem::path& path, const ModelConfig& config,
                               AdamWState& optimizer) {
     const std::vector<std::uint8_t> bytes = read_file_bytes(path);
@@ -201,6 +207,42 @@ ResumeState load_resume_state(const std::filesystem::path& path, const ModelConf
     std::memcpy(optimizer.v.data(), bytes.data() + h.bytes + floats, floats);
     optimizer.step = h.adam_step;
     return h.state;
+}
+
+void verify_resume_state(const std::filesystem::path& path) {
+    const MappedFile file(path);
+    const std::span<const std::uint8_t> bytes = file.bytes();
+    const std::string name = path.string();
+    const StateHeader h = parse_header(bytes, name);
+    // More parameters than any file could hold is a damaged header, not a size to compute.
+    if (h.num_params > (std::numeric_limits<std::uint64_t>::max() >> 4)) {
+        throw InputError(name + ": damaged header (" + std::to_string(h.num_params) +
+                         " parameters)");
+    }
+    const std::uint64_t expected =
+        h.bytes + 2 * h.num_params * sizeof(float) + sizeof(std::uint64_t);
+    if (bytes.size() != expected) {
+        throw InputError(name + ": resume state has " + std::to_string(bytes.size()) +
+                         " bytes, expected " + std::to_string(expected) + " for its " +
+                         std::to_string(h.num_params) + " parameters (truncated or corrupt)");
+    }
+    // Chained over the three pieces the writer hashed, each piece's pages handed back once read.
+    const std::size_t floats = h.num_params * sizeof(float);
+    std::uint64_t sum = checksum64(bytes.first(h.bytes));
+    for (const std::size_t start : {h.bytes, h.bytes + floats}) {
+        Checksum64 piece_sum(sum);
+        constexpr std::size_t kPiece = std::size_t{16} << 20;
+        for (std::size_t at = 0; at < floats; at += kPiece) {
+            const std::span<const std::uint8_t> piece =
+                bytes.subspan(start + at, std::min(kPiece, floats - at));
+            piece_sum.add(piece);
+            file.release(piece);
+        }
+        sum = piece_sum.value();
+    }
+    std::uint64_t stored = 0;
+    std::memcpy(&stored, bytes.data() + bytes.size() - sizeof(stored), sizeof(stored));
+    if (sum != stored) throw InputError(name + ": checksum mismatch, the resume state is corrupt");
 }
 
 std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path) {
@@ -247,7 +289,7 @@ bool is_resume_state_file(const std::filesystem::path& path) {
     std::ifstream in(path, std::ios::binary);
     return in.read(magic.data(), magic.size()) &&
            (magic == kStateMagicV1 || magic == kStateMagicV2 || magic == kStateMagicV3 ||
-            magic == kStateMagicV4);
+            magic == kStateMagicV4 || magic == kStateMagicV5);
 }
 
 std::filesystem::path model_path(const std::filesystem::path& dir, std::int64_t step) {

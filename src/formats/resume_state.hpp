@@ -50,9 +50,16 @@ struct ResumeState {
 
 void save_resume_state(const std::filesystem::path& path, const ResumeState& state,
                        const ModelConfig& config, const AdamWState& optimizer);
+// The size in bytes of the state file save_resume_state writes for AdamW moments of
+// `moment_floats` values each (a LoRA run's state has a longer header).
+[[nodiscard]] std::uintmax_t resume_state_file_bytes(std::size_t moment_floats, bool lora);
 // Loads into `optimizer` (sized for config). InputError naming the file on any mismatch or damage.
 [[nodiscard]] ResumeState load_resume_state(const std::filesystem::path& path,
                                             const ModelConfig& config, AdamWState& optimizer);
+// Checks a state file whole without loading it into an optimizer (its header, its size for the
+// parameter count the header gives, its checksum; read a piece at a time): InputError naming the
+// file and what is wrong. --resume auto skips a checkpoint whose state does not verify.
+void verify_resume_state(const std::filesystem::path& path);
 // The lineage of a state file from its header alone; nullopt if unreadable or of version 1.
 [[nodiscard]] std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path);
 // A state file's header alone (nullopt if unreadable: loading it reports why), so that flags that

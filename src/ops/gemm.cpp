@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -65,6 +66,23 @@ void onednn_sgemm(char transa, char transb, int M, int N, int K, float alpha, co
 }
 }  // namespace
 
+const char* kernels_for_this_cpu(const char* loaded) {
+    const auto loaded_one_of = [loaded](std::initializer_list<const char*> names) {
+        return std::any_of(names.begin(), names.end(),
+                           [loaded](const char* name) { return std::strcmp(loaded, name) == 0; });
+    };
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    // OpenBLAS names a CPU it does not know after an old family (Prescott: SSE3, several times
+    // slower), and AMD's AVX-512 CPUs after its AVX2 one: the instructions decide, not the model.
+    if (avx512) {
+        return loaded_one_of({"SkylakeX", "Cooperlake", "SapphireRapids"}) ? nullptr : "SkylakeX";
+    }
+    if (avx2) return loaded_one_of({"Haswell", "Zen"}) ? nullptr : "Haswell";
+    return nullptr;
+}
+
 void select_gemm_kernels(char** argv) {
     if (std::getenv("GPT2_GEMM_REEXEC") != nullptr) return;  // already re-executed once
     bool restart = false;
@@ -77,15 +95,7 @@ void select_gemm_kernels(char** argv) {
     }
     const char* wanted = std::getenv("GPT2_OPENBLAS_CORETYPE");
     if (wanted != nullptr && *wanted == '\0') wanted = nullptr;  // set but empty: the default
-    if (wanted == nullptr) {
-        const bool avx512 =
-            __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-        const char* name = openblas_get_corename();
-        const bool avx2_kernels =
-            std::strcmp(name, "Haswell") == 0 || std::strcmp(name, "Zen") == 0;
-        if (avx512 && avx2_kernels) wanted = "SkylakeX";
-    }
+    if (wanted == nullptr) wanted = kernels_for_this_cpu(openblas_get_corename());
     const char* current = std::getenv("OPENBLAS_CORETYPE");
     if (wanted != nullptr && (current == nullptr || std::strcmp(current, wanted) != 0)) {
         ::setenv("OPENBLAS_CORETYPE", wanted, 1);

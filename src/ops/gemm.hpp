@@ -39,11 +39,16 @@ void set_gemm_library(GemmLibrary library);
 // Sets up OpenBLAS, which reads its environment only when it loads; call first thing in main(),
 // before MPI_Init. Re-executes the program once, if needed, with OPENBLAS_NUM_THREADS=1 (the
 // threads OpenBLAS would start for itself, one per CPU, are never used but each holds a buffer of
-// the pool our workers' calls share) and with the kernels for this CPU: OpenBLAS 0.3.21 does not
-// know AVX-512 CPUs newer than it (AMD Zen 4/5) and runs its AVX2 kernels there at about half the
-// speed, so on such a CPU OPENBLAS_CORETYPE=SkylakeX (overriding an inherited one);
-// GPT2_OPENBLAS_CORETYPE=NAME chooses the kernels explicitly instead (set but empty: as if unset).
+// the pool our workers' calls share) and with the kernels for this CPU (kernels_for_this_cpu,
+// overriding an inherited OPENBLAS_CORETYPE); GPT2_OPENBLAS_CORETYPE=NAME chooses the kernels
+// explicitly instead (set but empty: as if unset).
 void select_gemm_kernels(char** argv);
+// The OpenBLAS family this CPU's instructions call for when `loaded` (the family OpenBLAS chose)
+// is not one of it, else null: OpenBLAS 0.3.21 does not know CPUs newer than it and takes AMD's
+// AVX-512 ones (Zen 4/5) for AVX2 ones (half the speed) and an Intel Xeon of model 207 for a
+// Prescott (SSE3 kernels, several times slower). AVX-512: SkylakeX (Cooperlake and SapphireRapids
+// kept); AVX2 with FMA: Haswell (Zen kept).
+[[nodiscard]] const char* kernels_for_this_cpu(const char* loaded);
 // The kernel family OpenBLAS is using (for the start-up log; whether or not it runs the products).
 [[nodiscard]] const char* gemm_kernel_name();
 

@@ -25,18 +25,17 @@ GradientPass AdapterExchange::backward(const Model& model, WorkerGroup& workers,
     const int T = workers.seq_len();
     // The mean over the step's trained targets (all of them, or the loss mask's).
     const float dloss = static_cast<float>(1.0 / step_targets(batch, T));
-    const std::span<WorkerPartial> sums = workers.partials();
+    GradientPass pass;
+    pass.sequence_losses.assign(static_cast<std::size_t>(batch.global_sequences), 0.0);
     workers.pool().run([&](int w) {
-        double loss = 0.0;
         for (int a = 0; a < batch.grad_accum; ++a) {
             const TokenBatch mine = worker_sequences(batch, a, B, T, w, W);
             if (mine.B > 0) {
-                loss += forward_backward_adapter(model, workers.context(w), mine, dloss,
-                                                 per_worker_[static_cast<std::size_t>(w)].span());
+                (void)forward_backward_adapter(model, workers.context(w), mine, dloss,
+                                               per_worker_[static_cast<std::size_t>(w)].span());
+                record_sequence_losses(workers.context(w), mine, pass.sequence_losses);
             }
         }
-        sums[static_cast<std::size_t>(w)].value = loss;
-        sums[static_cast<std::size_t>(w)].seconds_at_barriers = 0.0;
     });
     // The workers' gradients summed into worker 0's in worker order, each worker a range of the
     // adapter (deterministic, no lock), the others cleared for the next step.
@@ -51,11 +50,7 @@ GradientPass AdapterExchange::backward(const Model& model, WorkerGroup& workers,
             }
         }
     });
-    GradientPass pass;
-    for (const WorkerPartial& s : sums) {
-        pass.loss_sum += s.value;
-        pass.seconds_at_barriers.push_back(s.seconds_at_barriers);
-    }
+    pass.seconds_at_barriers.assign(static_cast<std::size_t>(W), 0.0);
     return pass;
 }
 
@@ -65,7 +60,8 @@ std::span<float> AdapterExchange::finish(WorkerGroup& /*workers*/) {
 }
 
 double AdapterExchange::norm_squared(std::span<float> gradient, WorkerGroup& workers) {
-    return owned_norm_squared(gradient, owned(), workers, false);  // every rank holds the sum
+    return norm_squared_in_blocks(gradient, owned(), workers, false,
+                                  nullptr);  // every rank holds it
 }
 
 void AdapterExchange::update(Model& model, AdamWState& optimizer, std::span<float> gradient,

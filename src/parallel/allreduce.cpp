@@ -19,7 +19,8 @@ std::span<float> AllreduceExchange::finish(WorkerGroup& workers) {
 }
 
 double AllreduceExchange::norm_squared(std::span<float> gradient, WorkerGroup& workers) {
-    return owned_norm_squared(gradient, owned(), workers, false);  // every rank holds the sum
+    return norm_squared_in_blocks(gradient, owned(), workers, false,
+                                  nullptr);  // every rank holds it
 }
 
 void AllreduceExchange::update(Model& model, AdamWState& optimizer, std::span<float> gradient,

@@ -1,18 +1,29 @@
 #include "parallel/gradient_exchange.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <vector>
 
 namespace gpt2::exchange_detail {
 
-double owned_norm_squared(std::span<float> gradient, Range owned, WorkerGroup& workers,
-                          bool clear_others) {
+void owned_block_sums(std::span<float> gradient, Range owned, WorkerGroup& workers,
+                      bool clear_others, std::span<float> block_sums) {
+    if (owned.begin % kNormBlock != 0 || block_sums.size() != norm_blocks(gradient.size())) {
+        throw std::invalid_argument("owned_block_sums: a slice that cuts a norm block");
+    }
     const int W = workers.size();
-    const std::span<WorkerPartial> sums = workers.partials();
     const std::size_t P = gradient.size();
+    const std::size_t first_block = owned.begin / kNormBlock;
+    const std::size_t blocks = norm_blocks(owned.end) - first_block;
     workers.pool().run([&](int w) {
-        const Range r = split_range(owned.end - owned.begin, w, W);
-        sums[static_cast<std::size_t>(w)].value =
-            sum_of_squares(gradient.subspan(owned.begin + r.begin, r.end - r.begin));
+        const Range r = split_range(blocks, w, W);
+        for (std::size_t b = first_block + r.begin; b < first_block + r.end; ++b) {
+            const std::size_t begin = b * kNormBlock;
+            const std::size_t end = std::min(begin + kNormBlock, owned.end);
+            // One block's sum: a float in double, exactly.
+            block_sums[b] =
+                static_cast<float>(sum_of_squares(gradient.subspan(begin, end - begin)));
+        }
         if (!clear_others) return;
         for (const Range other : {Range{0, owned.begin}, Range{owned.end, P}}) {
             const Range z = split_range(other.end - other.begin, w, W);
@@ -20,10 +31,15 @@ double owned_norm_squared(std::span<float> gradient, Range owned, WorkerGroup& w
                       gradient.begin() + static_cast<std::ptrdiff_t>(other.begin + z.end), 0.0f);
         }
     });
-    double norm_sq = 0.0;
-    for (const WorkerPartial& s : sums)
-        norm_sq += s.value;
-    return norm_sq;
+}
+
+double norm_squared_in_blocks(std::span<float> gradient, Range owned, WorkerGroup& workers,
+                              bool clear_others, const Communicator* ranks, bool counts) {
+    std::vector<float> block_sums(norm_blocks(gradient.size()), 0.0f);
+    owned_block_sums(gradient, counts ? owned : Range{owned.begin, owned.begin}, workers,
+                     clear_others, block_sums);
+    if (ranks != nullptr) ranks->allreduce_sum(std::span<float>(block_sums));
+    return sum_in_block_order(block_sums);
 }
 
 void update_owned(Model& model, AdamWState& optimizer, std::span<float> gradient, Range owned,
@@ -51,6 +67,13 @@ void clear_owned(std::span<float> gradient, Range owned, WorkerGroup& workers) {
 }  // namespace gpt2::exchange_detail
 
 namespace gpt2 {
+
+double sum_in_block_order(std::span<const float> block_sums) {
+    double total = 0.0;
+    for (const float block : block_sums)
+        total += block;
+    return total;
+}
 
 std::span<float> GradientExchange::rank_gradient(WorkerGroup& workers) {
     return workers.gradient();

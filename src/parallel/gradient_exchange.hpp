@@ -44,11 +44,31 @@ class GradientExchange {
     [[nodiscard]] virtual std::span<float> rank_gradient(WorkerGroup& workers);
 };
 
+// The gradient's squared norm comes out the same bits for any split of the step over workers and
+// ranks: the buffer is cut into blocks of kNormBlock elements from element 0, each block's sum of
+// squares taken alone (sum_of_squares: float lanes), and the block sums added in double in block
+// order. Ranks' slices begin on block boundaries (split_aligned), so no block is cut between two
+// ranks, and a block summed on one rank travels to the others exactly (x + 0 = x).
+inline constexpr std::size_t kNormBlock = 1024;
+[[nodiscard]] inline std::size_t norm_blocks(std::size_t n) {
+    return (n + kNormBlock - 1) / kNormBlock;
+}
+// The blocks' sums of squares added in double in block order: the squared norm.
+[[nodiscard]] double sum_in_block_order(std::span<const float> block_sums);
+
 namespace exchange_detail {
-// The squared norm of gradient[owned] summed on the workers (double across them), and, when
-// `clear_others`, the rest of the buffer cleared (partial sums under ZeRO-1).
-[[nodiscard]] double owned_norm_squared(std::span<float> gradient, Range owned,
-                                        WorkerGroup& workers, bool clear_others);
+// block_sums[b] (norm_blocks(gradient.size()) of them) for every block of gradient[owned], summed
+// on the workers (owned.begin on a block boundary; the other entries are left as they are), and,
+// when `clear_others`, the rest of the buffer cleared (partial sums under ZeRO-1).
+void owned_block_sums(std::span<float> gradient, Range owned, WorkerGroup& workers,
+                      bool clear_others, std::span<float> block_sums);
+// The squared norm of the gradient summed over every rank, from this rank's blocks of
+// gradient[owned] (none where `counts` is false: ranks that hold a copy of another's slice), the
+// block sums summed across `ranks` (null: this rank holds the whole gradient) and added in block
+// order: the same bits on every rank and for any split. `clear_others` as owned_block_sums.
+[[nodiscard]] double norm_squared_in_blocks(std::span<float> gradient, Range owned,
+                                            WorkerGroup& workers, bool clear_others,
+                                            const Communicator* ranks, bool counts = true);
 // AdamW over gradient[owned] divided among the workers (step number advanced once).
 void update_owned(Model& model, AdamWState& optimizer, std::span<float> gradient, Range owned,
                   const AdamWHyper& hyper, float clip, WorkerGroup& workers);

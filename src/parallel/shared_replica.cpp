@@ -134,9 +134,8 @@ std::span<float> SharedMemoryExchange::finish(WorkerGroup& workers) {
 double SharedMemoryExchange::norm_squared(std::span<float> gradient, WorkerGroup& workers) {
     // Across machines every machine holds every slice: the first machine's count, so that every
     // machine clips by the very same number whatever its ranks' thread counts.
-    const double mine = owned_norm_squared(gradient, owned(), workers, false);
     const bool counts = machines_ == nullptr || machines_->on_first;
-    return world_.allreduce_sum(counts ? mine : 0.0);
+    return norm_squared_in_blocks(gradient, owned(), workers, false, &world_, counts);
 }
 
 void SharedMemoryExchange::update(Model& model, AdamWState& optimizer, std::span<float> gradient,

@@ -57,6 +57,17 @@ TokenBatch worker_sequences(const StepBatch& batch, int micro_step, int B, int T
                       batch.document_start};
 }
 
+void record_sequence_losses(const ThreadLocalTrainingContext& ctx, const TokenBatch& mine,
+                            std::span<double> sequence_losses) {
+    const auto T = static_cast<std::size_t>(mine.T);
+    for (std::size_t s = 0; s < static_cast<std::size_t>(mine.B); ++s) {
+        double loss = 0.0;
+        for (std::size_t t = 0; t < T; ++t)
+            loss += ctx.acts.losses[s * T + t];
+        sequence_losses[mine.first_sequence + s] = loss;
+    }
+}
+
 GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, const StepBatch& batch,
                                   const GradientReady& ready) {
     const int W = workers.size();
@@ -66,10 +77,11 @@ GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, cons
     const float dloss = static_cast<float>(1.0 / step_targets(batch, T));
     const std::span<WorkerPartial> sums = workers.partials();
     LayerwiseReduction& reduction = workers.reduction();
+    GradientPass pass;
+    pass.sequence_losses.assign(static_cast<std::size_t>(batch.global_sequences), 0.0);
     double worker0_summing = 0.0;
     reduction.begin_run();
     workers.pool().run([&](int w) {
-        double loss = 0.0;
         double summing = 0.0;
         double at_barriers = 0.0;
         try {
@@ -78,7 +90,8 @@ GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, cons
                                                     a + 1 == batch.grad_accum ? &ready : nullptr);
                 const TokenBatch mine = worker_sequences(batch, a, B, T, w, W);
                 if (mine.B > 0) {
-                    loss += forward_backward(model, workers.context(w), mine, dloss, sink);
+                    (void)forward_backward(model, workers.context(w), mine, dloss, sink);
+                    record_sequence_losses(workers.context(w), mine, pass.sequence_losses);
                 } else {
                     sink.take_part_without_sequences(T);
                 }
@@ -91,15 +104,11 @@ GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers, cons
             reduction.abort();
             throw;
         }
-        sums[static_cast<std::size_t>(w)].value = loss;
         sums[static_cast<std::size_t>(w)].seconds_at_barriers = at_barriers;
         if (w == 0) worker0_summing = summing;
     });
-    GradientPass pass;
-    for (const WorkerPartial& s : sums) {
-        pass.loss_sum += s.value;
+    for (const WorkerPartial& s : sums)
         pass.seconds_at_barriers.push_back(s.seconds_at_barriers);
-    }
     pass.seconds_summing = worker0_summing;
     return pass;
 }

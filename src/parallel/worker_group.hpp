@@ -16,9 +16,8 @@
 
 namespace gpt2 {
 
-// One worker's scalar result, alone on its cache line so workers never write the same line.
+// One worker's figure of a step, alone on its cache line so workers never write the same line.
 struct alignas(64) WorkerPartial {
-    double value = 0.0;
     double seconds_at_barriers = 0.0;  // accumulate_gradients: waiting for the other workers
 };
 
@@ -99,11 +98,18 @@ struct StepBatch {
 // is called on the calling thread (worker 0) as each part of the rank's gradient becomes complete
 // during the last micro-batch: the final LayerNorm, layers L-1 down to 0, the embeddings.
 struct GradientPass {
-    double loss_sum = 0.0;                    // sum of the per-token losses on this rank
+    // Each of the step's sequences' loss (its tokens' losses added in double in order) at its
+    // index in the step; zero for the other ranks' sequences. Summed across ranks and then in
+    // sequence order, the step's loss is the same bits for any split of the batch.
+    std::vector<double> sequence_losses;
     double seconds_summing = 0.0;             // worker 0's part of waiting at barriers and summing
     double seconds_after_backward = 0.0;      // overlapped exchange: the part left after backward
     std::vector<double> seconds_at_barriers;  // per worker: waiting for the others
 };
+// Worker batch `mine`'s sequences' losses (what forward_backward left in ctx.acts.losses) into
+// `sequence_losses` at their indices in the step.
+void record_sequence_losses(const ThreadLocalTrainingContext& ctx, const TokenBatch& mine,
+                            std::span<double> sequence_losses);
 [[nodiscard]] GradientPass accumulate_gradients(const Model& model, WorkerGroup& workers,
                                                 const StepBatch& batch,
                                                 const GradientReady& ready = {});

@@ -36,7 +36,7 @@ std::span<float> ZeroExchange::finish(WorkerGroup& workers) {
 
 double ZeroExchange::norm_squared(std::span<float> gradient, WorkerGroup& workers) {
     // The rest of the buffer holds this rank's partial sums: cleared for the next step.
-    return comm_.allreduce_sum(owned_norm_squared(gradient, owned(), workers, true));
+    return norm_squared_in_blocks(gradient, owned(), workers, true, &comm_);
 }
 
 void ZeroExchange::update(Model& model, AdamWState& optimizer, std::span<float> gradient,

@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
@@ -39,7 +42,65 @@ void check_document_masking(const TrainOptions& o, const Tokenizer& tokenizer) {
                      "bpe or gpt2)");
 }
 
-std::string read_corpus(const std::string& path) {
+// What a --data file that prepare_data reads but train_gpt2 does not is ("a Parquet file", "JSON
+// Lines", ...), from its name and first bytes; nothing for a plain-text file.
+std::optional<std::string> prepared_data_kind(const std::filesystem::path& path) {
+    std::string name = path.filename().string();
+    std::string compression;
+    for (const char* suffix : {".gz", ".zst"}) {
+        if (name.ends_with(suffix)) {
+            compression = std::string(suffix) == ".gz" ? "gzip-compressed " : "zstd-compressed ";
+            name.resize(name.size() - std::string_view(suffix).size());
+        }
+    }
+    if (name.ends_with(".parquet")) return "a Parquet file";
+    if (name.ends_with(".jsonl") || name.ends_with(".ndjson") || name.ends_with(".json"))
+        return compression + "JSON Lines";
+    if (!compression.empty()) return compression + "text";
+    std::ifstream in(path, std::ios::binary);
+    std::string head(4096, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    head.resize(static_cast<std::size_t>(in.gcount()));
+    if (head.starts_with("PAR1")) return "a Parquet file";
+    if (head.starts_with("\x1f\x8b")) return "gzip-compressed data";
+    if (head.starts_with("\x28\xb5\x2f\xfd")) return "zstd-compressed data";
+    // JSON Lines: its first line a JSON object (text rarely begins so).
+    const std::size_t first = head.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && head[first] == '{') {
+        const std::size_t end = head.find('\n', first);
+        if (end != std::string::npos &&
+            nlohmann::json::accept(std::string_view(head).substr(first, end - first))) {
+            return "JSON Lines (its first line is a JSON object)";
+        }
+    }
+    return std::nullopt;
+}
+
+std::string read_corpus(const TrainOptions& o) {
+    const std::string& path = o.data.data;
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec) && !o.was_given("data")) {
+        // The default is relative: a program installed elsewhere, or run from another directory.
+        throw InputError("--data " + path + " (the default): no such file in " +
+                         std::filesystem::current_path(ec).string() +
+                         ": give --data FILE (a plain-text corpus), or run from the repository "
+                         "root, where scripts/setup.sh places the corpus");
+    }
+    // Corpora prepare_data reads are never tokenized as characters: their JSON, markup or bytes
+    // would become the vocabulary, without the loss masks of prompt/response records.
+    if (const std::optional<std::string> kind = prepared_data_kind(path)) {
+        std::string stem = std::filesystem::path(path).filename().string();
+        stem = stem.substr(0, stem.find('.'));
+        if (stem.empty()) stem = "shards";
+        throw InputError("--data " + path + " is " + *kind +
+                         ": --data reads one plain-text file; build/prepare_data turns such "
+                         "files into token shards (with loss masks for prompt/response and chat "
+                         "records): build/prepare_data --data " +
+                         path + " --tokenizer gpt2 --out-dir data/" + stem +
+                         ", then train with --train-data 'data/" + stem +
+                         "/*_train_*.bin' --val-data 'data/" + stem +
+                         "/*_val_*.bin' (docs/data.md)");
+    }
     std::string text = read_text_file(path);
     if (text.empty()) throw InputError("--data " + path + ": the corpus is empty");
     // Text inputs must be text: a Parquet file, a shard or a checkpoint is refused, not tokenized.
@@ -56,13 +117,17 @@ void prepare_text_corpus(const TrainOptions& o, const Communicator& comm,
     std::vector<std::int64_t> counts(2, 0);
     if (comm.is_root()) {
         const auto start = Clock::now();
-        const std::string text = read_corpus(o.data.data);
+        const std::string text = read_corpus(o);
         corpus.tokenizer = build_tokenizer(o, choice, text);
         log_implied_tokenizer(o, choice);
         check_document_masking(o, *corpus.tokenizer);
-        TokenSplit split =
-            split_tokens(corpus.tokenizer->encode(text, parse_eot_in_text(o.data.eot_in_text)),
-                         o.data.val_fraction);
+        std::vector<std::int32_t> tokens;
+        try {
+            tokens = corpus.tokenizer->encode(text, parse_eot_in_text(o.data.eot_in_text));
+        } catch (const InputError& e) {  // a byte outside a char model's alphabet
+            throw InputError("--data " + o.data.data + ": " + e.what());
+        }
+        TokenSplit split = split_tokens(std::move(tokens), o.data.val_fraction);
         corpus.train = std::move(split.train);
         corpus.val = std::move(split.val);
         tokenizer_bytes = corpus.tokenizer->serialize();

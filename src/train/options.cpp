@@ -1,5 +1,9 @@
 #include "train/options.hpp"
 
+#include <spdlog/fmt/fmt.h>
+
+#include <filesystem>
+
 #include "core/error.hpp"
 #include "formats/resume_state.hpp"
 #include "model/lora.hpp"
@@ -113,7 +117,9 @@ void validate_train_options(const TrainOptions& o, int world_size) {
             "--block-size must be at least --seq-len");
     require(o.optimizer.lr > 0.0f, "--lr must be positive");
     require(o.optimizer.min_lr >= 0.0f && o.optimizer.min_lr <= o.optimizer.lr,
-            "--min-lr must be between 0 and --lr");
+            fmt::format("--min-lr {} is above --lr {}: the schedule decays from --lr down to "
+                        "--min-lr (default --lr / 10)",
+                        o.optimizer.min_lr, o.optimizer.lr));
     require(o.optimizer.warmup_steps >= 0, "--warmup-steps must not be negative");
     require(o.optimizer.lr_decay_steps >= 0, "--lr-decay-steps must not be negative");
     require(o.optimizer.beta1 >= 0.0f && o.optimizer.beta1 < 1.0f, "--beta1 must be in [0, 1)");
@@ -155,9 +161,16 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     require(!o.was_given("val-fraction") || o.data.train_data.empty(),
             "--val-fraction splits --data; with --train-data the validation tokens are "
             "--val-data's: drop --val-fraction");
-    require(o.checkpoints.resume.empty() || o.checkpoints.resume == "auto" ||
-                checkpoint_step(o.checkpoints.resume).has_value(),
-            "--resume " + o.checkpoints.resume + ": expected 'auto' or a state_NNNNNN.bin file");
+    if (!o.checkpoints.resume.empty() && o.checkpoints.resume != "auto") {
+        const std::filesystem::path named = o.checkpoints.resume;
+        const std::optional<std::int64_t> step = checkpoint_step(named);
+        require(step.has_value(), "--resume " + o.checkpoints.resume +
+                                      ": expected 'auto' or a state_NNNNNN.bin file");
+        require(named.filename().string().starts_with("state_"),
+                "--resume " + o.checkpoints.resume + " is a model file: name its state file, " +
+                    state_path(named.parent_path(), *step).string() +
+                    " (--init-from starts a new run from a model file's weights)");
+    }
     if (is_gpt2_preset(o.model.preset) && o.was_given("tokenizer") &&
         o.data.tokenizer != TokenizerKind::Gpt2) {
         throw InputError("--tokenizer " + std::string(tokenizer_kind_name(o.data.tokenizer)) +

@@ -56,6 +56,8 @@ struct TrainOptions {
     // The optimizer, its schedule and the run's length.
     struct Optimizer {
         float lr = 3e-3f;
+        // The decay's final learning rate: --min-lr as given, else lr / 10 (nanoGPT's advice), so
+        // that any --lr has a schedule (parse_train_options fills it in).
         float min_lr = 3e-4f;
         int warmup_steps = 30;
         LrSchedule schedule = LrSchedule::Cosine;

@@ -83,7 +83,8 @@ struct Replica {
             const std::vector<std::uint64_t> all =
                 comm.allgather(static_cast<std::uint64_t>(slice) * 2 + (gives_checkpoint ? 1 : 0));
             for (const std::uint64_t value : all) {
-                const Range r = split_range(P, static_cast<int>(value / 2), parts);
+                // On norm blocks' boundaries: the gradient's norm is the same for any split.
+                const Range r = split_aligned(P, static_cast<int>(value / 2), parts, kNormBlock);
                 update_slices.push_back(r);
                 checkpoint_slices.push_back(value % 2 != 0 ? r : Range{r.begin, r.begin});
             }

@@ -12,9 +12,12 @@
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "formats/checkpoint.hpp"
+#include "formats/resume_state.hpp"
 #include "model/lora.hpp"
 #include "train/memory_plan.hpp"
 #include "train/model_shape.hpp"
+#include "train/out_dir.hpp"
 #include "train/start_point.hpp"
 #include "train/stop_signal.hpp"
 #include "train/text_format.hpp"
@@ -69,6 +72,21 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
             throw InputError("--out-dir " + o.checkpoints.out_dir + ": cannot create directory (" +
                              ec.message() + ")");
         }
+        // Room for the first checkpoint, found now rather than when it is written.
+        const std::shared_ptr<LoraAdapter>& adapter = replica.model.lora;
+        const std::size_t moments = adapter != nullptr
+                                        ? adapter->params.size()
+                                        : ParameterLayout(replica.model.config).total();
+        // The adapter directory: its weights, and tensor names and JSON well within 64 KiB.
+        constexpr std::uintmax_t kAdapterMetadata = 64 << 10;
+        check_out_dir_room(
+            o.checkpoints.out_dir,
+            CheckpointFootprint{
+                checkpoint_file_bytes(replica.model.config, corpus.tokenizer->serialize().size(),
+                                      run_config_.size()),
+                resume_state_file_bytes(moments, adapter != nullptr),
+                adapter != nullptr ? adapter->params.size() * sizeof(float) + kAdapterMetadata
+                                   : 0});
     }
     metrics_.write({{"type", "run"},
                     {"start_step", plan.first_step},
@@ -300,6 +318,11 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         throw InputError("--lora-from " + o.lora.from +
                          ": no adapter_config.json there (expected a PEFT adapter directory)");
     }
+    // Checkpoints must be writable: found before the corpus is read, not at the first one.
+    if (comm.is_root() && o.compute.benchmark == 0) {
+        check_out_dir_writable(o.checkpoints.out_dir);
+    }
+    if (comm.is_root() && !o.metrics_file.empty()) (void)MetricsFile(o.metrics_file);
     if (comm.is_root()) {
         choose_start(o, start, tokenizer_choice);
         check_flags_against_start(o, start);

@@ -130,7 +130,10 @@ MetricsFile::MetricsFile(const std::string& path) : path_(path) {
     std::error_code ec;
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw InputError("--metrics-file " + path + ": cannot open for writing");
+    if (fd_ < 0) {
+        throw InputError("--metrics-file " + path + ": cannot open for writing (" +
+                         std::strerror(errno) + ")");
+    }
 }
 
 MetricsFile::~MetricsFile() {

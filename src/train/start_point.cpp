@@ -17,11 +17,46 @@ namespace gpt2 {
 
 namespace {
 
+// Model files in `dir` without their state file (a checkpoint whose state could not be written,
+// or whose writer was stopped between the two files), newest first.
+std::vector<std::filesystem::path> models_without_state(const std::filesystem::path& dir) {
+    std::vector<std::pair<std::int64_t, std::filesystem::path>> lone;
+    for (const std::string& name : checkpoint_file_names(dir)) {
+        const std::optional<std::int64_t> step = checkpoint_step(name);
+        if (!step || !name.starts_with("model_")) continue;
+        if (!std::filesystem::exists(state_path(dir, *step))) lone.emplace_back(*step, dir / name);
+    }
+    std::sort(lone.rbegin(), lone.rend());
+    std::vector<std::filesystem::path> files;
+    for (auto& [step, file] : lone)
+        files.push_back(std::move(file));
+    return files;
+}
+
+// What a model file without its state is, and what can be done with it, for the refusals below.
+std::string finished_models_advice(const std::vector<std::filesystem::path>& lone) {
+    std::string listed;
+    for (std::size_t i = 0; i < lone.size() && i < 3; ++i)
+        listed += (i > 0 ? ", " : "") + lone[i].filename().string();
+    if (lone.size() > 3) listed += ", ... (" + std::to_string(lone.size()) + " files)";
+    return listed + (lone.size() == 1 ? " has" : " have") +
+           " no state file: a finished model, not a run to resume (train from its weights with "
+           "--init-from " +
+           lone.front().string() + " and another --out-dir, or move it away)";
+}
+
 // A fresh run must not share --out-dir with another run's checkpoints: its pruning would mix
 // lineages and a later --resume auto would pick whichever is newest.
 void refuse_foreign_checkpoints(const TrainOptions& o) {
     const std::vector<std::string> names = checkpoint_file_names(o.checkpoints.out_dir);
     if (names.empty()) return;
+    if (list_checkpoints(o.checkpoints.out_dir).empty()) {
+        const std::vector<std::filesystem::path> lone = models_without_state(o.checkpoints.out_dir);
+        if (!lone.empty()) {
+            throw UsageError("--out-dir " + o.checkpoints.out_dir +
+                             " is not empty: " + finished_models_advice(lone));
+        }
+    }
     std::string listed;
     for (std::size_t i = 0; i < names.size() && i < 4; ++i)
         listed += (i > 0 ? ", " : "") + names[i];
@@ -42,50 +77,91 @@ StartPoint load_init_from(const TrainOptions& o) {
     return start;
 }
 
-StartPoint find_start(const TrainOptions& o) {
-    if (o.checkpoints.resume == "auto") {
-        std::vector<std::filesystem::path> not_ours;
-        const std::vector<std::int64_t> steps = list_checkpoints(o.checkpoints.out_dir, &not_ours);
-        for (const std::filesystem::path& file : not_ours) {
-            spdlog::warn("{}: not a checkpoint of ours (step number out of range), skipped",
-                         file.string());
-        }
-        for (const std::int64_t step : steps) {
-            try {
-                StartPoint start;
-                start.model = load_checkpoint(model_path(o.checkpoints.out_dir, step));
-                start.state_file = state_path(o.checkpoints.out_dir, step);
-                start.source = "--resume " + start.state_file.string();
-                if (!o.model.init_from.empty() && !o.lora.enabled()) {
-                    spdlog::info("--init-from {} not used: {} {}", o.model.init_from,
-                                 log_lines::kResumingFrom, start.state_file.string());
-                }
-                return start;
-            } catch (const InputError& e) {
-                spdlog::warn("skipping checkpoint at step {}: {}", step, e.what());
+// --resume auto: the newest checkpoint whose model file and state file both verify; those that
+// do not are skipped, each with its reason. Nothing usable where checkpoints were is refused
+// rather than started afresh over them.
+StartPoint find_auto_start(const TrainOptions& o) {
+    const std::filesystem::path dir = o.checkpoints.out_dir;
+    std::vector<std::filesystem::path> not_ours;
+    const std::vector<std::int64_t> steps = list_checkpoints(dir, &not_ours);
+    for (const std::filesystem::path& file : not_ours) {
+        spdlog::warn("{}: not a checkpoint of ours (step number out of range), skipped",
+                     file.string());
+    }
+    std::vector<std::string> skipped;
+    for (const std::int64_t step : steps) {
+        try {
+            StartPoint start;
+            start.state_file = state_path(dir, step);
+            verify_resume_state(start.state_file);
+            start.model = load_checkpoint(model_path(dir, step));
+            start.source = "--resume " + start.state_file.string();
+            if (!skipped.empty()) {
+                spdlog::warn(
+                    "--resume auto: {} skipped; resuming from the newest usable one, "
+                    "at step {}",
+                    skipped.size() == 1 ? "1 damaged checkpoint"
+                                        : std::to_string(skipped.size()) + " damaged checkpoints",
+                    step);
             }
+            if (!o.model.init_from.empty() && !o.lora.enabled()) {
+                spdlog::info("--init-from {} not used: {} {}", o.model.init_from,
+                             log_lines::kResumingFrom, start.state_file.string());
+            }
+            return start;
+        } catch (const InputError& e) {
+            spdlog::warn("skipping checkpoint at step {}: {}", step, e.what());
+            skipped.push_back(std::to_string(step));
         }
-        if (!o.model.init_from.empty()) {
-            spdlog::info("--resume auto: no checkpoint in {}; starting from --init-from {}",
-                         o.checkpoints.out_dir, o.model.init_from);
-            return load_init_from(o);
-        }
-        spdlog::info("--resume auto: no checkpoint in {}, starting fresh", o.checkpoints.out_dir);
-        return {};
     }
-    if (!o.checkpoints.resume.empty()) {
-        const auto step = checkpoint_step(o.checkpoints.resume);
-        if (!step) {
-            throw InputError("--resume " + o.checkpoints.resume +
-                             ": expected 'auto' or a state_NNNNNN.bin file");
-        }
-        const std::filesystem::path dir = std::filesystem::path(o.checkpoints.resume).parent_path();
-        StartPoint start;
-        start.model = load_checkpoint(model_path(dir, *step));
-        start.state_file = state_path(dir, *step);
-        start.source = "--resume " + o.checkpoints.resume;
-        return start;
+    if (!skipped.empty()) {
+        throw InputError("--resume auto: no checkpoint in " + dir.string() +
+                         " can be resumed: every one is damaged (steps " +
+                         fmt::format("{}", fmt::join(skipped, ", ")) +
+                         ", reasons above); move them away to start afresh");
     }
+    const std::vector<std::filesystem::path> lone = models_without_state(dir);
+    if (!lone.empty()) {
+        throw UsageError("--resume auto: no checkpoint to resume in " + dir.string() + ": " +
+                         finished_models_advice(lone));
+    }
+    if (!o.model.init_from.empty()) {
+        spdlog::info("--resume auto: no checkpoint in {}; starting from --init-from {}",
+                     dir.string(), o.model.init_from);
+        return load_init_from(o);
+    }
+    spdlog::info("--resume auto: no checkpoint in {}, starting fresh", dir.string());
+    return {};
+}
+
+// --resume FILE: the state file named, and the model file beside it.
+StartPoint find_named_start(const TrainOptions& o) {
+    const std::filesystem::path state_file = o.checkpoints.resume;
+    const auto step = checkpoint_step(state_file);
+    if (!step || !state_file.filename().string().starts_with("state_")) {
+        throw InputError("--resume " + o.checkpoints.resume +
+                         ": expected 'auto' or a state_NNNNNN.bin file");
+    }
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(state_file, ec)) {
+        throw InputError("--resume " + o.checkpoints.resume + ": " +
+                         (std::filesystem::exists(state_file, ec) ? "not a file" : "no such file"));
+    }
+    const std::filesystem::path model_file = model_path(state_file.parent_path(), *step);
+    if (!std::filesystem::exists(model_file, ec)) {
+        throw InputError("--resume " + o.checkpoints.resume + ": its model file " +
+                         model_file.string() + " is missing (a checkpoint is both files)");
+    }
+    StartPoint start;
+    start.model = load_checkpoint(model_file);
+    start.state_file = state_file;
+    start.source = "--resume " + o.checkpoints.resume;
+    return start;
+}
+
+StartPoint find_start(const TrainOptions& o) {
+    if (o.checkpoints.resume == "auto") return find_auto_start(o);
+    if (!o.checkpoints.resume.empty()) return find_named_start(o);
     if (o.compute.benchmark == 0) refuse_foreign_checkpoints(o);
     if (!o.model.init_from.empty()) return load_init_from(o);
     return {};

@@ -22,8 +22,7 @@ StepMetrics train_step(const TrainState& state, const StepBatch& batch, const St
     // 1. Forward and backward on every worker. The exchange may send finished parts of the
     //    gradient while backward runs, except when a test changes the gradient first.
     const bool injecting = hooks.fault != InjectedFault::None;
-    const GradientPass pass =
-        state.exchange.backward(state.model, state.workers, batch, !injecting);
+    GradientPass pass = state.exchange.backward(state.model, state.workers, batch, !injecting);
     metrics.timings.forward_backward =
         phase.lap() - pass.seconds_summing - pass.seconds_after_backward;
     metrics.timings.thread_reduction = pass.seconds_summing;
@@ -39,7 +38,11 @@ StepMetrics train_step(const TrainState& state, const StepBatch& batch, const St
     const std::span<float> gradient = state.exchange.finish(state.workers);
 
     // 3. The step's loss over every token of every rank, and the gradient's global norm.
-    metrics.loss = state.exchange.world().allreduce_sum(pass.loss_sum) / targets;
+    state.exchange.world().allreduce_sum(std::span<double>(pass.sequence_losses));
+    double loss_sum = 0.0;
+    for (const double loss : pass.sequence_losses)  // in the step's sequence order: any split alike
+        loss_sum += loss;
+    metrics.loss = loss_sum / targets;
     metrics.grad_norm = std::sqrt(state.exchange.norm_squared(gradient, state.workers));
     metrics.timings.allreduce = phase.lap() + pass.seconds_after_backward;
     if (hooks.inspect_gradient) hooks.inspect_gradient(gradient, metrics.grad_norm);

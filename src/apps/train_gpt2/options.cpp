@@ -238,8 +238,11 @@ void add_batch_flags(CLI::App& app, TrainOptions& o) {
 void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule) {
     auto* opt = app.add_option_group("Optimizer");
     opt->add_option("--lr", o.optimizer.lr, "peak learning rate")->check(app::positive());
-    opt->add_option("--min-lr", o.optimizer.min_lr, "final learning rate of the decay")
-        ->check(app::at_least(0));
+    opt->add_option("--min-lr", o.optimizer.min_lr,
+                    "final learning rate of the decay (default: --lr / 10, nanoGPT's advice; "
+                    "given, it is absolute)")
+        ->check(app::at_least(0))
+        ->default_str("");
     opt->add_option("--warmup-steps", o.optimizer.warmup_steps, "linear warmup steps")
         ->check(app::at_least(0));
     opt->add_option("--schedule", schedule, "cosine | linear | constant")
@@ -483,6 +486,8 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     if (const std::optional<int> code = app::parse_arguments(app, args, from_config, speaker)) {
         return *code;
     }
+    // --min-lr follows --lr unless given (config file or command line).
+    if (app.get_option("--min-lr")->count() == 0) o.optimizer.min_lr = o.optimizer.lr / 10.0f;
     o.optimizer.schedule = schedule == "linear"     ? LrSchedule::Linear
                            : schedule == "constant" ? LrSchedule::Constant
                                                     : LrSchedule::Cosine;
