@@ -15,8 +15,8 @@
 
 #include "core/random.hpp"
 #include "parallel/allreduce.hpp"
-#include "parallel/gradient_exchange.hpp"
 #include "parallel/comm.hpp"
+#include "parallel/gradient_exchange.hpp"
 #include "test_support.hpp"
 #include "threads/thread_pool.hpp"
 #include "train/step.hpp"
@@ -159,8 +159,8 @@ TEST(GradientNorm, TheSameBitsForAnySplitOverWorkersAndRankSlices) {
 }
 
 TEST(SplitAligned, SlicesBeginOnTheAlignmentAndCoverEverything) {
-    for (const std::size_t n : {std::size_t{0}, std::size_t{5}, std::size_t{1024},
-                                std::size_t{100000}}) {
+    for (const std::size_t n :
+         {std::size_t{0}, std::size_t{5}, std::size_t{1024}, std::size_t{100000}}) {
         for (int parts = 1; parts <= 5; ++parts) {
             std::size_t next = 0;
             for (int p = 0; p < parts; ++p) {
