@@ -5,22 +5,26 @@
 # (greedy) the same text as inference --temperature 0 while prompt and output fit the context.
 # --lora ADAPTER.gguf (convert_model --to gguf-lora's) applies a LoRA adapter to MODEL at scale 1.
 #   llama_generate.sh MODEL.gguf --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
-#                     [--top-p P] [--seed S] [--threads N] [--lora ADAPTER.gguf]
+#                     [--top-p P] [--seed S] [--threads N] [--lora ADAPTER.gguf] [--verbose]
+# --threads 0 (the default): one per core this process may run on, and for a model under 100M
+# parameters fewer, one per 50M (llama.cpp's threads spin waiting for each other at every
+# operation); --verbose says on stderr how many it took.
 # node-llama-cpp is looked for in $GPT2_LLAMA_CPP_DIR (a folder holding node_modules), a
 # checkout's .deps/llama-cpp, then PREFIX/share/gpt2-mpi/llama-cpp, where cmake --install copies
 # the checkout's. `GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh` installs Node and node-llama-cpp.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 me=llama_generate.sh
-usage="usage: $me MODEL.gguf --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--lora ADAPTER.gguf]"
+usage="usage: $me MODEL.gguf --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N] [--lora ADAPTER.gguf] [--verbose]"
 fail() { echo "$me: $2" >&2; exit "$1"; }
 
-model="" lora="" prompt="" max_new_tokens=256 temperature=1 top_k=0 top_p=1 seed=1337 threads=0
+model="" lora="" prompt="" max_new_tokens=256 temperature=1 top_k=0 top_p=1 seed=1337 threads=0 verbose=0
 uint='^[0-9]+$'
 real='^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$'
 while (($#)); do
   case "$1" in
     -h | --help) echo "$usage"; exit 0 ;;
+    --verbose) verbose=1; shift ;;
     --prompt | --max-new-tokens | --temperature | --top-k | --top-p | --seed | --threads | --lora)
       (($# >= 2)) || fail 2 "$1 needs a value"
       case "$1" in
@@ -38,7 +42,7 @@ while (($#)); do
         --seed) [[ $2 =~ $uint ]] && ((${#2} <= 10 && 10#$2 <= 4294967295)) ||
                   fail 2 "--seed must be a whole number in 0..4294967295, not '$2'"
                 seed=$2 ;;
-        --threads) [[ $2 =~ $uint ]] || fail 2 "--threads must be a whole number >= 0 (0: 1 for a model under 16M parameters, else llama.cpp's choice), not '$2'"
+        --threads) [[ $2 =~ $uint ]] || fail 2 "--threads must be a whole number >= 0 (0: one per core this process may run on, fewer for a small model: one per 50M parameters), not '$2'"
                    threads=$2 ;;
       esac
       shift 2 ;;
@@ -75,4 +79,4 @@ LLAMA_GENERATE_MODULES=$modules LLAMA_GENERATE_MODEL=$model LLAMA_GENERATE_LORA=
 LLAMA_GENERATE_PROMPT=$prompt \
 LLAMA_GENERATE_MAX_NEW_TOKENS=$max_new_tokens LLAMA_GENERATE_TEMPERATURE=$temperature \
 LLAMA_GENERATE_TOP_K=$top_k LLAMA_GENERATE_TOP_P=$top_p LLAMA_GENERATE_SEED=$seed \
-LLAMA_GENERATE_THREADS=$threads exec node "$here/llama_generate.mjs"
+LLAMA_GENERATE_THREADS=$threads LLAMA_GENERATE_VERBOSE=$verbose exec node "$here/llama_generate.mjs"

@@ -202,6 +202,50 @@ TEST_F(TrainRun, CtrlCOnTheLauncherSavesAndTheResumedRunIsBitwiseTheStraightOne)
               0);
 }
 
+// Ctrl-C on scripts/mpirun.sh while the job is still starting (the signal reaches the ranks before
+// their first step, some perhaps before they catch it): exit 0, never "exited on signal 10", and
+// the only checkpoint, if any, one that verifies.
+TEST_F(TrainRun, CtrlCOnTheLauncherDuringStartUpExitsZero) {
+    const std::string launcher =
+        std::string(GPT2_SOURCE_DIR) + "/scripts/mpirun.sh --oversubscribe --allow-run-as-root ";
+    for (const char* delay : {"0.05", "0.1", "0.2", "0.4"}) {
+        const std::string out = path(std::string("out-") + delay);
+        const std::string job = launcher + "-n 2 " + test::build_path("train_gpt2") +
+                                test::train_run_flags() + " --data " + path("corpus.txt") +
+                                " --max-steps 1000000 --out-dir " + out;
+        const std::string log = path("log.txt");
+        const auto result =
+            run_command("bash -c 'set -m; " + job + " > " + log + " 2>&1 & job=$!; sleep " + delay +
+                        "; kill -INT -$job; wait $job; echo exit=$?'");
+        const std::string text = read_text_file(log);
+        EXPECT_EQ(test::echoed_exit_code(result.output), 0) << delay << "\n" << text;
+        EXPECT_EQ(text.find("exited on signal"), std::string::npos) << text;
+        for (const std::int64_t step : list_checkpoints(out))
+            EXPECT_NO_THROW((void)load_checkpoint(model_path(out, step)));
+    }
+}
+
+// A mistake under scripts/mpirun.sh is the program's own error line and exit code, without Open
+// MPI's banners that repeat that a rank exited non-zero or called MPI_Abort; what only Open MPI
+// can say (a program it cannot start) still passes through.
+TEST_F(TrainRun, TheLauncherLeavesOnlyTheProgramsErrorLine) {
+    const std::string launcher =
+        std::string(GPT2_SOURCE_DIR) + "/scripts/mpirun.sh --allow-run-as-root --oversubscribe ";
+    const auto flags =
+        run_command(launcher + "-n 2 " + test::build_path("train_gpt2") + " --bogus-flag");
+    EXPECT_EQ(flags.exit_code, 2) << flags.output;
+    EXPECT_EQ(flags.output, "error: unknown flag --bogus-flag\n(--help lists every flag)\n");
+    const auto run_time = run_command(launcher + "-n 2 " + test::build_path("train_gpt2") +
+                                      " --data " + path("no-such.txt") + " --max-steps 1");
+    EXPECT_EQ(run_time.exit_code, 1) << run_time.output;
+    EXPECT_EQ(run_time.output, "error (rank 0 of 2): " + path("no-such.txt") +
+                                   ": cannot open (No such file or directory)\n");
+    const auto missing = run_command(launcher + "-n 1 " + path("no-such-program"));
+    EXPECT_NE(missing.exit_code, 0) << missing.output;
+    EXPECT_NE(missing.output.find("could not access\nor execute an executable"), std::string::npos)
+        << missing.output;
+}
+
 // What README's fault table says of plain mpirun, as Open MPI 4.1 does it: the terminal's SIGINT
 // to mpirun's process group reaches mpirun alone, which kills the ranks within two seconds and
 // exits non-zero; what is left is the last checkpoint, which verifies.

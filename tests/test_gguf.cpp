@@ -280,5 +280,42 @@ TEST(LlamaCpp, RunsATrainedCharModelsGgufAsWeDo) {
     EXPECT_EQ(generated.output, inference.output);
 }
 
+// scripts/llama_generate.sh chooses llama.cpp's threads as our programs choose workers: at most
+// one per core it may run on, and one per 50M parameters below that (llama.cpp's threads spin at
+// every operation: a 30M-parameter model decoded 1.4x faster on 1 thread than on 2 of 2 idle cores,
+// and 5x faster than on node-llama-cpp's default); --threads N is taken as given.
+TEST(LlamaCpp, TheScriptTakesAThreadPerFiftyMillionParametersAtMostOnePerCore) {
+    if (!fs::exists(kLlamaModules / "node-llama-cpp")) {
+        GTEST_SKIP() << "node-llama-cpp is not installed in " << kLlamaModules;
+    }
+    if (!has_gpt2_files()) GTEST_SKIP() << "no GPT-2 tokenizer files in " << kGpt2Dir;
+    const ScratchDir dir("gpt2-llama-threads");
+    test::write_corpus(dir.path() / "corpus.txt", 20000);
+    // GPT-2's vocabulary and one wide layer: 28.9M parameters in a few seconds of set-up.
+    const auto made =
+        run_command(test::build_path("train_gpt2") +
+                    " --n-layer 1 --n-head 8 --n-embd 512 --seq-len 16 --tokenizer gpt2"
+                    " --tokenizer-dir " +
+                    kGpt2Dir.string() + " --batch-size 1 --threads 1 --max-steps 1" +
+                    " --val-every 0 --sample-every 0 --data " + (dir / "corpus.txt") +
+                    " --out-dir " + (dir / "out"));
+    ASSERT_EQ(made.exit_code, 0) << made.output;
+    ASSERT_EQ(run_command(test::build_path("convert_model") + " " + (dir / "out") + " " +
+                          (dir / "m.gguf"))
+                  .exit_code,
+              0);
+    const std::string script = std::string(GPT2_SOURCE_DIR) + "/scripts/llama_generate.sh " +
+                               (dir / "m.gguf") + " --prompt the --max-new-tokens 2 --verbose";
+    const auto chosen = run_command(script);
+    ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
+    EXPECT_NE(chosen.output.find("llama_generate.sh: 1 thread (28.9M parameters"),
+              std::string::npos)
+        << chosen.output;
+    const auto given = run_command(script + " --threads 3");
+    ASSERT_EQ(given.exit_code, 0) << given.output;
+    EXPECT_NE(given.output.find("llama_generate.sh: 3 threads (--threads)"), std::string::npos)
+        << given.output;
+}
+
 }  // namespace
 }  // namespace gpt2

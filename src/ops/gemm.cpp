@@ -4,6 +4,8 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <oneapi/dnnl/dnnl.h>
 #include <algorithm>
 #include <atomic>
@@ -83,8 +85,27 @@ const char* kernels_for_this_cpu(const char* loaded) {
     return nullptr;
 }
 
+namespace {
+// The stop signals a program catches (train_gpt2's Ctrl-C, SIGTERM and mpirun's SIGUSR1): held
+// back across the restart, whose new image has not caught them yet, and let through once it has.
+sigset_t stop_signals() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (const int signum : {SIGINT, SIGTERM, SIGUSR1, SIGHUP})
+        sigaddset(&set, signum);
+    return set;
+}
+}  // namespace
+
 void select_gemm_kernels(char** argv) {
-    if (std::getenv("GPT2_GEMM_REEXEC") != nullptr) return;  // already re-executed once
+    if (std::getenv("GPT2_GEMM_REEXEC") != nullptr) {  // already re-executed once
+        if (std::getenv("GPT2_GEMM_REEXEC_HELD") != nullptr) {
+            ::unsetenv("GPT2_GEMM_REEXEC_HELD");
+            const sigset_t held = stop_signals();
+            ::sigprocmask(SIG_UNBLOCK, &held, nullptr);  // a pending one reaches its handler now
+        }
+        return;
+    }
     bool restart = false;
     // Threads OpenBLAS started for itself are never used (each call runs on its caller) but each
     // holds a buffer of the pool every call draws from: on a node of 64 CPUs, 63 of its 128.
@@ -108,7 +129,19 @@ void select_gemm_kernels(char** argv) {
     const ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (length <= 0) return;
     self[length] = '\0';
+    // A stop signal arriving during the exec would meet the new image's default action (the end
+    // of the process): it waits, blocked, until the new image has installed its handlers. Only
+    // the signals not blocked already are released afterwards.
+    const sigset_t stops = stop_signals();
+    sigset_t before;
+    ::sigprocmask(SIG_BLOCK, &stops, &before);
+    bool any_held = false;
+    for (const int signum : {SIGINT, SIGTERM, SIGUSR1, SIGHUP})
+        any_held = any_held || sigismember(&before, signum) == 0;
+    if (any_held) ::setenv("GPT2_GEMM_REEXEC_HELD", "1", 1);
     ::execv(self, argv);  // only returns on failure: then carry on as we are
+    ::unsetenv("GPT2_GEMM_REEXEC_HELD");
+    ::sigprocmask(SIG_SETMASK, &before, nullptr);
 }
 
 const char* gemm_kernel_name() {

@@ -41,7 +41,9 @@ void set_gemm_library(GemmLibrary library);
 // threads OpenBLAS would start for itself, one per CPU, are never used but each holds a buffer of
 // the pool our workers' calls share) and with the kernels for this CPU (kernels_for_this_cpu,
 // overriding an inherited OPENBLAS_CORETYPE); GPT2_OPENBLAS_CORETYPE=NAME chooses the kernels
-// explicitly instead (set but empty: as if unset).
+// explicitly instead (set but empty: as if unset). Stop signals (SIGINT, SIGTERM, SIGUSR1,
+// SIGHUP) that arrive during the restart wait until the new image calls this again: a program
+// that catches them installs its handlers before calling it.
 void select_gemm_kernels(char** argv);
 // The OpenBLAS family this CPU's instructions call for when `loaded` (the family OpenBLAS chose)
 // is not one of it, else null: OpenBLAS 0.3.21 does not know CPUs newer than it and takes AMD's

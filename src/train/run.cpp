@@ -103,6 +103,12 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
 }
 
 int TrainingLoop::run() {
+    // A stop during start-up (on any rank): nothing trained, nothing to save.
+    if (const std::int64_t signal = comm_.allreduce_max(std::int64_t{stop_signal().load()})) {
+        spdlog::info("stopped by signal before the first step ({}): nothing trained, nothing saved",
+                     signal_name(static_cast<int>(signal)));
+        return 0;
+    }
     if (plan_.first_step == 0 && !benchmark_ && o_.eval.val_every > 0) {
         validate(0);
         if (o_.eval.eval_every == 0) evaluate_hellaswag(0);

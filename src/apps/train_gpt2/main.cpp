@@ -13,6 +13,7 @@
 #include "ops/gemm.hpp"
 #include "parallel/comm.hpp"
 #include "train/run.hpp"
+#include "train/stop_signal.hpp"
 
 namespace {
 
@@ -59,6 +60,9 @@ std::variant<gpt2::TrainOptions, int> agree_on_options(int argc, char** argv,
 }  // namespace
 
 int main(int argc, char** argv) {
+    // First of all, so that a stop during start-up (Ctrl-C on scripts/mpirun.sh, which becomes
+    // SIGUSR1) is a stop, not the end of the process by the signal's default action.
+    gpt2::install_signal_handlers();
     gpt2::select_gemm_kernels(argv);
     try {
         gpt2::MpiSession mpi(&argc, &argv);
