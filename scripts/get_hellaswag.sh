@@ -6,7 +6,8 @@
 #   scripts/get_hellaswag.sh [--jsonl FILE] [--out DIR] [--tokenizer-dir DIR] [--prepare-data PROGRAM]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-url=https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl
+# GPT2_HELLASWAG_URL: another address for the file (tests give one on loopback).
+url=${GPT2_HELLASWAG_URL:-https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl}
 jsonl=""
 out=data/hellaswag
 tokenizer_dir=data/gpt2
@@ -33,7 +34,13 @@ if [[ -z $jsonl ]]; then
   jsonl="$out/hellaswag_val.jsonl"
   if [[ ! -s $jsonl ]]; then
     echo "downloading $url"
-    curl -fsSL -o "$jsonl.tmp" "$url" && mv "$jsonl.tmp" "$jsonl"
+    # One line when it fails (offline, say): curl's reason and what to do, and nothing after it.
+    if ! why=$(curl -fsSL -o "$jsonl.tmp" "$url" 2>&1); then
+      rm -f "$jsonl.tmp"
+      echo "get_hellaswag.sh: cannot download $url (${why:-curl failed}): fetch hellaswag_val.jsonl elsewhere and give it with --jsonl FILE" >&2
+      exit 1
+    fi
+    mv "$jsonl.tmp" "$jsonl"
   fi
 fi
 # One name whatever the JSONL is called: the one the README and train_gpt2 --help give.

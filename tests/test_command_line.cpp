@@ -239,10 +239,73 @@ INSTANTIATE_TEST_SUITE_P(
                  "error: --tokenizer given twice (char, then bpe): give it once"},
         FlagCase{"convert_twice", "convert_model", "a.bin b.gguf --dtype f16 --dtype q8_0",
                  "error: --dtype given twice (f16, then q8_0): give it once"},
+        FlagCase{"prepare_tokenizer_value", "prepare_data",
+                 "--data a.txt --tokenizer gtp2 --out-dir o",
+                 "error: --tokenizer: unknown tokenizer 'gtp2' (did you mean gpt2?); known: bpe, "
+                 "char, gpt2"},
+        FlagCase{"train_tokenizer_value", "train_gpt2", "--tokenizer chr",
+                 "error: --tokenizer: unknown tokenizer 'chr' (did you mean char?); known: bpe, "
+                 "char, gpt2"},
+        FlagCase{"train_schedule_value", "train_gpt2", "--schedule cosin",
+                 "error: --schedule: unknown schedule 'cosin' (did you mean cosine?); known: "
+                 "cosine, linear, constant"},
+        FlagCase{"train_zero_value", "train_gpt2", "--zero 2",
+                 "error: --zero: unknown ZeRO stage '2'; known: 0, 1"},
+        FlagCase{"train_negative_seed", "train_gpt2", "--seed -1",
+                 "error: --seed: must be a whole number from 0 to 18446744073709551615 (got -1)"},
+        FlagCase{"inference_weights_value", "inference", "model.bin --weights int4",
+                 "error: --weights: unknown weight format 'int4' (did you mean int8?); known: "
+                 "fp32, bf16, int8"},
+        FlagCase{"convert_dtype_value", "convert_model", "a.bin b.gguf --dtype q8",
+                 "error: --dtype: unknown GGUF type 'q8' (did you mean q8_0?); known: f32, f16, "
+                 "bf16, q8_0"},
+        FlagCase{"log_level_value", "train_gpt2", "--log-level warning",
+                 "error: --log-level: unknown log level 'warning' (did you mean warn?); known: "
+                 "trace, debug, info, warn, error"},
         FlagCase{"train_unknown_preset", "train_gpt2", "--model gpt2-125M",
                  "error: --model: unknown preset 'gpt2-125M' (did you mean gpt2-124M?); known: "
                  "gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, d6, char-small"}),
     [](const ::testing::TestParamInfo<FlagCase>& info) { return std::string(info.param.name); });
+
+// --help shows no default for a required flag ("--tokenizer NAME= REQUIRED" before).
+TEST(PrepareDataFlags, HelpShowsNoDefaultForARequiredFlag) {
+    const auto help = run_command(test::build_path("prepare_data") + " --help");
+    EXPECT_NE(help.output.find("--tokenizer NAME REQUIRED"), std::string::npos) << help.output;
+    EXPECT_EQ(help.output.find("NAME= "), std::string::npos) << help.output;
+}
+
+// A binary --config (a model, the program itself) is named as such; its bytes are never printed.
+TEST(ConfigFlags, ABinaryConfigFileIsNamedNotPrinted) {
+    const ScratchDir dir("gpt2-flag-binary-config");
+    test::write_bytes(dir.path() / "model.bin", std::string("GPT2\0\x01\x7f\xff binary", 16));
+    const auto result =
+        run_command(test::build_path("train_gpt2") + " --config " + (dir / "model.bin"));
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_EQ(result.output, "error: --config " + (dir / "model.bin") +
+                                 " is not a text file (a NUL byte at byte 4): give a file of "
+                                 "'flag = value' lines\n");
+}
+
+// Flags this run cannot use are said to be ignored, one warning each, and the run goes on.
+TEST_F(TrainFlags, FlagsThatDoNothingHereAreSaidToBeIgnored) {
+    const auto result = bare(
+        "--max-steps 1 --eval-every 5 --sample-every 0 --max-new-tokens 50 "
+        "--bucket-mb 4 --share-memory off --vocab-size 300 --out-dir " +
+        path("out"));
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    for (const char* expected :
+         {"warning: --eval-every only applies with --hellaswag (HellaSwag's evaluations); ignored",
+          "warning: --max-new-tokens only applies to the samples, and --sample-every 0 prints "
+          "none; ignored",
+          "warning: --bucket-mb only applies with several ranks; ignored",
+          "warning: --share-memory only applies with several ranks; ignored",
+          "warning: --vocab-size only applies to --tokenizer bpe, trained on --data; ignored"}) {
+        EXPECT_NE(result.output.find(expected), std::string::npos) << expected << "\n"
+                                                                   << result.output;
+    }
+    const auto quiet = bare("--max-steps 1 --out-dir " + path("quiet"));
+    EXPECT_EQ(quiet.output.find("ignored"), std::string::npos) << quiet.output;
+}
 
 TEST(PrepareDataFlags, SeveralDataFlagsAreAListNotARepetition) {
     const ScratchDir dir("gpt2-flag-data-list");

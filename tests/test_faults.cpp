@@ -107,8 +107,9 @@ TEST(Faults, OneRankKilledMidRunEndsTheWholeJob) {
     // The victim is found by its environment (this job's marker and rank 1), not its command
     // line, which the launching shell shares.
     const std::string marker = "GPT2_FAULT_MARKER=" + std::to_string(::getpid());
-    const std::string command = "timeout 120 " + test::mpiexec(2, "-x " + marker) +
-                                train(dir, "--threads 1 --max-steps 100000 --checkpoint-every 0");
+    const std::string command =
+        "timeout 120 " + test::mpiexec(2, "-x " + marker) +
+        train(dir, "--threads 1 --max-steps 100000 --checkpoint-every 0 --log-every 1");
     const auto result =
         run_command("bash -c '(" + command + ") > " + log + " 2>&1 & job=$!; " +
                     test::wait_for_log(log, "step 3/") +
@@ -126,8 +127,9 @@ TEST_F(TrainRun, Sigusr1ToMpiexecStopsTheJobCleanlyWithExitZero) {
     const std::string log = path("log.txt");
     const auto result = run_command(
         "bash -c '" +
-        command("--max-steps 1000000 --checkpoint-every 0 --out-dir " + path("out"), 2) + " > " +
-        log + " 2>&1 & job=$!; " + test::wait_for_log(log, "step 3/") +
+        command("--max-steps 1000000 --log-every 1 --checkpoint-every 0 --out-dir " + path("out"),
+                2) +
+        " > " + log + " 2>&1 & job=$!; " + test::wait_for_log(log, "step 3/") +
         "kill -USR1 $job; wait $job; echo exit=$?'");
     const std::string text = read_text_file(log);
     EXPECT_EQ(test::echoed_exit_code(result.output), 0) << result.output << text;
@@ -146,7 +148,7 @@ TEST_F(TrainRun, SigtermToOneRankStopsEveryRankWithExitZero) {
     const std::string marker = "GPT2_TRUST_MARKER=" + std::to_string(::getpid());
     const std::string job =
         test::mpiexec(2, "-x GPT2_TRUST_MARKER") +
-        command("--max-steps 1000000 --checkpoint-every 0 --out-dir " + path("out"));
+        command("--max-steps 1000000 --log-every 1 --checkpoint-every 0 --out-dir " + path("out"));
     const auto result =
         run_command("bash -c '" + marker + " " + job + " > " + log + " 2>&1 & job=$!; " +
                     test::wait_for_log(log, "step 3/") +
@@ -253,8 +255,9 @@ TEST_F(TrainRun, CtrlCOnPlainMpirunLosesOnlyTheWorkSinceTheLastCheckpoint) {
     const std::string log = path("log.txt");
     const auto result = run_command(
         "bash -c 'set -m; " +
-        command("--max-steps 1000000 --checkpoint-every 4 --out-dir " + path("out"), 2) + " > " +
-        log + " 2>&1 & job=$!; " + test::wait_for_log(log, "step 9/") +
+        command("--max-steps 1000000 --log-every 1 --checkpoint-every 4 --out-dir " + path("out"),
+                2) +
+        " > " + log + " 2>&1 & job=$!; " + test::wait_for_log(log, "step 9/") +
         "kill -INT -$job; wait $job; echo exit=$?'");
     const std::string text = read_text_file(log);
     EXPECT_NE(test::echoed_exit_code(result.output), 0) << result.output << text;

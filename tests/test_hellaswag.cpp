@@ -5,6 +5,7 @@
 // however the examples are split over ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -201,6 +202,27 @@ TEST(HellaswagTraining, AccNormIsLoggedAndTheSameHoweverTheExamplesAreSplit) {
                                   ": token 300 is outside the model's vocabulary"),
               std::string::npos)
         << foreign.output;
+}
+
+// A download that fails (offline: here a refused connection on loopback) is one error line with
+// curl's reason and what to do, exit 1, and nothing after it (before: prepare_data's second, about
+// a missing file); no partial file is left.
+TEST(HellaswagBuilder, AFailedDownloadIsOneLineSayingWhatToDo) {
+    const ScratchDir dir("gpt2-hellaswag-offline");
+    const std::string script = std::string(GPT2_SOURCE_DIR) + "/scripts/get_hellaswag.sh";
+    // Its stderr alone (the "downloading" line goes to stdout).
+    const auto result = run_command("{ GPT2_HELLASWAG_URL=http://127.0.0.1:9/hellaswag_val.jsonl " +
+                                    script + " --out " + (dir / "out") + " --prepare-data " +
+                                    test::build_path("prepare_data") + " 2>&1 >/dev/null; }");
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << result.output;
+    EXPECT_EQ(result.output.rfind("get_hellaswag.sh: cannot download "
+                                  "http://127.0.0.1:9/hellaswag_val.jsonl (curl: (7)",
+                                  0),
+              0u)
+        << result.output;
+    EXPECT_NE(result.output.find("give it with --jsonl FILE"), std::string::npos) << result.output;
+    EXPECT_TRUE(fs::is_empty(dir.path() / "out"));
 }
 
 // scripts/get_hellaswag.sh with a local copy of HellaSwag's JSONL (of another name): it writes

@@ -31,7 +31,8 @@ using test::SharedRuns;
 const std::string kModelFlags =
     test::small_model(32) +
     " --lr 1e-3 --warmup-steps 2 --eps 1e-5"
-    " --val-every 0 --sample-every 0 --checkpoint-every 0 --seed 5 --val-tokens 256";
+    " --val-every 0 --sample-every 0 --checkpoint-every 0 --seed 5 --val-tokens 256"
+    " --verbose";  // the start-up's memory line says how the ranks share the weights
 
 // The runs of one group of tests: made once for all its TESTs (shared_runs.hpp), on one corpus.
 SharedRuns runs_with_corpus(const std::string& group) {

@@ -163,7 +163,7 @@ TEST(Multihost, AKilledHostEndsTheJobAndTheResilientScriptFinishesIt) {
     const std::string train = test::build_path("train_gpt2") + kModelFlags + " --data " +
                               (dir / "corpus.txt") +
                               " --max-steps 3000 --checkpoint-every 200 --keep-checkpoints 0 "
-                              "--threads 1 --batch-size 4 --resume auto --out-dir ";
+                              "--log-every 50 --threads 1 --batch-size 4 --resume auto --out-dir ";
     const std::string script =
         kScripts + "train_resilient.sh --max-restarts 2 --log " + (dir / "restarts.log") + " -- " +
         rig.mpirun(2) + train + (dir / "out") + " > " + (dir / "job.txt") + " 2>&1 & job=$!; " +

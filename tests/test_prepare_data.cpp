@@ -19,6 +19,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "apps/prepare_data/progress_line.hpp"
 #include "core/error.hpp"
 #include "core/file_io.hpp"
 #include "data/documents.hpp"
@@ -71,6 +72,18 @@ TEST(PrepareData, ShardsEqualTiktokensIdsInBothEndOfTextModes) {
         const std::vector<std::int32_t> ids(shard.tokens().begin(), shard.tokens().end());
         EXPECT_EQ(ids, read_u16_ids(kTestData / ("tokenizer_gpt2_eot_" + mode + ".u16"))) << mode;
     }
+}
+
+// The progress line's time left comes from the rate since its first update, and only once two
+// seconds of it are behind: a preparation resumed at 31.8% (those bytes skipped at once), or its
+// first batch, no longer says "ETA 0 s".
+TEST(ProgressLine, TheTimeLeftIsTheRateSinceTheFirstUpdateAfterTwoSeconds) {
+    using gpt2::prepare_data::seconds_left;
+    EXPECT_FALSE(seconds_left(1000, 318, 330, 0.01).has_value());  // too soon to say
+    EXPECT_FALSE(seconds_left(1000, 318, 318, 5.0).has_value());   // nothing read since
+    // Resumed at 318 of 1000 bytes: 100 bytes in 2 s since then leaves 582 bytes, 11.64 s.
+    EXPECT_DOUBLE_EQ(*seconds_left(1000, 318, 418, 2.0), 11.64);
+    EXPECT_DOUBLE_EQ(*seconds_left(1000, 0, 1000, 9.0), 0.0);
 }
 
 TEST(PrepareData, InputIsTheOlderNameOfData) {
@@ -581,8 +594,8 @@ TEST(PrepareData, LlmcTokenizerFileOnlyWhereItMeansWhatItSays) {
     std::memcpy(&eot, header.data() + 12, 4);
     EXPECT_EQ(static_cast<int>(eot), *tokenizer->eot_id());
 
-    // A char preparation into the same directory: no llm.c file, not even the BPE's of before.
-    const auto chars = run_command(prepare(common + " --tokenizer char"));
+    // A char preparation replacing it: no llm.c file, not even the BPE's of before.
+    const auto chars = run_command(prepare(common + " --tokenizer char --replace"));
     ASSERT_EQ(chars.exit_code, 0) << chars.output;
     EXPECT_FALSE(fs::exists(dir.path() / "o/gpt2_tokenizer.bin"));
     EXPECT_FALSE(fs::exists(dir.path() / "o/llmc_bpe_tokenizer.bin"));
@@ -591,8 +604,8 @@ TEST(PrepareData, LlmcTokenizerFileOnlyWhereItMeansWhatItSays) {
         << chars.output;
 
     if (!fs::exists(kGpt2Dir / "encoder.json")) GTEST_SKIP() << "no GPT-2 tokenizer files";
-    const auto gpt2 =
-        run_command(prepare(common + " --tokenizer gpt2 --tokenizer-dir " + kGpt2Dir.string()));
+    const auto gpt2 = run_command(
+        prepare(common + " --tokenizer gpt2 --replace --tokenizer-dir " + kGpt2Dir.string()));
     ASSERT_EQ(gpt2.exit_code, 0) << gpt2.output;
     EXPECT_EQ(read_llmc_tokenizer(dir.path() / "o/gpt2_tokenizer.bin").size(), 50257u);
 }
@@ -637,6 +650,39 @@ TEST(PrepareData, FlagsTheRunDoesNotUseAreRefusedOrWarnedAbout) {
     EXPECT_EQ(json.exit_code, 0) << json.output;
     EXPECT_NE(json.output.find((dir / "lines.json") + " is read as plain text"), std::string::npos)
         << json.output;
+}
+
+// A preparation of the same name made again with another tokenizer does not silently replace the
+// shards a run may be training on (it cannot resume without them): refused, exit 2, nothing
+// touched, unless --replace asks for it. The same tokenizer again simply prepares afresh.
+TEST(PrepareData, ShardsOfAnotherTokenizerAreReplacedOnlyWhenAsked) {
+    const ScratchDir dir("gpt2-prepare-replace");
+    test::write_corpus(dir.path() / "words.txt", 20000);
+    const std::string out = " --out-dir " + (dir / "o");
+    ASSERT_EQ(
+        run_command(prepare("--data " + (dir / "words.txt") + " --tokenizer char" + out)).exit_code,
+        0);
+    const auto shard = read_file_bytes(dir.path() / "o/words_train_000000.bin");
+    const auto other = run_command(
+        prepare("--data " + (dir / "words.txt") + " --tokenizer bpe --vocab-size 300" + out));
+    EXPECT_EQ(other.exit_code, 2) << other.output;
+    EXPECT_NE(other.output.find("error: --out-dir " + (dir / "o") +
+                                " holds the shards of a preparation named words made with another "
+                                "tokenizer (tokenizer.bin: char, 21 tokens; this run: bpe, 300 "
+                                "tokens), which a run trained on them needs: give another "
+                                "--out-dir or --name, or --replace to replace them"),
+              std::string::npos)
+        << other.output;
+    EXPECT_EQ(read_file_bytes(dir.path() / "o/words_train_000000.bin"), shard);
+    const auto again =
+        run_command(prepare("--data " + (dir / "words.txt") + " --tokenizer char" + out));
+    EXPECT_EQ(again.exit_code, 0) << again.output;
+    const auto replaced = run_command(prepare("--data " + (dir / "words.txt") +
+                                              " --tokenizer bpe --vocab-size 300 --replace" + out));
+    EXPECT_EQ(replaced.exit_code, 0) << replaced.output;
+    EXPECT_NE(replaced.output.find("removed 2 shards of an earlier preparation named words"),
+              std::string::npos)
+        << replaced.output;
 }
 
 // One --out-dir holds one tokenizer.bin: a preparation of another name that would replace it with

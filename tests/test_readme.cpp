@@ -260,5 +260,61 @@ TEST(Readme, QuotedErrorsAreWhatTheCommandsPrintToday) {
     EXPECT_GE(checked, 5);
 }
 
+// The lines of the manual's code blocks (fenced with ```), a command's "$ " taken off.
+std::vector<std::string> code_lines(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream lines(text);
+    bool in_block = false;
+    for (std::string line; std::getline(lines, line);) {
+        const std::string trimmed = line.substr(std::min(line.find_first_not_of(' '), line.size()));
+        if (trimmed.starts_with("```")) {
+            in_block = !in_block;
+            continue;
+        }
+        if (in_block) out.push_back(trimmed.starts_with("$ ") ? trimmed.substr(2) : trimmed);
+    }
+    return out;
+}
+
+// Whatever the manual's commands write into a checkout (run directories, shards, conversions,
+// metrics, plots) is ignored by git, so that following the docs leaves `git status` clean.
+TEST(Readme, EveryPathTheManualsCommandsWriteIsIgnoredByGit) {
+    const std::string source = GPT2_SOURCE_DIR;
+    if (run_command("git -C " + source + " rev-parse --git-dir").exit_code != 0) {
+        GTEST_SKIP() << source << " is not a git checkout";
+    }
+    // The paths after the flags and words that name an output, and convert_model's OUT.
+    static const std::regex output(
+        R"((--out-dir|--out|--metrics-file|-o|>|build/convert_model [^ ]+) +([^ ;&|`]+))");
+    std::set<std::string> written;
+    for (const std::string& line : code_lines(manual())) {
+        if (!line.starts_with("build/") && !line.starts_with("scripts/") &&
+            !line.starts_with("/usr/bin/python3") && !line.starts_with("dev/")) {
+            continue;
+        }
+        for (auto it = std::sregex_iterator(line.begin(), line.end(), output);
+             it != std::sregex_iterator(); ++it) {
+            std::string path = (*it)[2].str();
+            if (path.front() == '\'' || path.front() == '"') path = path.substr(1);
+            // Placeholders (DIR, OUT, F), absolute paths, devices and variables are no paths.
+            const bool placeholder = std::all_of(path.begin(), path.end(), [](char c) {
+                return std::isupper(static_cast<unsigned char>(c));
+            });
+            if (path.empty() || placeholder || path.starts_with("/") || path.starts_with("$") ||
+                path.starts_with("-") || path.starts_with("&")) {
+                continue;
+            }
+            written.insert(path);
+        }
+    }
+    EXPECT_GE(written.size(), 20u);
+    for (const std::string& path : written) {
+        EXPECT_EQ(run_command("git -C " + source + " check-ignore -q --no-index '" + path + "'")
+                      .exit_code,
+                  0)
+            << path << " is written by a command of the manual but not ignored by .gitignore";
+    }
+}
+
 }  // namespace
 }  // namespace gpt2

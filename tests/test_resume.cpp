@@ -103,7 +103,8 @@ TEST(Resume, Bf16RunResumesBitwiseIdenticalToAStraightRun) {
 TEST(Signals, SigtermStopsAtAStepBoundaryWithACheckpointThatResumes) {
     const ScratchDir dir("gpt2-sigterm");
     test::write_corpus(dir.path() / "corpus.txt", 40000);
-    const std::string command = train_command(dir, "out", 0, "--max-steps 100000 --threads 2");
+    const std::string command =
+        train_command(dir, "out", 0, "--max-steps 100000 --threads 2 --log-every 1");
     const std::string log = dir / "log.txt";
     const auto result = run_command("bash -c '" + command + " > " + log + " 2>&1 & pid=$!; " +
                                     test::wait_for_log(log, "step 5/") +

@@ -16,6 +16,7 @@
 #include "ops/gemm.hpp"
 #include "process_support.hpp"
 #include "threads/cpu_topology.hpp"
+#include "train/options.hpp"
 #include "train_run_fixture.hpp"
 
 namespace gpt2 {
@@ -144,10 +145,11 @@ TEST_F(TrainRun, MoreWorkersThanOpenBlasTakesTrainOnOneDnnAsFewWorkersDo) {
 // A batch that does not divide over the workers leaves some waiting at every layer: said at
 // start-up, with the fix; an even split says nothing.
 TEST_F(TrainRun, AnUnevenSplitOfTheBatchOverWorkersIsWarnedAbout) {
-    const auto result = train("--threads 2 --batch-size 3 --max-steps 2 --out-dir " + path("out"));
+    const auto result =
+        train("--threads 2 --batch-size 3 --max-steps 2 --verbose --out-dir " + path("out"));
     ASSERT_EQ(result.exit_code, 0) << result.output;
-    EXPECT_NE(result.output.find("batch 3 per rank does not divide over 2 workers: 1 of them take "
-                                 "1 sequences, the others 2"),
+    EXPECT_NE(result.output.find("warning: batch 3 per rank does not divide over 2 workers: 1 of "
+                                 "them take 1 sequence, the others 2"),
               std::string::npos)
         << result.output;
     EXPECT_NE(result.output.find("on 1 of 2 workers"), std::string::npos) << result.output;
@@ -155,6 +157,53 @@ TEST_F(TrainRun, AnUnevenSplitOfTheBatchOverWorkersIsWarnedAbout) {
     const auto even = train("--threads 2 --batch-size 4 --max-steps 1 --out-dir " + path("even"));
     ASSERT_EQ(even.exit_code, 0) << even.output;
     EXPECT_EQ(even.output.find("does not divide"), std::string::npos) << even.output;
+}
+
+// A run prints tens of step lines, not one per step: the first, every --log-every-th (auto: 1, 2,
+// 5, 10, 20, ... whichever keeps it to 50), the last; the metrics file has every step.
+TEST_F(TrainRun, StepLinesComeEveryLogEveryStepsWithTheFirstAndTheLast) {
+    const auto step_lines = [](const std::string& output) {
+        return test::count_of(output, "] step ") - test::count_of(output, "| val loss");
+    };
+    const auto automatic = train("--max-steps 120 --metrics-file " + path("auto.jsonl") +
+                                 " --out-dir " + path("auto"));
+    ASSERT_EQ(automatic.exit_code, 0) << automatic.output;
+    EXPECT_EQ(step_lines(automatic.output), 1u + 120 / 5) << automatic.output;  // every 5th
+    EXPECT_NE(automatic.output.find("] step 1/120 | loss"), std::string::npos);
+    EXPECT_EQ(automatic.output.find("] step 2/120 | loss"), std::string::npos);
+    EXPECT_NE(automatic.output.find("] step 115/120 | loss"), std::string::npos);
+    EXPECT_EQ(test::metrics_records(path("auto.jsonl"), "train").size(), 120u);
+    const auto given =
+        train("--max-steps 12 --log-every 5 --out-dir " + path("given"));  // 1, 5, 10 and 12
+    ASSERT_EQ(given.exit_code, 0) << given.output;
+    EXPECT_EQ(step_lines(given.output), 4u) << given.output;
+    EXPECT_NE(given.output.find("] step 12/12 | loss"), std::string::npos) << given.output;
+    const auto every = train("--max-steps 12 --log-every 1 --out-dir " + path("every"));
+    EXPECT_EQ(step_lines(every.output), 12u) << every.output;
+    EXPECT_EQ(log_every_for(50), 1);
+    EXPECT_EQ(log_every_for(51), 2);
+    EXPECT_EQ(log_every_for(600), 20);
+    EXPECT_EQ(log_every_for(250000), 5000);
+}
+
+// The start-up says what memory the rank needs in one line; its parts, per worker and per rank,
+// with --verbose. A warning reads as one; a count of one is singular; no "0.0 KiB".
+TEST_F(TrainRun, TheMemoryTableIsVerboseAndWarningsSayWarning) {
+    const auto plain = train("--max-steps 1 --zero 1 --out-dir " + path("plain"));
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    EXPECT_NE(plain.output.find("] memory per rank: 1 worker x "), std::string::npos)
+        << plain.output;
+    EXPECT_EQ(plain.output.find("gradient windows"), std::string::npos) << plain.output;
+    EXPECT_EQ(plain.output.find("memory per worker ("), std::string::npos) << plain.output;
+    EXPECT_EQ(plain.output.find(" 0.0 KiB"), std::string::npos) << plain.output;
+    EXPECT_NE(plain.output.find("] warning: --zero 1 with one rank"), std::string::npos)
+        << plain.output;
+    EXPECT_NE(plain.output.find("(1 step, schedule over 1)"), std::string::npos) << plain.output;
+    const auto verbose = train("--max-steps 1 --verbose --out-dir " + path("verbose"));
+    ASSERT_EQ(verbose.exit_code, 0) << verbose.output;
+    EXPECT_NE(verbose.output.find("] memory per worker ("), std::string::npos) << verbose.output;
+    EXPECT_NE(verbose.output.find("]   total "), std::string::npos) << verbose.output;
+    EXPECT_NE(verbose.output.find("] memory: "), std::string::npos) << verbose.output;
 }
 
 TEST_F(TrainRun, AWarmupLongerThanTheRunIsWarnedAbout) {

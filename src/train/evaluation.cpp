@@ -30,9 +30,11 @@ std::vector<MultipleChoiceExample> load_hellaswag(const TrainOptions& o, const C
                          " (the file was made with another tokenizer; llm.c's is for GPT-2's)");
     }
     if (comm.is_root()) {
-        spdlog::info("hellaswag: {} examples from {}, {}", examples.size(), o.eval.hellaswag,
-                     o.eval.eval_every > 0 ? fmt::format("every {} steps", o.eval.eval_every)
-                                           : std::string("with each validation"));
+        spdlog::info("hellaswag: {} from {}, {}",
+                     counted(static_cast<double>(examples.size()), "example"), o.eval.hellaswag,
+                     o.eval.eval_every > 1   ? fmt::format("every {} steps", o.eval.eval_every)
+                     : o.eval.eval_every > 0 ? std::string("every step")
+                                             : std::string("with each validation"));
     }
     return examples;
 }

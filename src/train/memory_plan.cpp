@@ -151,8 +151,8 @@ MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm, const Co
                 : fmt::format("{} for the rank",
                               human_bytes(static_cast<double>(n.windows_bytes + n.rank_bytes)));
         throw InputError(fmt::format(
-            "{}: {} workers x {} (--recompute {}{}) + {}{} = {}, but {} is available ({}); {}",
-            log_lines::kNotEnoughMemory, plan.need.with_sequences,
+            "{}: {} x {} (--recompute {}{}) + {}{} = {}, but {} is available ({}); {}",
+            log_lines::kNotEnoughMemory, counted(plan.need.with_sequences, "worker"),
             human_bytes(static_cast<double>(plan.need.worker_bytes)), recompute_name(level),
             plan.chosen_automatically ? ", the least there is" : "", for_rank, per_machine,
             human_bytes(static_cast<double>(plan.need.total()) * plan.ranks_on_machine),
@@ -183,10 +183,11 @@ std::vector<std::string> describe_memory(const MemoryPlan& plan) {
                        : std::string("available memory unknown");
     if (n.adapter_floats > 0) {
         lines.push_back(fmt::format(
-            "memory per rank (LoRA): {} workers x {} + frozen weights {} + adapter {} (weights, "
-            "each worker's gradient, scratch) + adapter moments {} + checkpoint merge buffer {} "
-            "= {}{} | {}",
-            n.with_sequences, human_bytes(static_cast<double>(n.worker_bytes)),
+            "memory per rank (LoRA): {} x {} (--recompute {}{}) + frozen weights {} + adapter {} "
+            "(weights, each worker's gradient, scratch) + adapter moments {} + checkpoint merge "
+            "buffer {} = {}{} | {}",
+            counted(n.with_sequences, "worker"), human_bytes(static_cast<double>(n.worker_bytes)),
+            recompute_name(n.recompute), plan.chosen_automatically ? " chosen by auto" : "",
             human_bytes(static_cast<double>(n.frozen_bytes)),
             human_bytes(static_cast<double>(n.adapter_bytes)),
             human_bytes(static_cast<double>(n.adapter_moment_bytes)),
@@ -199,10 +200,13 @@ std::vector<std::string> describe_memory(const MemoryPlan& plan) {
         return lines;
     }
     lines.push_back(fmt::format(
-        "memory per rank: {} workers x {} + gradient windows {} + weights, gradient and moments "
-        "{} = {}{} | {}",
-        n.with_sequences, human_bytes(static_cast<double>(n.worker_bytes)),
-        human_bytes(static_cast<double>(n.windows_bytes)),
+        "memory per rank: {} x {} (--recompute {}{}){} + weights, gradient and moments {} = {}{} "
+        "| {}",
+        counted(n.with_sequences, "worker"), human_bytes(static_cast<double>(n.worker_bytes)),
+        recompute_name(n.recompute), plan.chosen_automatically ? " chosen by auto" : "",
+        n.windows_bytes > 0
+            ? " + gradient windows " + human_bytes(static_cast<double>(n.windows_bytes))
+            : std::string(),
         human_bytes(static_cast<double>(n.rank_bytes)), human_bytes(static_cast<double>(n.total())),
         plan.ranks_on_machine > 1
             ? fmt::format(" ({} ranks on this machine)", plan.ranks_on_machine)

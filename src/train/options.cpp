@@ -2,6 +2,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.hpp"
@@ -26,6 +27,42 @@ ModelConfig requested_model(const TrainOptions& o, int vocab_size) {
     if (o.was_given("n-embd")) c.channels = o.model.channels;
     if (o.model.block_size > 0) c.max_seq_len = o.model.block_size;
     return c;
+}
+
+std::vector<std::string> unused_flag_warnings(const TrainOptions& o, int world_size) {
+    std::vector<std::string> warnings;
+    const auto unused = [&](bool applies, const char* flag, const std::string& only) {
+        if (!applies && o.was_given(flag)) {
+            warnings.push_back(std::string("--") + flag + " only applies " + only + "; ignored");
+        }
+    };
+    unused(!o.eval.hellaswag.empty(), "eval-every", "with --hellaswag (HellaSwag's evaluations)");
+    unused(o.eval.sample_every > 0, "max-new-tokens",
+           "to the samples, and --sample-every 0 prints none");
+    const bool tokenizes = o.data.train_data.empty();  // shards bring their tokens
+    unused(!tokenizes || requested_tokenizer(o) == TokenizerKind::Bpe, "vocab-size",
+           "to --tokenizer bpe, trained on --data");
+    unused(tokenizes, "eot-in-text",
+           "to --data, which is tokenized at start-up (shards are "
+           "tokens already)");
+    unused(world_size > 1, "bucket-mb", "with several ranks");
+    unused(world_size > 1, "share-memory", "with several ranks");
+    unused(o.compute.benchmark == 0, "checkpoint-every",
+           "to training runs (--benchmark saves none)");
+    unused(o.compute.benchmark == 0, "keep-checkpoints",
+           "to training runs (--benchmark saves none)");
+    return warnings;
+}
+
+int log_every_for(std::int64_t steps) {
+    constexpr std::int64_t kMostLines = 50;
+    for (std::int64_t scale = 1;; scale *= 10) {
+        for (const std::int64_t every : {scale, 2 * scale, 5 * scale}) {
+            if (steps <= kMostLines * every || every >= (std::int64_t{1} << 40)) {
+                return static_cast<int>(std::min<std::int64_t>(every, 1 << 30));
+            }
+        }
+    }
 }
 
 TokenizerKind requested_tokenizer(const TrainOptions& o) {

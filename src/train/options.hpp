@@ -154,6 +154,10 @@ struct TrainOptions {
     std::uint64_t seed = 1337;  // initialisation, data order, dropout masks and samples
     std::string log_level = "info";
     std::string metrics_file;
+    // Every log_every-th step line is printed (0: auto, log_every_for); the first and last steps
+    // and skipped ones always are, and every step goes to the metrics file.
+    int log_every = 0;
+    bool verbose = false;  // start-up: also the per-worker memory table and the rank's parts
 
     // The hidden flags tests drive the program with (never needed by a user).
     struct TestHooks {
@@ -177,6 +181,16 @@ struct TrainOptions {
     std::string config_file;
     [[nodiscard]] bool was_given(const std::string& flag) const { return given.count(flag) > 0; }
 };
+
+// The flags given that this run cannot use, one warning each ("--eval-every only applies with
+// --hellaswag; ignored"): never silently ignored, and not refused either (a config file shared
+// between runs may carry them).
+[[nodiscard]] std::vector<std::string> unused_flag_warnings(const TrainOptions& options,
+                                                            int world_size);
+
+// --log-every 0's choice for a run of `steps` steps: the smallest of 1, 2, 5, 10, 20, 50, ...
+// that prints at most 50 step lines (nanoGPT prints every 10th iteration, llm.c every one).
+[[nodiscard]] int log_every_for(std::int64_t steps);
 
 // Cross-flag checks independent of the data (throws InputError naming the flag): also the model
 // the flags ask for (a known preset, a valid shape, --seq-len within its block size) when no

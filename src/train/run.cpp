@@ -48,6 +48,7 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
       exchange_(exchange),
       schedule_{o.optimizer.schedule, o.optimizer.lr, o.optimizer.min_lr, o.optimizer.warmup_steps,
                 plan.decay_steps},
+      log_every_(o.log_every > 0 ? o.log_every : log_every_for(last_step_ - plan.first_step)),
       flops_per_step_((replica.model.lora != nullptr
                            ? lora_training_flops_per_token(replica.model.config, o.batch.seq_len,
                                                            replica.model.lora->config)
@@ -249,12 +250,16 @@ void TrainingLoop::log_step(const StepMetrics& m, std::int64_t completed, float 
                           with_commas(static_cast<double>(m.trained_targets)),
                           with_commas(static_cast<double>(tokens_per_step_)))
             : std::string();
-    spdlog::info(
-        "step {}/{} | loss {:.4f}{}{} | lr {:.1e} | norm {:.2f}{} | {:.0f} ms | {} tok/s | MFU "
-        "{:.0f}% | ETA {}",
-        completed, last_step_, m.loss, z(m.loss_z), trained, lr, m.grad_norm, z(m.norm_z),
-        seconds * 1e3, with_commas(tok_s), mfu * 100,
-        format_duration(ema_seconds * static_cast<double>(last_step_ - completed)));
+    // Every log_every_-th line, and the lines a reader looks for: the first of this start, the
+    // last, and any step whose update was skipped.
+    const bool shown = completed % log_every_ == 0 || completed == plan_.first_step + 1 ||
+                       completed == last_step_ || m.skipped;
+    spdlog::log(shown ? spdlog::level::info : spdlog::level::debug,
+                "step {}/{} | loss {:.4f}{}{} | lr {:.1e} | norm {:.2f}{} | {:.0f} ms | {} tok/s | "
+                "MFU {:.0f}% | ETA {}",
+                completed, last_step_, m.loss, z(m.loss_z), trained, lr, m.grad_norm, z(m.norm_z),
+                seconds * 1e3, with_commas(tok_s), mfu * 100,
+                format_duration(ema_seconds * static_cast<double>(last_step_ - completed)));
     std::string barrier_wait;
     for (const double seconds : m.timings.barrier_wait)
         barrier_wait += fmt::format("{}{:.0f}", barrier_wait.empty() ? "" : "/", seconds * 1e3);
@@ -309,6 +314,8 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     const auto program_start = Clock::now();
     install_signal_handlers();
     if (!o.config_file.empty()) spdlog::info("config file {} applied", o.config_file);
+    for (const std::string& warning : unused_flag_warnings(o, comm.size()))
+        spdlog::warn("{}", warning);
 
     StartPoint start;
     TokenizerChoice tokenizer_choice;

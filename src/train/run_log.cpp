@@ -21,13 +21,14 @@ namespace gpt2 {
 
 // The memory line: activations and gradient windows per worker, the rank's gradient, weights
 // and moments, and the start-up time.
-void TrainingLoop::log_memory() const {
+void TrainingLoop::log_memory(spdlog::level::level_enum level) const {
     const WorkerGroup& workers = replica_.workers;
     const int W = workers.size();
     const Model& model = replica_.model;
     if (model.lora != nullptr) {
         // LoRA: no model gradient and no windows; the adapter and its moments instead.
-        spdlog::info(
+        spdlog::log(
+            level,
             "memory: {} activations per worker | rank: {} frozen weights, {} adapter, {} adapter "
             "AdamW moments | startup {:.0f} ms",
             human_bytes(static_cast<double>(workers.context(0).activation_bytes())),
@@ -48,10 +49,10 @@ void TrainingLoop::log_memory() const {
                   "gradient window {} on {} of {} workers",
                   human_bytes(static_cast<double>(workers.context(1).gradient_window.size() * 4)),
                   with_window, W);
-    spdlog::info(
+    spdlog::log(
+        level,
         "memory: {} activations per worker, {} | rank: {} gradient, {} weights{}, {} AdamW "
-        "moments{} "
-        "| startup {:.0f} ms",
+        "moments{} | startup {:.0f} ms",
         human_bytes(static_cast<double>(workers.context(0).activation_bytes())), windows,
         human_bytes(static_cast<double>(workers.gradient_bytes())),
         human_bytes(static_cast<double>(model.params.size() * 4 + model.params_bf16.size() * 2)),
@@ -138,16 +139,21 @@ void TrainingLoop::log_banner() const {
             "document beginning at each end-of-text token (id {}) and at each window's start",
             *corpus_.document_start);
     }
-    log_memory();
-    for (const std::string& line : describe_memory(replica_.memory))
-        spdlog::info("{}", line);
+    // The per-rank total and what is available, always; its parts behind --verbose.
+    const spdlog::level::level_enum details =
+        o_.verbose ? spdlog::level::info : spdlog::level::debug;
+    log_memory(details);
+    const std::vector<std::string> memory = describe_memory(replica_.memory);
+    for (std::size_t i = 0; i + 1 < memory.size(); ++i)
+        spdlog::log(details, "{}", memory[i]);
+    spdlog::info("{}", memory.back());
     if (B_ % W != 0) {
         const int fewer = W - B_ % W;
         spdlog::warn(
-            "batch {} per rank does not divide over {} workers: {} of them take {} sequences, the "
+            "batch {} per rank does not divide over {} workers: {} of them take {}, the "
             "others {}, and wait for the rest at every layer; a --batch-size that is a multiple of "
             "{} keeps them all busy",
-            B_, W, fewer, B_ / W, B_ / W + 1, W);
+            B_, W, fewer, counted(B_ / W, "sequence"), B_ / W + 1, W);
     }
     // The default takes one worker per core, but a worker takes whole sequences.
     if (const int cores = available_cores(); o_.parallel.threads == 0 && W < cores) {
@@ -216,9 +222,10 @@ void TrainingLoop::report_benchmark() {
     const double gflops = flops_per_step_ / (median_ms / 1e3) / 1e9;
     fmt::print(
         "benchmark: median {:.1f} ms/step | {:.1f} tok/s | {:.1f} GFLOP/s | MFU {:.1f}% "
-        "| peak RSS {} | startup {:.0f} ms | {} steps, ranks {} x workers {}\n",
+        "| peak RSS {} | startup {:.0f} ms | {}, ranks {} x workers {}\n",
         median_ms, tok_s, gflops, 100.0 * gflops / peak_gflops_, human_bytes(peak_rss_bytes()),
-        startup_seconds_ * 1e3, step_ms_.size(), comm_.size(), replica_.workers.size());
+        startup_seconds_ * 1e3, counted(static_cast<double>(step_ms_.size()), "step"), comm_.size(),
+        replica_.workers.size());
     std::fflush(stdout);
 }
 

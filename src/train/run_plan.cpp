@@ -1,4 +1,5 @@
 #include "train/run_plan.hpp"
+#include "train/text_format.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -163,9 +164,9 @@ void warn_about_schedule(const TrainOptions& o, const RunPlan& plan) {
     if (o.optimizer.warmup_steps > o.optimizer.max_steps ||
         o.optimizer.warmup_steps >= plan.decay_steps) {
         spdlog::warn(
-            "--warmup-steps {} is not shorter than the run ({} steps, schedule over {}): "
+            "--warmup-steps {} is not shorter than the run ({}, schedule over {}): "
             "the learning rate {} --lr before the end",
-            o.optimizer.warmup_steps, o.optimizer.max_steps, plan.decay_steps,
+            o.optimizer.warmup_steps, counted(o.optimizer.max_steps, "step"), plan.decay_steps,
             o.optimizer.warmup_steps > o.optimizer.max_steps ? "never reaches" : "only reaches");
     }
 }

@@ -24,7 +24,12 @@ std::string format_duration(double seconds) {
 std::string human_bytes(double bytes) {
     if (bytes >= 1 << 30) return fmt::format("{:.2f} GiB", bytes / (1 << 30));
     if (bytes >= 1 << 20) return fmt::format("{:.1f} MiB", bytes / (1 << 20));
-    return fmt::format("{:.1f} KiB", bytes / 1024);
+    if (bytes >= 1024) return fmt::format("{:.1f} KiB", bytes / 1024);
+    return fmt::format("{:.0f} bytes", bytes);
+}
+
+std::string counted(double count, std::string_view noun) {
+    return with_commas(count) + " " + std::string(noun) + (count == 1.0 ? "" : "s");
 }
 
 }  // namespace gpt2

@@ -3,6 +3,8 @@
 // evaluation.cpp (validation, HellaSwag, samples), checkpoint_save.cpp (checkpoints).
 #pragma once
 
+#include <spdlog/spdlog.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -60,7 +62,7 @@ class TrainingLoop {
     void check_replicas(std::int64_t completed) const;
 
     // What the run prints at the start and after a benchmark (run_log.cpp).
-    void log_memory() const;
+    void log_memory(spdlog::level::level_enum level) const;
     void log_precision() const;
     void log_validation_set() const;
     void report_benchmark();
@@ -87,6 +89,7 @@ class TrainingLoop {
     const std::int64_t tokens_per_step_;
     const ExchangePlan exchange_;
     const ScheduleConfig schedule_;
+    const int log_every_;  // --log-every, or its choice for this run's steps
 
     // Throughput: the figures behind MFU and the benchmark's summary.
     const double flops_per_step_;

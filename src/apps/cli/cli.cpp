@@ -1,13 +1,18 @@
 #include "apps/cli/cli.hpp"
 
-#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 namespace gpt2::app {
@@ -24,15 +29,48 @@ std::string error_line(std::string_view message, int rank, int world) {
     return "error: " + std::string(message);
 }
 
+namespace {
+
+// "warning: " before a warning and "error: " before an error (the prefix of every program's error
+// line), nothing before information: a warning reads as one in a log and to grep.
+class LevelPrefix final : public spdlog::custom_flag_formatter {
+  public:
+    void format(const spdlog::details::log_msg& msg, const std::tm& /*time*/,
+                spdlog::memory_buf_t& dest) override {
+        const std::string_view prefix = msg.level == spdlog::level::warn  ? "warning: "
+                                        : msg.level >= spdlog::level::err ? "error: "
+                                                                          : "";
+        dest.append(prefix.data(), prefix.data() + prefix.size());
+    }
+    [[nodiscard]] std::unique_ptr<custom_flag_formatter> clone() const override {
+        return std::make_unique<LevelPrefix>();
+    }
+};
+
+}  // namespace
+
 void setup_logging(const std::string& level_name, LogStream stream, int rank, int world) {
     const std::string name = "gpt2";
     spdlog::drop(name);
-    auto logger = stream == LogStream::Stdout ? spdlog::stdout_logger_mt(name)
-                                              : spdlog::stderr_logger_mt(name);
+    // Colour only the level's prefix, and only on a terminal: not under mpirun, which hands the
+    // ranks a pseudo-terminal whatever its own output is (a file, a pipe), nor with NO_COLOR set
+    // (no-color.org) or TERM=dumb.
+    const int fd = stream == LogStream::Stdout ? STDOUT_FILENO : STDERR_FILENO;
+    const char* term = std::getenv("TERM");
+    const bool colour = ::isatty(fd) == 1 && std::getenv("NO_COLOR") == nullptr &&
+                        std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr &&
+                        std::getenv("PMI_RANK") == nullptr &&
+                        !(term != nullptr && std::string_view(term) == "dumb");
+    const spdlog::color_mode mode = colour ? spdlog::color_mode::always : spdlog::color_mode::never;
+    auto logger = stream == LogStream::Stdout ? spdlog::stdout_color_mt(name, mode)
+                                              : spdlog::stderr_color_mt(name, mode);
     const auto level = spdlog::level::from_str(level_name);
     const bool diagnostics = level <= spdlog::level::debug;
-    logger->set_pattern(world > 1 && diagnostics ? fmt::format("[%H:%M:%S rank {}] %v", rank)
-                                                 : std::string("[%H:%M:%S] %v"));
+    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<LevelPrefix>('*').set_pattern(
+        world > 1 && diagnostics ? fmt::format("[%H:%M:%S rank {}] %^%*%$%v", rank)
+                                 : std::string("[%H:%M:%S] %^%*%$%v"));
+    logger->set_formatter(std::move(formatter));
     logger->set_level(rank == 0 || diagnostics ? level : spdlog::level::warn);
     logger->flush_on(spdlog::level::trace);
     spdlog::set_default_logger(logger);
@@ -42,7 +80,7 @@ void add_common_flags(CLI::App& app, std::string& log_level) {
     app.set_version_flag("--version",
                          std::string(app.get_name()) + " (gpt2-mpi) " + std::string(version()));
     app.add_option("--log-level", log_level, "trace | debug | info | warn | error")
-        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}).description(""))
+        ->check(one_of({"trace", "debug", "info", "warn", "error"}, "log level"))
         ->type_name("LEVEL")
         ->capture_default_str();
     app.failure_message([](const CLI::App*, const CLI::Error& e) {
@@ -57,17 +95,23 @@ std::string closest_name(std::string_view name, const std::vector<std::string>& 
     std::string best;
     std::size_t best_distance = limit + 1;
     for (const std::string& candidate : candidates) {
-        std::vector<std::size_t> row(candidate.size() + 1);
+        // Edit distance with adjacent letters swapped counting as one edit ("gtp2" is one from
+        // "gpt2"): rows i-2, i-1 and i of the table.
+        std::vector<std::size_t> before(candidate.size() + 1), previous(candidate.size() + 1),
+            row(candidate.size() + 1);
         for (std::size_t j = 0; j < row.size(); ++j)
             row[j] = j;
         for (std::size_t i = 1; i <= name.size(); ++i) {
-            std::size_t diagonal = row[0];
+            before.swap(previous);
+            previous.swap(row);
             row[0] = i;
             for (std::size_t j = 1; j <= candidate.size(); ++j) {
-                const std::size_t above = row[j];
-                row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                                   diagonal + (name[i - 1] == candidate[j - 1] ? 0 : 1)});
-                diagonal = above;
+                row[j] = std::min({previous[j] + 1, row[j - 1] + 1,
+                                   previous[j - 1] + (name[i - 1] == candidate[j - 1] ? 0 : 1)});
+                if (i > 1 && j > 1 && name[i - 1] == candidate[j - 2] &&
+                    name[i - 2] == candidate[j - 1]) {
+                    row[j] = std::min(row[j], before[j - 2] + 1);
+                }
             }
         }
         if (row.back() < best_distance) {
@@ -75,7 +119,18 @@ std::string closest_name(std::string_view name, const std::vector<std::string>& 
             best = candidate;
         }
     }
-    return best;
+    if (!best.empty()) return best;
+    // A name cut short or run on ("q8" for "q8_0", "warning" for "warn", "--lr-decay" for
+    // "--lr-decay-steps"), when only one candidate fits.
+    std::string only;
+    for (const std::string& candidate : candidates) {
+        const bool cut_short = name.size() >= 2 && candidate.starts_with(name);
+        const bool run_on = candidate.size() >= 3 && name.starts_with(candidate);
+        if (!cut_short && !run_on) continue;
+        if (!only.empty()) return {};
+        only = candidate;
+    }
+    return only;
 }
 
 namespace {
@@ -226,17 +281,21 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv, bool
     return parse_arguments(app, std::vector<std::string>(argv + 1, argv + argc), 0, speaker);
 }
 
+std::string unknown_name(const std::string& input, const std::vector<std::string>& names,
+                         const std::string& what) {
+    std::string known;
+    for (const std::string& name : names)
+        known += (known.empty() ? "" : ", ") + name;
+    const std::string suggestion = closest_name(input, names);
+    return "unknown " + what + " '" + input + "'" +
+           (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") + "; known: " + known;
+}
+
 CLI::Validator one_of(std::vector<std::string> names, std::string what) {
     return CLI::Validator(
         [names = std::move(names), what = std::move(what)](std::string& input) -> std::string {
             if (std::find(names.begin(), names.end(), input) != names.end()) return {};
-            std::string known;
-            for (const std::string& name : names)
-                known += (known.empty() ? "" : ", ") + name;
-            const std::string suggestion = closest_name(input, names);
-            return "unknown " + what + " '" + input + "'" +
-                   (suggestion.empty() ? "" : " (did you mean " + suggestion + "?)") +
-                   "; known: " + known;
+            return unknown_name(input, names, what);
         },
         "", "");
 }
@@ -275,6 +334,21 @@ CLI::Validator at_least(double minimum) {
 
 CLI::Validator positive() {
     return numeric_check("> 0", [](double v) { return v > 0.0; });
+}
+
+CLI::Validator whole_number() {
+    return CLI::Validator(
+        [](std::string& input) -> std::string {
+            const bool digits =
+                !input.empty() && input.find_first_not_of("0123456789") == std::string::npos;
+            // 2^64 - 1 has 20 digits; anything longer, or 20 digits above it, does not fit.
+            if (digits &&
+                (input.size() < 20 || (input.size() == 20 && input <= "18446744073709551615"))) {
+                return {};
+            }
+            return "must be a whole number from 0 to 18446744073709551615 (got " + input + ")";
+        },
+        "", "");
 }
 
 CLI::Validator in_unit_interval() {

@@ -7,9 +7,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace gpt2::app {
@@ -58,13 +60,36 @@ void add_common_flags(CLI::App& app, std::string& log_level);
 // (the testing hooks, in the group "") only with `include_hidden`.
 [[nodiscard]] std::vector<std::string> long_flag_names(const CLI::App& app, bool include_hidden);
 
-// A validator that accepts one of `names` and otherwise says "unknown NAME 'x' (known: a, b, c)"
-// with the closest one when there is one, e.g. for --model's presets.
+// A validator that accepts one of `names` and otherwise says "unknown NAME 'x' (did you mean y?);
+// known: a, b, c", e.g. for --model's presets and every flag that takes one of a few words.
 [[nodiscard]] CLI::Validator one_of(std::vector<std::string> names, std::string what);
+// The message one_of gives for `input`.
+[[nodiscard]] std::string unknown_name(const std::string& input,
+                                       const std::vector<std::string>& names,
+                                       const std::string& what);
+// one_of for an option bound to an enum: a name of `values` becomes its value (CLI11 then stores
+// it), anything else is one_of's message.
+template <typename Enum>
+[[nodiscard]] CLI::Validator named_value(std::map<std::string, Enum> values, std::string what) {
+    std::vector<std::string> names;
+    for (const auto& entry : values)
+        names.push_back(entry.first);
+    return CLI::Validator(
+        [values = std::move(values), names = std::move(names),
+         what = std::move(what)](std::string& input) -> std::string {
+            const auto found = values.find(input);
+            if (found == values.end()) return unknown_name(input, names, what);
+            input = std::to_string(static_cast<std::underlying_type_t<Enum>>(found->second));
+            return {};
+        },
+        "", "");
+}
 
 // Validators whose failure reads "--flag must be >= 0" rather than CLI11's range message.
 [[nodiscard]] CLI::Validator at_least(double minimum);
 [[nodiscard]] CLI::Validator positive();
 [[nodiscard]] CLI::Validator in_unit_interval();  // (0, 1]
+// An unsigned 64-bit whole number (a seed): "-1" is refused, not wrapped around to 2^64 - 1.
+[[nodiscard]] CLI::Validator whole_number();
 
 }  // namespace gpt2::app

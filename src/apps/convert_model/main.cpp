@@ -99,11 +99,11 @@ int main(int argc, char** argv) {
     cli.add_option("--to", o.to,
                    "hf | gguf | llmc: the output format, whatever OUT's name; gguf-lora: the "
                    "--lora-from adapter alone as a GGUF LoRA adapter for llama.cpp (IN: its base)")
-        ->check(CLI::IsMember({"hf", "gguf", "llmc", "gguf-lora"}).description(""));
+        ->check(app::one_of({"hf", "gguf", "llmc", "gguf-lora"}, "output format"));
     cli.add_option("--dtype", o.dtype,
                    "matrices as f32 | f16 | bf16 | q8_0 (hf: f32/f16/bf16, gguf: all four, llmc: "
                    "f32/bf16, gguf-lora: f32/f16/bf16); 1-D GGUF tensors stay f32")
-        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}).description(""))
+        ->check(app::one_of({"f32", "f16", "bf16", "q8_0"}, "GGUF type"))
         ->capture_default_str();
     cli.add_option("--tokenizer-dir", o.tokenizer_dir.path,
                    "GPT-2's tokenizer files (encoder.json + vocab.bpe, or vocab.json + merges.txt) "

@@ -38,7 +38,8 @@ void add_sampling_flags(CLI::App& app, Options& o) {
         ->check(app::at_least(0));
     app.add_option("--top-p", o.top_p, "nucleus sampling: smallest set with this mass, in (0, 1]")
         ->check(app::in_unit_interval());
-    app.add_option("--seed", o.seed, "sample m draws from a stream derived from (seed, m)");
+    app.add_option("--seed", o.seed, "sample m draws from a stream derived from (seed, m)")
+        ->check(app::whole_number());
     app.add_option("--num-samples", o.num_samples, "samples per prompt (shared between ranks)")
         ->check(app::positive());
     // Two flags rather than CLI11's "--stream,!--no-stream", whose help reads as if streaming
@@ -61,7 +62,7 @@ void add_model_flags(CLI::App& app, Options& o) {
     app.add_option("--weights", o.weights,
                    "fp32 | bf16 | int8: the matrices' format for decoding (int8: per-row scales; "
                    "fewer bytes per token, so faster; with either, the K/V cache is bf16)")
-        ->check(CLI::IsMember({"fp32", "bf16", "int8"}).description(""))
+        ->check(app::one_of({"fp32", "bf16", "int8"}, "weight format"))
         ->type_name("NAME");
     app.add_option(
            "--threads", o.threads,
@@ -71,7 +72,7 @@ void add_model_flags(CLI::App& app, Options& o) {
                    "for a model file without a tokenizer: gpt2 (from --tokenizer-dir), or char | "
                    "bpe (rebuilt from --tokenizer-corpus); none: a checkpoint's own, or gpt2 for "
                    "a model of GPT-2's vocabulary (50257)")
-        ->check(CLI::IsMember(gpt2::tokenizer_kinds_by_name()).description(""))
+        ->check(app::one_of({"bpe", "char", "gpt2"}, "tokenizer"))
         ->type_name("NAME");
     app.add_option("--tokenizer-dir", o.tokenizer_dir,
                    "directory with GPT-2's encoder.json and vocab.bpe")
@@ -79,7 +80,7 @@ void add_model_flags(CLI::App& app, Options& o) {
     app.add_option("--eot-in-text", o.eot_in_text,
                    "a literal <|endoftext|> in a prompt: token (the end-of-text token) | text "
                    "(ordinary characters)")
-        ->check(CLI::IsMember({"token", "text"}).description(""))
+        ->check(app::one_of({"token", "text"}, "--eot-in-text mode"))
         ->type_name("MODE");
     app.add_option("--tokenizer-corpus", o.tokenizer_corpus,
                    "text the char or bpe tokenizer was built from (--tokenizer char|bpe)")

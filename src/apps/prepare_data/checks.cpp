@@ -21,7 +21,7 @@ void check_flags(const Options& o) {
         for (const char* flag :
              {"--data", "--glob", "--text-field", "--skip-bad-lines", "--vocab-size",
               "--bpe-sample-mb", "--eot-in-text", "--val-fraction", "--val-documents",
-              "--shard-tokens", "--resume", "--stop-after-shards"}) {
+              "--shard-tokens", "--resume", "--replace", "--stop-after-shards"}) {
             if (o.has(flag)) {
                 throw gpt2::UsageError(std::string(flag) +
                                        " does not apply with --hellaswag, which writes only "

@@ -28,7 +28,7 @@ void add_corpus_flags(CLI::App& cli, Options& o) {
                    "response: write a loss mask beside each shard so that training learns only "
                    "the responses of prompt/response and chat records (the default for them) | "
                    "all: every token (the default for other text)")
-        ->check(CLI::IsMember({"response", "all"}).description(""))
+        ->check(app::one_of({"response", "all"}, "--loss-on value"))
         ->type_name("WHAT");
     cli.add_flag("--skip-bad-lines", o.skip_bad_lines,
                  "skip (and count) .jsonl lines that are not JSON objects with the text field, "
@@ -38,8 +38,9 @@ void add_corpus_flags(CLI::App& cli, Options& o) {
 void add_tokenizer_flags(CLI::App& cli, Options& o) {
     cli.add_option("--tokenizer", o.tokenizer, "char | bpe | gpt2")
         ->required()
-        ->transform(CLI::CheckedTransformer(gpt2::tokenizer_kinds_by_name()).description(""))
-        ->type_name("NAME");
+        ->transform(app::named_value(gpt2::tokenizer_kinds_by_name(), "tokenizer"))
+        ->type_name("NAME")
+        ->default_str("");  // required: no default to show
     cli.add_option("--vocab-size", o.vocab_size,
                    "BPE vocabulary: 256 bytes + merges + <|endoftext|> (257..65536)")
         ->check(app::at_least(257))
@@ -57,7 +58,7 @@ void add_tokenizer_flags(CLI::App& cli, Options& o) {
     cli.add_option("--eot-in-text", o.eot_in_text,
                    "a literal <|endoftext|> in the text: token (the end-of-text token) | text "
                    "(ordinary characters, as llm.c's encode_ordinary)")
-        ->check(CLI::IsMember({"token", "text"}).description(""))
+        ->check(app::one_of({"token", "text"}, "--eot-in-text mode"))
         ->type_name("MODE");
 }
 
@@ -84,6 +85,9 @@ void add_output_flags(CLI::App& cli, Options& o) {
     cli.add_flag("--resume", o.resume,
                  "continue an interrupted preparation after its last complete shard (the same "
                  "inputs and flags; with nothing kept, start from the beginning)");
+    cli.add_flag("--replace", o.replace,
+                 "replace an earlier preparation of this --name in --out-dir made with another "
+                 "tokenizer (refused without it: a run trained on those shards could not resume)");
     cli.add_option("--threads", o.threads, "encoding threads (0: CPUs in the affinity mask)")
         ->check(app::at_least(0));
     cli.add_option("--hellaswag", o.hellaswag,

@@ -34,6 +34,9 @@ struct Options {
     std::int64_t val_documents = 0;
     std::int64_t shard_tokens = 100'000'000;
     bool resume = false;
+    // Replace an earlier preparation of this --name made with another tokenizer (its shards
+    // would be read with this run's tokenizer.bin): refused without it.
+    bool replace = false;
     std::int64_t stop_after_shards = 0;  // testing: act as if interrupted after N shards
     std::filesystem::path hellaswag;     // HellaSwag's JSONL to turn into llm.c's eval file
     int threads = 0;  // 0: the CPUs in the affinity mask, as train_gpt2's --threads

@@ -141,7 +141,8 @@ std::optional<gpt2::PreparationProgress> find_earlier(const Options& o,
         gpt2::settings_difference(earlier->settings, settings_of(o), files, o.data_flag);
     if (difference) {
         const std::string remedy =
-            earlier->complete ? "it is complete: without --resume, a new preparation replaces it"
+            earlier->complete ? "it is complete: without --resume, a new preparation replaces it "
+                                "(one with another tokenizer only with --replace)"
             : earlier->shards() == 0
                 ? "it completed no shard: without --resume, a new preparation replaces it"
                 : "resume it with the same flags and files, or remove " + progress_file.string() +
@@ -218,6 +219,25 @@ void check_shared_tokenizer(const Options& o, const gpt2::Tokenizer& tokenizer,
     if (!fs::exists(path)) return;
     const std::vector<std::uint8_t> present = gpt2::read_file_bytes(path);
     if (std::equal(present.begin(), present.end(), bytes.begin(), bytes.end())) return;
+    // The earlier preparation of this name was made with another tokenizer: a run trained on its
+    // shards (which resumes by reading them again) would lose them. Replaced only when asked.
+    const bool earlier = fs::exists(gpt2::progress_path(o.out_dir, o.name)) ||
+                         gpt2::count_shards(o.out_dir, o.name) > 0;
+    if (earlier && !o.replace) {
+        std::string theirs = "unreadable";
+        try {
+            const std::unique_ptr<gpt2::Tokenizer> read = gpt2::deserialize_tokenizer(present);
+            theirs = fmt::format("{}, {} tokens", gpt2::tokenizer_kind_name(read->kind()),
+                                 read->vocab_size());
+        } catch (const gpt2::InputError&) {  // unreadable: still not this run's
+        }
+        throw gpt2::UsageError(fmt::format(
+            "--out-dir {} holds the shards of a preparation named {} made with another tokenizer "
+            "(tokenizer.bin: {}; this run: {}, {} tokens), which a run trained on them needs: "
+            "give another --out-dir or --name, or --replace to replace them",
+            o.out_dir.string(), o.name, theirs, gpt2::tokenizer_kind_name(tokenizer.kind()),
+            tokenizer.vocab_size()));
+    }
     constexpr std::string_view kSuffix = ".progress.json";
     for (const auto& entry : fs::directory_iterator(o.out_dir)) {
         const std::string file = entry.path().filename().string();

@@ -2,10 +2,18 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "core/clock.hpp"
 
 namespace gpt2::prepare_data {
+
+// The time left, from the rate since the first update (`bytes` now and `first_bytes` then, of
+// `total`, `seconds` apart): none until two seconds of progress are behind it, so that neither a
+// first batch nor the part a resumed preparation skips at once makes it "0 s".
+[[nodiscard]] std::optional<double> seconds_left(std::uint64_t total, std::uint64_t first_bytes,
+                                                 std::uint64_t bytes, double seconds);
 
 class ProgressLine {
   public:
@@ -21,7 +29,8 @@ class ProgressLine {
     std::uint64_t total_;
     bool enabled_;
     bool drawn_ = false;
-    Clock::time_point start_;
+    std::uint64_t first_bytes_ = 0;  // at the first update
+    Clock::time_point first_;
 };
 
 }  // namespace gpt2::prepare_data

@@ -15,6 +15,7 @@
 
 #include "apps/cli/cli.hpp"
 #include "core/error.hpp"
+#include "core/utf8.hpp"
 #include "model/model.hpp"
 
 namespace gpt2 {
@@ -90,6 +91,27 @@ std::vector<std::string> read_config_file(const std::string& path, const CLI::Ap
     std::ifstream file(path);
     if (!file) {
         throw InputError("--config " + path + ": cannot open (" + std::strerror(errno) + ")");
+    }
+    {  // A binary file (a model, the program itself) is named as such, its bytes never printed.
+        std::string head(4096, '\0');
+        file.read(head.data(), static_cast<std::streamsize>(head.size()));
+        head.resize(static_cast<std::size_t>(file.gcount()));
+        const std::size_t nul = head.find('\0');
+        // A cut at the end of the 4 KiB may split a character: only whole ones are judged.
+        std::string_view whole(head);
+        while (!whole.empty() && head.size() == 4096 &&
+               (static_cast<unsigned char>(whole.back()) & 0xC0) == 0x80) {
+            whole.remove_suffix(1);
+        }
+        if (!whole.empty() && head.size() == 4096) whole.remove_suffix(1);
+        if (nul != std::string::npos || !is_valid_utf8(whole)) {
+            throw InputError("--config " + path + " is not a text file (" +
+                             (nul != std::string::npos ? "a NUL byte at byte " + std::to_string(nul)
+                                                       : std::string("bytes that are not UTF-8")) +
+                             "): give a file of 'flag = value' lines");
+        }
+        file.clear();
+        file.seekg(0);
     }
     std::vector<std::string> candidates;
     for (const std::string& name : app::long_flag_names(app, false)) {
@@ -195,7 +217,7 @@ void add_data_flags(CLI::App& app, TrainOptions& o) {
     data->add_option("--tokenizer", o.data.tokenizer,
                      "char | bpe | gpt2 (a checkpoint's or the shards' own tokenizer comes first; "
                      "default: gpt2 with a gpt2-* --model, else char)")
-        ->transform(CLI::CheckedTransformer(tokenizer_kinds_by_name()).description(""))
+        ->transform(app::named_value(tokenizer_kinds_by_name(), "tokenizer"))
         ->type_name("NAME")
         ->default_str("");  // depends on --model: the description says how
     data->add_option("--vocab-size", o.data.vocab_size,
@@ -206,7 +228,7 @@ void add_data_flags(CLI::App& app, TrainOptions& o) {
     data->add_option("--eot-in-text", o.data.eot_in_text,
                      "a literal <|endoftext|> in --data: token (the end-of-text token, documents "
                      "separated) | text (ordinary characters, as llm.c's encode_ordinary)")
-        ->check(CLI::IsMember({"token", "text"}).description(""))
+        ->check(app::one_of({"token", "text"}, "--eot-in-text mode"))
         ->type_name("MODE");
     data->add_option("--val-fraction", o.data.val_fraction,
                      "last fraction of --data used for validation");
@@ -246,7 +268,7 @@ void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule) 
     opt->add_option("--warmup-steps", o.optimizer.warmup_steps, "linear warmup steps")
         ->check(app::at_least(0));
     opt->add_option("--schedule", schedule, "cosine | linear | constant")
-        ->check(CLI::IsMember({"cosine", "linear", "constant"}).description(""))
+        ->check(app::one_of({"cosine", "linear", "constant"}, "schedule"))
         ->type_name("NAME");
     opt->add_option("--lr-decay-steps", o.optimizer.lr_decay_steps,
                     "steps the schedule spans (0: --max-steps when the run starts; kept on "
@@ -288,7 +310,7 @@ void add_lora_flags(CLI::App& app, TrainOptions& o) {
             "their bf16 copy) or bf16 (with --precision bf16: the layer matrices only in bf16, "
             "over half the base's memory saved; the merged checkpoint is of the bf16-rounded "
             "base)")
-        ->check(CLI::IsMember({"fp32", "bf16"}).description(""))
+        ->check(app::one_of({"fp32", "bf16"}, "--lora-base value"))
         ->default_str("fp32")
         ->type_name("fp32|bf16");
     lora->add_option("--lora-from", o.lora.from,
@@ -348,7 +370,8 @@ void add_progress_flags(CLI::Option_group* run, TrainOptions& o) {
 // The machine: seed, workers, how ranks exchange the gradient, precision, recomputation.
 void add_machine_flags(CLI::Option_group* run, TrainOptions& o, std::string& precision,
                        std::string& bucket_mb, std::string& share_memory, std::string& recompute) {
-    run->add_option("--seed", o.seed, "seed for initialisation, data order and samples");
+    run->add_option("--seed", o.seed, "seed for initialisation, data order and samples")
+        ->check(app::whole_number());
     run->add_option(
            "--threads", o.parallel.threads,
            "worker threads per rank (0: one per core in the affinity mask, at most --batch-size)")
@@ -376,28 +399,37 @@ void add_machine_flags(CLI::Option_group* run, TrainOptions& o, std::string& pre
                     "each summing and updating a slice, and across machines each slice takes an "
                     "allreduce (unless --zero 1, or --bucket-mb > 0 on one machine); off: every "
                     "rank takes part in the allreduce")
-        ->check(CLI::IsMember({"auto", "off"}).description(""))
+        ->check(app::one_of({"auto", "off"}, "--share-memory value"))
         ->type_name("auto|off");
     run->add_option("--zero", o.parallel.zero,
                     "ZeRO stage: 1 slices the AdamW moments and the update over the ranks "
                     "(reduce-scatter, then allgather of the parameters); 0: every rank keeps all")
-        ->check(CLI::IsMember({0, 1}).description(""))
+        ->check(app::one_of({"0", "1"}, "ZeRO stage"))
         ->type_name("0|1");
     run->add_option("--precision", precision,
                     "fp32 | bf16: matrix products in bf16 with fp32 accumulation (weights, "
                     "gradients and optimizer stay fp32)")
-        ->check(CLI::IsMember({"fp32", "bf16"}).description(""))
+        ->check(app::one_of({"fp32", "bf16"}, "precision"))
         ->type_name("NAME");
     run->add_option("--recompute", recompute,
                     "what backward recomputes instead of storing: cheap (LayerNorm and GELU "
                     "outputs, attention's probabilities), layers (also every layer's forward: only "
                     "layer inputs are stored), auto (the least that fits in the memory available)")
-        ->check(CLI::IsMember({"auto", "cheap", "layers"}).description(""))
+        ->check(app::one_of({"auto", "cheap", "layers"}, "recompute level"))
         ->type_name("auto|cheap|layers");
 }
 
-// Metrics, the MFU yardstick, benchmarks, and the hidden test hooks.
+// What the log shows, metrics, the MFU yardstick, benchmarks, and the hidden test hooks.
 void add_reporting_flags(CLI::Option_group* run, TrainOptions& o) {
+    run->add_option("--log-every", o.log_every,
+                    "print every Nth step line (0: tens of lines for the run: the smallest of 1, "
+                    "2, 5, 10, 20, ... giving at most 50); the first and last steps and skipped "
+                    "ones always print, validation, samples and checkpoints too, and every step "
+                    "goes to --metrics-file")
+        ->check(app::at_least(0));
+    run->add_flag("--verbose", o.verbose,
+                  "start-up also prints the memory each worker's context takes, part by part, and "
+                  "the rank's gradient, weights and moments");
     run->add_option("--metrics-file", o.metrics_file,
                     "append one JSON object per step/eval (a 'run' record starts each run)");
     run->add_option("--peak-gflops", o.compute.peak_gflops,

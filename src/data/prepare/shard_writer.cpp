@@ -38,6 +38,16 @@ int remove_shards(const fs::path& dir, std::string_view name) {
     return removed;
 }
 
+int count_shards(const fs::path& dir, std::string_view name) {
+    std::error_code ignored;
+    int count = 0;
+    for (const char* split : {"train", "val"}) {
+        for (int i = 0; fs::exists(shard_path(dir, name, split, i), ignored); ++i)
+            ++count;
+    }
+    return count;
+}
+
 ShardWriter::ShardWriter(fs::path dir, std::string name, std::string split,
                          std::int64_t shard_tokens, std::int64_t shards, std::int64_t tokens,
                          ShardPosition resume, OnWritten on_written, bool masked)

@@ -30,6 +30,9 @@ struct ShardPosition {
 // Removes the shards of an earlier preparation named `name` in dir (each split's, numbered from 0
 // until one is missing) and their mask files; returns how many shards were removed.
 int remove_shards(const std::filesystem::path& dir, std::string_view name);
+// How many shards of a preparation named `name` are in dir (each split's, from 0 until one is
+// missing): what remove_shards would remove.
+[[nodiscard]] int count_shards(const std::filesystem::path& dir, std::string_view name);
 
 class ShardWriter {
   public:
