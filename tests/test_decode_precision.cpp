@@ -296,7 +296,9 @@ TEST(DecodeWeights, TrainedCharModelBf16GreedyTextIsIdenticalAndInt8AgreesOnHeld
 TEST(DecodeWeights, AnUnknownFormatIsOneClearError) {
     const auto run = run_command(test::build_path("inference") + " model.bin --weights int4");
     EXPECT_EQ(run.exit_code, 2) << run.output;
-    EXPECT_NE(run.output.find("--weights: unknown weight format 'int4' (did you mean int8?); known: fp32, bf16, int8"), std::string::npos)
+    EXPECT_NE(run.output.find("--weights: unknown weight format 'int4' (did you mean int8?); "
+                              "known: fp32, bf16, int8"),
+              std::string::npos)
         << run.output;
 }
 

@@ -172,7 +172,8 @@ TEST(Precision, AnUnknownPrecisionIsOneClearError) {
     EXPECT_EQ(run.exit_code, 2) << run.output;
     EXPECT_NE(run.output.find("--precision"), std::string::npos) << run.output;
     EXPECT_NE(run.output.find("fp16"), std::string::npos) << run.output;
-    EXPECT_NE(run.output.find("known: fp32, bf16"), std::string::npos) << run.output;  // words, no map
+    EXPECT_NE(run.output.find("known: fp32, bf16"), std::string::npos)
+        << run.output;  // words, no map
 }
 
 }  // namespace

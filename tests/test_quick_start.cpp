@@ -5,7 +5,6 @@
 // are shortened by an appended --max-steps, nothing else changes.
 #include <gtest/gtest.h>
 
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
