@@ -2,6 +2,7 @@
 // description, and llama.cpp itself run on jobs (tests/llama_cpp_check.mjs).
 #pragma once
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -17,6 +18,44 @@
 namespace gpt2::formats_test {
 
 inline const std::string kLlamaCheck = std::string(GPT2_SOURCE_DIR) + "/tests/llama_cpp_check.mjs";
+
+// llama.cpp's own quantizer (llama_model_quantize, llama-quantize's function, in node-llama-cpp's
+// libllama) turning GGUF `in` into a Q8_0 GGUF `out`: a file llama.cpp's tooling wrote. Returns
+// whether it did. The parameters are taken from llama_model_quantize_default_params (returned by
+// value into room to spare), of which only the first two fields are set: nthread and ftype
+// (LLAMA_FTYPE_MOSTLY_Q8_0 = 7), which lead llama_model_quantize_params in every llama.cpp.
+inline bool llama_quantize_q8_0(const fs::path& library, const fs::path& in, const fs::path& out) {
+    struct Params {
+        unsigned char bytes[512];
+    };
+    void* lib = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+        ADD_FAILURE() << "dlopen " << library << ": " << ::dlerror();
+        return false;
+    }
+    const auto init = reinterpret_cast<void (*)()>(::dlsym(lib, "llama_backend_init"));
+    const auto defaults =
+        reinterpret_cast<Params (*)()>(::dlsym(lib, "llama_model_quantize_default_params"));
+    const auto quantize =
+        reinterpret_cast<std::uint32_t (*)(const char*, const char*, const Params*)>(
+            ::dlsym(lib, "llama_model_quantize"));
+    if (init == nullptr || defaults == nullptr || quantize == nullptr) {
+        ADD_FAILURE() << library << " lacks llama_model_quantize";
+        return false;
+    }
+    // Its log (every tensor it converts) stays out of the test's output.
+    using LogCallback = void (*)(int, const char*, void*);
+    if (const auto log_set =
+            reinterpret_cast<void (*)(LogCallback, void*)>(::dlsym(lib, "llama_log_set"))) {
+        log_set([](int, const char*, void*) {}, nullptr);
+    }
+    init();
+    Params params = defaults();
+    const std::int32_t threads = 1, q8_0 = 7;
+    std::memcpy(params.bytes, &threads, 4);
+    std::memcpy(params.bytes + 4, &q8_0, 4);
+    return quantize(in.c_str(), out.c_str(), &params) == 0;
+}
 
 // A GGUF reader written from the format's description, for the structure tests.
 struct GgufTensor {

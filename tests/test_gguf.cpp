@@ -3,6 +3,7 @@
 // `GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh`; skips, saying why, where absent) running our files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "core/file_io.hpp"
 #include "core/random.hpp"
 #include "formats/checkpoint.hpp"
+#include "formats/element_type.hpp"
 #include "formats/gguf.hpp"
 #include "formats/hugging_face.hpp"
 #include "formats/model_file.hpp"
@@ -104,6 +106,301 @@ TEST(Gguf, ACharTokenizerIsEmbeddedAsABpeWithoutMerges) {
     write_gguf(dir.path() / "abc.gguf", small_model(3, 25, 32), *no_newline, GgufWeights::F32,
                "abc");
     EXPECT_EQ(read_gguf(dir.path() / "abc.gguf").kv.at("tokenizer.ggml.eos_token_id"), 0);
+}
+
+// ---- Reading GGUF ------------------------------------------------------------------------------
+
+// What a GGUF file of `type` stores of `values`, read back: the values as that type rounds them.
+std::vector<float> rounded_as(std::span<const float> values, GgufWeights type) {
+    std::vector<std::uint8_t> bytes;
+    std::vector<float> out(values.size());
+    switch (type) {
+        case GgufWeights::F32:
+            return {values.begin(), values.end()};
+        case GgufWeights::F16:
+            append_elements(bytes, values, ElementType::F16);
+            read_elements(out, bytes, ElementType::F16);
+            return out;
+        case GgufWeights::Bf16:
+            append_elements(bytes, values, ElementType::Bf16);
+            read_elements(out, bytes, ElementType::Bf16);
+            return out;
+        case GgufWeights::Q8_0:
+            append_q8_0(bytes, values);
+            for (std::size_t b = 0; b * 32 < values.size(); ++b) {
+                std::uint16_t d_bits;
+                std::memcpy(&d_bits, bytes.data() + b * 34, 2);
+                for (std::size_t i = 0; i < 32; ++i)
+                    out[b * 32 + i] =
+                        half_to_float(d_bits) *
+                        static_cast<float>(static_cast<std::int8_t>(bytes[b * 34 + 2 + i]));
+            }
+            return out;
+    }
+    return out;
+}
+
+// Every model written as GGUF reads back as the weights its type holds (F32 bitwise; F16, BF16
+// and Q8_0 as those types round them; 1-D tensors and wpe stay as written), with the same
+// tokenizer (char, trained BPE and GPT-2's), so every program that reads a model reads GGUF.
+TEST(GgufImport, EveryTypeAndTokenizerReadsBackAsWritten) {
+    const ScratchDir dir("gpt2-gguf-import");
+    std::vector<std::unique_ptr<Tokenizer>> tokenizers;
+    tokenizers.push_back(make_char_tokenizer("ROMEO:\nO, she doth teach the torches to burn!"));
+    tokenizers.push_back(train_bpe_tokenizer(
+        "the king shall speak of love and war to thee my lord, what night is fair", 300));
+    if (has_gpt2_files()) tokenizers.push_back(load_gpt2_tokenizer(kGpt2Dir));
+    for (const auto& tokenizer : tokenizers) {
+        const Model model = small_model(tokenizer->vocab_size(), 31, 64);
+        for (const GgufWeights type :
+             {GgufWeights::F32, GgufWeights::F16, GgufWeights::Bf16, GgufWeights::Q8_0}) {
+            const fs::path file = dir.path() / "m.gguf";
+            write_gguf(file, model, *tokenizer, type, "m");
+            const LoadedModel loaded = load_model_file(file);
+            ASSERT_EQ(loaded.model.config, model.config);
+            ASSERT_TRUE(loaded.extras.has_value());
+            // The same tokenizer: a trained BPE comes back as GPT-2's kind of BPE over its own
+            // vocabulary and merges (spellings hold no kind), which encodes every text alike.
+            const std::unique_ptr<Tokenizer> read = embedded_tokenizer(loaded);
+            if (tokenizer->kind() == TokenizerKind::Bpe) {
+                EXPECT_EQ(read->vocab_size(), tokenizer->vocab_size());
+                EXPECT_EQ(read->eot_id(), tokenizer->eot_id());
+                const std::string text = "the king shall speak, my lord <|endoftext|> fair night";
+                EXPECT_EQ(read->encode(text), tokenizer->encode(text));
+            } else {
+                EXPECT_EQ(read->serialize(), tokenizer->serialize());
+            }
+            for (int i = 0; i < kNumParamTensors; ++i) {
+                const auto t = static_cast<ParamTensor>(i);
+                std::span<const float> written = model.layout.tensor(model.weights(), t);
+                std::span<const float> read = loaded.model.layout.tensor(loaded.model.weights(), t);
+                const auto V = static_cast<std::size_t>(model.config.vocab_size);
+                const auto C = static_cast<std::size_t>(model.config.channels);
+                if (t == ParamTensor::wte) {  // the padded rows are zero
+                    for (const float pad : read.subspan(V * C))
+                        ASSERT_EQ(pad, 0.0f);
+                    written = written.first(V * C);
+                    read = read.first(V * C);
+                }
+                const bool matrix =
+                    t == ParamTensor::wte || t == ParamTensor::wpe || ParameterLayout::decays(t);
+                expect_bitwise(read, rounded_as(written, matrix ? type : GgufWeights::F32));
+            }
+        }
+    }
+}
+
+// A GGUF that llama.cpp's own tooling wrote: llama_model_quantize (llama.cpp's llama-quantize, in
+// node-llama-cpp's libllama) turns our F32 file into its Q8_0 file; read back, its weights are our
+// weights as Q8_0 rounds them (ggml's quantizer and ours round alike but perhaps at an exact tie:
+// at most one step there), and inference continues a prompt with the text it gives from the
+// checkpoint's own Q8_0 file.
+TEST(GgufImport, AFileLlamaCppsQuantizerWroteReadsAsOursDoes) {
+    const fs::path lib =
+        kLlamaModules / "@node-llama-cpp/linux-x64/bins/linux-x64/libllama.v0.4.0.so";
+    if (!fs::exists(lib)) GTEST_SKIP() << "node-llama-cpp's libllama is not installed: " << lib;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    GTEST_SKIP() << "llama.cpp's library is not built for the sanitizers";
+#endif
+    const ScratchDir dir("gpt2-gguf-llama-quantized");
+    const auto chars = make_char_tokenizer("ROMEO:\nO, she doth teach the torches to burn bright!");
+    const Model model = small_model(chars->vocab_size(), 33, 64);
+    write_gguf(dir.path() / "f32.gguf", model, *chars, GgufWeights::F32, "m");
+    write_gguf(dir.path() / "ours-q8.gguf", model, *chars, GgufWeights::Q8_0, "m");
+    ASSERT_TRUE(llama_quantize_q8_0(lib, dir.path() / "f32.gguf", dir.path() / "llama-q8.gguf"));
+    const GgufFile written = read_gguf(dir.path() / "llama-q8.gguf");
+    EXPECT_EQ(written.tensors.at("blk.0.attn_qkv.weight").type, 8u);  // llama.cpp's Q8_0 indeed
+    const LoadedModel theirs = load_model_file(dir.path() / "llama-q8.gguf");
+    const LoadedModel ours = load_model_file(dir.path() / "ours-q8.gguf");
+    ASSERT_EQ(theirs.model.config, ours.model.config);
+    EXPECT_EQ(embedded_tokenizer(theirs)->serialize(), chars->serialize());
+    // Each tensor read back is what llama.cpp stored: its Q8_0 as ours rounds (ggml's quantizer
+    // may take the other side of an exact tie: one step, the block's largest weight / 127), and
+    // what it left unquantized (position_embd, the 1-D tensors) exact.
+    const std::span<const float> weights = model.weights();
+    const std::span<const float> read = theirs.model.weights();
+    const ParameterLayout& layout = model.layout;
+    const auto V = static_cast<std::size_t>(model.config.vocab_size);
+    const auto C = static_cast<std::size_t>(model.config.channels);
+    std::vector<std::pair<std::string, std::pair<std::size_t, std::size_t>>> stored = {
+        {"token_embd.weight", {layout.offset(ParamTensor::wte), V * C}},
+        {"position_embd.weight", {layout.offset(ParamTensor::wpe), layout.size(ParamTensor::wpe)}},
+        {"output_norm.weight", {layout.offset(ParamTensor::lnfw), C}},
+        {"output_norm.bias", {layout.offset(ParamTensor::lnfb), C}}};
+    const std::vector<std::pair<std::string, ParamTensor>> layer_names = {
+        {"attn_norm.weight", ParamTensor::ln1w},       {"attn_norm.bias", ParamTensor::ln1b},
+        {"attn_qkv.weight", ParamTensor::qkvw},        {"attn_qkv.bias", ParamTensor::qkvb},
+        {"attn_output.weight", ParamTensor::attprojw}, {"attn_output.bias", ParamTensor::attprojb},
+        {"ffn_norm.weight", ParamTensor::ln2w},        {"ffn_norm.bias", ParamTensor::ln2b},
+        {"ffn_up.weight", ParamTensor::fcw},           {"ffn_up.bias", ParamTensor::fcb},
+        {"ffn_down.weight", ParamTensor::fcprojw},     {"ffn_down.bias", ParamTensor::fcprojb}};
+    for (int l = 0; l < model.config.num_layers; ++l) {
+        for (const auto& [suffix, t] : layer_names) {
+            const std::span<const float> values = layout.layer(weights, t, l);
+            stored.push_back(
+                {"blk." + std::to_string(l) + "." + suffix,
+                 {static_cast<std::size_t>(values.data() - weights.data()), values.size()}});
+        }
+    }
+    std::size_t quantized = 0;
+    for (const auto& [name, where] : stored) {
+        const auto [offset, count] = where;
+        const std::uint32_t type = written.tensors.at(name).type;
+        ASSERT_TRUE(type == 0 || type == 8) << name << " stored as type " << type;
+        const std::span<const float> original = weights.subspan(offset, count);
+        const std::span<const float> back = read.subspan(offset, count);
+        if (type == 0) {
+            expect_bitwise(back, original);
+            continue;
+        }
+        ++quantized;
+        const std::vector<float> expected = rounded_as(original, GgufWeights::Q8_0);
+        for (std::size_t i = 0; i < count; ++i) {
+            if (back[i] == expected[i]) continue;
+            float amax = 0.0f;
+            for (std::size_t k = i / 32 * 32; k < i / 32 * 32 + 32; ++k)
+                amax = std::max(amax, std::abs(original[k]));
+            ASSERT_LE(std::abs(back[i] - expected[i]), 1.01f * amax / 127.0f) << name << " " << i;
+        }
+    }
+    EXPECT_GE(quantized, 1u + 4u * static_cast<std::size_t>(model.config.num_layers));
+    for (const char* file : {"llama-q8.gguf", "ours-q8.gguf"}) {
+        const auto generated = run_command(test::build_path("inference") + " " + (dir / file) +
+                                           " --prompt ROMEO: --temperature 0 --max-new-tokens 30"
+                                           " --threads 1 --log-level warn");
+        ASSERT_EQ(generated.exit_code, 0) << generated.output;
+        EXPECT_EQ(generated.output.substr(0, 6), "ROMEO:") << generated.output;
+    }
+}
+
+// Every program that reads a model takes a GGUF: inference continues a prompt as from the
+// checkpoint it came from (F32: the same weights), convert_model writes it as llm.c's file with
+// the checkpoint's weights, and train_gpt2 --init-from starts from it.
+TEST(GgufImport, TheProgramsReadGgufLikeTheCheckpointItCameFrom) {
+    const ScratchDir dir("gpt2-gguf-programs");
+    test::write_corpus(dir.path() / "corpus.txt", 20000);
+    const auto trained = run_command(test::build_path("train_gpt2") + test::small_model(32) +
+                                     " --batch-size 4 --max-steps 20 --lr 1e-2 --threads 1"
+                                     " --val-every 0 --sample-every 0 --data " +
+                                     (dir / "corpus.txt") + " --out-dir " + (dir / "out"));
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    ASSERT_EQ(run_command(test::build_path("convert_model") + " " + (dir / "out") + " " +
+                          (dir / "m.gguf"))
+                  .exit_code,
+              0);
+    const std::string generate =
+        " --prompt 'the king' --temperature 0 --max-new-tokens 40 "
+        "--threads 1 --log-level warn";
+    const auto from_checkpoint =
+        run_command(test::build_path("inference") + " " + (dir / "out") + generate);
+    const auto from_gguf =
+        run_command(test::build_path("inference") + " " + (dir / "m.gguf") + generate);
+    ASSERT_EQ(from_gguf.exit_code, 0) << from_gguf.output;
+    EXPECT_EQ(from_gguf.output, from_checkpoint.output);
+    const auto back = run_command(test::build_path("convert_model") + " " + (dir / "m.gguf") + " " +
+                                  (dir / "back.bin"));
+    ASSERT_EQ(back.exit_code, 0) << back.output;
+    const LoadedModel original = load_model_file(dir.path() / "out");
+    const LoadedModel converted = load_model_file(dir.path() / "back.bin");
+    expect_bitwise(converted.model.weights(), original.model.weights());
+    const auto tuned = run_command(test::build_path("train_gpt2") +
+                                   " --seq-len 32 --batch-size 4 --max-steps 2 --threads 1 "
+                                   "--val-every 0 --sample-every 0 --init-from " +
+                                   (dir / "m.gguf") + " --data " + (dir / "corpus.txt") +
+                                   " --out-dir " + (dir / "tuned"));
+    EXPECT_EQ(tuned.exit_code, 0) << tuned.output;
+    EXPECT_NE(tuned.output.find("step 2/2"), std::string::npos) << tuned.output;
+}
+
+// A GGUF bytes by hand: version 3, the given string keys, no tensors.
+std::string gguf_with_keys(const std::vector<std::pair<std::string, std::string>>& keys) {
+    std::string out = "GGUF";
+    const auto put = [&out](auto value) {
+        out.append(reinterpret_cast<const char*>(&value), sizeof(value));
+    };
+    const auto text = [&](const std::string& s) {
+        put(static_cast<std::uint64_t>(s.size()));
+        out += s;
+    };
+    put(std::uint32_t{3});
+    put(std::uint64_t{0});
+    put(static_cast<std::uint64_t>(keys.size()));
+    for (const auto& [key, value] : keys) {
+        text(key);
+        put(std::uint32_t{8});
+        text(value);
+    }
+    return out;
+}
+
+// A file that is no model of ours gets one line saying what it is: a GGUF of another architecture,
+// a GGUF LoRA adapter, a token shard, a resume state; a tensor type the programs do not read is
+// named; a truncated GGUF is damaged. inference, convert_model and --init-from alike.
+TEST(GgufImport, AFileThatIsNoModelOfOursIsNamedForWhatItIs) {
+    const ScratchDir dir("gpt2-gguf-not-ours");
+    test::write_bytes(dir.path() / "llama.gguf",
+                      gguf_with_keys({{"general.architecture", "llama"}}));
+    test::write_bytes(dir.path() / "adapter.gguf", gguf_with_keys({{"general.architecture", "gpt2"},
+                                                                   {"general.type", "adapter"},
+                                                                   {"adapter.type", "lora"}}));
+    std::string shard(1024, '\0');
+    const std::int32_t shard_magic = 20240520;
+    std::memcpy(shard.data(), &shard_magic, 4);
+    test::write_bytes(dir.path() / "tokens.bin", shard);
+    const auto chars = make_char_tokenizer("abcdefgh\n");
+    const Model model = small_model(chars->vocab_size(), 35, 32);
+    write_gguf(dir.path() / "q4.gguf", model, *chars, GgufWeights::F32, "m");
+    {  // token_embd.weight's type made Q4_K (12): its u32 follows the name, dims and shape
+        std::vector<std::uint8_t> bytes = read_file_bytes(dir.path() / "q4.gguf");
+        const std::string key = "token_embd.weight";
+        const auto at = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+        ASSERT_NE(at, bytes.end());
+        const std::size_t type_at =
+            static_cast<std::size_t>(at - bytes.begin()) + key.size() + 4 + 16;
+        const std::uint32_t q4_k = 12;
+        std::memcpy(bytes.data() + type_at, &q4_k, 4);
+        test::write_bytes(dir.path() / "q4.gguf", bytes);
+    }
+    std::vector<std::uint8_t> truncated;
+    write_gguf(dir.path() / "whole.gguf", model, *chars, GgufWeights::F32, "m");
+    truncated = read_file_bytes(dir.path() / "whole.gguf");
+    truncated.resize(truncated.size() - 100);
+    test::write_bytes(dir.path() / "truncated.gguf", truncated);
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"llama.gguf",
+         " is a GGUF model of llama.cpp's 'llama' architecture: the programs read "
+         "its 'gpt2' architecture"},
+        {"adapter.gguf",
+         " is a GGUF lora adapter for llama.cpp's 'gpt2' architecture, not a "
+         "model"},
+        {"tokens.bin", " is an llm.c token shard, not a model file"},
+        {"q4.gguf",
+         ": tensor token_embd.weight is Q4_K (type 12): the programs read F32, F16, "
+         "BF16 and Q8_0"},
+        {"truncated.gguf",
+         ": tensor blk.1.ffn_down.bias's data lies beyond the end of the file "
+         "(truncated)"},
+    };
+    for (const auto& [file, expected] : cases) {
+        for (const std::string& command :
+             {test::build_path("inference") + " " + (dir / file) + " --max-new-tokens 1",
+              test::build_path("convert_model") + " " + (dir / file) + " " + (dir / "x.bin")}) {
+            const auto result = run_command(command);
+            EXPECT_EQ(result.exit_code, 1) << command << "\n" << result.output;
+            EXPECT_NE(result.output.find(dir / file + expected), std::string::npos)
+                << command << "\n"
+                << result.output;
+            EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1)
+                << command << "\n"
+                << result.output;
+        }
+    }
+    const auto init = run_command(test::build_path("train_gpt2") + " --init-from " +
+                                  (dir / "llama.gguf") + " --max-steps 1 --out-dir " + (dir / "o"));
+    EXPECT_EQ(init.exit_code, 1) << init.output;
+    EXPECT_NE(init.output.find("is a GGUF model of llama.cpp's 'llama' architecture"),
+              std::string::npos)
+        << init.output;
 }
 
 // A random model whose logits have clear winners (wte scaled up), so that greedy decoding by two

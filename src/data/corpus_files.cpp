@@ -104,10 +104,15 @@ std::optional<std::string> binary_content(std::string_view head) {
         if (magic == kMultipleChoiceMagic)
             return "llm.c's multiple-choice evaluation file (magic " +
                    std::to_string(kMultipleChoiceMagic) + "), not text";
-        // llm.c's model files and this project's checkpoints (formats/checkpoint.hpp, a later
-        // layer), and llm.c's tokenizer file.
-        if (magic == 20240326) return "a model checkpoint (llm.c's magic 20240326), not text";
-        if (magic == 20240328) return "llm.c's tokenizer file (magic 20240328), not text";
+        // llm.c's model files and this project's checkpoints, and llm.c's tokenizer file.
+        if (magic == kLlmcModelMagic) {
+            return "a model checkpoint (llm.c's magic " + std::to_string(kLlmcModelMagic) +
+                   "), not text";
+        }
+        if (magic == kLlmcTokenizerMagic) {
+            return "llm.c's tokenizer file (magic " + std::to_string(kLlmcTokenizerMagic) +
+                   "), not text";
+        }
     }
     if (const std::size_t nul = head.find('\0'); nul != std::string_view::npos)
         return "binary data (a NUL byte at byte " + std::to_string(nul) + "), not text";

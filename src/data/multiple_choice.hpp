@@ -9,9 +9,11 @@
 #include <span>
 #include <vector>
 
+#include "core/file_kinds.hpp"
+
 namespace gpt2 {
 
-inline constexpr std::int32_t kMultipleChoiceMagic = 20240522;
+inline constexpr std::int32_t kMultipleChoiceMagic = kLlmcEvalMagic;
 
 struct MultipleChoiceExample {
     int index = 0;

@@ -10,9 +10,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/file_kinds.hpp"
+
 namespace gpt2 {
 
-inline constexpr std::int32_t kShardMagic = 20240520;
+inline constexpr std::int32_t kShardMagic = kLlmcShardMagic;
 inline constexpr std::int32_t kShardVersion = 1;
 inline constexpr std::size_t kShardHeaderBytes = 256 * sizeof(std::int32_t);
 

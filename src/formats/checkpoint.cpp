@@ -208,6 +208,11 @@ LoadedModel load_checkpoint(const std::filesystem::path& path) {
         ByteReader(bytes.first(kHeaderBytes), name).get_array<std::int32_t, kHeaderInts>("header");
     const auto h = [&](std::size_t i) { return header[i]; };
     if (h(0) != kLlmcModelMagic) {
+        // A file of a known kind is named as such (a shard, a resume state, a tokenizer file...).
+        const std::string_view head(reinterpret_cast<const char*>(bytes.data()), 64);
+        if (const std::optional<std::string> kind = known_file_kind(head)) {
+            throw InputError(name + " is " + *kind + ", not a model file");
+        }
         throw InputError(name + ": bad magic " + std::to_string(h(0)) + " (expected " +
                          std::to_string(kLlmcModelMagic) + "), not an llm.c model file");
     }

@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "core/file_io.hpp"
+#include "core/file_kinds.hpp"
 #include "model/model.hpp"
 
 namespace gpt2 {
 
-inline constexpr std::int32_t kLlmcModelMagic = 20240326;
 inline constexpr std::int32_t kLlmcModelVersionFp32 = 3;
 inline constexpr std::int32_t kLlmcModelVersionBf16 = 5;  // widened to fp32 when read
 

@@ -1,7 +1,7 @@
-// GGUF version 3 files for llama.cpp's "gpt2" architecture: metadata, the byte-level BPE
-// tokenizer embedded (GPT-2's, a trained one, or a char tokenizer as one without merges), and the
-// weights as F32, F16, BF16 or Q8_0 (ggml's 32-value blocks with an f16 scale); 1-D tensors stay
-// F32. And LoRA adapters as llama.cpp loads them beside such a file.
+// GGUF version 3 files for llama.cpp's "gpt2" architecture, written and read: metadata, the
+// byte-level BPE tokenizer embedded (GPT-2's, a trained one, or a char tokenizer as one without
+// merges), and the weights as F32, F16, BF16 or Q8_0 (ggml's 32-value blocks with an f16 scale);
+// 1-D tensors stay F32. And LoRA adapters as llama.cpp loads them beside such a file.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/checkpoint.hpp"
 #include "model/lora.hpp"
 #include "model/model.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -37,5 +38,13 @@ void write_gguf(const std::filesystem::path& path, const Model& model, const Tok
 // adapter's scale. F32, F16 or BF16 (InputError for Q8_0: rows as long as the rank).
 void write_gguf_lora(const std::filesystem::path& path, const LoraAdapter& adapter,
                      GgufWeights weights, const std::string& name);
+
+// Reads a GGUF model of llama.cpp's gpt2 architecture (version 2 or 3; llama.cpp's own files, or
+// write_gguf's): the shape from gpt2.*, the embedded tokenizer (tokenizer.ggml.tokens and merges)
+// as the checkpoint's own, and the weights widened to fp32 from F32, F16, BF16 or Q8_0 (an
+// output.weight, which llama.cpp's converter writes as a copy of token_embd, must be that copy:
+// GPT-2 ties its head). InputError naming the file and what it is otherwise: another architecture
+// ("llama"), a LoRA adapter, a tensor type the programs do not read, a damaged file.
+[[nodiscard]] LoadedModel load_gguf_model(const std::filesystem::path& path);
 
 }  // namespace gpt2

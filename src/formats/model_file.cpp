@@ -141,6 +141,7 @@ LoadedModel load_model_file(const std::filesystem::path& path, std::vector<std::
                          ": a directory, but neither a run's checkpoints (model_N.bin) nor a "
                          "Hugging Face model (config.json and model.safetensors)");
     }
+    if (file_head(path.string(), 4) == "GGUF") return load_gguf_model(path);
     return load_checkpoint(path);
 }
 

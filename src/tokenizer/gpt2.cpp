@@ -199,10 +199,12 @@ std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir)
     return make_gpt2_style(read_bpe_files(dir), dir);
 }
 
-std::unique_ptr<Tokenizer> load_spelled_tokenizer(const std::filesystem::path& dir) {
-    BpeFiles files = read_bpe_files(dir);
-    if (files.eot_id || !files.merges.empty()) return make_gpt2_style(std::move(files), dir);
-    // No end-of-text and no merges: a char tokenizer's export, if every token is one byte.
+namespace {
+
+// GPT-2's kind of BPE when the files have an end-of-text token or merges; otherwise, when every
+// token is one byte, the char tokenizer they spell (in byte order, as a char tokenizer exports).
+std::unique_ptr<Tokenizer> spelled_tokenizer(BpeFiles files, const std::filesystem::path& source) {
+    if (files.eot_id || !files.merges.empty()) return make_gpt2_style(std::move(files), source);
     std::string alphabet;
     for (std::size_t id = 0; id < files.vocab.size(); ++id) {
         if (files.vocab[id].size() != 1) {
@@ -215,6 +217,52 @@ std::unique_ptr<Tokenizer> load_spelled_tokenizer(const std::filesystem::path& d
         alphabet += files.vocab[id];
     }
     return detail::make_char_from_alphabet(std::move(alphabet), files.encoder_path.string());
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_spelled_tokenizer(const std::filesystem::path& dir) {
+    return spelled_tokenizer(read_bpe_files(dir), dir);
+}
+
+std::unique_ptr<Tokenizer> tokenizer_from_spelling(const SpelledBpe& spelled,
+                                                   const std::string& source) {
+    BpeFiles files;
+    files.encoder_path = source;
+    files.vocab.reserve(spelled.tokens.size());
+    std::unordered_map<std::string_view, std::int32_t> id_of_spelling;
+    for (std::size_t id = 0; id < spelled.tokens.size(); ++id) {
+        const std::string& spelling = spelled.tokens[id];
+        if (spelling == detail::kEndOfText) {
+            files.eot_id = static_cast<int>(id);
+            files.vocab.push_back(spelling);
+        } else {
+            files.vocab.push_back(unmap_token(spelling, source));
+        }
+        if (!id_of_spelling.emplace(spelling, static_cast<std::int32_t>(id)).second) {
+            throw InputError(source + ": token " + std::to_string(id) + " \"" + spelling +
+                             "\" is spelled as an earlier one");
+        }
+    }
+    for (std::size_t rank = 0; rank < spelled.merges.size(); ++rank) {
+        const std::string& merge = spelled.merges[rank];
+        const std::size_t space = merge.find(' ');
+        const auto lookup = [&](std::string_view spelling) {
+            const auto it = id_of_spelling.find(spelling);
+            if (it == id_of_spelling.end()) {
+                throw InputError(source + ": merge " + std::to_string(rank) + " \"" + merge +
+                                 "\": \"" + std::string(spelling) + "\" is not a token");
+            }
+            return it->second;
+        };
+        if (space == std::string::npos || merge.find(' ', space + 1) != std::string::npos) {
+            throw InputError(source + ": merge " + std::to_string(rank) + " \"" + merge +
+                             "\" is not two tokens separated by one space");
+        }
+        files.merges.emplace_back(lookup(std::string_view(merge).substr(0, space)),
+                                  lookup(std::string_view(merge).substr(space + 1)));
+    }
+    return spelled_tokenizer(std::move(files), source);
 }
 
 SpelledBpe spell_byte_level_bpe(const Tokenizer& tokenizer) {

@@ -15,6 +15,8 @@
 #include "tokenizer/kinds.hpp"
 #include "tokenizer/tokenizer.hpp"
 
+#include "core/file_kinds.hpp"
+
 namespace gpt2 {
 namespace detail {
 
@@ -209,7 +211,7 @@ std::vector<std::int32_t> encode_blocks(const Tokenizer& tokenizer, std::string_
 
 namespace {
 
-constexpr std::uint32_t kLlmcTokenizerMagic = 20240328;
+constexpr auto kLlmcTokenizerFileMagic = static_cast<std::uint32_t>(kLlmcTokenizerMagic);
 constexpr std::uint32_t kLlmcTokenizerVersion = 2;
 constexpr std::uint32_t kLlmcNoEot = 0xFFFFFFFF;
 constexpr std::size_t kLlmcHeaderWords = 256;
@@ -220,7 +222,7 @@ void write_llmc_tokenizer(const Tokenizer& tokenizer, const std::filesystem::pat
     const int vocab_size = tokenizer.vocab_size();
     detail::ByteWriter out;
     std::array<std::uint32_t, kLlmcHeaderWords> header{};
-    header[0] = kLlmcTokenizerMagic;
+    header[0] = kLlmcTokenizerFileMagic;
     header[1] = kLlmcTokenizerVersion;
     header[2] = static_cast<std::uint32_t>(vocab_size);
     header[3] = tokenizer.eot_id() ? static_cast<std::uint32_t>(*tokenizer.eot_id()) : kLlmcNoEot;
@@ -247,9 +249,9 @@ std::vector<std::string> read_llmc_tokenizer(const std::filesystem::path& path) 
     std::array<std::uint32_t, kLlmcHeaderWords> header{};
     for (std::uint32_t& word : header)
         word = reader.u32("header");
-    if (header[0] != kLlmcTokenizerMagic) {
+    if (header[0] != kLlmcTokenizerFileMagic) {
         reader.fail("bad magic " + std::to_string(header[0]) + " (expected " +
-                    std::to_string(kLlmcTokenizerMagic) + "): not an llm.c tokenizer file");
+                    std::to_string(kLlmcTokenizerFileMagic) + "): not an llm.c tokenizer file");
     }
     // Version 1 is the same layout without an EOT id.
     if (header[1] != 1 && header[1] != kLlmcTokenizerVersion) {

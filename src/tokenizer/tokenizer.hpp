@@ -75,6 +75,11 @@ struct SpelledBpe {
 // same ids whatever the pre-tokenizer does). InputError saying why for a trained bpe in which two
 // merges make the same bytes (spellings cannot tell such tokens apart).
 [[nodiscard]] SpelledBpe spell_byte_level_bpe(const Tokenizer& tokenizer);
+// Its inverse, for a tokenizer embedded as spellings (a GGUF file's tokenizer.ggml.tokens and
+// merges): GPT-2's kind of BPE, or a char tokenizer when there is neither an end-of-text token
+// nor a merge and every token is one byte in byte order. InputError naming `source` otherwise.
+[[nodiscard]] std::unique_ptr<Tokenizer> tokenizer_from_spelling(const SpelledBpe& spelled,
+                                                                 const std::string& source);
 [[nodiscard]] std::unique_ptr<Tokenizer> deserialize_tokenizer(std::span<const std::uint8_t> bytes);
 
 // Conventions of the implementations:

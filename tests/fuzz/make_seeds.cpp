@@ -12,6 +12,7 @@
 #include "data/multiple_choice.hpp"
 #include "data/shard.hpp"
 #include "formats/checkpoint.hpp"
+#include "formats/gguf.hpp"
 #include "formats/hugging_face.hpp"
 #include "formats/resume_state.hpp"
 #include "fuzz_support.hpp"
@@ -163,6 +164,19 @@ int main(int argc, char** argv) {
         save("gpt2_L1_C4.bin", gpt2_tok.get(), config_for(*gpt2_tok, 4, 1, 2, 4), 3);
         save("llmc_L2_C4.bin", nullptr, gpt2::ModelConfig{4, 10, 16, 2, 2, 4}, 4);
         save("llmc_L1_C8.bin", nullptr, config_for(*char_tok, 8, 1, 1, 8), 5);
+    }
+    // load_gguf_model: each tokenizer kind and each tensor type (Q8_0 needs rows of 32)
+    {
+        const fs::path dir = target_dir(root, "gguf");
+        const auto write = [&](const char* name, const gpt2::Tokenizer& tokenizer, int channels,
+                               gpt2::GgufWeights weights, std::uint64_t seed) {
+            const gpt2::Model model = make_model(config_for(tokenizer, 4, 1, 1, channels), seed);
+            gpt2::write_gguf(dir / name, model, tokenizer, weights, name);
+        };
+        write("char_f32.gguf", *char_tok, 8, gpt2::GgufWeights::F32, 7);
+        write("char_q8_0.gguf", *char_tok, 32, gpt2::GgufWeights::Q8_0, 8);
+        write("bpe_f16.gguf", *bpe_tok, 4, gpt2::GgufWeights::F16, 9);
+        write("bpe_bf16.gguf", *bpe_tok, 4, gpt2::GgufWeights::Bf16, 10);
     }
     // SafetensorsFile::parse and the Hugging Face config reader (fuzz_hf_config's fixed shape)
     {

@@ -88,8 +88,8 @@ int main(int argc, char** argv) {
         "llm.c's model file, with a LoRA adapter merged in or as a GGUF adapter",
         "convert_model");
     cli.add_option("IN", o.input,
-                   "a checkpoint, llm.c model file, or Hugging Face GPT-2 (directory, "
-                   "model.safetensors or its index)")
+                   "a checkpoint, llm.c model file, Hugging Face GPT-2 (directory, "
+                   "model.safetensors or its index), or GGUF of llama.cpp's gpt2 architecture")
         ->required();
     cli.add_option("OUT", o.output,
                    "NAME.gguf: GGUF; NAME.bin: llm.c's model file; anything else: a Hugging Face "

@@ -15,8 +15,8 @@ namespace {
 // The model and what to generate from: --prompt, --prompt-file or none (end-of-text).
 void add_input_flags(CLI::App& app, Options& o) {
     app.add_option("checkpoint", o.checkpoint,
-                   "checkpoint, llm.c model file, or Hugging Face GPT-2 (directory or "
-                   "model.safetensors)")
+                   "checkpoint, llm.c model file, Hugging Face GPT-2 (directory or "
+                   "model.safetensors), or GGUF of llama.cpp's gpt2 architecture")
         ->required()
         ->type_name("MODEL");
     auto* prompt = app.add_option("--prompt", o.prompt, "prompt text (none: end-of-text)");

@@ -204,8 +204,9 @@ void add_model_flags(CLI::App& app, TrainOptions& o) {
                      "--seq-len")
         ->check(app::at_least(0));
     model->add_option("--init-from", o.model.init_from,
-                      "start from an llm.c model file, our checkpoint or a Hugging Face GPT-2 "
-                      "(directory or model.safetensors): its shape and tokenizer");
+                      "start from an llm.c model file, our checkpoint, a Hugging Face GPT-2 "
+                      "(directory or model.safetensors) or a GGUF of llama.cpp's gpt2 "
+                      "architecture: its shape and tokenizer");
 }
 
 void add_data_flags(CLI::App& app, TrainOptions& o) {
