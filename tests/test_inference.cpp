@@ -11,13 +11,17 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/file_io.hpp"
 #include "core/utf8.hpp"
+#include "data/chat_template.hpp"
+#include "data/shard.hpp"
 #include "formats/checkpoint.hpp"
 #include "formats/resume_state.hpp"
 #include "model/forward_backward.hpp"
 #include "model/generate.hpp"
 #include "model/kv_cache.hpp"
 #include "model/optimizer.hpp"
+#include "model/sampling.hpp"
 #include "ops/gemm.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
@@ -27,6 +31,8 @@
 
 namespace gpt2 {
 namespace {
+
+namespace fs = std::filesystem;
 
 using test::random_model;
 using test::small_config;
@@ -491,6 +497,128 @@ TEST_F(InferenceProgram, ATokenizerCorpusWithoutARebuiltTokenizerIsRefused) {
                   0u)
             << r.output;
     }
+}
+
+// ---- where a sample ends, and what makes repeats less likely ----
+
+// A model whose next-token logits are the same whatever the text (final LayerNorm weight 0, its
+// bias e1): each token's logit is its embedding's first component, `first` by id, 0 elsewhere.
+// Greedy decoding, and so every stop, is then known in advance.
+void save_fixed_logits_model(const fs::path& path, const Tokenizer& tokenizer,
+                             const std::vector<std::pair<int, float>>& first) {
+    const int V = tokenizer.vocab_size();
+    const ModelConfig c{32, V, pad_vocab(V), 1, 1, 8};
+    Model model(c);
+    init_parameters(model, 3);
+    const std::span<float> w = model.params.span();
+    std::fill_n(model.layout.tensor(w, ParamTensor::lnfw).begin(), c.channels, 0.0f);
+    const std::span<float> bias = model.layout.tensor(w, ParamTensor::lnfb);
+    std::fill(bias.begin(), bias.end(), 0.0f);
+    bias[0] = 1.0f;
+    const std::span<float> wte = model.layout.tensor(w, ParamTensor::wte);
+    for (std::size_t row = 0; row < static_cast<std::size_t>(c.padded_vocab_size); ++row)
+        wte[row * c.channels] = 0.0f;
+    for (const auto& [id, logit] : first)
+        wte[static_cast<std::size_t>(id) * c.channels] = logit;
+    (void)save_checkpoint(path, model, CheckpointExtras{tokenizer.serialize(), "{}"});
+}
+
+// The text inference prints for `flags` (stdout only), greedy.
+std::string greedy_text(const fs::path& model, const std::string& flags) {
+    const auto run = test::run_command("{ " + test::build_path("inference") + " " + model.string() +
+                                       " --temperature 0 --threads 1 " + flags + " 2>/dev/null; }");
+    EXPECT_EQ(run.exit_code, 0) << flags << "\n" << run.output;
+    return run.output;
+}
+
+// A stop string ends the sample without being printed, even when it would be cut over tokens
+// (the text that might begin it is held back, and printed once it cannot); several may be given.
+TEST(InferenceStops, AStopStringEndsTheSampleUnprinted) {
+    const test::ScratchDir dir("gpt2-inference-stop");
+    const auto chars = make_char_tokenizer("abc\nxyz");
+    const int a = chars->encode("a").at(0);
+    save_fixed_logits_model(dir.path() / "m.bin", *chars, {{a, 10.0f}});
+    const fs::path m = dir.path() / "m.bin";
+    EXPECT_EQ(greedy_text(m, "--prompt x --max-new-tokens 6"), "xaaaaaa\n");
+    EXPECT_EQ(greedy_text(m, "--prompt x --max-new-tokens 6 --stop aaa"), "x\n");
+    EXPECT_EQ(greedy_text(m, "--prompt x --max-new-tokens 6 --stop ab"), "xaaaaaa\n");
+    EXPECT_EQ(greedy_text(m, "--prompt x --max-new-tokens 6 --stop zz --stop aa"), "x\n");
+    EXPECT_EQ(greedy_text(m, "--prompt x --max-new-tokens 6 --stop aa --no-stream"), "x\n");
+    const auto empty =
+        test::run_command(test::build_path("inference") + " " + m.string() + " --stop ''");
+    EXPECT_EQ(empty.exit_code, 2) << empty.output;
+}
+
+// The end-of-text token ends a sample, unprinted (a model trained on documents says it is done),
+// unless --ignore-eot; the statistics count it.
+TEST(InferenceStops, TheEndOfTextTokenEndsTheSampleUnlessIgnored) {
+    const test::ScratchDir dir("gpt2-inference-eot");
+    const auto bpe = train_bpe_tokenizer("the king shall speak of love and war", 280);
+    const int eot = *bpe->eot_id();
+    save_fixed_logits_model(dir.path() / "m.bin", *bpe, {{eot, 10.0f}});
+    EXPECT_EQ(greedy_text(dir.path() / "m.bin", "--prompt king --max-new-tokens 3"), "king\n");
+    EXPECT_EQ(greedy_text(dir.path() / "m.bin", "--prompt king --max-new-tokens 3 --ignore-eot"),
+              "king<|endoftext|><|endoftext|><|endoftext|>\n");
+    const auto stats = test::run_command(test::build_path("inference") + " " + (dir / "m.bin") +
+                                         " --prompt king --max-new-tokens 3 --temperature 0");
+    EXPECT_NE(stats.output.find("generated_tokens=1 "), std::string::npos) << stats.output;
+}
+
+// --repetition-penalty as Hugging Face defines it, checked against the logits by hand: 'a' 10,
+// 'b' 8, the rest 0. Penalty 1.5: 'a' (10 -> 6.67) gives way to 'b' (8) once it is in the text,
+// then 'b' (8 -> 5.33) to 'a' again, which stays (each token is penalised once, not per repeat).
+TEST(InferenceStops, TheRepetitionPenaltyDividesTheLogitsOfTokensInTheContext) {
+    const test::ScratchDir dir("gpt2-inference-penalty");
+    const auto chars = make_char_tokenizer("abc\nxyz");
+    save_fixed_logits_model(dir.path() / "m.bin", *chars,
+                            {{chars->encode("a").at(0), 10.0f}, {chars->encode("b").at(0), 8.0f}});
+    const fs::path m = dir.path() / "m.bin";
+    EXPECT_EQ(greedy_text(m, "--prompt x --max-new-tokens 6"), "xaaaaaa\n");
+    EXPECT_EQ(greedy_text(m, "--prompt x --max-new-tokens 6 --repetition-penalty 1.5"),
+              "xabaaaa\n");
+    // Below 10/8 the penalised 'a' (10 / 1.2 = 8.33) stays above 'b'.
+    EXPECT_EQ(greedy_text(m, "--prompt x --max-new-tokens 3 --repetition-penalty 1.2"), "xaaa\n");
+    std::vector<float> logits = {10.0f, -4.0f, 8.0f, 0.0f};
+    apply_repetition_penalty(logits, std::vector<std::int32_t>{0, 1, 1, 7}, 2.0f);
+    EXPECT_EQ(logits, (std::vector<float>{5.0f, -8.0f, 8.0f, 0.0f}));
+}
+
+// --chat lays the conversation out as prepare_data lays out a chat record (the one template):
+// the shard a chat JSONL line makes holds exactly the tokens --chat asks the model to continue,
+// its reply included; the reply ends where the model begins the user's next turn.
+TEST(InferenceStops, ChatUsesTheTemplatePrepareDataTrainsWith) {
+    const test::ScratchDir dir("gpt2-inference-chat");
+    // prepare_data's document of a two-message chat, through a trained BPE's tokens.
+    test::write_bytes(dir.path() / "chat.jsonl",
+                      "{\"messages\": [{\"role\": \"user\", \"content\": \"hi there\"}, "
+                      "{\"role\": \"assistant\", \"content\": \"hello\"}]}\n");
+    const auto prepared = test::run_command(
+        test::build_path("prepare_data") + " --data " + (dir / "chat.jsonl") +
+        " --tokenizer bpe --vocab-size 300 --val-fraction 0 --out-dir " + (dir / "shards"));
+    ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+    const auto tokenizer =
+        deserialize_tokenizer(read_file_bytes(dir.path() / "shards" / "tokenizer.bin"));
+    const std::vector<ChatMessage> conversation = {{"user", "hi there"}};
+    const MappedShard shard(dir.path() / "shards" / "chat_train_000000.bin");
+    const std::vector<std::int32_t> tokens(shard.tokens().begin(), shard.tokens().end());
+    EXPECT_EQ(tokenizer->decode(tokens), "<|endoftext|>" + chat_prompt(conversation) + "hello");
+    // --chat on a model that answers "aaa" and then starts the user's turn: the reply stops there.
+    const auto chars = make_char_tokenizer("abcdefghijklmnopqrstuvwxyz:\n ");
+    save_fixed_logits_model(dir.path() / "m.bin", *chars, {{chars->encode("a").at(0), 10.0f}});
+    const auto chat = test::run_command("printf 'hi\\nbye\\n' | " + test::build_path("inference") +
+                                        " " + (dir / "m.bin") +
+                                        " --chat --temperature 0 --max-new-tokens 4 --threads 1"
+                                        " --log-level debug");
+    ASSERT_EQ(chat.exit_code, 0) << chat.output;
+    EXPECT_NE(chat.output.find("chat prompt: \"user: hi\\n\\nassistant: \""), std::string::npos)
+        << chat.output;
+    EXPECT_NE(chat.output.find("chat prompt: \"user: hi\\n\\nassistant: aaaa\\n\\nuser: "
+                               "bye\\n\\nassistant: \""),
+              std::string::npos)
+        << chat.output;
+    const auto many = test::run_command(test::build_path("inference") + " " + (dir / "m.bin") +
+                                        " --chat --num-samples 2");
+    EXPECT_EQ(many.exit_code, 2) << many.output;
 }
 
 TEST_F(InferenceProgram, FlagErrorUnderMpiIsPrintedOnce) {

@@ -221,8 +221,10 @@ TEST(KvCache, SamplingIsReproducibleAndSeedDependent) {
         std::vector<std::int32_t> tokens = {1, 2, 3};
         Rng rng = Rng::derived(seed, 0);
         std::vector<std::int32_t> seen;
-        (void)generate_kv(session, tokens, 50, params, rng,
-                          [&](std::int32_t t) { seen.push_back(t); });
+        (void)generate_kv(session, tokens, 50, params, rng, [&](std::int32_t t) {
+            seen.push_back(t);
+            return TokenVerdict::Continue;
+        });
         EXPECT_EQ(seen, std::vector<std::int32_t>(tokens.begin() + 3, tokens.end()));
         return tokens;
     };

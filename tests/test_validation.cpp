@@ -4,6 +4,7 @@
 // off with one warning; the old --val-batches is refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,8 @@
 
 namespace gpt2 {
 namespace {
+
+namespace fs = std::filesystem;
 
 // validation_loss() itself: the same bits however the windows fall to workers (and contexts of any
 // batch size), and the mean loss of exactly the first `windows` consecutive windows.
@@ -61,6 +64,59 @@ TEST(Evaluate, TheSameBitsForAnyWorkersAndTheMeanOfTheFirstWindows) {
                         static_cast<double>(kWindows * T);
     ASSERT_TRUE(first.has_value());
     EXPECT_NEAR(*first, mean, 1e-6 * mean);
+}
+
+// Bits per byte: the loss of the targets that are text (a special token, of 0 bytes, left out), in
+// bits, over their bytes; computed here window by window from each target's own loss, and the same
+// bits for any split of the windows over workers.
+TEST(Evaluate, BitsPerByteIsTheTextTargetsLossInBitsOverTheirBytes) {
+    constexpr int T = 16;
+    constexpr std::uint64_t kWindows = 5;
+    const ModelConfig config = test::small_config(T);
+    const std::unique_ptr<Model> model = test::random_model(config, 9, 1.0f);
+    std::vector<std::int32_t> stream(kWindows * T + 1);
+    Rng rng(13);
+    for (std::int32_t& token : stream)
+        token = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(config.vocab_size)));
+    // Token 0 stands for the end-of-text token (0 bytes); the others are 1 to 4 bytes long.
+    std::vector<std::int32_t> token_bytes(static_cast<std::size_t>(config.vocab_size));
+    for (std::size_t id = 0; id < token_bytes.size(); ++id)
+        token_bytes[id] = id == 0 ? 0 : static_cast<std::int32_t>(1 + id % 4);
+    stream[3] = stream[40] = 0;
+    const WindowReader read = [&stream](std::uint64_t window, std::span<std::int32_t> inputs,
+                                        std::span<std::int32_t> targets) {
+        for (std::size_t t = 0; t < inputs.size(); ++t) {
+            inputs[t] = stream[window * T + t];
+            targets[t] = stream[window * T + t + 1];
+        }
+    };
+    double nats = 0.0, bytes = 0.0;
+    {
+        WorkerGroup one(config, 1, 1, T, false);
+        std::vector<std::int32_t> inputs(T), targets(T);
+        for (std::uint64_t w = 0; w < kWindows; ++w) {
+            read(w, inputs, targets);
+            (void)forward_loss(*model, one.context(0), TokenBatch{inputs, targets, 1, T});
+            for (int t = 0; t < T; ++t) {
+                const std::int32_t length = token_bytes[static_cast<std::size_t>(targets[t])];
+                if (length == 0) continue;
+                nats += one.context(0).acts.losses[t];
+                bytes += length;
+            }
+        }
+    }
+    const double expected = nats / (bytes * std::log(2.0));
+    const Communicator comm = Communicator::single_process();
+    for (const auto& [workers, batch] : std::vector<std::pair<int, int>>{{1, 1}, {2, 3}, {3, 2}}) {
+        WorkerGroup group(config, workers, batch, T, false);
+        const ValidationLoss e =
+            validation_loss(*model, group, comm, kWindows, read, std::nullopt, token_bytes);
+        ASSERT_TRUE(e.bits_per_byte.has_value());
+        EXPECT_NEAR(*e.bits_per_byte, expected, 1e-12 * expected) << workers << " workers";
+        EXPECT_EQ(e.bytes, static_cast<std::int64_t>(bytes));
+        EXPECT_FALSE(
+            validation_loss(*model, group, comm, kWindows, read).bits_per_byte.has_value());
+    }
 }
 
 class ValidationRun : public test::TrainRun {
@@ -123,6 +179,39 @@ TEST_F(ValidationRun, TheLossIsTheSameBitsForAnyBatchThreadsAndRanks) {
         EXPECT_EQ(val[0]["val_tokens"], 400) << l.name;
         EXPECT_EQ(val[0]["val_loss"].get<double>(), at_3) << l.name;
     }
+}
+
+// --eval-only measures weights without training them: the validation loss and bits per byte the
+// run measured for them (any launch), from --init-from or a checkpoint's state file; nothing is
+// trained or written, not even --out-dir; a char model's bits per byte are its loss in bits.
+TEST_F(ValidationRun, EvalOnlyMeasuresTheWeightsAsTrainingDidAndSavesNothing) {
+    const auto trained = train("--max-steps 3" + kValFlags + outputs("trained"));
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    const nlohmann::json at_3 = val_records("trained").back();
+    ASSERT_EQ(at_3["step"], 3);
+    EXPECT_DOUBLE_EQ(at_3["val_bpb"].get<double>(), at_3["val_loss"].get<double>() / std::log(2.0));
+    for (const auto& [weights, ranks] :
+         {std::pair{" --init-from " + path("trained/model_000003.bin"), 2},
+          std::pair{" --resume " + path("trained/state_000003.bin"), 0}}) {
+        const auto evaluated =
+            train("--eval-only --threads 1" + weights + kValFlags + " --out-dir " + path("never") +
+                      " --metrics-file " + path("eval.jsonl"),
+                  ranks);
+        ASSERT_EQ(evaluated.exit_code, 0) << evaluated.output;
+        EXPECT_NE(
+            evaluated.output.find(ranks > 0 ? "] eval of --init-from "
+                                            : "] eval of the checkpoint of step 3 (--resume "),
+            std::string::npos)
+            << evaluated.output;
+        EXPECT_EQ(evaluated.output.find("] step "), std::string::npos) << evaluated.output;
+        const nlohmann::json record = test::metrics_records(path("eval.jsonl"), "val").back();
+        EXPECT_EQ(record["val_loss"].get<double>(), at_3["val_loss"].get<double>());
+        EXPECT_EQ(record["val_bpb"].get<double>(), at_3["val_bpb"].get<double>());
+        EXPECT_TRUE(test::metrics_records(path("eval.jsonl"), "train").empty());
+        EXPECT_FALSE(fs::exists(path("never"))) << evaluated.output;
+    }
+    const auto both = train("--eval-only --benchmark 2");
+    EXPECT_EQ(both.exit_code, 2) << both.output;
 }
 
 // A validation split shorter than one window: one warning (from one rank), training goes on, no

@@ -271,8 +271,8 @@ void KvCacheSession::head_logits(int worker, const float* row) {
 }
 
 GenerationStats generate_kv(KvCacheSession& session, std::vector<std::int32_t>& tokens, int count,
-                            const SamplingParams& params, Rng& rng,
-                            const std::function<void(std::int32_t)>& on_token, int vocab_limit) {
+                            const SamplingParams& params, Rng& rng, const TokenCallback& on_token,
+                            int vocab_limit) {
     if (tokens.empty()) throw std::invalid_argument("generate_kv: empty prompt");
     GenerationStats stats;
     if (count <= 0) {
@@ -291,11 +291,18 @@ GenerationStats generate_kv(KvCacheSession& session, std::vector<std::int32_t>& 
     std::span<const float> logits = session.prefill(tokens);
     stats.prefill_seconds = stopwatch.lap();
     stats.prompt_tokens = session.length();
+    std::vector<float> penalized;  // the logits with the repetition penalty, when there is one
     for (int n = 0; n < count; ++n) {
-        const int next = sample_token(logits.first(limit), params, rng, scratch);
+        std::span<const float> choose_from = logits.first(limit);
+        if (params.repetition_penalty != 1.0f) {
+            penalized.assign(choose_from.begin(), choose_from.end());
+            apply_repetition_penalty(penalized, tokens, params.repetition_penalty);
+            choose_from = penalized;
+        }
+        const int next = sample_token(choose_from, params, rng, scratch);
         tokens.push_back(next);
         ++stats.generated_tokens;
-        if (on_token) on_token(next);
+        if (on_token && on_token(next) == TokenVerdict::Stop) break;
         if (n + 1 < count) logits = session.step(next);
     }
     stats.generate_seconds = stopwatch.lap();

@@ -169,13 +169,18 @@ struct GenerationStats {
     int slides = 0;
 };
 
-// Appends `count` tokens to `tokens` (the prompt, non-empty) using the session: prefill, then one
-// step per token. Same contract as generate_recompute; on_token, when set, sees each new token.
-// vocab_limit > 0 restricts sampling to ids below it (a tokenizer smaller than the model's
-// vocabulary cannot print the others); 0 means the model's V.
+// What a caller's on_token says after seeing a token: go on, or end the generation with it (an
+// end-of-text, a stop string met, a stop asked for).
+enum class TokenVerdict { Continue, Stop };
+using TokenCallback = std::function<TokenVerdict(std::int32_t)>;
+
+// Appends at most `count` tokens to `tokens` (the prompt, non-empty) using the session: prefill,
+// then one step per token. Same contract as generate_recompute; on_token, when set, sees each new
+// token (already appended) and may end the generation there. vocab_limit > 0 restricts sampling
+// to ids below it (a tokenizer smaller than the model's vocabulary cannot print the others); 0
+// means the model's V. params.repetition_penalty weighs every token of `tokens` so far.
 GenerationStats generate_kv(KvCacheSession& session, std::vector<std::int32_t>& tokens, int count,
                             const SamplingParams& params, Rng& rng,
-                            const std::function<void(std::int32_t)>& on_token = {},
-                            int vocab_limit = 0);
+                            const TokenCallback& on_token = {}, int vocab_limit = 0);
 
 }  // namespace gpt2

@@ -5,6 +5,19 @@
 
 namespace gpt2 {
 
+void apply_repetition_penalty(std::span<float> logits, std::span<const std::int32_t> context,
+                              float penalty) {
+    if (penalty == 1.0f) return;
+    std::vector<bool> seen(logits.size(), false);
+    for (const std::int32_t id : context) {
+        if (id < 0 || static_cast<std::size_t>(id) >= logits.size()) continue;
+        const auto i = static_cast<std::size_t>(id);
+        if (seen[i]) continue;
+        seen[i] = true;
+        logits[i] = logits[i] > 0.0f ? logits[i] / penalty : logits[i] * penalty;
+    }
+}
+
 int sample_token(std::span<const float> logits, const SamplingParams& params, Rng& rng,
                  std::vector<std::pair<float, int>>& scratch) {
     const int V = static_cast<int>(logits.size());

@@ -278,4 +278,14 @@ std::vector<std::string> read_llmc_tokenizer(const std::filesystem::path& path) 
     return tokens;
 }
 
+std::vector<std::int32_t> text_bytes_per_token(const Tokenizer& tokenizer) {
+    std::vector<std::int32_t> lengths(static_cast<std::size_t>(tokenizer.vocab_size()));
+    for (int id = 0; id < tokenizer.vocab_size(); ++id) {
+        lengths[static_cast<std::size_t>(id)] =
+            id == tokenizer.eot_id() ? 0
+                                     : static_cast<std::int32_t>(tokenizer.token_bytes(id).size());
+    }
+    return lengths;
+}
+
 }  // namespace gpt2

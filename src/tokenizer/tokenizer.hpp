@@ -81,6 +81,9 @@ struct SpelledBpe {
 [[nodiscard]] std::unique_ptr<Tokenizer> tokenizer_from_spelling(const SpelledBpe& spelled,
                                                                  const std::string& source);
 [[nodiscard]] std::unique_ptr<Tokenizer> deserialize_tokenizer(std::span<const std::uint8_t> bytes);
+// Each token id's length in bytes of text, 0 for the end-of-text token (it spells no text): what
+// bits per byte divides by.
+[[nodiscard]] std::vector<std::int32_t> text_bytes_per_token(const Tokenizer& tokenizer);
 
 // Conventions of the implementations:
 // - char: the alphabet is the sorted set of corpus BYTES (not code points); no EOT; encoding a byte

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <nlohmann/json.hpp>
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
@@ -50,19 +51,30 @@ void TrainingLoop::validate(std::int64_t completed) {
                     std::span<std::int32_t> targets) {
             store.copy_window(window, T, inputs, targets);
         },
-        corpus_.document_start);
+        corpus_.document_start, token_bytes_);
     if (val.tokens == 0) {
         spdlog::warn(
-            "step {}/{} | val loss: none, the loss mask trains no target in the {} "
-            "validation windows",
-            completed, o_.optimizer.max_steps, val_windows_);
+            "{} | val loss: none, the loss mask trains no target in the {} validation windows",
+            progress(completed), val_windows_);
         return;
     }
-    spdlog::info("step {}/{} | val loss {:.4f} ({} {}tokens) | {:.0f} ms", completed,
-                 o_.optimizer.max_steps, val.loss, with_commas(static_cast<double>(val.tokens)),
-                 store.masked() ? "trained " : "", seconds_since(t0) * 1e3);
-    metrics_.write(
-        {{"type", "val"}, {"step", completed}, {"val_loss", val.loss}, {"val_tokens", val.tokens}});
+    spdlog::info("{} | val loss {:.4f} ({} {}tokens){} | {:.0f} ms", progress(completed), val.loss,
+                 with_commas(static_cast<double>(val.tokens)), store.masked() ? "trained " : "",
+                 val.bits_per_byte ? fmt::format(" | {:.4f} bits per byte", *val.bits_per_byte)
+                                   : std::string(),
+                 seconds_since(t0) * 1e3);
+    nlohmann::json record = {
+        {"type", "val"}, {"step", completed}, {"val_loss", val.loss}, {"val_tokens", val.tokens}};
+    if (val.bits_per_byte) {
+        record["val_bpb"] = *val.bits_per_byte;
+        record["val_bytes"] = val.bytes;
+    }
+    metrics_.write(record);
+}
+
+std::string TrainingLoop::progress(std::int64_t completed) const {
+    if (o_.eval.eval_only) return "eval of " + eval_source_;
+    return fmt::format("step {}/{}", completed, o_.optimizer.max_steps);
 }
 
 void TrainingLoop::evaluate_hellaswag(std::int64_t completed) {
@@ -70,8 +82,8 @@ void TrainingLoop::evaluate_hellaswag(std::int64_t completed) {
     const auto t0 = Clock::now();
     const MultipleChoiceScore score =
         evaluate_multiple_choice(replica_.model, replica_.workers, comm_, hellaswag_);
-    spdlog::info("step {}/{} | hellaswag acc_norm {:.4f} ({}/{}{}) | {:.0f} ms", completed,
-                 o_.optimizer.max_steps, score.accuracy(), score.correct, score.scored,
+    spdlog::info("{} | hellaswag acc_norm {:.4f} ({}/{}{}) | {:.0f} ms", progress(completed),
+                 score.accuracy(), score.correct, score.scored,
                  score.too_long > 0
                      ? fmt::format(", {} longer than --seq-len {} left out", score.too_long, T_)
                      : std::string(),

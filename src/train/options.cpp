@@ -47,10 +47,12 @@ std::vector<std::string> unused_flag_warnings(const TrainOptions& o, int world_s
            "tokens already)");
     unused(world_size > 1, "bucket-mb", "with several ranks");
     unused(world_size > 1, "share-memory", "with several ranks");
-    unused(o.compute.benchmark == 0, "checkpoint-every",
-           "to training runs (--benchmark saves none)");
-    unused(o.compute.benchmark == 0, "keep-checkpoints",
-           "to training runs (--benchmark saves none)");
+    const bool trains = o.compute.benchmark == 0 && !o.eval.eval_only;
+    const std::string saves_none = o.eval.eval_only ? "--eval-only" : "--benchmark";
+    unused(trains, "checkpoint-every", "to training runs (" + saves_none + " saves none)");
+    unused(trains, "keep-checkpoints", "to training runs (" + saves_none + " saves none)");
+    unused(!o.eval.eval_only || o.eval.hellaswag.empty(), "eval-every",
+           "during training (--eval-only evaluates once)");
     return warnings;
 }
 
@@ -224,6 +226,8 @@ void validate_train_options(const TrainOptions& o, int world_size) {
             "(--resume auto --init-from X resumes if --out-dir holds a checkpoint, else starts "
             "from X)");
     validate_lora_options(o);
+    require(!o.eval.eval_only || o.compute.benchmark == 0,
+            "--eval-only and --benchmark both say what the run does: give one");
     if (o.batch.total_batch_tokens > 0) {
         const std::int64_t per_micro =
             static_cast<std::int64_t>(o.batch.batch_size) * o.batch.seq_len * world_size;

@@ -85,6 +85,9 @@ struct TrainOptions {
         // each validation).
         std::string hellaswag;
         int eval_every = 0;
+        // Evaluate the weights (validation loss and bits per byte, HellaSwag with --hellaswag)
+        // and exit: no step, no checkpoint.
+        bool eval_only = false;
         int sample_every = 200;
         int sample_tokens = 200;
     } eval;

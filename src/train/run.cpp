@@ -12,6 +12,7 @@
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "core/stop_signal.hpp"
 #include "formats/checkpoint.hpp"
 #include "formats/resume_state.hpp"
 #include "model/lora.hpp"
@@ -19,7 +20,6 @@
 #include "train/model_shape.hpp"
 #include "train/out_dir.hpp"
 #include "train/start_point.hpp"
-#include "train/stop_signal.hpp"
 #include "train/text_format.hpp"
 #include "train/training_loop.hpp"
 
@@ -65,8 +65,14 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
       val_windows_(std::min(static_cast<std::uint64_t>(o.eval.val_tokens / o.batch.seq_len),
                             corpus.val_store.num_windows(o.batch.seq_len))),
       hellaswag_(load_hellaswag(o, comm, replica.model.config.vocab_size)),
+      token_bytes_(text_bytes_per_token(*corpus.tokenizer)),
+      eval_source_(!o.checkpoints.resume.empty()
+                       ? fmt::format("the checkpoint of step {} (--resume {})", plan.first_step,
+                                     o.checkpoints.resume)
+                   : !o.model.init_from.empty() ? "--init-from " + o.model.init_from
+                                                : fmt::format("fresh weights (--seed {})", o.seed)),
       checkpoint_clock_(o.checkpoints.checkpoint_minutes, o.test.minutes_per_step) {
-    if (comm.is_root() && !benchmark_) {
+    if (comm.is_root() && !benchmark_ && !o.eval.eval_only) {
         std::error_code ec;
         std::filesystem::create_directories(o.checkpoints.out_dir, ec);
         if (ec || !std::filesystem::is_directory(o.checkpoints.out_dir)) {
@@ -108,6 +114,11 @@ int TrainingLoop::run() {
     if (const std::int64_t signal = comm_.allreduce_max(std::int64_t{stop_signal().load()})) {
         spdlog::info("stopped by signal before the first step ({}): nothing trained, nothing saved",
                      signal_name(static_cast<int>(signal)));
+        return 0;
+    }
+    if (o_.eval.eval_only) {  // the weights as they are: no step, nothing saved
+        validate(plan_.first_step);
+        evaluate_hellaswag(plan_.first_step);
         return 0;
     }
     if (plan_.first_step == 0 && !benchmark_ && o_.eval.val_every > 0) {
@@ -332,7 +343,7 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
                          ": no adapter_config.json there (expected a PEFT adapter directory)");
     }
     // Checkpoints must be writable: found before the corpus is read, not at the first one.
-    if (comm.is_root() && o.compute.benchmark == 0) {
+    if (comm.is_root() && o.compute.benchmark == 0 && !o.eval.eval_only) {
         check_out_dir_writable(o.checkpoints.out_dir);
     }
     if (comm.is_root() && !o.metrics_file.empty()) (void)MetricsFile(o.metrics_file);
@@ -353,7 +364,8 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     ExchangePlan exchange = plan_exchange(o, comm);
     const std::unique_ptr<Replica> replica = build_replica(o, comm, config, start, exchange);
     RunPlan plan = plan_run(o, comm, start, *replica);
-    if (plan.resumed && plan.first_step >= o.optimizer.max_steps && o.compute.benchmark == 0) {
+    if (plan.resumed && plan.first_step >= o.optimizer.max_steps && o.compute.benchmark == 0 &&
+        !o.eval.eval_only) {
         spdlog::warn(
             "nothing to do: the checkpoint is at step {} and --max-steps is {} (raise "
             "--max-steps to train further)",

@@ -162,7 +162,7 @@ StartPoint find_named_start(const TrainOptions& o) {
 StartPoint find_start(const TrainOptions& o) {
     if (o.checkpoints.resume == "auto") return find_auto_start(o);
     if (!o.checkpoints.resume.empty()) return find_named_start(o);
-    if (o.compute.benchmark == 0) refuse_foreign_checkpoints(o);
+    if (o.compute.benchmark == 0 && !o.eval.eval_only) refuse_foreign_checkpoints(o);
     if (!o.model.init_from.empty()) return load_init_from(o);
     return {};
 }

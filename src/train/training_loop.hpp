@@ -109,6 +109,12 @@ class TrainingLoop {
     WindowSampler train_sampler_;
     const std::uint64_t val_windows_;
     std::vector<MultipleChoiceExample> hellaswag_;
+    // Each token's length in bytes of text (0: end-of-text), for the bits per byte.
+    const std::vector<std::int32_t> token_bytes_;
+    // What --eval-only evaluates, for its lines: "--init-from X", a checkpoint, fresh weights.
+    const std::string eval_source_;
+    // "step N/M", or in --eval-only "eval of ...", the start of the evaluation lines.
+    [[nodiscard]] std::string progress(std::int64_t completed) const;
 
     // Checkpoints: the last one written, and --checkpoint-minutes' clock.
     std::optional<std::filesystem::path> last_checkpoint_;

@@ -22,6 +22,8 @@
 #include "apps/inference/samples.hpp"
 #include "core/error.hpp"
 #include "core/file_io.hpp"
+#include "core/stop_signal.hpp"
+#include "data/chat_template.hpp"
 #include "formats/checkpoint.hpp"
 #include "formats/model_file.hpp"
 #include "formats/model_tokenizer.hpp"
@@ -213,7 +215,7 @@ int run(const Options& o, const gpt2::Communicator& world) {
     const gpt2::Tokenizer& tokenizer = *shared.tokenizer;
     // Checked once the model is loaded, when text piped in has most likely arrived (under mpirun
     // it travels through mpirun first).
-    if (comm.is_root() && !o.interactive && !o.prompt_from_stdin() &&
+    if (comm.is_root() && !o.interactive && !o.chat && !o.prompt_from_stdin() &&
         inference::stdin_holds_data()) {
         throw gpt2::UsageError(
             "standard input holds text that nothing reads: pass --interactive (one prompt per "
@@ -235,16 +237,36 @@ int run(const Options& o, const gpt2::Communicator& world) {
                  pool.size());
     spdlog::info("prompts as matrix products: {}", session.prompt_products_name());
 
-    if (o.interactive) {
+    if (o.chat) {
+        // One conversation: the reply is printed (the user's line is on the terminal already)
+        // and becomes the assistant's message; it ends where the model begins another turn.
+        std::vector<gpt2::ChatMessage> conversation;
+        if (!o.system.empty()) conversation.push_back({"system", o.system});
+        std::vector<std::string> stops = o.stop;
+        for (std::string& end : gpt2::chat_turn_ends())
+            stops.push_back(std::move(end));
         std::uint64_t lines_read = 0;
-        while (const std::optional<inference::Prompt> prompt = inference::next_prompt(
-                   comm, tokenizer, model, gpt2::parse_eot_in_text(o.eot_in_text), lines_read)) {
-            inference::run_prompt(o, comm, session, tokenizer, prompt->tokens, prompt->text,
-                                  prompt->line - 1);
+        while (gpt2::stop_signal().load() == 0) {
+            const std::optional<inference::Prompt> prompt =
+                inference::next_chat_prompt(conversation, tokenizer, model, lines_read);
+            if (!prompt) break;
+            std::string reply = inference::run_prompt(o, comm, session, tokenizer, prompt->tokens,
+                                                      "", prompt->line - 1, stops);
+            conversation.push_back({std::string(gpt2::kChatAssistantRole), std::move(reply)});
+        }
+    } else if (o.interactive) {
+        std::uint64_t lines_read = 0;
+        while (gpt2::stop_signal().load() == 0) {
+            const std::optional<inference::Prompt> prompt = inference::next_prompt(
+                comm, tokenizer, model, gpt2::parse_eot_in_text(o.eot_in_text), lines_read);
+            if (!prompt) break;
+            (void)inference::run_prompt(o, comm, session, tokenizer, prompt->tokens, prompt->text,
+                                        prompt->line - 1, o.stop);
         }
     } else {
         const inference::Prompt prompt = inference::single_prompt(o, comm, tokenizer, model);
-        inference::run_prompt(o, comm, session, tokenizer, prompt.tokens, prompt.text, 0);
+        (void)inference::run_prompt(o, comm, session, tokenizer, prompt.tokens, prompt.text, 0,
+                                    o.stop);
     }
     if (solo) world.idle_barrier();
     return app::kExitOk;
@@ -253,6 +275,9 @@ int run(const Options& o, const gpt2::Communicator& world) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // Ctrl-C (SIGUSR1 under scripts/mpirun.sh) ends the sample being made and the program, exit
+    // 0, rather than killing it mid-line; a read of standard input waiting for a line returns.
+    gpt2::install_signal_handlers(false);
     gpt2::select_gemm_kernels(argv);
     gpt2::MpiSession mpi(&argc, &argv);
     const gpt2::Communicator comm;

@@ -55,6 +55,34 @@ void add_sampling_flags(CLI::App& app, Options& o) {
                  "cannot be encoded is reported and skipped)")
         ->excludes(app.get_option("--prompt"))
         ->excludes(app.get_option("--prompt-file"));
+    app.add_flag("--chat", o.chat,
+                 "a conversation: each stdin line is the user's message, answered by the "
+                 "assistant's, both laid out as prepare_data lays out chat records (role: "
+                 "content, joined by blank lines) for a model trained on them")
+        ->excludes(app.get_option("--prompt"))
+        ->excludes(app.get_option("--prompt-file"))
+        ->excludes(app.get_option("--interactive"));
+    app.add_option("--system", o.system,
+                   "with --chat: the conversation's first message, the system's")
+        ->needs(app.get_option("--chat"))
+        ->type_name("TEXT");
+}
+
+// When a sample ends before --max-new-tokens, and what makes repeats less likely.
+void add_stop_flags(CLI::App& app, Options& o) {
+    app.add_flag("--ignore-eot", o.ignore_eot,
+                 "go on past the end-of-text token (default: a sample ends there, the token not "
+                 "printed)");
+    app.add_option("--stop", o.stop,
+                   "end a sample where the generated text contains this string (not printed); "
+                   "repeat for several")
+        ->type_name("TEXT")
+        ->allow_extra_args(false);
+    app.add_option("--repetition-penalty", o.repetition_penalty,
+                   "> 1 makes tokens already in the prompt or the sample less likely (their "
+                   "logits divided by it where positive, multiplied where negative, as Hugging "
+                   "Face's repetition_penalty); 1: off")
+        ->check(app::positive());
 }
 
 // The machine's share of the work and the tokenizer.
@@ -88,6 +116,13 @@ void add_model_flags(CLI::App& app, Options& o) {
 }
 
 void validate(const Options& o) {
+    for (const std::string& stop : o.stop) {
+        if (stop.empty()) throw InputError("--stop: an empty string would stop at once");
+    }
+    if (o.chat && o.num_samples > 1) {
+        throw InputError("--chat answers each message once: drop --num-samples " +
+                         std::to_string(o.num_samples));
+    }
     const std::optional<gpt2::TokenizerKind> kind = o.tokenizer_kind();
     const bool rebuilt = kind == gpt2::TokenizerKind::Char || kind == gpt2::TokenizerKind::Bpe;
     if (rebuilt && o.tokenizer_corpus.empty()) {
@@ -113,6 +148,7 @@ std::variant<Options, int> parse_options(int argc, char** argv, bool speaker) {
     app::add_common_flags(app, o.log_level);
     add_input_flags(app, o);
     add_sampling_flags(app, o);
+    add_stop_flags(app, o);
     add_model_flags(app, o);
     if (const std::optional<int> code = app::parse_command_line(app, argc, argv, speaker)) {
         return *code;

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "model/decode_weights.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -27,6 +28,16 @@ struct Options {
     int num_samples = 1;
     bool stream = true;
     bool interactive = false;
+    // A sample ends at the end-of-text token (not printed) unless ignore_eot; at the first of the
+    // stop strings (not printed either, OpenAI's `stop`); and with --chat at the end of the
+    // assistant's turn.
+    bool ignore_eot = false;
+    std::vector<std::string> stop;
+    float repetition_penalty = 1.0f;
+    // --chat: stdin lines are the user's messages of one conversation, laid out with prepare_data's
+    // chat template; `system` is its first message, if any.
+    bool chat = false;
+    std::string system;
     int threads = 0;
     std::string tokenizer;  // empty: none given
     // --tokenizer's kind, when given.

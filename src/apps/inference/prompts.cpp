@@ -8,6 +8,7 @@
 #include <cstring>
 #include <iostream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 
 #include "core/bytes.hpp"
 #include "core/error.hpp"
@@ -140,6 +141,34 @@ std::optional<Prompt> next_prompt(const Communicator& comm, const Tokenizer& tok
             t = in.get<std::int32_t>("token");
     }
     return prompt;
+}
+
+std::optional<Prompt> next_chat_prompt(std::vector<ChatMessage>& conversation,
+                                       const Tokenizer& tokenizer, const Model& model,
+                                       std::uint64_t& lines_read) {
+    std::string line;
+    while (std::getline(std::cin, line)) {
+        ++lines_read;
+        conversation.push_back(ChatMessage{std::string(kChatUserRole), line});
+        Prompt prompt;
+        prompt.line = lines_read;
+        const std::string text = chat_prompt(conversation);
+        spdlog::debug(
+            "chat prompt: {}",
+            nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        try {
+            prompt.tokens =
+                encode_prompt(tokenizer, model, text, "stdin line " + std::to_string(lines_read),
+                              EotInText::Text);
+        } catch (const InputError& e) {
+            spdlog::warn("{}; this message is left out, going on with the next line", e.what());
+            conversation.pop_back();
+            continue;
+        }
+        if (const auto eot = tokenizer.eot_id()) prompt.tokens.insert(prompt.tokens.begin(), *eot);
+        return prompt;
+    }
+    return std::nullopt;
 }
 
 }  // namespace gpt2::inference

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "apps/inference/options.hpp"
+#include "data/chat_template.hpp"
 #include "model/model.hpp"
 #include "parallel/comm.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -40,5 +41,14 @@ struct Prompt {
 [[nodiscard]] std::optional<Prompt> next_prompt(const Communicator& comm,
                                                 const Tokenizer& tokenizer, const Model& model,
                                                 EotInText eot, std::uint64_t& lines_read);
+
+// --chat: reads the user's next message (a stdin line) into `conversation` and returns the
+// tokens that ask the model for the assistant's reply: end-of-text (where the tokenizer has one:
+// a training document begins with it) and the conversation in prepare_data's chat template,
+// ending "\n\nassistant: ". A line that cannot be encoded is reported and dropped; nullopt at
+// the end of input. Rank 0 alone (a conversation is one sample).
+[[nodiscard]] std::optional<Prompt> next_chat_prompt(std::vector<ChatMessage>& conversation,
+                                                     const Tokenizer& tokenizer, const Model& model,
+                                                     std::uint64_t& lines_read);
 
 }  // namespace gpt2::inference

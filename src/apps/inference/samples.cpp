@@ -2,14 +2,17 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "apps/inference/sample_wire.hpp"
 #include "core/bytes.hpp"
 #include "core/random.hpp"
+#include "core/stop_signal.hpp"
 #include "core/utf8.hpp"
 #include "model/sampling.hpp"
 
@@ -40,6 +43,49 @@ class SamplePrinter {
     Utf8Sanitizer utf8_;
 };
 
+// A sample's text as it is generated, with what may be the start of a stop string held back, so
+// that a stop string (and what would follow it) is never printed, even when tokens cut it.
+class StopText {
+  public:
+    explicit StopText(const std::vector<std::string>& stops) : stops_(stops) {}
+    // Appends `bytes`; returns the text that can no longer become part of a stop string. When a
+    // stop string is complete, returns the text before it and stopped() turns true.
+    [[nodiscard]] std::string push(std::string_view bytes) {
+        held_ += bytes;
+        std::size_t first = std::string::npos;
+        for (const std::string& stop : stops_)
+            first = std::min(first, held_.find(stop));
+        if (first != std::string::npos) {
+            stopped_ = true;
+            std::string before = held_.substr(0, first);
+            held_.clear();
+            return before;
+        }
+        // Keep the longest end of the text that begins some stop string.
+        std::size_t keep = 0;
+        for (const std::string& stop : stops_) {
+            for (std::size_t n = std::min(stop.size() - 1, held_.size()); n > keep; --n) {
+                if (std::string_view(held_).substr(held_.size() - n) ==
+                    std::string_view(stop).substr(0, n)) {
+                    keep = n;
+                    break;
+                }
+            }
+        }
+        std::string ready = held_.substr(0, held_.size() - keep);
+        held_.erase(0, held_.size() - keep);
+        return ready;
+    }
+    // The end of the sample: what was held back is text after all.
+    [[nodiscard]] std::string finish() { return std::exchange(held_, std::string()); }
+    [[nodiscard]] bool stopped() const { return stopped_; }
+
+  private:
+    const std::vector<std::string>& stops_;
+    std::string held_;
+    bool stopped_ = false;
+};
+
 void log_stats(const Sample& s) {
     const GenerationStats& st = s.stats;
     const double per_token =
@@ -62,10 +108,13 @@ void print_finished(const Options& o, const Sample& s, std::string_view prompt_t
 
 }  // namespace
 
-void run_prompt(const Options& o, const Communicator& comm, KvCacheSession& session,
-                const Tokenizer& tokenizer, std::span<const std::int32_t> prompt,
-                std::string_view prompt_text, std::uint64_t prompt_index) {
-    const SamplingParams params{o.temperature, o.top_k, o.top_p};
+std::string run_prompt(const Options& o, const Communicator& comm, KvCacheSession& session,
+                       const Tokenizer& tokenizer, std::span<const std::int32_t> prompt,
+                       std::string_view prompt_text, std::uint64_t prompt_index,
+                       const std::vector<std::string>& stops) {
+    const SamplingParams params{o.temperature, o.top_k, o.top_p, o.repetition_penalty};
+    const std::optional<int> eot = o.ignore_eot ? std::nullopt : tokenizer.eot_id();
+    std::string first_text;  // sample 0's, on the rank that made it
     const auto count = static_cast<std::uint32_t>(o.num_samples);
     const auto size = static_cast<std::uint32_t>(comm.size());
     const auto rank = static_cast<std::uint32_t>(comm.rank());
@@ -74,6 +123,7 @@ void run_prompt(const Options& o, const Communicator& comm, KvCacheSession& sess
     std::vector<std::int32_t> tokens;
     tokens.reserve(prompt.size() + static_cast<std::size_t>(o.max_new_tokens));
     for (std::uint32_t m = rank; m < count; m += size) {
+        if (stop_signal().load() != 0) break;  // asked to stop: no further sample
         // Rank 0 can print sample m as it is made only if every earlier sample is printed.
         const bool live = comm.is_root() && (m == 0 || size == 1);
         Sample sample;
@@ -85,16 +135,26 @@ void run_prompt(const Options& o, const Communicator& comm, KvCacheSession& sess
         }
         tokens.assign(prompt.begin(), prompt.end());
         Rng rng = Rng::derived(o.seed, m, prompt_index);
-        const auto on_token = [&](std::int32_t id) {
-            const std::string bytes = tokenizer.token_bytes(id);
+        StopText text(stops);
+        std::string made;  // all of the sample's text, however it is printed
+        const auto emit = [&](const std::string& ready) {
+            made += ready;
             if (live && o.stream) {
-                printer->text(bytes);
+                printer->text(ready);
             } else {
-                sample.text += bytes;
+                sample.text += ready;
             }
+        };
+        const auto on_token = [&](std::int32_t id) {
+            // The end-of-text token ends the sample unprinted; so does a stop signal (Ctrl-C).
+            if (id == eot || stop_signal().load() != 0) return TokenVerdict::Stop;
+            emit(text.push(tokenizer.token_bytes(id)));
+            return text.stopped() ? TokenVerdict::Stop : TokenVerdict::Continue;
         };
         sample.stats = generate_kv(session, tokens, o.max_new_tokens, params, rng, on_token,
                                    tokenizer.vocab_size());
+        emit(text.finish());
+        if (m == 0) first_text = made;
         if (live) {
             printer->text(sample.text);
             printer->end();
@@ -105,11 +165,11 @@ void run_prompt(const Options& o, const Communicator& comm, KvCacheSession& sess
             serialize(sample, outbox);
         }
     }
-    if (comm.size() == 1) return;  // a single rank printed every sample as it was made
+    if (comm.size() == 1) return first_text;  // a single rank printed every sample as made
     // Ranks done early sleep here rather than spin inside the gather.
     comm.idle_barrier();
     const auto inboxes = comm.gather_bytes(outbox.bytes());
-    if (!comm.is_root()) return;
+    if (!comm.is_root()) return {};
     std::vector<std::optional<Sample>> by_index(count);
     for (Sample& s : own)
         by_index[s.index].emplace(std::move(s));
@@ -121,6 +181,7 @@ void run_prompt(const Options& o, const Communicator& comm, KvCacheSession& sess
     for (const auto& s : by_index) {
         if (s) print_finished(o, *s, prompt_text);  // sample 0 was printed live
     }
+    return first_text;
 }
 
 }  // namespace gpt2::inference

@@ -10,10 +10,10 @@
 #include "apps/cli/cli.hpp"
 #include "apps/train_gpt2/options.hpp"
 #include "core/error.hpp"
+#include "core/stop_signal.hpp"
 #include "ops/gemm.hpp"
 #include "parallel/comm.hpp"
 #include "train/run.hpp"
-#include "train/stop_signal.hpp"
 
 namespace {
 

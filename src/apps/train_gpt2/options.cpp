@@ -353,6 +353,10 @@ void add_progress_flags(CLI::Option_group* run, TrainOptions& o) {
     run->add_option("--hellaswag", o.eval.hellaswag,
                     "llm.c's HellaSwag file (data/hellaswag/hellaswag_val.bin from "
                     "scripts/get_hellaswag.sh): log acc_norm");
+    run->add_flag("--eval-only", o.eval.eval_only,
+                  "evaluate the weights (--init-from, --resume, or fresh) and exit: validation "
+                  "loss and bits per byte over --val-tokens, HellaSwag with --hellaswag; no step, "
+                  "no checkpoint");
     run->add_option("--eval-every", o.eval.eval_every,
                     "HellaSwag every N steps (0: with each validation, and at the end)")
         ->check(app::at_least(0));

@@ -215,12 +215,7 @@ void record_text(const ParquetRecord& record, std::string& text) {
             return;
         case ParquetRecordKind::Chat:
             text.clear();
-            for (const ChatMessage& message : record.messages) {
-                if (!text.empty()) text += "\n\n";
-                text += message.role;
-                text += ": ";
-                text += message.content;
-            }
+            append_chat_text(record.messages, text);
             return;
     }
 }
@@ -254,9 +249,10 @@ void record_spans(const ParquetRecord& record, std::vector<TextSpan>& spans) {
             return;
         case ParquetRecordKind::Chat: {
             std::size_t at = 0;  // as record_text lays the messages out
-            for (const ChatMessage& message : record.messages) {
-                if (at > 0) at += 2;
-                at += message.role.size() + 2;
+            for (std::size_t m = 0; m < record.messages.size(); ++m) {
+                const ChatMessage& message = record.messages[m];
+                if (m > 0) at += kChatMessageSeparator.size();
+                at += message.role.size() + kChatRoleSeparator.size();
                 add(at, false);
                 at += message.content.size();
                 add(at, is_response_role(message.role));

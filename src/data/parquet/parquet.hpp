@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "data/chat_template.hpp"
 #include "data/parquet/parquet_column.hpp"
 #include "data/parquet/parquet_format.hpp"
 #include "data/text_spans.hpp"
@@ -22,11 +23,6 @@ enum class ParquetRecordKind {
     PromptResponse,    // string columns `prompt` and `response`
     PromptCompletion,  // string columns `prompt` and `completion`
     Chat,              // a list of structs with string fields role/content (or from/value)
-};
-
-struct ChatMessage {
-    std::string role;
-    std::string content;
 };
 
 // One row, with the fields its kind reads (the others stay empty).
@@ -106,6 +102,7 @@ class ParquetReader {
 //   PromptCompletion  prompt + completion (as TRL and OpenAI define that format: the prompt
 //                     carries its own separator)
 //   Chat              each message as role + ": " + content, the messages joined by "\n\n"
+//                     (data/chat_template.hpp, which inference --chat uses too)
 void record_text(const ParquetRecord& record, std::string& text);
 
 // The spans of record_text's text that a loss on the response trains: PromptResponse and

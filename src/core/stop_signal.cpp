@@ -1,4 +1,4 @@
-#include "train/stop_signal.hpp"
+#include "core/stop_signal.hpp"
 
 #include <csignal>
 
@@ -30,12 +30,16 @@ const char* signal_name(int signum) {
     }
 }
 
-void install_signal_handlers() {
+void install_signal_handlers(bool restart_reads) {
     // SIGINT/SIGTERM: Ctrl-C, kill, Slurm. SIGUSR1: what mpirun forwards to every rank without
     // ending the job itself (Open MPI kills the ranks one second after forwarding SIGTERM and
     // then exits 1, whatever they do), so it is the clean way to stop a job under mpirun.
+    struct sigaction action {};
+    action.sa_handler = on_stop_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = restart_reads ? SA_RESTART : 0;
     for (const int signum : {SIGINT, SIGTERM, SIGUSR1})
-        std::signal(signum, on_stop_signal);
+        ::sigaction(signum, &action, nullptr);
     // Past a file-size limit, a write should fail with EFBIG (reported, previous checkpoint
     // kept) rather than kill the process.
     std::signal(SIGXFSZ, SIG_IGN);
