@@ -35,7 +35,7 @@ filter_banners() {
   awk '
     function flush_block(drop) {
       if (!drop) printf "%s", block
-      block = ""; inside = 0; fflush()
+      block = ""; inside = 0; lines = 0; fflush()
     }
     length($0) >= 40 && /^-+$/ {
       if (!inside) { inside = 1; block = $0 "\n"; next }
@@ -43,7 +43,7 @@ filter_banners() {
       flush_block(block ~ /Primary job +terminated normally|MPI_ABORT was invoked|mpirun detected that one or more processes exited with non-zero status/)
       next
     }
-    inside { block = block $0 "\n"; if (++lines > 60) { flush_block(0); lines = 0 }; next }
+    inside { block = block $0 "\n"; if (++lines > 60) flush_block(0); next }
     { print; fflush() }
     END { if (inside) printf "%s", block }
   '
@@ -64,17 +64,19 @@ stop() {
 trap stop INT TERM HUP
 # Job control gives the background job a process group of its own.
 set -m
-if [[ "${GPT2_MPIRUN_BANNERS:-0}" == "1" ]]; then
-  "$launcher" "${root_args[@]}" "$@" &
-  job=$!
-else
-  # mpirun's stderr goes through a FIFO to the filter, so that both can be waited for.
-  fifo_dir=$(mktemp -d "${TMPDIR:-/tmp}/mpirun.sh.XXXXXX")
+# mpirun's stderr goes through a FIFO to the filter, so that both can be waited for; without a
+# FIFO (no temporary directory), unfiltered.
+fifo_dir=""
+if [[ "${GPT2_MPIRUN_BANNERS:-0}" != "1" ]] && fifo_dir=$(mktemp -d "${TMPDIR:-/tmp}/mpirun.sh.XXXXXX" 2>/dev/null) &&
+  mkfifo "$fifo_dir/stderr" 2>/dev/null; then
   trap 'rm -rf "$fifo_dir"' EXIT
-  mkfifo "$fifo_dir/stderr"
   filter_banners < "$fifo_dir/stderr" >&2 &
   filter=$!
   "$launcher" "${root_args[@]}" "$@" 2> "$fifo_dir/stderr" &
+  job=$!
+else
+  [[ -n "$fifo_dir" ]] && rm -rf "$fifo_dir"
+  "$launcher" "${root_args[@]}" "$@" &
   job=$!
 fi
 set +m
@@ -85,7 +87,7 @@ set +m
 ranks_catch_usr1() {
   local pid mask found=0
   for pid in $(pgrep -P "$job" 2>/dev/null); do
-    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=' || continue
+    grep -qz '^OMPI_COMM_WORLD_RANK=' "/proc/$pid/environ" 2>/dev/null || continue
     found=1
     mask=$(awk '/^SigCgt:/ { print $2 }' "/proc/$pid/status" 2>/dev/null)
     [[ -n "$mask" ]] && (((16#$mask >> 9) & 1)) || return 1

@@ -585,7 +585,8 @@ TEST(InferenceStops, TheRepetitionPenaltyDividesTheLogitsOfTokensInTheContext) {
 
 // --chat lays the conversation out as prepare_data lays out a chat record (the one template):
 // the shard a chat JSONL line makes holds exactly the tokens --chat asks the model to continue,
-// its reply included; the reply ends where the model begins the user's next turn.
+// its reply included; each reply joins the conversation as the assistant's message, and a reply
+// ends where a model begins the next turn (the stop strings --stop's test checks).
 TEST(InferenceStops, ChatUsesTheTemplatePrepareDataTrainsWith) {
     const test::ScratchDir dir("gpt2-inference-chat");
     // prepare_data's document of a two-message chat, through a trained BPE's tokens.
@@ -602,7 +603,9 @@ TEST(InferenceStops, ChatUsesTheTemplatePrepareDataTrainsWith) {
     const MappedShard shard(dir.path() / "shards" / "chat_train_000000.bin");
     const std::vector<std::int32_t> tokens(shard.tokens().begin(), shard.tokens().end());
     EXPECT_EQ(tokenizer->decode(tokens), "<|endoftext|>" + chat_prompt(conversation) + "hello");
-    // --chat on a model that answers "aaa" and then starts the user's turn: the reply stops there.
+    EXPECT_EQ(chat_turn_ends(), (std::vector<std::string>{"\n\nuser:", "\n\nsystem:"}));
+    // --chat on a model that answers "a" for ever: each reply (cut at --max-new-tokens) becomes
+    // the assistant's message the next prompt carries.
     const auto chars = make_char_tokenizer("abcdefghijklmnopqrstuvwxyz:\n ");
     save_fixed_logits_model(dir.path() / "m.bin", *chars, {{chars->encode("a").at(0), 10.0f}});
     const auto chat = test::run_command("printf 'hi\\nbye\\n' | " + test::build_path("inference") +

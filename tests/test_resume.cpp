@@ -465,6 +465,31 @@ TEST_F(TrainRun, ResumeAutoSkipsDamagedStateFilesForTheNewestCheckpointThatVerif
         EXPECT_NO_THROW(verify_resume_state(state_path(path("out"), step))) << step;
 }
 
+// A damaged newer checkpoint of the same run does not count as the newest when pruning: the one
+// just written is kept (with --keep-checkpoints 1 it was the one deleted), the damaged one left.
+TEST_F(TrainRun, PruningKeepsTheCheckpointJustWrittenOverADamagedNewerOne) {
+    ASSERT_EQ(
+        train("--max-steps 6 --checkpoint-every 1 --keep-checkpoints 0 --out-dir " + path("out"))
+            .exit_code,
+        0);
+    for (const char* state : {"out/state_000006.bin", "out/state_000005.bin"}) {
+        std::fstream f(path(state), std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(2000);
+        f.put('\x55');  // the moments, not the header: the lineage still reads
+    }
+    const auto resumed = train(
+        "--resume auto --max-steps 5 --checkpoint-every 1 "
+        "--keep-checkpoints 1 --out-dir " +
+        path("out"));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find(std::string(log_lines::kResumingFrom) + " " +
+                                  path("out/state_000004.bin")),
+              std::string::npos)
+        << resumed.output;
+    EXPECT_EQ(list_checkpoints(path("out")), (std::vector<std::int64_t>{6, 5}));
+    EXPECT_NO_THROW(verify_resume_state(state_path(path("out"), 5)));
+}
+
 TEST_F(TrainRun, ResumeAutoWithOnlyDamagedCheckpointsIsRefusedNotStartedAfresh) {
     ASSERT_EQ(train("--max-steps 2 --out-dir " + path("out")).exit_code, 0);
     fs::resize_file(path("out/state_000002.bin"), 100);

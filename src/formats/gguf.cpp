@@ -487,13 +487,25 @@ Metadata read_value(GgufReader& in, const std::string& key) {
         // Every element takes a byte at least: a count beyond the file is damage, not a size.
         if (count > in.remaining()) in.fail(key + ": an array longer than the file");
         if (value.element == ValueType::String) {
-            value.texts.reserve(static_cast<std::size_t>(count));
+            // Each string takes its 8-byte length at least: no more room than that is reserved.
+            value.texts.reserve(
+                static_cast<std::size_t>(std::min<std::uint64_t>(count, in.remaining() / 8)));
             for (std::uint64_t i = 0; i < count; ++i)
                 value.texts.push_back(in.string(key));
         } else if (value.element == ValueType::Array) {
             in.fail(key + ": an array of arrays");
         } else {
-            value.numbers.reserve(static_cast<std::size_t>(count));
+            const std::uint64_t size =
+                value.element == ValueType::U8 || value.element == ValueType::I8 ||
+                        value.element == ValueType::Bool
+                    ? 1
+                : value.element == ValueType::U16 || value.element == ValueType::I16 ? 2
+                : value.element == ValueType::U64 || value.element == ValueType::I64 ||
+                        value.element == ValueType::F64
+                    ? 8
+                    : 4;
+            value.numbers.reserve(
+                static_cast<std::size_t>(std::min<std::uint64_t>(count, in.remaining() / size)));
             for (std::uint64_t i = 0; i < count; ++i)
                 value.numbers.push_back(read_number(in, value.element, key));
         }
@@ -643,7 +655,7 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
     const int NH = whole("gpt2.attention.head_count");
     const int maxT = whole("gpt2.context_length");
     if (metadata.count("gpt2.feed_forward_length") != 0 &&
-        whole("gpt2.feed_forward_length") != 4 * C) {
+        whole("gpt2.feed_forward_length") != 4 * std::int64_t{C}) {
         throw InputError(name + ": gpt2.feed_forward_length " +
                          std::to_string(whole("gpt2.feed_forward_length")) +
                          " is not 4 x gpt2.embedding_length (" + std::to_string(4 * C) +
@@ -698,14 +710,11 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
     const auto alignment = static_cast<std::size_t>(alignment_value);
     const std::size_t data_start = (in.offset() + alignment - 1) / alignment * alignment;
 
-    LoadedModel loaded{Model(config), std::nullopt};
-    Model& model = loaded.model;
-    const std::span<float> params = model.params.span();
-    std::fill(params.begin(), params.end(), 0.0f);
     std::set<std::string> used;
-    // Reads tensor `tensor_name` of shape `ne` into `out`.
-    const auto read_tensor = [&](const std::string& tensor_name,
-                                 const std::vector<std::uint64_t>& ne, std::span<float> out) {
+    // Tensor `tensor_name`'s stored bytes and type, checked: present, of shape `ne`, of a type the
+    // reader takes (Q8_0 in whole blocks per row: ggml's blocks do not cross rows), in the file.
+    const auto stored_tensor = [&](const std::string& tensor_name,
+                                   const std::vector<std::uint64_t>& ne) {
         const auto it = tensors.find(tensor_name);
         if (it == tensors.end()) {
             throw InputError(name + ": no tensor " + tensor_name + " (llama.cpp's gpt2 model of " +
@@ -722,8 +731,10 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
                              expected + " for the shape gpt2.* gives");
         }
         const std::optional<std::uint64_t> count = element_count(info.ne);
-        const std::optional<std::uint64_t> size =
-            count ? stored_bytes(info.type, *count) : std::nullopt;
+        std::optional<std::uint64_t> size = count ? stored_bytes(info.type, *count) : std::nullopt;
+        if (static_cast<StoredType>(info.type) == StoredType::Q8_0 && info.ne[0] % kQ8Block != 0) {
+            size.reset();
+        }
         if (!size) {
             throw InputError(name + ": tensor " + tensor_name + " is " +
                              std::string(ggml_type_name(info.type)) + " (type " +
@@ -736,34 +747,65 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
             throw InputError(name + ": tensor " + tensor_name +
                              "'s data lies beyond the end of the file (truncated)");
         }
-        const auto stored = bytes.subspan(data_start + static_cast<std::size_t>(info.offset),
-                                          static_cast<std::size_t>(*size));
-        widen(out, stored, info.type);
-        file.release(stored);
         used.insert(tensor_name);
+        return std::pair{bytes.subspan(data_start + static_cast<std::size_t>(info.offset),
+                                       static_cast<std::size_t>(*size)),
+                         info.type};
     };
-    const ParameterLayout& layout = model.layout;
+    // Every tensor the shape calls for, and where it goes: all checked before the model is
+    // allocated, so that a small file cannot make the program allocate a model it does not hold.
+    const ParameterLayout layout(config);
     const auto uC = static_cast<std::uint64_t>(C);
     const auto uV = static_cast<std::uint64_t>(V);
-    read_tensor("token_embd.weight", {uC, uV},
-                layout.tensor(params, ParamTensor::wte).first(uV * uC));
-    read_tensor("position_embd.weight", {uC, static_cast<std::uint64_t>(maxT)},
-                layout.tensor(params, ParamTensor::wpe));
-    read_tensor("output_norm.weight", {uC}, layout.tensor(params, ParamTensor::lnfw));
-    read_tensor("output_norm.bias", {uC}, layout.tensor(params, ParamTensor::lnfb));
+    struct Wanted {
+        std::string name;
+        std::vector<std::uint64_t> ne;
+        std::size_t offset = 0;  // in the flat parameters
+        std::size_t count = 0;
+    };
+    std::vector<Wanted> wanted = {
+        {"token_embd.weight", {uC, uV}, layout.offset(ParamTensor::wte), uV * uC},
+        {"position_embd.weight",
+         {uC, static_cast<std::uint64_t>(maxT)},
+         layout.offset(ParamTensor::wpe),
+         layout.size(ParamTensor::wpe)},
+        {"output_norm.weight", {uC}, layout.offset(ParamTensor::lnfw), uC},
+        {"output_norm.bias", {uC}, layout.offset(ParamTensor::lnfb), uC}};
     for (int l = 0; l < L; ++l) {
         for (const LayerTensor& t : kGgufLayerTensors) {
-            const std::span<float> values = layout.layer(params, t.tensor, l);
+            const std::size_t per_layer = layout.size(t.tensor) / static_cast<std::size_t>(L);
             std::vector<std::uint64_t> ne = {uC * t.in, uC * t.out};
-            if (t.in == 0) ne = {values.size()};
-            read_tensor(layer_tensor_name(l, t.suffix), ne, values);
+            if (t.in == 0) ne = {per_layer};
+            wanted.push_back({layer_tensor_name(l, t.suffix), std::move(ne),
+                              layout.offset(t.tensor) + per_layer * static_cast<std::size_t>(l),
+                              per_layer});
         }
     }
+    std::vector<std::pair<std::span<const std::uint8_t>, std::uint32_t>> stored;
+    for (const Wanted& w : wanted)
+        stored.push_back(stored_tensor(w.name, w.ne));
     // llama.cpp's converter writes GPT-2's tied head again as output.weight: it must be that copy
     // (within the rounding of its own type, where it was stored otherwise).
-    if (tensors.count("output.weight") != 0) {
+    const bool has_head = tensors.count("output.weight") != 0;
+    std::pair<std::span<const std::uint8_t>, std::uint32_t> head_stored;
+    if (has_head) head_stored = stored_tensor("output.weight", {uC, uV});
+    for (const auto& [tensor_name, info] : tensors) {
+        if (used.count(tensor_name) == 0) {
+            throw InputError(name + ": tensor " + tensor_name +
+                             " is not one of llama.cpp's gpt2 architecture's");
+        }
+    }
+
+    LoadedModel loaded{Model(config), std::nullopt};
+    const std::span<float> params = loaded.model.params.span();
+    std::fill(params.begin(), params.end(), 0.0f);
+    for (std::size_t i = 0; i < wanted.size(); ++i) {
+        widen(params.subspan(wanted[i].offset, wanted[i].count), stored[i].first, stored[i].second);
+        file.release(stored[i].first);
+    }
+    if (has_head) {
         std::vector<float> head(uV * uC);
-        read_tensor("output.weight", {uC, uV}, head);
+        widen(head, head_stored.first, head_stored.second);
         const std::span<const float> wte = layout.tensor(params, ParamTensor::wte).first(uV * uC);
         double diff = 0.0, norm = 0.0;
         for (std::size_t i = 0; i < head.size(); ++i) {
@@ -775,12 +817,6 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
             throw InputError(name +
                              ": its output.weight is not token_embd.weight: an untied LM "
                              "head, which GPT-2 (and the programs) do not have");
-        }
-    }
-    for (const auto& [tensor_name, info] : tensors) {
-        if (used.count(tensor_name) == 0) {
-            throw InputError(name + ": tensor " + tensor_name +
-                             " is not one of llama.cpp's gpt2 architecture's");
         }
     }
     nlohmann::json config_json = {

@@ -366,11 +366,12 @@ std::vector<std::string> checkpoint_file_names(const std::filesystem::path& dir)
     return names;
 }
 
-void prune_checkpoints(const std::filesystem::path& dir, int keep, std::uint64_t run_id) {
+void prune_checkpoints(const std::filesystem::path& dir, int keep, std::uint64_t run_id,
+                       std::int64_t saved) {
     if (keep <= 0) return;
     std::vector<std::int64_t> ours;
     for (const std::int64_t step : list_checkpoints(dir)) {
-        if (read_run_id(state_path(dir, step)) == run_id) ours.push_back(step);
+        if (step <= saved && read_run_id(state_path(dir, step)) == run_id) ours.push_back(step);
     }
     for (std::size_t i = static_cast<std::size_t>(keep); i < ours.size(); ++i) {
         std::error_code ec;

@@ -83,10 +83,13 @@ void verify_resume_state(const std::filesystem::path& path);
     const std::filesystem::path& dir, std::vector<std::filesystem::path>* not_ours = nullptr);
 // Every model_N.bin / state_N.bin file name in `dir`, sorted (complete checkpoints or not).
 [[nodiscard]] std::vector<std::string> checkpoint_file_names(const std::filesystem::path& dir);
-// Deletes all but the newest `keep` checkpoints of lineage `run_id` (keep 0: keep all), with
-// their adapter directories. Other
-// runs' checkpoints, and files whose lineage cannot be read, are never touched.
-void prune_checkpoints(const std::filesystem::path& dir, int keep, std::uint64_t run_id);
+// Deletes all but the newest `keep` checkpoints of lineage `run_id` at or before step `saved`
+// (the one just written; keep 0: keep all), with their adapter directories. Other runs'
+// checkpoints, files whose lineage cannot be read, and this lineage's checkpoints after `saved`
+// (newer ones a --resume auto skipped as damaged, which would otherwise count as the newest and
+// have the one just written deleted) are never touched.
+void prune_checkpoints(const std::filesystem::path& dir, int keep, std::uint64_t run_id,
+                       std::int64_t saved);
 // The step encoded in a state or model file name, if it is one.
 [[nodiscard]] std::optional<std::int64_t> checkpoint_step(const std::filesystem::path& file);
 

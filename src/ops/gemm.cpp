@@ -16,6 +16,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/stop_signal.hpp"
 
 namespace gpt2 {
 
@@ -99,10 +100,20 @@ sigset_t stop_signals() {
 
 void select_gemm_kernels(char** argv) {
     if (std::getenv("GPT2_GEMM_REEXEC") != nullptr) {  // already re-executed once
-        if (std::getenv("GPT2_GEMM_REEXEC_HELD") != nullptr) {
+        if (const char* held_list = std::getenv("GPT2_GEMM_REEXEC_HELD")) {
+            // Only the signals held for the restart (numbers, comma-separated) are let through;
+            // a pending one reaches its handler now.
+            sigset_t held;
+            sigemptyset(&held);
+            for (const char* at = held_list; *at != '\0';) {
+                char* end = nullptr;
+                const long signum = std::strtol(at, &end, 10);
+                if (end == at) break;
+                sigaddset(&held, static_cast<int>(signum));
+                at = *end == ',' ? end + 1 : end;
+            }
             ::unsetenv("GPT2_GEMM_REEXEC_HELD");
-            const sigset_t held = stop_signals();
-            ::sigprocmask(SIG_UNBLOCK, &held, nullptr);  // a pending one reaches its handler now
+            ::sigprocmask(SIG_UNBLOCK, &held, nullptr);
         }
         return;
     }
@@ -135,10 +146,16 @@ void select_gemm_kernels(char** argv) {
     const sigset_t stops = stop_signals();
     sigset_t before;
     ::sigprocmask(SIG_BLOCK, &stops, &before);
-    bool any_held = false;
-    for (const int signum : {SIGINT, SIGTERM, SIGUSR1, SIGHUP})
-        any_held = any_held || sigismember(&before, signum) == 0;
-    if (any_held) ::setenv("GPT2_GEMM_REEXEC_HELD", "1", 1);
+    std::string held;
+    for (const int signum : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) {
+        if (sigismember(&before, signum) != 0) continue;
+        if (!held.empty()) held += ',';
+        held += std::to_string(signum);
+    }
+    if (!held.empty()) ::setenv("GPT2_GEMM_REEXEC_HELD", held.c_str(), 1);
+    // A stop that the handlers caught before the signals were held would die with this image's
+    // memory: raised again, it waits, pending, for the new image's handlers.
+    if (const int caught = stop_signal().load(); caught != 0) ::raise(caught);
     ::execv(self, argv);  // only returns on failure: then carry on as we are
     ::unsetenv("GPT2_GEMM_REEXEC_HELD");
     ::sigprocmask(SIG_SETMASK, &before, nullptr);

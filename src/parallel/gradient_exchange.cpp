@@ -8,13 +8,16 @@ namespace gpt2::exchange_detail {
 
 void owned_block_sums(std::span<float> gradient, Range owned, WorkerGroup& workers,
                       bool clear_others, std::span<float> block_sums) {
-    if (owned.begin % kNormBlock != 0 || block_sums.size() != norm_blocks(gradient.size())) {
+    // An empty slice (more ranks than blocks) owns no block wherever it lies.
+    const bool empty = owned.begin == owned.end;
+    if ((!empty && owned.begin % kNormBlock != 0) ||
+        block_sums.size() != norm_blocks(gradient.size())) {
         throw std::invalid_argument("owned_block_sums: a slice that cuts a norm block");
     }
     const int W = workers.size();
     const std::size_t P = gradient.size();
     const std::size_t first_block = owned.begin / kNormBlock;
-    const std::size_t blocks = norm_blocks(owned.end) - first_block;
+    const std::size_t blocks = empty ? 0 : norm_blocks(owned.end) - first_block;
     workers.pool().run([&](int w) {
         const Range r = split_range(blocks, w, W);
         for (std::size_t b = first_block + r.begin; b < first_block + r.end; ++b) {

@@ -55,7 +55,7 @@ void TrainingLoop::save(std::int64_t completed) {
     save_resume_state(state_path(out_dir, completed), state, replica_.model.config, optimizer);
     last_checkpoint_ = path;
     checkpoint_clock_.saved();
-    prune_checkpoints(out_dir, o_.checkpoints.keep_checkpoints, plan_.run_id);
+    prune_checkpoints(out_dir, o_.checkpoints.keep_checkpoints, plan_.run_id, completed);
     metrics_.sync();
     spdlog::info("checkpoint {}{} ({:.2f} s)", path.string(),
                  replica_.model.lora != nullptr

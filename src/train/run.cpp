@@ -66,9 +66,8 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
                             corpus.val_store.num_windows(o.batch.seq_len))),
       hellaswag_(load_hellaswag(o, comm, replica.model.config.vocab_size)),
       token_bytes_(text_bytes_per_token(*corpus.tokenizer)),
-      eval_source_(!o.checkpoints.resume.empty()
-                       ? fmt::format("the checkpoint of step {} (--resume {})", plan.first_step,
-                                     o.checkpoints.resume)
+      eval_source_(plan.resumed ? fmt::format("the checkpoint of step {} (--resume {})",
+                                              plan.first_step, o.checkpoints.resume)
                    : !o.model.init_from.empty() ? "--init-from " + o.model.init_from
                                                 : fmt::format("fresh weights (--seed {})", o.seed)),
       checkpoint_clock_(o.checkpoints.checkpoint_minutes, o.test.minutes_per_step) {

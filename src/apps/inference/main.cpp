@@ -256,7 +256,9 @@ int run(const Options& o, const gpt2::Communicator& world) {
         }
     } else if (o.interactive) {
         std::uint64_t lines_read = 0;
-        while (gpt2::stop_signal().load() == 0) {
+        // Every rank that shares the samples decides to stop alike (else one would wait for a
+        // prompt the others never read).
+        while (comm.allreduce_max(std::int64_t{gpt2::stop_signal().load()}) == 0) {
             const std::optional<inference::Prompt> prompt = inference::next_prompt(
                 comm, tokenizer, model, gpt2::parse_eot_in_text(o.eot_in_text), lines_read);
             if (!prompt) break;
