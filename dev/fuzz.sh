@@ -35,6 +35,14 @@ fuzz_flags=(-rss_limit_mb=2048 -timeout=10)
 # FUZZ_SEED=N makes the mutation sequence repeatable (CI uses it).
 [[ -n ${FUZZ_SEED:-} ]] && fuzz_flags+=("-seed=$FUZZ_SEED")
 
+for name in $targets; do
+  if [[ ! -d $fuzz_dir/corpus/$name ]]; then
+    echo "no seed corpus tests/fuzz/corpus/$name: build make_seeds (cmake --build build-fuzz" \
+      "--target make_seeds), run build-fuzz/fuzz/make_seeds tests/fuzz/corpus and commit it" >&2
+    exit 2
+  fi
+done
+
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DGPT2_FUZZ=ON -DGPT2_BUILD_TESTS=OFF \
   -DGPT2_NATIVE=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j 2 --target fuzz

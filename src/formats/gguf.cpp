@@ -658,8 +658,8 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
         whole("gpt2.feed_forward_length") != 4 * std::int64_t{C}) {
         throw InputError(name + ": gpt2.feed_forward_length " +
                          std::to_string(whole("gpt2.feed_forward_length")) +
-                         " is not 4 x gpt2.embedding_length (" + std::to_string(4 * C) +
-                         "), GPT-2's MLP");
+                         " is not 4 x gpt2.embedding_length (" +
+                         std::to_string(4 * std::int64_t{C}) + "), GPT-2's MLP");
     }
     if (metadata.count("gpt2.attention.layer_norm_epsilon") != 0 &&
         std::abs(number("gpt2.attention.layer_norm_epsilon") - 1e-5) > 1e-9) {
@@ -821,7 +821,10 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
     }
     nlohmann::json config_json = {
         {"source", "gguf"}, {"file", name}, {"general.name", text("general.name").value_or("")}};
-    loaded.extras = CheckpointExtras{tokenizer->serialize(), config_json.dump()};
+    // general.name is any bytes the file holds: invalid UTF-8 is replaced, not thrown on.
+    loaded.extras = CheckpointExtras{
+        tokenizer->serialize(),
+        config_json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
     return loaded;
 }
 
