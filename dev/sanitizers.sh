@@ -15,6 +15,11 @@ jobs=$(nproc)
 # -O1 -g1: a third of -O2 -g's compile time under the sanitizers (the builds are most of CI's time),
 # and line tables are all a report needs.
 flags=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
+# The AddressSanitizer build uses clang, the compiler dev/fuzz.sh builds with: it compiles an
+# ASan-instrumented file in two thirds of GCC's time (test_mpi_training.cpp: 22.6 s against
+# 32.3 s). ThreadSanitizer stays on GCC: no faster with clang, and clang 14's runtime hangs
+# threads.ThreadPoolStart's refused thread start.
+asan_compilers=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
 # ThreadSanitizer: the pool and the layer-by-layer reduction, the threaded step against PyTorch,
 # the shared-memory step in one process, and train_gpt2 under mpiexec with two workers per rank
 # beside the communication thread (buckets, shared memory, slices in buckets across simulated
@@ -53,7 +58,7 @@ asan_left_out+='|^convert_model\.ConvertModel\.TrainingAndInferenceStartFromAHug
 asan_left_out+='|^precision\.Precision\.Bf16CharModelReachesTheFp32ValidationLossWithinTwoPercent$'
 asan_left_out+='|^gguf\.LlamaCpp\.|^lora_export\.LoraExport\.LlamaCpp'
 asan_left_out+='|_NOT_BUILT'
-cmake -S . -B build-asan "${flags[@]}" -DGPT2_SANITIZE=address
+cmake -S . -B build-asan "${flags[@]}" "${asan_compilers[@]}" -DGPT2_SANITIZE=address
 # The programs and the test programs whose tests run here (the others are not built).
 asan_targets=(train_gpt2 inference prepare_data convert_model)
 for test_source in tests/test_*.cpp; do

@@ -572,7 +572,7 @@ bool reset_peak_resident() {
 // the allocator and the test's own pages. Each format the programs read a base from: our
 // checkpoint (trailer and checksum), llm.c's plain and bf16 files, and a Hugging Face directory.
 TEST_F(Checkpoint, LoadingAModelFileHoldsTheModelOnceNotTheFileBesideIt) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef GPT2_SANITIZER_BUILD
     GTEST_SKIP() << "a sanitizer's shadow memory counts in the resident size";
 #endif
     const ModelConfig config{256, 8192, 8192, 8, 8, 512};
@@ -615,7 +615,7 @@ TEST_F(Checkpoint, LoadingAModelFileHoldsTheModelOnceNotTheFileBesideIt) {
 // Every format convert_model writes: Hugging Face, GGUF (f32 and q8_0), llm.c's bf16 file, and our
 // checkpoint.
 TEST_F(Checkpoint, WritingAModelFileHoldsOneTensorNotACopyOfTheModel) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef GPT2_SANITIZER_BUILD
     GTEST_SKIP() << "a sanitizer's shadow memory counts in the resident size";
 #endif
     const auto tokenizer = make_char_tokenizer("ROMEO:\nO, she doth teach the torches to burn!");

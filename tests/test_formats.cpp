@@ -36,6 +36,10 @@ const std::string kReference = std::string(GPT2_SOURCE_DIR) + "/tests/hf_gpt2_re
 // ---- Element types ---------------------------------------------------------------------------
 
 TEST(ElementTypes, HalfConversionsMatchTheCompilersFloat16) {
+#ifndef __FLT16_MANT_DIG__
+    // clang 14 (the AddressSanitizer build) has no _Float16 on x86; GCC's builds run this test.
+    GTEST_SKIP() << "this compiler has no _Float16 to compare with";
+#else
     for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
         const auto h = static_cast<std::uint16_t>(bits);
         _Float16 reference;
@@ -61,6 +65,7 @@ TEST(ElementTypes, HalfConversionsMatchTheCompilersFloat16) {
         std::memcpy(&expected, &reference, 2);
         ASSERT_EQ(float_to_half(value), expected) << value;
     }
+#endif
 }
 
 // ---- safetensors -----------------------------------------------------------------------------

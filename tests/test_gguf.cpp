@@ -199,7 +199,7 @@ TEST(GgufImport, AFileLlamaCppsQuantizerWroteReadsAsOursDoes) {
     const fs::path lib =
         kLlamaModules / "@node-llama-cpp/linux-x64/bins/linux-x64/libllama.v0.4.0.so";
     if (!fs::exists(lib)) GTEST_SKIP() << "node-llama-cpp's libllama is not installed: " << lib;
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef GPT2_SANITIZER_BUILD
     GTEST_SKIP() << "llama.cpp's library is not built for the sanitizers";
 #endif
     const ScratchDir dir("gpt2-gguf-llama-quantized");

@@ -66,7 +66,13 @@ MPI_Comm comm_of(const std::shared_ptr<const Handle>& handle) {
 }
 }  // namespace
 
-#if defined(__SANITIZE_ADDRESS__)
+// GCC says __SANITIZE_ADDRESS__, clang (dev/sanitizers.sh's ASan build) __has_feature.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GPT2_ADDRESS_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(GPT2_ADDRESS_SANITIZER)
 // Under AddressSanitizer (dev/sanitizers.sh): Open MPI keeps allocations in its plugins until
 // exit, and LeakSanitizer can attribute them to Open MPI (tests/lsan.supp) only when it records
 // every allocation's full stack, which makes allocation several times slower. Only the processes
