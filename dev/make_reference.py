@@ -13,6 +13,14 @@ It also writes tests/data/gpt2_masked_reference.bin: the same model and batch wi
 whole sequence, every other position), the mean loss over the trained targets and the gradient,
 as F.cross_entropy(ignore_index=-100) gives them (what train_gpt2 does with prepare_data's masks).
 
+And tests/data/gpt2_muon_reference.bin: the same model and batch trained 3 steps by Muon (Keller
+Jordan's muon_update as github.com/KellerJordan/Muon writes it, in fp32: momentum 0.95 with
+Nesterov, five quintic Newton-Schulz iterations with (3.4445, -4.7750, 2.0315) on the
+Frobenius-normalized update, transposed when it has more rows than columns, scaled by
+sqrt(max(1, rows / cols)), decoupled weight decay lr * wd) on Q, K, V (apart), the attention
+projection, fc and its projection of every layer, and torch's AdamW on the rest, after clipping
+to norm 1: the weights after the first and the last step, the losses and the norms.
+
 And tests/data/gpt2_lora_reference.bin (the frozen model with a LoRA adapter of rank 4 on the four
 projections, PEFT's formula: the loss, lnf and the adapter's gradient), and
 tests/data/gpt2_dropout_reference.bin: the same model and batch trained with
@@ -268,6 +276,89 @@ def write_lora_fixture(path):
     print(f"wrote {path} ({path.stat().st_size} bytes): loss {loss.item():.7f}")
 
 
+MUON_LR, MUON_MOMENTUM, MUON_WEIGHT_DECAY, MUON_STEPS = 0.02, 0.95, 0.1, 3
+
+
+def newton_schulz5(g, steps=5):
+    """Muon's zeropower_via_newtonschulz5, in fp32 (the published one runs in bf16)."""
+    a, b, c = (3.4445, -4.7750, 2.0315)
+    x = g.clone()
+    if g.size(-2) > g.size(-1):
+        x = x.mT
+    x = x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    for _ in range(steps):
+        A = x @ x.mT
+        B = b * A + c * A @ A
+        x = a * x + B @ x
+    if g.size(-2) > g.size(-1):
+        x = x.mT
+    return x
+
+
+def muon_pieces(params):
+    """The matrices Muon orthogonalizes, as views: per layer Q, K, V, attproj, fc, fcproj."""
+    pieces = []
+    for l in range(L):
+        for part in range(3):
+            pieces.append(("qkvw", l, slice(part * C, (part + 1) * C)))
+        pieces += [("attprojw", l, slice(None)), ("fcw", l, slice(None)),
+                   ("fcprojw", l, slice(None))]
+    return pieces
+
+
+def write_muon_fixture(path):
+    """Three clipped Muon steps (AdamW for the embeddings, LayerNorms and biases)."""
+    torch.manual_seed(SEED)
+    params = init_params()
+    idx = torch.randint(0, V, (B, T))
+    targets = torch.randint(0, V, (B, T))
+    names = [n for n, _, _ in PARAM_SPECS]
+    muon_names = {"qkvw", "attprojw", "fcw", "fcprojw"}
+    adamw = torch.optim.AdamW(
+        [
+            {"params": [params[n] for n in names if n in DECAYED and n not in muon_names],
+             "weight_decay": WEIGHT_DECAY},
+            {"params": [params[n] for n in names if n not in DECAYED], "weight_decay": 0.0},
+        ],
+        lr=LR, betas=(BETA1, BETA2), eps=ADAM_EPS, foreach=False)
+    momentum = {n: torch.zeros_like(params[n]) for n in muon_names}
+    losses, norms, after = [], [], []
+    for step in range(MUON_STEPS):
+        adamw.zero_grad(set_to_none=True)
+        for n in muon_names:
+            params[n].grad = None
+        _, step_loss = forward(params, idx, targets)
+        step_loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_([params[n] for n in names], MAX_GRAD_NORM)
+        losses.append(step_loss.item())
+        norms.append(norm.item())
+        adamw.step()
+        with torch.no_grad():
+            for name, l, rows in muon_pieces(params):
+                grad = params[name].grad[l][rows]
+                buf = momentum[name][l][rows]
+                buf.lerp_(grad, 1 - MUON_MOMENTUM)
+                update = grad.clone().lerp_(buf, MUON_MOMENTUM)  # Nesterov
+                update = newton_schulz5(update)
+                update *= max(1, grad.size(-2) / grad.size(-1)) ** 0.5
+                weight = params[name][l][rows]
+                weight.mul_(1 - MUON_LR * MUON_WEIGHT_DECAY)
+                weight.add_(update, alpha=-MUON_LR)
+        if step == 0 or step == MUON_STEPS - 1:
+            after.append(flatten(params))
+
+    def f32(t):
+        return np.asarray(t.detach().numpy(), dtype=np.float32)
+
+    write_fixture(path, [
+        ("muon.hparams", np.array([MUON_LR, MUON_MOMENTUM, MUON_WEIGHT_DECAY], dtype=np.float32)),
+        ("muon.losses", np.array(losses, dtype=np.float32)),
+        ("muon.grad_norms", np.array(norms, dtype=np.float32)),
+        ("muon.params_after_first", f32(after[0])),
+        ("muon.params_after_last", f32(after[1])),
+    ])
+
+
 def write_fixture(path, records):
     """Serialize [(name, np.ndarray)] in the GPT2REF1 format."""
     dtypes = {np.dtype(np.float32): 0, np.dtype(np.int32): 1}
@@ -434,6 +525,7 @@ def main():
     write_dropout_fixture(args.output.parent / "gpt2_dropout_reference.bin")
     write_masked_fixture(args.output.parent / "gpt2_masked_reference.bin")
     write_lora_fixture(args.output.parent / "gpt2_lora_reference.bin")
+    write_muon_fixture(args.output.parent / "gpt2_muon_reference.bin")
     print(f"wrote {args.output} ({args.output.stat().st_size} bytes, {len(records)} records)")
     for name, arr in records:
         print(f"  {name:20s} {'int32' if arr.dtype == np.int32 else 'float32'} {list(arr.shape)}")

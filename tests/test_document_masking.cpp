@@ -13,6 +13,7 @@
 #include "model/forward_backward.hpp"
 #include "model/model.hpp"
 #include "ops/attention.hpp"
+#include "optim/adamw.hpp"
 #include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"
 #include "test_support.hpp"
@@ -129,7 +130,7 @@ TrainResult train_ten_steps(int workers, int B, bool masked) {
     const int T = 32;
     Model model(kConfig);
     init_parameters(model, 7);
-    AdamWState optimizer(model.layout.total());
+    AdamW optimizer(model.layout.total());
     WorkerGroup group(kConfig, workers, B, T, false, Precision::Fp32, Recompute::Layers);
     const Communicator comm = Communicator::single_process();
     AllreduceExchange exchange(comm, model.layout.total(), 0);

@@ -9,7 +9,7 @@
 #include "core/file_io.hpp"
 #include "formats/checkpoint.hpp"
 #include "formats/resume_state.hpp"
-#include "model/optimizer.hpp"
+#include "optim/adamw.hpp"
 #include "process_support.hpp"
 #include "train/log_lines.hpp"
 #include "train_run_fixture.hpp"
@@ -39,7 +39,7 @@ void expect_newest_checkpoint_verifies(const std::filesystem::path& out, int rou
     if (steps.empty()) return;  // killed before the first checkpoint completed
     const LoadedModel loaded = load_checkpoint(model_path(out, steps.front()));
     ASSERT_TRUE(loaded.extras.has_value()) << "round " << round;
-    AdamWState optimizer(loaded.model.layout.total());
+    OptimizerState optimizer(loaded.model.layout.total());
     EXPECT_NO_THROW(
         (void)load_resume_state(state_path(out, steps.front()), loaded.model.config, optimizer))
         << "round " << round << ", step " << steps.front();
@@ -92,7 +92,7 @@ TEST(Faults, AFullDiskDuringACheckpointKeepsThePreviousOneAndSaysWhy) {
         << result.output;
     ASSERT_EQ(list_checkpoints(out), std::vector<std::int64_t>{2});
     const LoadedModel kept = load_checkpoint(model_path(out, 2));
-    AdamWState optimizer(kept.model.layout.total());
+    OptimizerState optimizer(kept.model.layout.total());
     EXPECT_NO_THROW((void)load_resume_state(state_path(out, 2), kept.model.config, optimizer));
     // The failed write left nothing half-written behind.
     for (const auto& entry : std::filesystem::directory_iterator(out)) {

@@ -20,9 +20,9 @@
 #include "model/forward_backward.hpp"
 #include "model/generate.hpp"
 #include "model/kv_cache.hpp"
-#include "model/optimizer.hpp"
 #include "model/sampling.hpp"
 #include "ops/gemm.hpp"
+#include "optim/adamw.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -63,7 +63,7 @@ class InferenceProgram : public ::testing::Test {
                    static_cast<std::streamsize>(flipped.size()));
         std::ofstream(path("corpus.txt"), std::ios::binary) << corpus;
         // A training resume state beside its model, as train_gpt2 writes them.
-        AdamWState moments(model->layout.total());
+        OptimizerState moments(model->layout.total());
         save_resume_state(path("state_000010.bin"), ResumeState{}, c, moments);
         // A plain llm.c file of GPT-2's vocabulary (tiny otherwise), like gpt2_124M.bin.
         ModelConfig g = small_config(16);

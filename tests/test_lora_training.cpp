@@ -73,7 +73,7 @@ LoraSteps train_lora_in_process(int threads, float lora_dropout = 0.0f,
     EXPECT_TRUE(replica->workers.gradient().empty());  // no model gradient
     for (int w = 0; w < replica->workers.size(); ++w)
         EXPECT_EQ(replica->workers.context(w).gradient_window.size(), 0u) << w;
-    EXPECT_EQ(replica->optimizer.m.size(), replica->model.lora->layout.total());
+    EXPECT_EQ(replica->optimizer->state.m.size(), replica->model.lora->layout.total());
     const std::vector<float> base(replica->model.params.span().begin(),
                                   replica->model.params.span().end());
 
@@ -93,7 +93,7 @@ LoraSteps train_lora_in_process(int threads, float lora_dropout = 0.0f,
                         Dropout{0.0f, o.seed, static_cast<std::uint64_t>(step),
                                 replica->model.lora->config.dropout}};
         const StepMetrics m = train_step(
-            TrainState{replica->model, replica->optimizer, replica->workers, *replica->exchange},
+            TrainState{replica->model, *replica->optimizer, replica->workers, *replica->exchange},
             batch, StepRules{AdamWHyper{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f});
         EXPECT_FALSE(m.skipped);
         out.losses.push_back(m.loss);
@@ -672,7 +672,7 @@ TEST_F(LoraTraining, AResumeThatContradictsTheLoraStateIsRefusedNamingWhatDiffer
     const auto lora_on_full = six_steps(1, "stopped", "--resume " + full_state);
     EXPECT_EQ(lora_on_full.exit_code, 2) << lora_on_full.output;
     EXPECT_NE(lora_on_full.output.find("error: --resume " + full_state +
-                                       ": the state is of full training (AdamW moments for "
+                                       ": the state is of full training (optimizer state for "
                                        "every weight), not of a LoRA run: drop --lora-rank to "
                                        "resume it"),
               std::string::npos)

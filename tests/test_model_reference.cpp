@@ -11,6 +11,7 @@
 #include "model/forward_backward.hpp"
 #include "model/model.hpp"
 #include "ops/kernels.hpp"
+#include "optim/adamw.hpp"
 #include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"
 #include "reference_fixture.hpp"
@@ -281,7 +282,7 @@ AdamWReference adamw_reference(const ParameterLayout& layout, std::span<const fl
 TEST_P(ModelReferenceTraining, FiveClippedAdamWStepsMatchPyTorch) {
     Model model = make_model();
     const ParameterLayout& layout = model.layout;
-    AdamWState optimizer(layout.total());
+    AdamW optimizer(layout.total());
     WorkerGroup workers(config_, GetParam(), B_, T_, false);
     const Communicator comm = Communicator::single_process();
     AllreduceExchange exchange(comm, model.layout.total(), 0);
@@ -295,8 +296,10 @@ TEST_P(ModelReferenceTraining, FiveClippedAdamWStepsMatchPyTorch) {
     for (std::size_t s = 0; s < losses.size(); ++s) {
         const int t = static_cast<int>(s) + 1;
         const std::vector<float> p(model.params.data(), model.params.data() + layout.total());
-        const std::vector<float> m(optimizer.m.data(), optimizer.m.data() + layout.total());
-        const std::vector<float> v(optimizer.v.data(), optimizer.v.data() + layout.total());
+        const std::vector<float> m(optimizer.state.m.data(),
+                                   optimizer.state.m.data() + layout.total());
+        const std::vector<float> v(optimizer.state.v.data(),
+                                   optimizer.state.v.data() + layout.total());
         AdamWReference reference;
         TestHooks hooks;
         hooks.inspect_gradient = [&](std::span<const float> gradient, double norm) {
@@ -315,9 +318,9 @@ TEST_P(ModelReferenceTraining, FiveClippedAdamWStepsMatchPyTorch) {
         ASSERT_EQ(reference.params.size(), layout.total()) << "the gradient was not inspected";
         ASSERT_TRUE(within(layout, model.params.span(), reference.params, reference.params_tol))
             << "weights after step " << t;
-        ASSERT_TRUE(within(layout, optimizer.m.span(), reference.m, reference.m_tol))
+        ASSERT_TRUE(within(layout, optimizer.state.m.span(), reference.m, reference.m_tol))
             << "first moment after step " << t;
-        ASSERT_TRUE(within(layout, optimizer.v.span(), reference.v, reference.v_tol))
+        ASSERT_TRUE(within(layout, optimizer.state.v.span(), reference.v, reference.v_tol))
             << "second moment after step " << t;
     }
 
@@ -373,7 +376,7 @@ INSTANTIATE_TEST_SUITE_P(Workers, ModelReferenceTraining, ::testing::Values(1, 2
 TEST_P(ModelReferenceTraining, FiveBf16StepsFollowPyTorchAndKeepTheBf16CopyFresh) {
     Model model = make_model();
     set_precision(model, Precision::Bf16);
-    AdamWState optimizer(model.layout.total());
+    AdamW optimizer(model.layout.total());
     WorkerGroup workers(config_, GetParam(), B_, T_, false, Precision::Bf16);
     const Communicator comm = Communicator::single_process();
     AllreduceExchange exchange(comm, model.layout.total(), 0);

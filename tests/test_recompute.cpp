@@ -14,6 +14,7 @@
 #include "formats/checkpoint.hpp"
 #include "formats/resume_state.hpp"
 #include "model/forward_backward.hpp"
+#include "optim/adamw.hpp"
 #include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"
 #include "process_support.hpp"
@@ -99,7 +100,7 @@ std::pair<std::vector<double>, std::vector<float>> train_five_steps(int workers,
                                                                     Recompute recompute) {
     const int B = 4;
     Model model = make_model(Precision::Fp32);
-    AdamWState optimizer(model.layout.total());
+    AdamW optimizer(model.layout.total());
     WorkerGroup group(kConfig, workers, B, kT, false, Precision::Fp32, recompute);
     const Communicator comm = Communicator::single_process();
     AllreduceExchange exchange(comm, model.layout.total(), 0);

@@ -15,7 +15,7 @@
 #include "core/random.hpp"
 #include "formats/checkpoint.hpp"
 #include "formats/resume_state.hpp"
-#include "model/spike_guard.hpp"
+#include "optim/spike_guard.hpp"
 #include "process_support.hpp"
 #include "train/log_lines.hpp"
 #include "train_run_fixture.hpp"
@@ -215,7 +215,7 @@ TEST_F(TrainRun, PruningOnlyRemovesCheckpointsOfItsOwnLineage) {
 TEST(ResumeStateFile, HeaderIsWrittenFieldByFieldWithLineageScheduleLengthAndSpikeWindows) {
     const ScratchDir dir("gpt2-state-format");
     const ModelConfig config{16, 50, 64, 1, 2, 8};
-    AdamWState optimizer(ParameterLayout(config).total());
+    OptimizerState optimizer(ParameterLayout(config).total());
     optimizer.step = 77;
     ResumeState state;
     state.step = 12;
@@ -242,7 +242,7 @@ TEST(ResumeStateFile, HeaderIsWrittenFieldByFieldWithLineageScheduleLengthAndSpi
     std::memcpy(&num_params, bytes.data() + 60, 8);
     EXPECT_EQ(num_params, optimizer.m.size());
     EXPECT_EQ(read_run_id(path), state.run_id);
-    AdamWState loaded_optimizer(optimizer.m.size());
+    OptimizerState loaded_optimizer(optimizer.m.size());
     const ResumeState loaded = load_resume_state(path, config, loaded_optimizer);
     EXPECT_EQ(loaded.run_id, state.run_id);
     EXPECT_EQ(loaded.lr_decay_steps, 600);
@@ -292,7 +292,7 @@ TEST(ResumeStateFile, VersionOneFilesStillLoad) {
     std::ofstream(path, std::ios::binary)
         .write(reinterpret_cast<const char*>(bytes.data()),
                static_cast<std::streamsize>(bytes.size()));
-    AdamWState optimizer(P);
+    OptimizerState optimizer(P);
     const ResumeState state = load_resume_state(path, config, optimizer);
     EXPECT_EQ(state.step, 7);
     EXPECT_EQ(state.run_id, 0u);
@@ -307,7 +307,7 @@ TEST(ResumeStateFile, VersionOneFilesStillLoad) {
 TEST(ResumeStateFile, LoraStatesRecordTheInputDropoutAndVersionFourFilesStillLoad) {
     const ScratchDir dir("gpt2-state-lora");
     const ModelConfig config{16, 50, 64, 1, 2, 8};
-    AdamWState optimizer(1000);  // the adapter's moments
+    OptimizerState optimizer(1000);  // the adapter's moments
     for (std::size_t i = 0; i < optimizer.m.size(); ++i)
         optimizer.m[i] = static_cast<float>(i);
     ResumeState state;
@@ -323,7 +323,7 @@ TEST(ResumeStateFile, LoraStatesRecordTheInputDropoutAndVersionFourFilesStillLoa
     const std::size_t v4_header = 124 + 2 * (8 + 8 * 128) + 24;
     const std::size_t floats = optimizer.m.size() * 4;
     ASSERT_EQ(bytes.size(), v4_header + 4 + 2 * floats + 8);
-    AdamWState loaded_optimizer(optimizer.m.size());
+    OptimizerState loaded_optimizer(optimizer.m.size());
     const ResumeState loaded = load_resume_state(v5, config, loaded_optimizer);
     EXPECT_EQ(loaded.lora.config, state.lora.config);
     EXPECT_EQ(loaded.lora.base_fingerprint, 0xfeedULL);
@@ -418,7 +418,7 @@ TEST(CheckpointSizes, TheFootprintOfTheRoomCheckIsTheSizeOfTheFilesWritten) {
     const fs::path model_file = save_checkpoint(dir.path() / "model_000001.bin", model, extras);
     EXPECT_EQ(fs::file_size(model_file), checkpoint_file_bytes(config, 1234, 321));
     for (const bool lora : {false, true}) {
-        AdamWState optimizer(lora ? 999 : ParameterLayout(config).total());
+        OptimizerState optimizer(lora ? 999 : ParameterLayout(config).total());
         ResumeState state;
         if (lora) state.lora = LoraRecord{LoraConfig{4, 8.0f, {true, true, true, true}, 0.0f}};
         const fs::path state_file = dir.path() / "state_000001.bin";

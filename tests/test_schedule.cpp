@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "model/schedule.hpp"
+#include "optim/schedule.hpp"
 
 namespace gpt2 {
 namespace {

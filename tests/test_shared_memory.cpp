@@ -12,6 +12,7 @@
 
 #include "core/random.hpp"
 #include "core/shared_memory.hpp"
+#include "optim/adamw.hpp"
 #include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/shared_replica.hpp"
@@ -98,7 +99,7 @@ Trained train_ten_steps(bool share, Precision precision, int unshare_at = -1) {
     init_parameters(model, 7);
     set_precision(model, precision);
     const std::size_t P = model.layout.total();
-    AdamWState optimizer(P);
+    AdamW optimizer(P);
     WorkerGroup group(config, 2, B, T, false, precision);
     const Communicator comm = Communicator::single_process();
     const std::vector<Range> slices = {Range{0, P}};

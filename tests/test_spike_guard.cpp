@@ -13,7 +13,7 @@
 #include <string>
 
 #include "core/random.hpp"
-#include "model/spike_guard.hpp"
+#include "optim/spike_guard.hpp"
 #include "process_support.hpp"
 #include "train_run_fixture.hpp"
 

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "core/random.hpp"
+#include "ops/sum_of_squares.hpp"
+#include "optim/adamw.hpp"
 #include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/gradient_exchange.hpp"
@@ -44,7 +46,7 @@ TrainResult train_ten_steps(int workers, int B, Precision precision = Precision:
     Model model(config);
     init_parameters(model, 7);
     set_precision(model, precision);
-    AdamWState optimizer(model.layout.total());
+    AdamW optimizer(model.layout.total());
     WorkerGroup group(config, workers, B, T, false, precision);
     const Communicator comm = Communicator::single_process();
     AllreduceExchange exchange(comm, model.layout.total(), 0);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <span>
+#include <vector>
 
 namespace gpt2 {
 
@@ -26,6 +28,39 @@ struct Range {
     const std::size_t units = (n + align - 1) / align;
     const Range r = split_range(units, part, parts);
     return Range{std::min(r.begin * align, n), std::min(r.end * align, n)};
+}
+
+// `parts` slices of n items in order, as split_aligned's, except that a boundary never falls
+// strictly inside one of `whole` (sorted, disjoint ranges that one slice must hold entirely: an
+// optimizer's matrices): such a boundary moves to the nearer multiple of `align` outside every
+// one of them (a slice may then be empty).
+[[nodiscard]] inline std::vector<Range> slices_between(std::size_t n, int parts, std::size_t align,
+                                                       std::span<const Range> whole) {
+    const auto inside = [&](std::size_t b) -> const Range* {
+        for (const Range& r : whole) {
+            if (r.begin < b && b < r.end) return &r;
+        }
+        return nullptr;
+    };
+    const auto move = [&](std::size_t b, bool down) {
+        while (const Range* r = inside(b))
+            b = down ? r->begin / align * align : std::min(n, (r->end + align - 1) / align * align);
+        return b;
+    };
+    std::vector<Range> slices;
+    std::size_t begin = 0;
+    for (int part = 0; part < parts; ++part) {
+        std::size_t end = split_aligned(n, part, parts, align).end;
+        if (inside(end) != nullptr) {
+            const std::size_t down = move(end, true);
+            const std::size_t up = move(end, false);
+            end = end - down <= up - end ? down : up;
+        }
+        end = std::max(end, begin);
+        slices.push_back(Range{begin, end});
+        begin = end;
+    }
+    return slices;
 }
 
 }  // namespace gpt2

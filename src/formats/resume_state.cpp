@@ -15,6 +15,8 @@
 namespace gpt2 {
 
 namespace {
+// Version 6 (full training with an optimizer other than AdamW) adds the optimizer's kind after
+// version 3's header; AdamW runs keep writing version 3, which earlier builds read.
 // Version 5 (LoRA runs only) adds LoRA's input dropout rate after version 4's LoRA record; a
 // version 4 state is of a run without it (rate 0).
 // Version 4 (LoRA runs only) adds the adapter's configuration and the base's fingerprint.
@@ -27,6 +29,7 @@ constexpr std::array<char, 8> kStateMagicV2 = {'G', 'P', 'T', '2', 'S', 'T', 'A'
 constexpr std::array<char, 8> kStateMagicV3 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '3'};
 constexpr std::array<char, 8> kStateMagicV4 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '4'};
 constexpr std::array<char, 8> kStateMagicV5 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '5'};
+constexpr std::array<char, 8> kStateMagicV6 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '6'};
 constexpr std::size_t kHeaderBytesV1 = 112;
 constexpr std::size_t kHeaderBytesV2 = 124;
 constexpr std::size_t kWindowBytes = 8 + 8 * SpikeWindow::kWindow;
@@ -34,6 +37,7 @@ constexpr std::size_t kHeaderBytesV3 = kHeaderBytesV2 + 2 * kWindowBytes;
 constexpr std::size_t kLoraBytes = 4 + 4 + 4 + 4 + 8;  // rank, alpha, targets, base, fingerprint
 constexpr std::size_t kHeaderBytesV4 = kHeaderBytesV3 + kLoraBytes;
 constexpr std::size_t kHeaderBytesV5 = kHeaderBytesV4 + 4;  // the dropout rate
+constexpr std::size_t kHeaderBytesV6 = kHeaderBytesV3 + 4;  // the optimizer's kind
 
 void put_lora(ByteWriter& out, const LoraRecord& lora) {
     out.put(static_cast<std::int32_t>(lora.config.rank));
@@ -106,9 +110,10 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
     std::array<char, 8> magic{};
     std::memcpy(magic.data(), bytes.data(), 8);
     const bool v1 = magic == kStateMagicV1;
+    const bool v6 = magic == kStateMagicV6;
     const bool v5 = magic == kStateMagicV5;
     const bool v4 = magic == kStateMagicV4 || v5;
-    const bool v3 = magic == kStateMagicV3 || v4;
+    const bool v3 = magic == kStateMagicV3 || v4 || v6;
     if (!v1 && !v3 && magic != kStateMagicV2) {
         throw InputError(name + ": not a resume state file (bad magic)");
     }
@@ -133,8 +138,16 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
         h.state.norm_window = get_window(in, name, "gradient-norm-spike window");
     }
     if (v4) h.state.lora = get_lora(in, name, v5);
+    if (v6) {
+        const auto kind = in.get<std::uint32_t>("optimizer");
+        if (kind != static_cast<std::uint32_t>(OptimizerKind::Muon)) {
+            throw InputError(name + ": damaged header (optimizer " + std::to_string(kind) + ")");
+        }
+        h.state.optimizer = static_cast<OptimizerKind>(kind);
+    }
     h.bytes = in.offset();
     if (h.bytes != (v1   ? kHeaderBytesV1
+                    : v6 ? kHeaderBytesV6
                     : v5 ? kHeaderBytesV5
                     : v4 ? kHeaderBytesV4
                     : v3 ? kHeaderBytesV3
@@ -146,10 +159,12 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
 }  // namespace
 
 void save_resume_state(const std::filesystem::path& path, const ResumeState& state,
-                       const ModelConfig& config, const AdamWState& optimizer) {
+                       const ModelConfig& config, const OptimizerState& optimizer) {
     ByteWriter out;
     const bool lora = state.lora.config.rank > 0;
-    for (const char c : lora ? kStateMagicV5 : kStateMagicV3)
+    const bool adamw = state.optimizer == OptimizerKind::AdamW;
+    if (lora && !adamw) throw std::logic_error("save_resume_state: LoRA trains with AdamW");
+    for (const char c : lora ? kStateMagicV5 : adamw ? kStateMagicV3 : kStateMagicV6)
         out.put(c);
     out.put(state.step);
     out.put(state.seed);
@@ -164,6 +179,7 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
     put_window(out, state.loss_window);
     put_window(out, state.norm_window);
     if (lora) put_lora(out, state.lora);
+    if (!adamw) out.put(static_cast<std::uint32_t>(state.optimizer));
     const std::span<const std::uint8_t> header(out.bytes());
     const auto m = bytes_of(optimizer.m.data(), optimizer.m.size() * sizeof(float));
     const auto v = bytes_of(optimizer.v.data(), optimizer.v.size() * sizeof(float));
@@ -172,13 +188,16 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
     write_file_atomically(path, pieces);
 }
 
-std::uintmax_t resume_state_file_bytes(std::size_t moment_floats, bool lora) {
-    return (lora ? kHeaderBytesV5 : kHeaderBytesV3) + 2 * moment_floats * sizeof(float) +
-           sizeof(std::uint64_t);
+std::uintmax_t resume_state_file_bytes(std::size_t moment_floats, bool lora,
+                                       OptimizerKind optimizer) {
+    return (lora                                ? kHeaderBytesV5
+            : optimizer == OptimizerKind::AdamW ? kHeaderBytesV3
+                                                : kHeaderBytesV6) +
+           2 * moment_floats * sizeof(float) + sizeof(std::uint64_t);
 }
 
 ResumeState load_resume_state(const std::filesystem::path& path, const ModelConfig& config,
-                              AdamWState& optimizer) {
+                              OptimizerState& optimizer) {
     const std::vector<std::uint8_t> bytes = read_file_bytes(path);
     const std::string name = path.string();
     const StateHeader h = parse_header(bytes, name);

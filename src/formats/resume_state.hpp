@@ -1,6 +1,7 @@
 // Resume state and the checkpoint directory. A checkpoint at step N is two files written by rank
-// 0: model_N.bin (self-contained: weights, tokenizer, configuration) and then state_N.bin (AdamW
-// moments, step, RNG, the batch composition). A state file's presence means its model is complete.
+// 0: model_N.bin (self-contained: weights, tokenizer, configuration) and then state_N.bin (the
+// optimizer's kind and state, step, RNG, the batch composition). A state file's presence means its
+// model is complete.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +13,8 @@
 #include "core/random.hpp"
 #include "model/lora.hpp"
 #include "model/model.hpp"
-#include "model/optimizer.hpp"
-#include "model/spike_guard.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/spike_guard.hpp"
 
 namespace gpt2 {
 
@@ -43,19 +44,22 @@ struct ResumeState {
     SpikeWindow loss_window;
     SpikeWindow norm_window;
     LoraRecord lora;  // a LoRA run's (config.rank > 0), else empty
+    // The optimizer whose state the file holds (version 6; AdamW before).
+    OptimizerKind optimizer = OptimizerKind::AdamW;
 };
 
 // The 64-bit fingerprint of a LoRA run's frozen base weights that its state records.
 [[nodiscard]] std::uint64_t lora_base_fingerprint(std::span<const float> base);
 
 void save_resume_state(const std::filesystem::path& path, const ResumeState& state,
-                       const ModelConfig& config, const AdamWState& optimizer);
-// The size in bytes of the state file save_resume_state writes for AdamW moments of
-// `moment_floats` values each (a LoRA run's state has a longer header).
-[[nodiscard]] std::uintmax_t resume_state_file_bytes(std::size_t moment_floats, bool lora);
+                       const ModelConfig& config, const OptimizerState& optimizer);
+// The size in bytes of the state file save_resume_state writes for optimizer state of
+// `moment_floats` values per buffer (a LoRA run's state, and a Muon run's, has a longer header).
+[[nodiscard]] std::uintmax_t resume_state_file_bytes(
+    std::size_t moment_floats, bool lora, OptimizerKind optimizer = OptimizerKind::AdamW);
 // Loads into `optimizer` (sized for config). InputError naming the file on any mismatch or damage.
 [[nodiscard]] ResumeState load_resume_state(const std::filesystem::path& path,
-                                            const ModelConfig& config, AdamWState& optimizer);
+                                            const ModelConfig& config, OptimizerState& optimizer);
 // Checks a state file whole without loading it into an optimizer (its header, its size for the
 // parameter count the header gives, its checksum; read a piece at a time): InputError naming the
 // file and what is wrong. --resume auto skips a checkpoint whose state does not verify.

@@ -64,15 +64,14 @@ double AdapterExchange::norm_squared(std::span<float> gradient, WorkerGroup& wor
                                   nullptr);  // every rank holds it
 }
 
-void AdapterExchange::update(Model& model, AdamWState& optimizer, std::span<float> gradient,
-                             const AdamWHyper& hyper, float clip, WorkerGroup& workers) {
-    const int W = workers.size();
-    const std::int64_t t = ++optimizer.step;
-    const std::span<float> params = model.lora->params.span();
-    workers.pool().run([&](int w) {
-        const Range r = split_range(floats_, w, W);
-        adamw_update_matrices(params, gradient, optimizer, r.begin, r.end, hyper, t, clip);
-    });
+TrainedParameters AdapterExchange::trained(Model& model) {
+    if (model.lora == nullptr)
+        throw std::invalid_argument("AdapterExchange: the model has no adapter");
+    return {model.lora->params.span(), {}, nullptr};
+}
+
+void AdapterExchange::publish(Model& /*model*/, WorkerGroup& /*workers*/) {
+    // Every rank updated the whole adapter alike.
 }
 
 void AdapterExchange::discard(std::span<float> gradient, WorkerGroup& workers) {

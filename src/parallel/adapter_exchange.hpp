@@ -19,8 +19,8 @@ class AdapterExchange final : public GradientExchange {
                                         const StepBatch& batch, bool overlap) override;
     [[nodiscard]] std::span<float> finish(WorkerGroup& workers) override;
     [[nodiscard]] double norm_squared(std::span<float> gradient, WorkerGroup& workers) override;
-    void update(Model& model, AdamWState& optimizer, std::span<float> gradient,
-                const AdamWHyper& hyper, float clip, WorkerGroup& workers) override;
+    [[nodiscard]] TrainedParameters trained(Model& model) override;
+    void publish(Model& model, WorkerGroup& workers) override;
     void discard(std::span<float> gradient, WorkerGroup& workers) override;
     [[nodiscard]] Range owned() const override { return Range{0, floats_}; }
     [[nodiscard]] const Communicator& world() const override { return comm_; }

@@ -23,9 +23,8 @@ double AllreduceExchange::norm_squared(std::span<float> gradient, WorkerGroup& w
                                   nullptr);  // every rank holds it
 }
 
-void AllreduceExchange::update(Model& model, AdamWState& optimizer, std::span<float> gradient,
-                               const AdamWHyper& hyper, float clip, WorkerGroup& workers) {
-    update_owned(model, optimizer, gradient, owned(), hyper, clip, workers);
+void AllreduceExchange::publish(Model& /*model*/, WorkerGroup& /*workers*/) {
+    // Every rank updated all of the weights alike.
 }
 
 void AllreduceExchange::discard(std::span<float> gradient, WorkerGroup& workers) {

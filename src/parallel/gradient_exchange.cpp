@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "ops/sum_of_squares.hpp"
+
 namespace gpt2::exchange_detail {
 
 void owned_block_sums(std::span<float> gradient, Range owned, WorkerGroup& workers,
@@ -45,19 +47,6 @@ double norm_squared_in_blocks(std::span<float> gradient, Range owned, WorkerGrou
     return sum_in_block_order(block_sums);
 }
 
-void update_owned(Model& model, AdamWState& optimizer, std::span<float> gradient, Range owned,
-                  const AdamWHyper& hyper, float clip, WorkerGroup& workers) {
-    const int W = workers.size();
-    const std::int64_t t = ++optimizer.step;
-    const std::span<float> params = model.params.span();
-    const std::span<Bf16> params_bf16 = model.params_bf16.span();  // empty in fp32
-    workers.pool().run([&](int w) {
-        const Range r = split_range(owned.end - owned.begin, w, W);
-        adamw_update_range(model.layout, params, gradient, optimizer, owned.begin + r.begin,
-                           owned.begin + r.end, hyper, t, clip, params_bf16);
-    });
-}
-
 void clear_owned(std::span<float> gradient, Range owned, WorkerGroup& workers) {
     const int W = workers.size();
     workers.pool().run([&](int w) {
@@ -76,6 +65,10 @@ double sum_in_block_order(std::span<const float> block_sums) {
     for (const float block : block_sums)
         total += block;
     return total;
+}
+
+TrainedParameters GradientExchange::trained(Model& model) {
+    return {model.params.span(), model.params_bf16.span(), &model.layout};
 }
 
 std::span<float> GradientExchange::rank_gradient(WorkerGroup& workers) {

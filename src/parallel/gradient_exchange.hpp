@@ -1,17 +1,26 @@
-// How a step sums the gradient across ranks and which weights each rank updates: one interface,
-// and one implementation per strategy (allreduce.hpp, zero.hpp, shared_memory.hpp), each owning
-// its buffers and threads.
+// How a step sums the gradient across ranks, which weights each rank updates and how the updated
+// weights reach every rank: one interface, and one implementation per strategy (allreduce.hpp,
+// zero.hpp, shared_replica.hpp, adapter_exchange.hpp), each owning its buffers and threads. Which
+// optimizer updates the owned weights is not its business (train/step.cpp calls it between
+// finish() and publish()).
 #pragma once
 
 #include <span>
 
 #include "core/range.hpp"
 #include "model/model.hpp"
-#include "model/optimizer.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/worker_group.hpp"
 
 namespace gpt2 {
+
+// The parameters a step's optimizer updates: the model's, with their bf16 copy (empty in fp32) and
+// layout, or what the exchange trains instead (a LoRA adapter's: no copy, no layout).
+struct TrainedParameters {
+    std::span<float> params;
+    std::span<Bf16> params_bf16;
+    const ParameterLayout* layout = nullptr;
+};
 
 // What a step needs of the exchange, in the order it calls it (train/step.cpp).
 class GradientExchange {
@@ -28,10 +37,11 @@ class GradientExchange {
     [[nodiscard]] virtual std::span<float> finish(WorkerGroup& workers) = 0;
     // The squared norm of the whole summed gradient, the same number on every rank.
     [[nodiscard]] virtual double norm_squared(std::span<float> gradient, WorkerGroup& workers) = 0;
-    // AdamW on the owned() elements with the gradient multiplied by `clip`; afterwards every rank
-    // holds the same weights and the gradient buffers are zero for the next step.
-    virtual void update(Model& model, AdamWState& optimizer, std::span<float> gradient,
-                        const AdamWHyper& hyper, float clip, WorkerGroup& workers) = 0;
+    // The parameters the optimizer updates (the model's by default).
+    [[nodiscard]] virtual TrainedParameters trained(Model& model);
+    // After the optimizer updated the owned() elements (and zeroed their gradient): every rank
+    // holds the same weights, and the gradient buffers are zero for the next step.
+    virtual void publish(Model& model, WorkerGroup& workers) = 0;
     // A skipped step: the gradient cleared for the next, no weight changed.
     virtual void discard(std::span<float> gradient, WorkerGroup& workers) = 0;
 
@@ -47,7 +57,7 @@ class GradientExchange {
 // The gradient's squared norm comes out the same bits for any split of the step over workers and
 // ranks: the buffer is cut into blocks of kNormBlock elements from element 0, each block's sum of
 // squares taken alone (sum_of_squares: float lanes), and the block sums added in double in block
-// order. Ranks' slices begin on block boundaries (split_aligned), so no block is cut between two
+// order. Ranks' slices begin on block boundaries (slice_between), so no block is cut between two
 // ranks, and a block summed on one rank travels to the others exactly (x + 0 = x).
 inline constexpr std::size_t kNormBlock = 1024;
 [[nodiscard]] inline std::size_t norm_blocks(std::size_t n) {
@@ -69,9 +79,6 @@ void owned_block_sums(std::span<float> gradient, Range owned, WorkerGroup& worke
 [[nodiscard]] double norm_squared_in_blocks(std::span<float> gradient, Range owned,
                                             WorkerGroup& workers, bool clear_others,
                                             const Communicator* ranks, bool counts = true);
-// AdamW over gradient[owned] divided among the workers (step number advanced once).
-void update_owned(Model& model, AdamWState& optimizer, std::span<float> gradient, Range owned,
-                  const AdamWHyper& hyper, float clip, WorkerGroup& workers);
 // gradient[owned] zeroed on the workers.
 void clear_owned(std::span<float> gradient, Range owned, WorkerGroup& workers);
 }  // namespace exchange_detail

@@ -138,9 +138,7 @@ double SharedMemoryExchange::norm_squared(std::span<float> gradient, WorkerGroup
     return norm_squared_in_blocks(gradient, owned(), workers, false, &world_, counts);
 }
 
-void SharedMemoryExchange::update(Model& model, AdamWState& optimizer, std::span<float> gradient,
-                                  const AdamWHyper& hyper, float clip, WorkerGroup& workers) {
-    update_owned(model, optimizer, gradient, owned(), hyper, clip, workers);
+void SharedMemoryExchange::publish(Model& /*model*/, WorkerGroup& /*workers*/) {
     machine().barrier();  // every slice of the weights is updated before anyone's next forward
 }
 

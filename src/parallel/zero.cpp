@@ -39,10 +39,8 @@ double ZeroExchange::norm_squared(std::span<float> gradient, WorkerGroup& worker
     return norm_squared_in_blocks(gradient, owned(), workers, true, &comm_);
 }
 
-void ZeroExchange::update(Model& model, AdamWState& optimizer, std::span<float> gradient,
-                          const AdamWHyper& hyper, float clip, WorkerGroup& workers) {
+void ZeroExchange::publish(Model& model, WorkerGroup& workers) {
     const Range mine = owned();
-    update_owned(model, optimizer, gradient, mine, hyper, clip, workers);
     const std::span<float> params = model.params.span();
     comm_.allgather_slices(params, slices_);
     const std::span<Bf16> params_bf16 = model.params_bf16.span();  // empty in fp32

@@ -21,8 +21,7 @@ class ZeroExchange final : public GradientExchange {
                                         const StepBatch& batch, bool overlap) override;
     [[nodiscard]] std::span<float> finish(WorkerGroup& workers) override;
     [[nodiscard]] double norm_squared(std::span<float> gradient, WorkerGroup& workers) override;
-    void update(Model& model, AdamWState& optimizer, std::span<float> gradient,
-                const AdamWHyper& hyper, float clip, WorkerGroup& workers) override;
+    void publish(Model& model, WorkerGroup& workers) override;
     void discard(std::span<float> gradient, WorkerGroup& workers) override;
     [[nodiscard]] Range owned() const override {
         return slices_[static_cast<std::size_t>(comm_.rank())];

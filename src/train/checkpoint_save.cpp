@@ -15,8 +15,8 @@
 namespace gpt2 {
 
 void TrainingLoop::save(std::int64_t completed) {
-    std::unique_ptr<AdamWState> gathered;
-    const AdamWState& optimizer = full_optimizer(replica_, comm_, gathered);
+    std::unique_ptr<OptimizerState> gathered;
+    const OptimizerState& optimizer = full_optimizer(replica_, comm_, gathered);
     if (!comm_.is_root()) return;
     const auto t0 = Clock::now();
     const std::filesystem::path out_dir = o_.checkpoints.out_dir;
@@ -47,6 +47,7 @@ void TrainingLoop::save(std::int64_t completed) {
     state.lr_decay_steps = plan_.decay_steps;
     state.loss_window = plan_.spikes.loss;
     state.norm_window = plan_.spikes.norm;
+    state.optimizer = replica_.optimizer->kind();
     if (const std::shared_ptr<LoraAdapter>& adapter = replica_.model.lora) {
         // What a resume must give again: the same adapter on the same base.
         state.lora =

@@ -15,7 +15,8 @@ namespace gpt2 {
 
 MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size, int seq_len,
                        Precision precision, Recompute recompute, int moment_parts,
-                       const std::optional<LoraConfig>& lora, bool layer_matrices_bf16_only) {
+                       const std::optional<LoraConfig>& lora, bool layer_matrices_bf16_only,
+                       OptimizerKind optimizer) {
     MemoryNeed need;
     need.recompute = recompute;
     need.workers = workers;
@@ -57,7 +58,8 @@ MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size, i
     need.windows_bytes = static_cast<std::size_t>(std::max(need.with_sequences - 1, 0)) *
                          gradient_window_floats(config) * sizeof(float);
     const std::size_t gradient = P * sizeof(float);
-    const std::size_t moments = 2 * P * sizeof(float) / static_cast<std::size_t>(moment_parts);
+    const std::size_t moments = optimizer_state_bytes(optimizer, ParameterLayout(config)) /
+                                static_cast<std::size_t>(moment_parts);
     need.rank_bytes = weights + gradient + moments;
     return need;
 }
@@ -76,7 +78,7 @@ std::string what_would_fit(const TrainOptions& o, const ModelConfig& config, con
                            const std::optional<AvailableMemory>& available) {
     const auto need_for = [&](int workers, int batch, Recompute level) {
         return memory_need(config, workers, batch, o.batch.seq_len, o.compute.precision, level,
-                           moment_parts, lora, o.lora.bf16_base);
+                           moment_parts, lora, o.lora.bf16_base, o.optimizer.kind);
     };
     std::vector<std::string> options;
     if (need.recompute == Recompute::Cheap &&
@@ -118,7 +120,8 @@ MemoryPlan plan_memory(const TrainOptions& o, const Communicator& comm, const Co
     plan.available = available_memory();
     const auto need_for = [&](Recompute level) {
         return memory_need(config, workers, o.batch.batch_size, o.batch.seq_len,
-                           o.compute.precision, level, moment_parts, lora, o.lora.bf16_base);
+                           o.compute.precision, level, moment_parts, lora, o.lora.bf16_base,
+                           o.optimizer.kind);
     };
     Recompute level = o.compute.recompute.value_or(Recompute::Cheap);
     if (!o.compute.recompute) {

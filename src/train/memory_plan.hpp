@@ -11,6 +11,7 @@
 #include "core/system_memory.hpp"
 #include "model/lora.hpp"
 #include "model/training_context.hpp"
+#include "optim/optimizer.hpp"
 
 namespace gpt2 {
 
@@ -42,16 +43,17 @@ struct MemoryNeed {
     }
 };
 
-// `moment_parts`: how many ranks hold a part of the AdamW moments (ZeRO-1 or shared-memory
-// slices), 1 when every rank holds them all. `lora`: only an adapter of that shape trains (LoRA),
-// the base frozen; with LoRA's input dropout each worker keeps its dropped input in scratch.
-// `layer_matrices_bf16_only` (--lora-base bf16): the frozen base's layer matrices without their
-// fp32 copies.
+// `moment_parts`: how many ranks hold a part of the optimizer's state (ZeRO-1 or shared-memory
+// slices), 1 when every rank holds it all; `optimizer` says how much it keeps per parameter.
+// `lora`: only an adapter of that shape trains (LoRA), the base frozen; with LoRA's input dropout
+// each worker keeps its dropped input in scratch. `layer_matrices_bf16_only` (--lora-base bf16):
+// the frozen base's layer matrices without their fp32 copies.
 [[nodiscard]] MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size,
                                      int seq_len, Precision precision, Recompute recompute,
                                      int moment_parts,
                                      const std::optional<LoraConfig>& lora = std::nullopt,
-                                     bool layer_matrices_bf16_only = false);
+                                     bool layer_matrices_bf16_only = false,
+                                     OptimizerKind optimizer = OptimizerKind::AdamW);
 
 // The level the run trains with and what it needs, decided on every rank alike.
 struct MemoryPlan {

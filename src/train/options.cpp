@@ -168,6 +168,18 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     require(o.optimizer.eps > 0.0f, "--eps must be positive");
     require(o.optimizer.weight_decay >= 0.0f, "--weight-decay must not be negative");
     require(o.optimizer.grad_clip >= 0.0f, "--grad-clip must not be negative");
+    require(o.optimizer.muon_lr > 0.0f, "--muon-lr must be positive");
+    require(o.optimizer.muon_momentum >= 0.0f && o.optimizer.muon_momentum < 1.0f,
+            "--muon-momentum must be in [0, 1)");
+    require(o.optimizer.muon_weight_decay >= 0.0f, "--muon-weight-decay must not be negative");
+    for (const char* flag : {"muon-lr", "muon-momentum", "muon-weight-decay"}) {
+        require(o.optimizer.kind == OptimizerKind::Muon || !o.was_given(flag),
+                fmt::format("--{} applies to --optimizer muon only (this run trains with adamw)",
+                            flag));
+    }
+    require(o.optimizer.kind != OptimizerKind::Muon || !o.lora.enabled(),
+            "--optimizer muon trains whole hidden matrices; LoRA trains adapters (AdamW): drop "
+            "--optimizer muon or --lora-rank");
     require(o.parallel.zero == 0 || o.parallel.zero == 1, "--zero must be 0 or 1");
     require(o.test.simulate_machines == 0 || world_size % o.test.simulate_machines == 0,
             "--simulate-machines must divide the number of ranks");

@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "model/model.hpp"
-#include "model/schedule.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/schedule.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace gpt2 {
@@ -55,6 +56,12 @@ struct TrainOptions {
 
     // The optimizer, its schedule and the run's length.
     struct Optimizer {
+        // --optimizer: AdamW for everything, or Muon for the hidden matrices (AdamW for the rest,
+        // with --lr and the AdamW flags).
+        OptimizerKind kind = OptimizerKind::AdamW;
+        float muon_lr = 0.02f;  // Muon's peak learning rate; the schedule scales it as --lr
+        float muon_momentum = 0.95f;
+        float muon_weight_decay = 0.0f;
         float lr = 3e-3f;
         // The decay's final learning rate: --min-lr as given, else lr / 10 (nanoGPT's advice), so
         // that any --lr has a schedule (parse_train_options fills it in).
@@ -207,5 +214,10 @@ void validate_train_options(const TrainOptions& options, int world_size);
 // The tokenizer kind a run uses when neither weights nor shards bring one: --tokenizer if given,
 // else gpt2 for one of GPT-2's presets (--model gpt2-124M...), else the default (char).
 [[nodiscard]] TokenizerKind requested_tokenizer(const TrainOptions& options);
+
+// Muon's settings from the flags.
+[[nodiscard]] inline MuonSettings muon_settings(const TrainOptions& o) {
+    return MuonSettings{o.optimizer.muon_momentum, o.optimizer.muon_weight_decay};
+}
 
 }  // namespace gpt2

@@ -108,15 +108,15 @@ ExchangePlan plan_exchange(const TrainOptions& o, const Communicator& comm) {
 
 // The full moments on rank 0 (for a checkpoint) from every rank's slice; without slices the
 // optimizer itself. Every rank calls it.
-const AdamWState& full_optimizer(const Replica& replica, const Communicator& comm,
-                                 std::unique_ptr<AdamWState>& gathered) {
-    if (replica.update_slices.empty()) return replica.optimizer;
+const OptimizerState& full_optimizer(const Replica& replica, const Communicator& comm,
+                                     std::unique_ptr<OptimizerState>& gathered) {
+    if (replica.update_slices.empty()) return replica.optimizer->state;
     const std::size_t P = replica.model.layout.total();
-    gathered = std::make_unique<AdamWState>(comm.is_root() ? P : 0);
-    gathered->step = replica.optimizer.step;
+    gathered = std::make_unique<OptimizerState>(comm.is_root() ? P : 0);
+    gathered->step = replica.optimizer->state.step;
     const Range given = replica.checkpoint_slice(comm);
-    for (const auto& [mine, full] : {std::pair{&replica.optimizer.m, &gathered->m},
-                                     std::pair{&replica.optimizer.v, &gathered->v}}) {
+    for (const auto& [mine, full] : {std::pair{&replica.optimizer->state.m, &gathered->m},
+                                     std::pair{&replica.optimizer->state.v, &gathered->v}}) {
         comm.gather_slices(mine->span().first(given.end - given.begin), full->span(),
                            replica.checkpoint_slices);
     }
@@ -187,13 +187,16 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
             replica->workers.context(w).reserve_adapter(
                 adapter->config.rank, lora_dropout_channels(config, adapter->config.dropout));
         replica->model.lora = adapter;
-        replica->optimizer = AdamWState(adapter->layout.total(), 0);  // no slices: all of it
+        // No slices: every rank updates all of the adapter, with AdamW.
+        replica->optimizer = make_optimizer(OptimizerKind::AdamW, adapter->layout.total());
         replica->exchange =
             std::make_unique<AdapterExchange>(comm, adapter->layout.total(), workers);
         exchange.share_memory = false;
         exchange.bucket_mb = 0.0;
         return replica;
     }
+    const OptimizerKind kind = o.optimizer.kind;
+    const MuonSettings muon = muon_settings(o);
     SharedGradients shared;
     if (exchange.share_memory) {
         exchange.share_error =
@@ -214,13 +217,13 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
         // Each rank updates its slice of its machine's weights; the checkpoint's moments come
         // from world rank 0's machine.
         replica->set_slices(comm, machines.machine.rank(), machines.machine.size(),
-                            machines.on_first);
+                            machines.on_first, kind, muon);
         if (machines.machines > 1) replica->copies_across = &machines.across;
     } else if (o.parallel.zero == 1 || exchange.share_memory) {
         // ZeRO-1 (asked for, or where sharing failed: the same slices, nothing shared).
-        replica->set_slices(comm, comm.rank(), comm.size(), true);
+        replica->set_slices(comm, comm.rank(), comm.size(), true, kind, muon);
     } else {
-        replica->set_slices(comm, 0, 1, true);
+        replica->set_slices(comm, 0, 1, true, kind, muon);
     }
     // The one way this run's steps exchange the gradient, now that sharing has worked or not.
     const std::size_t buckets = comm.size() > 1 ? bucket_floats(exchange.bucket_mb) : 0;

@@ -9,7 +9,7 @@
 
 #include "core/range.hpp"
 #include "model/model.hpp"
-#include "model/optimizer.hpp"
+#include "optim/optimizer.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/gradient_exchange.hpp"
 #include "parallel/worker_group.hpp"
@@ -57,7 +57,8 @@ struct Replica {
     // memory on several machines every machine holds them all, so only world rank 0's machine
     // gives them (the other ranks' slices are empty here).
     std::vector<Range> checkpoint_slices;
-    AdamWState optimizer{0};
+    // This rank's optimizer, sized to its part (set_slices).
+    std::unique_ptr<Optimizer> optimizer;
     // LoRA, rank 0: lora_base_fingerprint of the frozen base, which the resume state records.
     std::uint64_t base_fingerprint = 0;
     // How a step sums the gradient across ranks (built last: it may own the shared memory).
@@ -73,8 +74,10 @@ struct Replica {
     [[nodiscard]] Range checkpoint_slice(const Communicator& comm) const {
         return checkpoint_slices[static_cast<std::size_t>(comm.rank())];
     }
-    // Sizes the optimizer for this rank's part: `slice` of `parts` equal slices (one part: all).
-    void set_slices(const Communicator& comm, int slice, int parts, bool gives_checkpoint) {
+    // Makes the optimizer for this rank's part: `slice` of `parts` near-equal slices (one part:
+    // all), on norm blocks' boundaries and never through a range the optimizer updates whole.
+    void set_slices(const Communicator& comm, int slice, int parts, bool gives_checkpoint,
+                    OptimizerKind kind, const MuonSettings& muon) {
         const std::size_t P = model.layout.total();
         update_slices.clear();
         checkpoint_slices.clear();
@@ -82,15 +85,17 @@ struct Replica {
             // Every rank's slice index, and whether it gives the checkpoint, in one value.
             const std::vector<std::uint64_t> all =
                 comm.allgather(static_cast<std::uint64_t>(slice) * 2 + (gives_checkpoint ? 1 : 0));
+            // On norm blocks' boundaries: the gradient's norm is the same for any split.
+            const std::vector<Range> whole = indivisible_ranges(kind, model.layout);
+            const std::vector<Range> slices = slices_between(P, parts, kNormBlock, whole);
             for (const std::uint64_t value : all) {
-                // On norm blocks' boundaries: the gradient's norm is the same for any split.
-                const Range r = split_aligned(P, static_cast<int>(value / 2), parts, kNormBlock);
+                const Range r = slices[static_cast<std::size_t>(value / 2)];
                 update_slices.push_back(r);
                 checkpoint_slices.push_back(value % 2 != 0 ? r : Range{r.begin, r.begin});
             }
         }
         const Range mine = owned(comm, P);
-        optimizer = AdamWState(mine.end - mine.begin, mine.begin);
+        optimizer = make_optimizer(kind, mine.end - mine.begin, mine.begin, muon);
     }
 };
 
@@ -106,8 +111,8 @@ struct Replica {
 
 // The full moments on rank 0 (for a checkpoint) from every rank's slice; without slices the
 // optimizer itself. Every rank calls it.
-[[nodiscard]] const AdamWState& full_optimizer(const Replica& replica, const Communicator& comm,
-                                               std::unique_ptr<AdamWState>& gathered);
+[[nodiscard]] const OptimizerState& full_optimizer(const Replica& replica, const Communicator& comm,
+                                                   std::unique_ptr<OptimizerState>& gathered);
 
 // LoRA's start-up line: rank, alpha, targets and the parameters trained (empty without LoRA).
 [[nodiscard]] std::string describe_lora(const Model& model);

@@ -90,7 +90,7 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
             CheckpointFootprint{
                 checkpoint_file_bytes(replica.model.config, corpus.tokenizer->serialize().size(),
                                       run_config_.size()),
-                resume_state_file_bytes(moments, adapter != nullptr),
+                resume_state_file_bytes(moments, adapter != nullptr, o.optimizer.kind),
                 adapter != nullptr ? adapter->params.size() * sizeof(float) + kAdapterMetadata
                                    : 0});
     }
@@ -176,16 +176,18 @@ TrainingLoop::StepOutcome TrainingLoop::step(std::int64_t step, int& bad_steps,
                                            static_cast<std::uint64_t>(plan_.global_sequences)))
                                      : std::nullopt,
         corpus_.document_start};
-    // The step's rules: the schedule's learning rate, clipping, and the spike policy.
-    const StepRules rules{
-        AdamWHyper{learning_rate(schedule_, step), o_.optimizer.beta1, o_.optimizer.beta2,
-                   o_.optimizer.eps, o_.optimizer.weight_decay},
-        o_.optimizer.grad_clip, &plan_.spikes};
+    // The step's rules: the schedule's learning rate (Muon's scaled alike), clipping, and the
+    // spike policy.
+    const float lr = learning_rate(schedule_, step);
+    const StepRules rules{AdamWHyper{lr, o_.optimizer.beta1, o_.optimizer.beta2, o_.optimizer.eps,
+                                     o_.optimizer.weight_decay},
+                          o_.optimizer.grad_clip, &plan_.spikes,
+                          o_.optimizer.muon_lr * (lr / o_.optimizer.lr)};
     // Forward/backward over the workers, the exchange, the norm, the verdict, clipping and the
     // update, in that order (train/step.cpp).
     const StepMetrics m = train_step(
-        TrainState{replica_.model, replica_.optimizer, replica_.workers, *replica_.exchange}, batch,
-        rules, test_hooks(step));
+        TrainState{replica_.model, *replica_.optimizer, replica_.workers, *replica_.exchange},
+        batch, rules, test_hooks(step));
     const double seconds = seconds_since(t0);
     const std::int64_t completed = step + 1;
     count_skipped(m, completed, bad_steps);

@@ -35,7 +35,7 @@ void TrainingLoop::log_memory(spdlog::level::level_enum level) const {
             human_bytes(static_cast<double>(model.params.size() * 4 + model.params_bf16.size() * 2 -
                                             model.released_fp32_bytes)),
             human_bytes(static_cast<double>(model.lora->params.size() * 4)),
-            human_bytes(static_cast<double>(replica_.optimizer.m.size() * 8)),
+            human_bytes(static_cast<double>(replica_.optimizer->state.m.size() * 8)),
             startup_seconds_ * 1e3);
         return;
     }
@@ -51,14 +51,16 @@ void TrainingLoop::log_memory(spdlog::level::level_enum level) const {
                   with_window, W);
     spdlog::log(
         level,
-        "memory: {} activations per worker, {} | rank: {} gradient, {} weights{}, {} AdamW "
-        "moments{} | startup {:.0f} ms",
+        "memory: {} activations per worker, {} | rank: {} gradient, {} weights{}, {} {}{} | "
+        "startup {:.0f} ms",
         human_bytes(static_cast<double>(workers.context(0).activation_bytes())), windows,
         human_bytes(static_cast<double>(workers.gradient_bytes())),
         human_bytes(static_cast<double>(model.params.size() * 4 + model.params_bf16.size() * 2)),
         shared ? fmt::format(" (one copy for the {} ranks of this machine)", machine_ranks)
                : std::string(),
-        human_bytes(static_cast<double>(replica_.optimizer.m.size() * 8)),
+        human_bytes(static_cast<double>(replica_.optimizer->resident_bytes(model.layout))),
+        replica_.optimizer->kind() == OptimizerKind::Muon ? "Muon momentum and AdamW moments"
+                                                          : "AdamW moments",
         replica_.update_slices.empty() ? std::string()
         : shared                       ? fmt::format(" (this rank's slice of {})", machine_ranks)
                  : fmt::format(" (ZeRO-1: this rank's slice of {})", comm_.size()),

@@ -27,17 +27,17 @@ int derived_grad_accum(const TrainOptions& o, int world) {
 
 // Rank 0: the checkpoint's moments into the optimizer (or, with slices, into `full_moments`),
 // its step, schedule, lineage, sample generator and spike windows into `plan` and `header`
-// (first step, AdamW step, schedule length, micro-steps per step); another number of ranks keeps
-// the checkpoint's global batch (elastic resume).
+// (first step, optimizer step, schedule length, micro-steps per step); another number of ranks
+// keeps the checkpoint's global batch (elastic resume).
 void read_resume_on_root(const TrainOptions& o, const Communicator& comm, const StartPoint& start,
                          Replica& replica, RunPlan& plan, std::array<std::int64_t, 4>& header,
-                         std::unique_ptr<AdamWState>& full_moments) {
+                         std::unique_ptr<OptimizerState>& full_moments) {
     if (!replica.update_slices.empty()) {
-        full_moments = std::make_unique<AdamWState>(replica.model.layout.total());
+        full_moments = std::make_unique<OptimizerState>(replica.model.layout.total());
     }
-    AdamWState& loaded = full_moments ? *full_moments : replica.optimizer;
+    OptimizerState& loaded = full_moments ? *full_moments : replica.optimizer->state;
     const ResumeState resume = load_resume_state(start.state_file, replica.model.config, loaded);
-    replica.optimizer.step = loaded.step;
+    replica.optimizer->state.step = loaded.step;
     // A LoRA run's base was checked against the state when it came from --init-from; a random
     // base is checked here, now that it is built again from --seed.
     if (resume.lora.config.rank > 0 && resume.lora.base_fingerprint != replica.base_fingerprint) {
@@ -87,7 +87,7 @@ void read_resume_on_root(const TrainOptions& o, const Communicator& comm, const 
         }
     }
     header[0] = resume.step;
-    header[1] = replica.optimizer.step;
+    header[1] = replica.optimizer->state.step;
     if (resume.run_id != 0) plan.run_id = resume.run_id;
     plan.sample_rng.set_state(resume.sample_rng);
     plan.spikes.loss = resume.loss_window;
@@ -98,18 +98,18 @@ void read_resume_on_root(const TrainOptions& o, const Communicator& comm, const 
 
 // Every rank receives the checkpoint's moments that it keeps: all of them, or its slice.
 void distribute_moments(const Communicator& comm, Replica& replica,
-                        const std::unique_ptr<AdamWState>& full_moments) {
+                        const std::unique_ptr<OptimizerState>& full_moments) {
     if (replica.update_slices.empty()) {
-        comm.broadcast(replica.optimizer.m.span());
-        comm.broadcast(replica.optimizer.v.span());
+        comm.broadcast(replica.optimizer->state.m.span());
+        comm.broadcast(replica.optimizer->state.v.span());
     } else {  // each rank receives only its slice of the moments
         const std::span<const float> no_moments;
         const Range given = replica.checkpoint_slice(comm);
         for (const auto& [full, mine] :
              {std::pair{full_moments ? full_moments->m.span() : no_moments,
-                        replica.optimizer.m.span()},
+                        replica.optimizer->state.m.span()},
               std::pair{full_moments ? full_moments->v.span() : no_moments,
-                        replica.optimizer.v.span()}}) {
+                        replica.optimizer->state.v.span()}}) {
             comm.scatter_slices(full, mine.first(given.end - given.begin),
                                 replica.checkpoint_slices);
             // Shared memory on several machines: world rank 0's machine received the
@@ -132,8 +132,8 @@ RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoi
     std::int32_t resuming = comm.is_root() && !start.state_file.empty() ? 1 : 0;
     comm.broadcast(std::span<std::int32_t>(&resuming, 1));
     plan.resumed = resuming != 0;
-    std::unique_ptr<AdamWState> full_moments;  // rank 0, --zero 1: the checkpoint's moments
-    // first step, AdamW step, schedule length, micro-steps per step
+    std::unique_ptr<OptimizerState> full_moments;  // rank 0, --zero 1: the checkpoint's moments
+    // first step, optimizer step, schedule length, micro-steps per step
     std::array<std::int64_t, 4> header{
         0, 0, o.optimizer.lr_decay_steps > 0 ? o.optimizer.lr_decay_steps : o.optimizer.max_steps,
         plan.grad_accum};
@@ -152,7 +152,7 @@ RunPlan plan_run(const TrainOptions& o, const Communicator& comm, const StartPoi
         comm.broadcast(std::span(reinterpret_cast<std::uint8_t*>(window), sizeof(SpikeWindow)));
     }
     plan.first_step = header[0];
-    replica.optimizer.step = header[1];
+    replica.optimizer->state.step = header[1];
     plan.decay_steps = header[2];
     plan.grad_accum = static_cast<int>(header[3]);
     plan.global_sequences =

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "core/random.hpp"
-#include "model/spike_guard.hpp"
+#include "optim/spike_guard.hpp"
 #include "parallel/comm.hpp"
 #include "train/options.hpp"
 #include "train/replica.hpp"

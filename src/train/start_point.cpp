@@ -176,6 +176,14 @@ void resume_lora_on_its_base(const TrainOptions& o, StartPoint& start) {
     const std::optional<ResumeState> state = read_state_header(start.state_file);
     if (!state) return;  // loading it reports why
     const std::string file = "--resume " + start.state_file.string();
+    if (state->optimizer != o.optimizer.kind) {
+        throw UsageError(fmt::format(
+            "{}: the state is of a run trained with --optimizer {}, this run asks for {}: resume "
+            "with --optimizer {}, or start a new run from its weights with --init-from {}",
+            file, optimizer_name(state->optimizer), optimizer_name(o.optimizer.kind),
+            optimizer_name(state->optimizer),
+            model_path(start.state_file.parent_path(), state->step).string()));
+    }
     const LoraRecord& saved = state->lora;
     const auto describe_config = [](const LoraConfig& c) {
         return fmt::format("r {}, alpha {}, targets {}{}", c.rank, c.alpha,
@@ -184,9 +192,10 @@ void resume_lora_on_its_base(const TrainOptions& o, StartPoint& start) {
     };
     if (saved.config.rank == 0) {
         if (!o.lora.enabled()) return;
-        throw UsageError(file +
-                         ": the state is of full training (AdamW moments for every weight), not of "
-                         "a LoRA run: drop --lora-rank to resume it");
+        throw UsageError(
+            file +
+            ": the state is of full training (optimizer state for every weight), not of "
+            "a LoRA run: drop --lora-rank to resume it");
     }
     if (!o.lora.enabled()) {
         throw UsageError(file + ": the state is of a LoRA run (" + describe_config(saved.config) +

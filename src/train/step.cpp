@@ -62,10 +62,18 @@ StepMetrics train_step(const TrainState& state, const StepBatch& batch, const St
         return metrics;
     }
 
-    // 5. Clip to the global norm and update (AdamW, on the weights this rank owns).
-    const float clip = clip_scale(metrics.grad_norm, rules.grad_clip);
-    state.exchange.update(state.model, state.optimizer, gradient, rules.adamw, clip, state.workers);
+    // 5. Clip to the global norm and update the weights this rank owns (the optimizer's step).
+    const TrainedParameters trained = state.exchange.trained(state.model);
+    const StepRates rates{rules.adamw, rules.muon_lr,
+                          clip_scale(metrics.grad_norm, rules.grad_clip)};
+    state.optimizer.update(UpdateTarget{trained.params, trained.params_bf16, gradient,
+                                        state.exchange.owned(), trained.layout},
+                           rates, state.workers.pool());
     metrics.timings.optimizer = phase.lap();
+
+    // 6. Publish: every rank holds the same updated weights.
+    state.exchange.publish(state.model, state.workers);
+    metrics.timings.allreduce += phase.lap();
     return metrics;
 }
 

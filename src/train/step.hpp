@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "model/model.hpp"
-#include "model/optimizer.hpp"
-#include "model/spike_guard.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/spike_guard.hpp"
 #include "parallel/gradient_exchange.hpp"
 #include "parallel/worker_group.hpp"
 
@@ -40,21 +40,23 @@ struct StepMetrics {
     StepTimings timings;
 };
 
-// What a step changes: the weights, this rank's AdamW moments, the workers' buffers, and the
-// exchange that sums the gradient across ranks.
+// What a step changes: the weights, this rank's optimizer (its state), the workers' buffers, and
+// the exchange that sums the gradient across ranks.
 struct TrainState {
     Model& model;
-    AdamWState& optimizer;
+    Optimizer& optimizer;
     WorkerGroup& workers;
     GradientExchange& exchange;
 };
 
 // What the loop decides for a step: AdamW with this step's learning rate, the clipping norm
-// (<= 0: none) and the spike policy (null: no z-score skipping).
+// (<= 0: none), the spike policy (null: no z-score skipping) and Muon's learning rate (for its
+// matrices, when the optimizer is Muon).
 struct StepRules {
     AdamWHyper adamw;
     float grad_clip = 1.0f;
     SpikeGuard* spikes = nullptr;
+    float muon_lr = 0.0f;
 };
 
 // Faults tests inject into the gradient before it travels: a non-finite gradient, or one scaled
@@ -71,8 +73,9 @@ struct TestHooks {
 
 // Forward/backward on every worker, the gradient summed across ranks, its global norm, the
 // verdict (a non-finite loss or norm, or a spike, skips the update and clears the gradient), then
-// clipping and AdamW. Every rank judges the same numbers, so all skip or all update. A step whose
-// loss mask trains no target is skipped at once on every rank (each counts the same targets).
+// clipping, the optimizer's update of the weights this rank owns, and their publication. Every rank
+// judges the same numbers, so all skip or all update. A step whose loss mask trains no target is
+// skipped at once on every rank (each counts the same targets).
 [[nodiscard]] StepMetrics train_step(const TrainState& state, const StepBatch& batch,
                                      const StepRules& rules, const TestHooks& hooks = {});
 

@@ -13,7 +13,7 @@
 
 #include "data/multiple_choice.hpp"
 #include "data/windows.hpp"
-#include "model/schedule.hpp"
+#include "optim/schedule.hpp"
 #include "parallel/comm.hpp"
 #include "train/checkpoint_clock.hpp"
 #include "train/corpus.hpp"

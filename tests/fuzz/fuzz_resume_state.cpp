@@ -13,7 +13,7 @@ const gpt2::ModelConfig kConfig{8, 16, 128, 1, 1, 8};
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     if (size > gpt2::fuzz::kMaxInputBytes) return -1;
-    static gpt2::AdamWState optimizer(gpt2::ParameterLayout(kConfig).total());
+    static gpt2::OptimizerState optimizer(gpt2::ParameterLayout(kConfig).total());
     const std::filesystem::path path = gpt2::fuzz::scratch_dir() / "state_000001.bin";
     gpt2::fuzz::write_bytes(path, {data, size});
     try {

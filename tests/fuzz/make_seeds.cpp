@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
     {
         const fs::path dir = target_dir(root, "resume_state");
         const gpt2::ModelConfig config{8, 16, 128, 1, 1, 8};
-        gpt2::AdamWState optimizer(gpt2::ParameterLayout(config).total());
+        gpt2::OptimizerState optimizer(gpt2::ParameterLayout(config).total());
         for (std::size_t i = 0; i < optimizer.m.size(); ++i) {
             optimizer.m.data()[i] = 1e-3f * static_cast<float>(i % 17) - 8e-3f;
             optimizer.v.data()[i] = 1e-6f * static_cast<float>(i % 5);

@@ -258,9 +258,23 @@ void add_batch_flags(CLI::App& app, TrainOptions& o) {
         ->check(app::at_least(0));
 }
 
-void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule) {
+void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule,
+                         std::string& optimizer) {
     auto* opt = app.add_option_group("Optimizer");
-    opt->add_option("--lr", o.optimizer.lr, "peak learning rate")->check(app::positive());
+    opt->add_option("--optimizer", optimizer,
+                    "adamw | muon (Muon on the hidden matrices, AdamW with --lr on the "
+                    "embeddings, the LM head, LayerNorms and biases)")
+        ->check(app::one_of({"adamw", "muon"}, "optimizer"))
+        ->type_name("NAME");
+    opt->add_option("--lr", o.optimizer.lr, "peak learning rate (AdamW's)")->check(app::positive());
+    opt->add_option("--muon-lr", o.optimizer.muon_lr,
+                    "Muon's peak learning rate (the schedule scales it as --lr)")
+        ->check(app::positive());
+    opt->add_option("--muon-momentum", o.optimizer.muon_momentum,
+                    "Muon's momentum (Nesterov), in [0, 1)");
+    opt->add_option("--muon-weight-decay", o.optimizer.muon_weight_decay,
+                    "Muon's decoupled weight decay (times its learning rate)")
+        ->check(app::at_least(0));
     opt->add_option("--min-lr", o.optimizer.min_lr,
                     "final learning rate of the decay (default: --lr / 10, nanoGPT's advice; "
                     "given, it is absolute)")
@@ -496,6 +510,7 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
                    "command line (which wins)");
 
     std::string schedule = "cosine";
+    std::string optimizer = "adamw";
     std::string precision = "fp32";
     std::string bucket_mb = "auto";
     std::string share_memory = "auto";
@@ -503,7 +518,7 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     add_model_flags(app, o);
     add_data_flags(app, o);
     add_batch_flags(app, o);
-    add_optimizer_flags(app, o, schedule);
+    add_optimizer_flags(app, o, schedule, optimizer);
     add_lora_flags(app, o);
     add_run_flags(app, o, precision, bucket_mb, share_memory, recompute);
 
@@ -525,6 +540,7 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     }
     // --min-lr follows --lr unless given (config file or command line).
     if (app.get_option("--min-lr")->count() == 0) o.optimizer.min_lr = o.optimizer.lr / 10.0f;
+    o.optimizer.kind = *parse_optimizer_kind(optimizer);  // one_of checked it
     o.optimizer.schedule = schedule == "linear"     ? LrSchedule::Linear
                            : schedule == "constant" ? LrSchedule::Constant
                                                     : LrSchedule::Cosine;

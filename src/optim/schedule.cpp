@@ -1,4 +1,4 @@
-#include "model/schedule.hpp"
+#include "optim/schedule.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,42 +1,13 @@
-#include "model/optimizer.hpp"
+#include "optim/adamw.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <stdexcept>
 
+#include "threads/thread_pool.hpp"
+
 namespace gpt2 {
-
-double sum_of_squares(std::span<const float> x) {
-    // Sixteen float partial sums per block: independent lanes the compiler can keep in one vector
-    // register (one running sum would be a chain of dependent adds, several times slower than
-    // reading the memory); double across blocks keeps 124M terms accurate.
-    constexpr std::size_t kLanes = 16;
-    constexpr std::size_t kBlock = 1024;
-    double total = 0.0;
-    std::size_t start = 0;
-    for (; start + kBlock <= x.size(); start += kBlock) {
-        std::array<float, kLanes> lanes{};
-        for (std::size_t i = start; i < start + kBlock; i += kLanes) {
-            for (std::size_t k = 0; k < kLanes; ++k)
-                lanes[k] += x[i + k] * x[i + k];
-        }
-        float block = 0.0f;
-        for (const float lane : lanes)
-            block += lane;
-        total += block;
-    }
-    float tail = 0.0f;
-    for (std::size_t i = start; i < x.size(); ++i)
-        tail += x[i] * x[i];
-    return total + tail;
-}
-
-float clip_scale(double norm, float max_norm) {
-    if (max_norm <= 0.0f) return 1.0f;
-    const double coef = static_cast<double>(max_norm) / (norm + 1e-6);
-    return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
-}
 
 namespace {
 // `p_bf16`, when not null, receives the rounded new parameters in the same pass (bf16 training
@@ -62,7 +33,7 @@ void adamw_kernel(float* __restrict p, Bf16* __restrict p_bf16, float* __restric
 }  // namespace
 
 void adamw_update_range(const ParameterLayout& layout, std::span<float> params,
-                        std::span<float> grads, AdamWState& state, std::size_t begin,
+                        std::span<float> grads, OptimizerState& state, std::size_t begin,
                         std::size_t end, const AdamWHyper& h, std::int64_t t, float grad_scale,
                         std::span<Bf16> params_bf16) {
     const float inv_bias1 =
@@ -86,7 +57,7 @@ void adamw_update_range(const ParameterLayout& layout, std::span<float> params,
     }
 }
 
-void adamw_update_matrices(std::span<float> params, std::span<float> grads, AdamWState& state,
+void adamw_update_matrices(std::span<float> params, std::span<float> grads, OptimizerState& state,
                            std::size_t begin, std::size_t end, const AdamWHyper& h, std::int64_t t,
                            float grad_scale) {
     const float inv_bias1 =
@@ -102,6 +73,23 @@ void adamw_update_matrices(std::span<float> params, std::span<float> grads, Adam
                         state.m.data() + (begin - state.first),
                         state.v.data() + (begin - state.first), end - begin, h.lr, h.beta1, h.beta2,
                         h.eps, 1.0f - h.lr * h.weight_decay, inv_bias1, inv_sqrt_bias2, grad_scale);
+}
+
+void AdamW::update(const UpdateTarget& target, const StepRates& rates, ThreadPool& pool) {
+    const std::int64_t t = ++state.step;
+    const Range owned = target.owned;
+    const int W = pool.size();
+    pool.run([&](int w) {
+        const Range r = split_range(owned.end - owned.begin, w, W);
+        if (target.layout != nullptr) {
+            adamw_update_range(*target.layout, target.params, target.gradient, state,
+                               owned.begin + r.begin, owned.begin + r.end, rates.adamw, t,
+                               rates.grad_scale, target.params_bf16);
+        } else {
+            adamw_update_matrices(target.params, target.gradient, state, owned.begin + r.begin,
+                                  owned.begin + r.end, rates.adamw, t, rates.grad_scale);
+        }
+    });
 }
 
 }  // namespace gpt2

@@ -1,4 +1,4 @@
-#include "model/spike_guard.hpp"
+#include "optim/spike_guard.hpp"
 
 #include <cmath>
 

@@ -1,0 +1,170 @@
+#include "optim/muon.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include "ops/gemm.hpp"
+#include "optim/adamw.hpp"
+#include "threads/thread_pool.hpp"
+
+namespace gpt2 {
+
+std::vector<MuonMatrix> muon_matrices(const ParameterLayout& layout) {
+    // C from two tensor sizes (L*C*C over L*C), L from one (L*C over C).
+    const std::size_t LC = layout.size(ParamTensor::ln1w);
+    const std::size_t C = layout.size(ParamTensor::attprojw) / LC;
+    const std::size_t L = LC / C;
+    const int c = static_cast<int>(C);
+    std::vector<MuonMatrix> matrices;
+    for (std::size_t l = 0; l < L; ++l) {
+        const std::size_t qkv = layout.offset(ParamTensor::qkvw) + l * 3 * C * C;
+        for (std::size_t part = 0; part < 3; ++part)  // Q, K, V: C rows each
+            matrices.push_back({qkv + part * C * C, c, c});
+        matrices.push_back({layout.offset(ParamTensor::attprojw) + l * C * C, c, c});
+        matrices.push_back({layout.offset(ParamTensor::fcw) + l * 4 * C * C, 4 * c, c});
+        matrices.push_back({layout.offset(ParamTensor::fcprojw) + l * 4 * C * C, c, 4 * c});
+    }
+    return matrices;
+}
+
+void newton_schulz5(std::span<float> x, int r, int c, int steps, std::span<float> scratch) {
+    constexpr float a = 3.4445f, b = -4.7750f, k = 2.0315f;
+    const std::size_t n = static_cast<std::size_t>(r) * static_cast<std::size_t>(c);
+    const std::size_t rr = static_cast<std::size_t>(r) * static_cast<std::size_t>(r);
+    if (r > c || x.size() < n || scratch.size() < n + 2 * rr) {
+        throw std::invalid_argument("newton_schulz5: needs r <= c and r*c + 2r^2 scratch floats");
+    }
+    double squares = 0.0;
+    for (std::size_t i = 0; i < n; ++i)
+        squares += static_cast<double>(x[i]) * x[i];
+    const float inv = 1.0f / (static_cast<float>(std::sqrt(squares)) + 1e-7f);
+    for (std::size_t i = 0; i < n; ++i)
+        x[i] *= inv;
+    float* X = x.data();
+    float* next = scratch.data();
+    float* A = next + n;
+    float* B = A + rr;
+    for (int s = 0; s < steps; ++s) {
+        gemm_nt(r, r, c, 1.0f, X, c, X, c, 0.0f, A, r);  // A = X X^T
+        std::copy(A, A + rr, B);
+        gemm_nn(r, r, r, k, A, r, A, r, b, B, r);  // B = b A + k A A
+        std::copy(X, X + n, next);
+        gemm_nn(r, c, r, 1.0f, B, r, X, c, a, next, c);  // next = a X + B X
+        std::swap(X, next);
+    }
+    if (X != x.data()) std::copy(X, X + n, x.data());
+}
+
+namespace {
+
+// One matrix's Muon update on the calling thread: momentum (buf), Nesterov's look-ahead, the
+// orthogonalized update (transposed while it has more rows than columns), decoupled decay.
+void update_matrix(const MuonMatrix& mat, const UpdateTarget& t, OptimizerState& state,
+                   const MuonSettings& s, const StepRates& rates, std::span<float> scratch) {
+    const std::size_t n = mat.size();
+    float* p = t.params.data() + mat.offset;
+    float* g = t.gradient.data() + mat.offset;
+    float* buf = state.m.data() + (mat.offset - state.first);
+    const bool transpose = mat.rows > mat.cols;
+    const int r = std::min(mat.rows, mat.cols);
+    const int c = std::max(mat.rows, mat.cols);
+    const std::span<float> x = scratch.first(n);
+    const float beta = s.momentum;
+    for (int i = 0; i < mat.rows; ++i) {
+        for (int j = 0; j < mat.cols; ++j) {
+            const std::size_t at = static_cast<std::size_t>(i) * mat.cols + j;
+            const float grad = g[at] * rates.grad_scale;
+            // torch.lerp's two forms: buf.lerp_(grad, 1 - beta), then grad.lerp_(buf, beta).
+            buf[at] = buf[at] + (1.0f - beta) * (grad - buf[at]);
+            const float u = s.nesterov ? buf[at] - (buf[at] - grad) * (1.0f - beta) : buf[at];
+            x[transpose ? static_cast<std::size_t>(j) * mat.rows + i : at] = u;
+            g[at] = 0.0f;
+        }
+    }
+    newton_schulz5(x, r, c, s.newton_schulz_steps, scratch.subspan(n));
+    const float scale = std::sqrt(std::max(1.0f, static_cast<float>(mat.rows) / mat.cols));
+    const float step = rates.muon_lr * scale;
+    const float decay = 1.0f - rates.muon_lr * s.weight_decay;
+    Bf16* twin = t.params_bf16.empty() ? nullptr : t.params_bf16.data() + mat.offset;
+    for (int i = 0; i < mat.rows; ++i) {
+        for (int j = 0; j < mat.cols; ++j) {
+            const std::size_t at = static_cast<std::size_t>(i) * mat.cols + j;
+            const float o = x[transpose ? static_cast<std::size_t>(j) * mat.rows + i : at];
+            p[at] = p[at] * decay - step * o;
+            if (twin != nullptr) twin[at] = to_bf16(p[at]);
+        }
+    }
+}
+
+}  // namespace
+
+void Muon::update(const UpdateTarget& target, const StepRates& rates, ThreadPool& pool) {
+    if (target.layout == nullptr) {
+        throw std::logic_error("Muon::update: an adapter has no hidden matrices (use AdamW)");
+    }
+    const std::int64_t t = ++state.step;
+    const Range owned = target.owned;
+    std::vector<MuonMatrix> mine;
+    for (const MuonMatrix& mat : muon_matrices(*target.layout)) {
+        const std::size_t end = mat.offset + mat.size();
+        if (end <= owned.begin || mat.offset >= owned.end) continue;
+        if (mat.offset < owned.begin || end > owned.end) {
+            throw std::logic_error("Muon::update: a matrix cut by the rank's slice");
+        }
+        mine.push_back(mat);
+    }
+    // The matrices dealt to the workers, the costliest first, each to the least loaded (the
+    // Newton-Schulz products cost about r*r*c each); any dealing gives the same bits.
+    const int W = pool.size();
+    std::vector<std::size_t> order(mine.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    const auto cost = [&](std::size_t i) {
+        const double r = std::min(mine[i].rows, mine[i].cols);
+        return r * static_cast<double>(mine[i].size());
+    };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t x, std::size_t y) { return cost(x) > cost(y); });
+    std::vector<std::vector<std::size_t>> dealt(static_cast<std::size_t>(W));
+    std::vector<double> load(static_cast<std::size_t>(W), 0.0);
+    for (const std::size_t i : order) {
+        const auto w =
+            static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        dealt[w].push_back(i);
+        load[w] += cost(i);
+    }
+    std::size_t largest = 0;
+    for (const MuonMatrix& mat : mine) {
+        const auto r = static_cast<std::size_t>(std::min(mat.rows, mat.cols));
+        largest = std::max(largest, 2 * mat.size() + 2 * r * r);
+    }
+    if (scratch_.size() < static_cast<std::size_t>(W)) scratch_.resize(static_cast<std::size_t>(W));
+    for (AlignedBuffer<float>& s : scratch_) {
+        if (s.size() < largest) s = AlignedBuffer<float>(largest);
+    }
+    // What is left of owned is AdamW's: the parts outside the four matrix families.
+    std::vector<Range> adamw_parts;
+    std::size_t at = owned.begin;
+    for (const ParamTensor family : kLayerMatrices) {
+        const std::size_t lo = target.layout->offset(family);
+        const std::size_t hi = lo + target.layout->size(family);
+        if (lo > at) adamw_parts.push_back({at, std::min(lo, owned.end)});
+        at = std::max(at, hi);
+    }
+    if (at < owned.end) adamw_parts.push_back({at, owned.end});
+    pool.run([&](int w) {
+        const auto uw = static_cast<std::size_t>(w);
+        for (const std::size_t i : dealt[uw])
+            update_matrix(mine[i], target, state, settings_, rates, scratch_[uw].span());
+        for (const Range part : adamw_parts) {
+            if (part.begin >= part.end) continue;
+            const Range r = split_range(part.end - part.begin, w, W);
+            adamw_update_range(*target.layout, target.params, target.gradient, state,
+                               part.begin + r.begin, part.begin + r.end, rates.adamw, t,
+                               rates.grad_scale, target.params_bf16);
+        }
+    });
+}
+
+}  // namespace gpt2

@@ -1,0 +1,50 @@
+// Muon (Keller Jordan's, as github.com/KellerJordan/Muon's muon_update writes it): momentum with
+// Nesterov, the update orthogonalized by five quintic Newton-Schulz iterations, on every hidden
+// 2-D matrix (Q, K and V apart); AdamW on the embeddings, LayerNorms and biases.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "optim/optimizer.hpp"
+
+namespace gpt2 {
+
+// One matrix Muon orthogonalizes: `rows` x `cols` floats from `offset` of the flat layout, rows
+// the output features (a row-major weight as the products read it).
+struct MuonMatrix {
+    std::size_t offset = 0;
+    int rows = 0;
+    int cols = 0;
+    [[nodiscard]] std::size_t size() const {
+        return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
+    }
+};
+
+// The hidden matrices of a GPT-2 layout, layer by layer: Q, K, V (qkvw's three row blocks),
+// the attention projection, the MLP's fc and its projection.
+[[nodiscard]] std::vector<MuonMatrix> muon_matrices(const ParameterLayout& layout);
+
+// The quintic Newton-Schulz iteration with coefficients (3.4445, -4.7750, 2.0315): X (r x c,
+// r <= c, row-major) divided by its Frobenius norm (+1e-7), then `steps` times A = X X^T,
+// B = b A + c A A, X = a X + B X, in fp32 through the GEMM layer. `scratch` holds at least
+// r*c + 2*r*r floats. The result replaces X.
+void newton_schulz5(std::span<float> x, int r, int c, int steps, std::span<float> scratch);
+
+class Muon final : public Optimizer {
+  public:
+    Muon(std::size_t count, std::size_t first, const MuonSettings& settings)
+        : Optimizer(count, first), settings_(settings) {}
+    [[nodiscard]] OptimizerKind kind() const override { return OptimizerKind::Muon; }
+    // Matrices wholly inside target.owned are Muon's (each on one worker, so the bits do not
+    // depend on the worker count); one cut by owned is a logic error (the exchange slices on
+    // indivisible_ranges). The rest of owned is AdamW's. An adapter (no layout) is refused.
+    void update(const UpdateTarget& target, const StepRates& rates, ThreadPool& pool) override;
+
+  private:
+    MuonSettings settings_;
+    std::vector<AlignedBuffer<float>> scratch_;  // per worker
+};
+
+}  // namespace gpt2
