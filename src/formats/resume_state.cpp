@@ -139,11 +139,12 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
     }
     if (v4) h.state.lora = get_lora(in, name, v5);
     if (v6) {
-        const auto kind = in.get<std::uint32_t>("optimizer");
-        if (kind != static_cast<std::uint32_t>(OptimizerKind::Muon)) {
-            throw InputError(name + ": damaged header (optimizer " + std::to_string(kind) + ")");
+        const auto number = in.get<std::uint32_t>("optimizer");
+        const std::optional<OptimizerKind> kind = optimizer_kind_of(number);
+        if (!kind || *kind == OptimizerKind::AdamW) {  // AdamW's states are version 3
+            throw InputError(name + ": damaged header (optimizer " + std::to_string(number) + ")");
         }
-        h.state.optimizer = static_cast<OptimizerKind>(kind);
+        h.state.optimizer = *kind;
     }
     h.bytes = in.offset();
     if (h.bytes != (v1   ? kHeaderBytesV1

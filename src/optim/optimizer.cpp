@@ -1,18 +1,80 @@
 #include "optim/optimizer.hpp"
 
+#include <array>
+#include <stdexcept>
+#include <string>
+
 #include "optim/adamw.hpp"
 #include "optim/muon.hpp"
 
 namespace gpt2 {
 
+namespace {
+// Every optimizer, once: its kind, its flag value, how to make one for a range, and the ranges a
+// rank must update whole (null: none). A third optimizer is its own file in optim/ and a row here
+// (and a value of OptimizerKind); --optimizer lists the names from this table.
+struct OptimizerEntry {
+    OptimizerKind kind;
+    std::string_view name;
+    std::unique_ptr<Optimizer> (*make)(std::size_t count, std::size_t first,
+                                       const MuonSettings& muon);
+    std::vector<Range> (*whole)(const ParameterLayout& layout);
+};
+
+std::vector<Range> muon_whole(const ParameterLayout& layout) {
+    std::vector<Range> ranges;
+    for (const MuonMatrix& mat : muon_matrices(layout))
+        ranges.push_back({mat.offset, mat.offset + mat.size()});
+    return ranges;
+}
+
+constexpr std::array kOptimizers = {
+    OptimizerEntry{OptimizerKind::AdamW, "adamw",
+                   [](std::size_t count, std::size_t first,
+                      const MuonSettings&) -> std::unique_ptr<Optimizer> {
+                       return std::make_unique<AdamW>(count, first);
+                   },
+                   nullptr},
+    OptimizerEntry{OptimizerKind::Muon, "muon",
+                   [](std::size_t count, std::size_t first,
+                      const MuonSettings& muon) -> std::unique_ptr<Optimizer> {
+                       return std::make_unique<Muon>(count, first, muon);
+                   },
+                   muon_whole},
+};
+
+const OptimizerEntry& entry(OptimizerKind kind) {
+    for (const OptimizerEntry& e : kOptimizers) {
+        if (e.kind == kind) return e;
+    }
+    throw std::invalid_argument("no optimizer of kind " +
+                                std::to_string(static_cast<std::uint32_t>(kind)));
+}
+}  // namespace
+
 std::string_view optimizer_name(OptimizerKind kind) {
-    return kind == OptimizerKind::Muon ? "muon" : "adamw";
+    return entry(kind).name;
 }
 
 std::optional<OptimizerKind> parse_optimizer_kind(std::string_view name) {
-    if (name == "adamw") return OptimizerKind::AdamW;
-    if (name == "muon") return OptimizerKind::Muon;
+    for (const OptimizerEntry& e : kOptimizers) {
+        if (e.name == name) return e.kind;
+    }
     return std::nullopt;
+}
+
+std::optional<OptimizerKind> optimizer_kind_of(std::uint32_t number) {
+    for (const OptimizerEntry& e : kOptimizers) {
+        if (static_cast<std::uint32_t>(e.kind) == number) return e.kind;
+    }
+    return std::nullopt;
+}
+
+std::vector<std::string> optimizer_names() {
+    std::vector<std::string> names;
+    for (const OptimizerEntry& e : kOptimizers)
+        names.emplace_back(e.name);
+    return names;
 }
 
 float clip_scale(double norm, float max_norm) {
@@ -22,19 +84,16 @@ float clip_scale(double norm, float max_norm) {
 }
 
 std::vector<Range> indivisible_ranges(OptimizerKind kind, const ParameterLayout& layout) {
-    std::vector<Range> ranges;
-    if (kind != OptimizerKind::Muon) return ranges;
-    for (const MuonMatrix& mat : muon_matrices(layout))
-        ranges.push_back({mat.offset, mat.offset + mat.size()});
-    return ranges;
+    const OptimizerEntry& e = entry(kind);
+    return e.whole != nullptr ? e.whole(layout) : std::vector<Range>{};
 }
 
 std::size_t optimizer_state_bytes(OptimizerKind kind, const ParameterLayout& layout) {
+    // Two floats per parameter, one where a matrix is updated whole (its v: never written, never
+    // resident).
     std::size_t floats = 2 * layout.total();
-    if (kind == OptimizerKind::Muon) {
-        for (const MuonMatrix& mat : muon_matrices(layout))
-            floats -= mat.size();  // its v: never written, never resident
-    }
+    for (const Range& whole : indivisible_ranges(kind, layout))
+        floats -= whole.end - whole.begin;
     return floats * sizeof(float);
 }
 
@@ -49,8 +108,7 @@ std::size_t Optimizer::resident_bytes(const ParameterLayout& layout) const {
 
 std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, std::size_t count, std::size_t first,
                                           const MuonSettings& muon) {
-    if (kind == OptimizerKind::Muon) return std::make_unique<Muon>(count, first, muon);
-    return std::make_unique<AdamW>(count, first);
+    return entry(kind).make(count, first, muon);
 }
 
 }  // namespace gpt2

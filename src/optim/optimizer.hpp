@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -25,6 +26,10 @@ enum class OptimizerKind : std::uint32_t { AdamW = 0, Muon = 1 };
 [[nodiscard]] std::string_view optimizer_name(OptimizerKind kind);
 // "adamw" or "muon"; nullopt for anything else.
 [[nodiscard]] std::optional<OptimizerKind> parse_optimizer_kind(std::string_view name);
+// The kind a resume state records as this number; nullopt for none.
+[[nodiscard]] std::optional<OptimizerKind> optimizer_kind_of(std::uint32_t number);
+// The names --optimizer takes, in the table's order.
+[[nodiscard]] std::vector<std::string> optimizer_names();
 
 // AdamW's hyperparameters for one step (the learning rate is the schedule's).
 struct AdamWHyper {

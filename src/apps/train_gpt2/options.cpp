@@ -264,7 +264,7 @@ void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule,
     opt->add_option("--optimizer", optimizer,
                     "adamw | muon (Muon on the hidden matrices, AdamW with --lr on the "
                     "embeddings, the LM head, LayerNorms and biases)")
-        ->check(app::one_of({"adamw", "muon"}, "optimizer"))
+        ->check(app::one_of(optimizer_names(), "optimizer"))
         ->type_name("NAME");
     opt->add_option("--lr", o.optimizer.lr, "peak learning rate (AdamW's)")->check(app::positive());
     opt->add_option("--muon-lr", o.optimizer.muon_lr,
