@@ -44,8 +44,9 @@ phase() {
   grep "rank 0 step" | tail -n "$steps" | sed -n "s|.*$1 \([0-9.]*\) ms.*|\1|p" | sort -n |
     awk '{v[NR]=$1} END{if (NR) print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'
 }
-# The rank's AdamW bytes from the startup memory line (with or without shared weights).
-moments() { sed -n 's/.* \([0-9.]* [KMG]*i*B\) AdamW moments.*/\1/p' | head -1; }
+# The rank's optimizer bytes from the startup memory line (with or without shared weights; AdamW's
+# moments, or Muon's momentum with AdamW's moments for the rest).
+moments() { sed -n 's/.* \([0-9.]* [KMG]*i*B\) \(Muon momentum and \)\{0,1\}AdamW moments.*/\1/p' | head -1; }
 rig=bm$(($$ % 100000))
 trap 'scripts/multihost_rig.sh down $rig' EXIT
 

@@ -96,7 +96,7 @@ for w in "${workload_list[@]}"; do
       # shellcheck disable=SC2086
       set -- $flags --optimizer muon --muon-lr "$lr"
     fi
-    rm -f "$out_dir/runs/$name.jsonl"
+    rm -rf "$out_dir/runs/$name" "$out_dir/runs/$name.jsonl"  # this script's own earlier run
     "$train" "$@" "${extra[@]}" --log-level warn >"$out_dir/runs/$name.log" 2>&1 ||
       die "$name failed: $out_dir/runs/$name.log"
     echo "  $name done"

@@ -57,14 +57,19 @@ TEST_F(TrainRun, MuonOnSlicedRanksTrainsAsOneAllreduceAndRepeatsBitwise) {
 
 TEST_F(TrainRun, AMuonRunResumesBitwiseAndRefusesTheOtherOptimizer) {
     const auto whole = train(kMuon + " --out-dir " + path("whole"));
+    // Without --optimizer: adamw, the default, which the state contradicts.
+    const auto plain = train("--max-steps 8 --checkpoint-every 0 --out-dir " + path("plain"));
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    EXPECT_NE(plain.output.find("optimizer: AdamW (lr 0.001)\n"), std::string::npos)
+        << plain.output;
     ASSERT_EQ(whole.exit_code, 0) << whole.output;
     const std::string half = test::without_given(kMuon, "--max-steps") + " --max-steps 4";
     const auto first = train(half + " --lr-decay-steps 8 --out-dir " + path("split"));
     ASSERT_EQ(first.exit_code, 0) << first.output;
     const std::string state = state_path(path("split"), 4).string();
     const std::vector<std::uint8_t> state_bytes = read_file_bytes(state);
-    const auto other = train("--max-steps 8 --checkpoint-every 0 --resume " + state +
-                             " --out-dir " + path("split"));
+    const auto other = train("--optimizer adamw --max-steps 8 --checkpoint-every 0 --resume " +
+                             state + " --out-dir " + path("split"));
     EXPECT_EQ(other.exit_code, 2) << other.output;
     EXPECT_NE(other.output.find("error: --resume " + state +
                                 ": the state is of a run trained with --optimizer muon, this run "
@@ -78,14 +83,41 @@ TEST_F(TrainRun, AMuonRunResumesBitwiseAndRefusesTheOtherOptimizer) {
 }
 
 TEST_F(TrainRun, MuonsFlagsWithoutMuonAreRefused) {
-    const auto run = train("--muon-lr 0.05 --max-steps 1");
+    const auto run = train("--optimizer adamw --muon-lr 0.05 --max-steps 1 --out-dir " + path("a"));
     EXPECT_EQ(run.exit_code, 2) << run.output;
-    EXPECT_NE(run.output.find("--muon-lr applies to --optimizer muon only"), std::string::npos)
+    EXPECT_NE(run.output.find("--muon-lr applies to Muon only, and this run trains with AdamW"),
+              std::string::npos)
         << run.output;
-    const auto lora = train("--optimizer muon --lora-rank 2 --max-steps 1");
+    // auto settles on AdamW for LoRA: Muon's flags are refused then, once it has.
+    const auto settled = train(
+        "--optimizer auto --muon-momentum 0.9 --lora-rank 2 --max-steps 1 --out-dir " + path("b"));
+    EXPECT_EQ(settled.exit_code, 2) << settled.output;
+    EXPECT_NE(settled.output.find("--muon-momentum applies to Muon only, and this run trains with "
+                                  "AdamW (--optimizer auto: LoRA trains its adapters with AdamW)"),
+              std::string::npos)
+        << settled.output;
+    const auto lora = train("--optimizer muon --lora-rank 2 --max-steps 1 --out-dir " + path("c"));
     EXPECT_EQ(lora.exit_code, 2) << lora.output;
     EXPECT_NE(lora.output.find("drop --optimizer muon or --lora-rank"), std::string::npos)
         << lora.output;
+}
+
+// --optimizer auto: Muon from scratch, AdamW for --init-from weights, and it says why.
+TEST_F(TrainRun, AutoTakesMuonFromScratchAndAdamWForFineTuning) {
+    const auto scratch = train("--optimizer auto --max-steps 2 --out-dir " + path("scratch"));
+    ASSERT_EQ(scratch.exit_code, 0) << scratch.output;
+    EXPECT_NE(scratch.output.find("optimizer: Muon on the hidden matrices (lr 0.02, momentum "
+                                  "0.95), AdamW on the rest (lr 0.001) (--optimizer auto: a run "
+                                  "from scratch)"),
+              std::string::npos)
+        << scratch.output;
+    const auto tuned = train("--optimizer auto --max-steps 2 --init-from " + path("scratch") +
+                             " --out-dir " + path("tuned"));
+    ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+    EXPECT_NE(tuned.output.find("optimizer: AdamW (lr 0.001) (--optimizer auto: fine-tuning "
+                                "--init-from weights)"),
+              std::string::npos)
+        << tuned.output;
 }
 
 }  // namespace

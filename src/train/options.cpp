@@ -137,6 +137,20 @@ void validate_lora_options(const TrainOptions& o) {
 
 }  // namespace
 
+void require_muon_flags_apply(const TrainOptions& o) {
+    if (o.optimizer.automatic && o.optimizer.chosen_because.empty()) {
+        return;  // auto, not settled yet (run_training settles it and calls this again)
+    }
+    for (const char* flag : {"muon-lr", "muon-momentum", "muon-weight-decay"}) {
+        if (o.optimizer.kind != OptimizerKind::Muon && o.was_given(flag)) {
+            throw UsageError(fmt::format(
+                "--{} applies to Muon only, and this run trains with AdamW{}", flag,
+                o.optimizer.automatic ? " (--optimizer auto: " + o.optimizer.chosen_because + ")"
+                                      : ""));
+        }
+    }
+}
+
 void validate_train_options(const TrainOptions& o, int world_size) {
     const auto require = [](bool ok, const std::string& message) {
         if (!ok) throw InputError(message);
@@ -172,12 +186,8 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     require(o.optimizer.muon_momentum >= 0.0f && o.optimizer.muon_momentum < 1.0f,
             "--muon-momentum must be in [0, 1)");
     require(o.optimizer.muon_weight_decay >= 0.0f, "--muon-weight-decay must not be negative");
-    for (const char* flag : {"muon-lr", "muon-momentum", "muon-weight-decay"}) {
-        require(o.optimizer.kind == OptimizerKind::Muon || !o.was_given(flag),
-                fmt::format("--{} applies to --optimizer muon only (this run trains with adamw)",
-                            flag));
-    }
-    require(o.optimizer.kind != OptimizerKind::Muon || !o.lora.enabled(),
+    require_muon_flags_apply(o);
+    require(o.optimizer.automatic || o.optimizer.kind != OptimizerKind::Muon || !o.lora.enabled(),
             "--optimizer muon trains whole hidden matrices; LoRA trains adapters (AdamW): drop "
             "--optimizer muon or --lora-rank");
     require(o.parallel.zero == 0 || o.parallel.zero == 1, "--zero must be 0 or 1");

@@ -57,9 +57,13 @@ struct TrainOptions {
     // The optimizer, its schedule and the run's length.
     struct Optimizer {
         // --optimizer: AdamW for everything, or Muon for the hidden matrices (AdamW for the rest,
-        // with --lr and the AdamW flags).
+        // with --lr and the AdamW flags). `automatic` (--optimizer auto): Muon for a run from
+        // scratch, AdamW for fine-tuning (--init-from, LoRA), the state's own when resuming;
+        // run_training settles `kind` before the replica is built.
         OptimizerKind kind = OptimizerKind::AdamW;
-        float muon_lr = 0.02f;  // Muon's peak learning rate; the schedule scales it as --lr
+        bool automatic = false;
+        std::string chosen_because;  // auto, once settled: why `kind` (for the log)
+        float muon_lr = 0.02f;       // Muon's peak learning rate; the schedule scales it as --lr
         float muon_momentum = 0.95f;
         float muon_weight_decay = 0.0f;
         float lr = 3e-3f;
@@ -214,6 +218,9 @@ void validate_train_options(const TrainOptions& options, int world_size);
 // The tokenizer kind a run uses when neither weights nor shards bring one: --tokenizer if given,
 // else gpt2 for one of GPT-2's presets (--model gpt2-124M...), else the default (char).
 [[nodiscard]] TokenizerKind requested_tokenizer(const TrainOptions& options);
+
+// Muon's flags given for a run that trains with AdamW (once the optimizer is settled): InputError.
+void require_muon_flags_apply(const TrainOptions& o);
 
 // Muon's settings from the flags.
 [[nodiscard]] inline MuonSettings muon_settings(const TrainOptions& o) {

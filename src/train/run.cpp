@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -322,6 +323,40 @@ void TrainingLoop::check_replicas(std::int64_t completed) const {
     spdlog::debug("step {}: replicas identical (checksum {:016x})", completed, sum);
 }
 
+namespace {
+// Why --optimizer auto chose what it chose, by the code rank 0 sends.
+constexpr std::array<std::string_view, 4> kAutoReasons = {
+    "a run from scratch", "the resumed state's optimizer", "LoRA trains its adapters with AdamW",
+    "fine-tuning --init-from weights"};
+
+// The options with --optimizer auto settled: the same optimizer on every rank (collective).
+TrainOptions settle_optimizer(const TrainOptions& o, const Communicator& comm,
+                              const StartPoint& start) {
+    TrainOptions settled = o;
+    if (!o.optimizer.automatic) return settled;
+    std::array<std::int32_t, 2> choice{};  // kind, reason
+    if (comm.is_root()) {
+        const auto pick = [&](OptimizerKind kind, int reason) {
+            choice = {static_cast<std::int32_t>(kind), reason};
+        };
+        if (start.state_optimizer) {
+            pick(*start.state_optimizer, 1);
+        } else if (o.lora.enabled()) {
+            pick(OptimizerKind::AdamW, 2);
+        } else if (!o.model.init_from.empty()) {
+            pick(OptimizerKind::AdamW, 3);
+        } else {
+            pick(OptimizerKind::Muon, 0);
+        }
+    }
+    comm.broadcast(std::span<std::int32_t>(choice));
+    settled.optimizer.kind = static_cast<OptimizerKind>(choice[0]);
+    settled.optimizer.chosen_because = kAutoReasons[static_cast<std::size_t>(choice[1])];
+    if (comm.is_root()) require_muon_flags_apply(settled);
+    return settled;
+}
+}  // namespace
+
 int run_training(const TrainOptions& o, const Communicator& comm) {
     const auto program_start = Clock::now();
     install_signal_handlers();
@@ -352,9 +387,12 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         choose_start(o, start, tokenizer_choice);
         check_flags_against_start(o, start);
     }
+    // --optimizer auto settled on rank 0 (it alone knows a resumed state's), the same on every
+    // rank; the rest of the run reads `settled`.
+    const TrainOptions settled = settle_optimizer(o, comm, start);
     Corpus corpus;
-    prepare_corpus(o, comm, tokenizer_choice, corpus);
-    const ModelConfig config = agree_on_model(o, comm, start, *corpus.tokenizer);
+    prepare_corpus(settled, comm, tokenizer_choice, corpus);
+    const ModelConfig config = agree_on_model(settled, comm, start, *corpus.tokenizer);
     if (corpus.train_store.max_token() >= config.vocab_size) {
         throw InputError("token id " + std::to_string(corpus.train_store.max_token()) +
                          " is out of range for the model's vocabulary of " +
@@ -362,21 +400,21 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
     }
 
     const auto build_start = Clock::now();
-    ExchangePlan exchange = plan_exchange(o, comm);
-    const std::unique_ptr<Replica> replica = build_replica(o, comm, config, start, exchange);
-    RunPlan plan = plan_run(o, comm, start, *replica);
-    if (plan.resumed && plan.first_step >= o.optimizer.max_steps && o.compute.benchmark == 0 &&
-        !o.eval.eval_only) {
+    ExchangePlan exchange = plan_exchange(settled, comm);
+    const std::unique_ptr<Replica> replica = build_replica(settled, comm, config, start, exchange);
+    RunPlan plan = plan_run(settled, comm, start, *replica);
+    if (plan.resumed && plan.first_step >= settled.optimizer.max_steps &&
+        settled.compute.benchmark == 0 && !settled.eval.eval_only) {
         spdlog::warn(
             "nothing to do: the checkpoint is at step {} and --max-steps is {} (raise "
             "--max-steps to train further)",
-            plan.first_step, o.optimizer.max_steps);
+            plan.first_step, settled.optimizer.max_steps);
         return 0;
     }
-    if (comm.is_root()) warn_about_schedule(o, plan);
+    if (comm.is_root()) warn_about_schedule(settled, plan);
     const double startup_seconds = seconds_since(build_start);
 
-    TrainingLoop loop(o, comm, corpus, *replica, plan, exchange, startup_seconds);
+    TrainingLoop loop(settled, comm, corpus, *replica, plan, exchange, startup_seconds);
     loop.log_banner();
     const int code = loop.run();
     // Every rank's own peak, so that a job of many ranks on one node can be added up.

@@ -129,6 +129,17 @@ void TrainingLoop::log_banner() const {
     if (const std::string lora = describe_lora(replica_.model); !lora.empty()) {
         spdlog::info("{}", lora);
     }
+    const std::string why = o_.optimizer.automatic
+                                ? " (--optimizer auto: " + o_.optimizer.chosen_because + ")"
+                                : std::string();
+    if (replica_.optimizer->kind() == OptimizerKind::Muon) {
+        spdlog::info(
+            "optimizer: Muon on the hidden matrices (lr {}, momentum {}), AdamW on the rest (lr "
+            "{}){}",
+            o_.optimizer.muon_lr, o_.optimizer.muon_momentum, o_.optimizer.lr, why);
+    } else {
+        spdlog::info("optimizer: AdamW (lr {}){}", o_.optimizer.lr, why);
+    }
     if (o_.optimizer.dropout > 0.0f) {
         spdlog::info(
             "dropout {} on the embeddings, the attention probabilities and the attention "

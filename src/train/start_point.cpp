@@ -176,7 +176,8 @@ void resume_lora_on_its_base(const TrainOptions& o, StartPoint& start) {
     const std::optional<ResumeState> state = read_state_header(start.state_file);
     if (!state) return;  // loading it reports why
     const std::string file = "--resume " + start.state_file.string();
-    if (state->optimizer != o.optimizer.kind) {
+    start.state_optimizer = state->optimizer;
+    if (!o.optimizer.automatic && state->optimizer != o.optimizer.kind) {
         throw UsageError(fmt::format(
             "{}: the state is of a run trained with --optimizer {}, this run asks for {}: resume "
             "with --optimizer {}, or start a new run from its weights with --init-from {}",

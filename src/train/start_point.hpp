@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "formats/checkpoint.hpp"
+#include "optim/optimizer.hpp"
 #include "train/options.hpp"
 
 namespace gpt2 {
@@ -24,6 +25,8 @@ struct StartPoint {
     // Resuming a LoRA run that adapted a random base: `model` gives the shape and tokenizer only,
     // the base is built again from --seed.
     bool base_from_seed = false;
+    // Resuming: the optimizer the state was trained with (--optimizer auto keeps it).
+    std::optional<OptimizerKind> state_optimizer;
 };
 
 // Which tokenizer the run uses, decided on rank 0 before the corpus is read: the checkpoint's

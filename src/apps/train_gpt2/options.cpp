@@ -258,13 +258,22 @@ void add_batch_flags(CLI::App& app, TrainOptions& o) {
         ->check(app::at_least(0));
 }
 
+// --optimizer's values: auto, then the optimizers' names.
+std::vector<std::string> optimizer_choices() {
+    std::vector<std::string> names{"auto"};
+    for (std::string& name : optimizer_names())
+        names.push_back(std::move(name));
+    return names;
+}
+
 void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule,
                          std::string& optimizer) {
     auto* opt = app.add_option_group("Optimizer");
     opt->add_option("--optimizer", optimizer,
-                    "adamw | muon (Muon on the hidden matrices, AdamW with --lr on the "
-                    "embeddings, the LM head, LayerNorms and biases)")
-        ->check(app::one_of(optimizer_names(), "optimizer"))
+                    "auto | adamw | muon (Muon on the hidden matrices, AdamW with --lr on the "
+                    "embeddings, the LM head, LayerNorms and biases; auto: muon for a run from "
+                    "scratch, adamw for fine-tuning, a resumed run's own; default adamw)")
+        ->check(app::one_of(optimizer_choices(), "optimizer"))
         ->type_name("NAME");
     opt->add_option("--lr", o.optimizer.lr, "peak learning rate (AdamW's)")->check(app::positive());
     opt->add_option("--muon-lr", o.optimizer.muon_lr,
@@ -540,7 +549,8 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
     }
     // --min-lr follows --lr unless given (config file or command line).
     if (app.get_option("--min-lr")->count() == 0) o.optimizer.min_lr = o.optimizer.lr / 10.0f;
-    o.optimizer.kind = *parse_optimizer_kind(optimizer);  // one_of checked it
+    o.optimizer.automatic = optimizer == "auto";
+    if (!o.optimizer.automatic) o.optimizer.kind = *parse_optimizer_kind(optimizer);  // one_of
     o.optimizer.schedule = schedule == "linear"     ? LrSchedule::Linear
                            : schedule == "constant" ? LrSchedule::Constant
                                                     : LrSchedule::Cosine;
