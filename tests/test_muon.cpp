@@ -378,7 +378,8 @@ TEST(MuonSplits, AnyWorkerCountAndAnySlicingGiveTheSameBits) {
         Model model = test::fixture_model(base);
         const std::size_t P = model.layout.total();
         const std::vector<Range> slices = slices_between(
-            P, parts, kNormBlock, indivisible_ranges(OptimizerKind::Muon, model.layout));
+            P, parts, kNormBlock, indivisible_ranges(OptimizerKind::Muon, model.layout),
+            indivisible_costs(OptimizerKind::Muon, model.layout));
         std::vector<std::unique_ptr<Optimizer>> optimizers;
         for (const Range& r : slices)
             optimizers.push_back(make_optimizer(OptimizerKind::Muon, r.end - r.begin, r.begin));
@@ -445,7 +446,9 @@ TEST(MuonSplits, SlicesHoldWholeMatricesAndCoverTheWeights) {
     for (const int parts : {2, 3, 4, 7}) {
         const ParameterLayout layout(ModelConfig{64, 65, 128, 3, 4, 48});
         const std::vector<Range> whole = indivisible_ranges(OptimizerKind::Muon, layout);
-        const std::vector<Range> slices = slices_between(layout.total(), parts, kNormBlock, whole);
+        const std::vector<double> costs = indivisible_costs(OptimizerKind::Muon, layout);
+        const std::vector<Range> slices =
+            slices_between(layout.total(), parts, kNormBlock, whole, costs);
         ASSERT_EQ(slices.size(), static_cast<std::size_t>(parts));
         EXPECT_EQ(slices.front().begin, 0u);
         EXPECT_EQ(slices.back().end, layout.total());
@@ -456,6 +459,36 @@ TEST(MuonSplits, SlicesHoldWholeMatricesAndCoverTheWeights) {
                 EXPECT_FALSE(m.begin < slices[i].end && slices[i].end < m.end)
                     << "slice " << i << " ends inside a matrix";
         }
+    }
+}
+
+// Ranks' slices balance Muon's cost, not the element count: on GPT-2 124M the embeddings
+// (AdamW's, cheap) would otherwise leave one rank most of the matrices.
+TEST(MuonSplits, SlicesOfGpt2BalanceTheUpdatesCost) {
+    const ParameterLayout layout(preset_config("gpt2-124M", 50257));
+    const std::vector<Range> whole = indivisible_ranges(OptimizerKind::Muon, layout);
+    const std::vector<double> costs = indivisible_costs(OptimizerKind::Muon, layout);
+    const auto cost_of = [&](Range slice) {
+        double cost = static_cast<double>(slice.end - slice.begin);
+        for (std::size_t i = 0; i < whole.size(); ++i) {
+            const std::size_t lo = std::max(whole[i].begin, slice.begin);
+            const std::size_t hi = std::min(whole[i].end, slice.end);
+            if (lo < hi) cost += static_cast<double>(hi - lo) * (costs[i] - 1.0);
+        }
+        return cost;
+    };
+    const double total = cost_of(Range{0, layout.total()});
+    for (const int parts : {2, 4, 8}) {
+        const std::vector<Range> slices =
+            slices_between(layout.total(), parts, kNormBlock, whole, costs);
+        for (const Range& slice : slices) {
+            EXPECT_NEAR(cost_of(slice), total / parts, 0.1 * total / parts)
+                << parts << " parts, slice at " << slice.begin;
+        }
+        const std::vector<Range> by_count =
+            slices_between(layout.total(), parts, kNormBlock, whole);
+        EXPECT_GT(std::abs(cost_of(by_count[0]) - total / parts), 0.2 * total / parts)
+            << "by count the first slice is far from its share (what the costs fix)";
     }
 }
 

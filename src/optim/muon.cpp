@@ -26,6 +26,9 @@ std::vector<MuonMatrix> muon_matrices(const ParameterLayout& layout) {
         matrices.push_back({layout.offset(ParamTensor::fcw) + l * 4 * C * C, 4 * c, c});
         matrices.push_back({layout.offset(ParamTensor::fcprojw) + l * 4 * C * C, c, 4 * c});
     }
+    // In layout order (the ranges a slice must hold whole are sorted).
+    std::sort(matrices.begin(), matrices.end(),
+              [](const MuonMatrix& a, const MuonMatrix& b) { return a.offset < b.offset; });
     return matrices;
 }
 

@@ -22,8 +22,8 @@ struct MuonMatrix {
     }
 };
 
-// The hidden matrices of a GPT-2 layout, layer by layer: Q, K, V (qkvw's three row blocks),
-// the attention projection, the MLP's fc and its projection.
+// The hidden matrices of a GPT-2 layout in layout order: each layer's Q, K, V (qkvw's three row
+// blocks), attention projection, MLP fc and its projection.
 [[nodiscard]] std::vector<MuonMatrix> muon_matrices(const ParameterLayout& layout);
 
 // The quintic Newton-Schulz iteration with coefficients (3.4445, -4.7750, 2.0315): X (r x c,

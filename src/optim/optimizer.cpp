@@ -1,5 +1,6 @@
 #include "optim/optimizer.hpp"
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 #include <string>
@@ -86,6 +87,16 @@ float clip_scale(double norm, float max_norm) {
 std::vector<Range> indivisible_ranges(OptimizerKind kind, const ParameterLayout& layout) {
     const OptimizerEntry& e = entry(kind);
     return e.whole != nullptr ? e.whole(layout) : std::vector<Range>{};
+}
+
+std::vector<double> indivisible_costs(OptimizerKind kind, const ParameterLayout& layout) {
+    std::vector<double> costs;
+    if (kind != OptimizerKind::Muon) return costs;
+    for (const MuonMatrix& mat : muon_matrices(layout)) {
+        const double r = std::min(mat.rows, mat.cols), c = std::max(mat.rows, mat.cols);
+        costs.push_back(1.0 + 0.1 * (20.0 * r + 10.0 * r * r / c));
+    }
+    return costs;
 }
 
 std::size_t optimizer_state_bytes(OptimizerKind kind, const ParameterLayout& layout) {

@@ -98,6 +98,12 @@ class Optimizer {
 // matrices), in layout order; none for AdamW.
 [[nodiscard]] std::vector<Range> indivisible_ranges(OptimizerKind kind,
                                                     const ParameterLayout& layout);
+// The cost of updating an element of each of indivisible_ranges, in units of an AdamW element:
+// Muon's Newton-Schulz iteration, about 20r + 10r^2/c flops per element of an r x c matrix
+// (r <= c), at a tenth of an AdamW element's time per flop (AdamW's update is memory-bound: about
+// 28 bytes moved per element). Ranks' slices balance these costs.
+[[nodiscard]] std::vector<double> indivisible_costs(OptimizerKind kind,
+                                                    const ParameterLayout& layout);
 // The resident bytes of an optimizer's state for all of `layout` (Muon's matrices keep one float,
 // the rest two), for the memory plan.
 [[nodiscard]] std::size_t optimizer_state_bytes(OptimizerKind kind, const ParameterLayout& layout);

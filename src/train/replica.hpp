@@ -74,8 +74,9 @@ struct Replica {
     [[nodiscard]] Range checkpoint_slice(const Communicator& comm) const {
         return checkpoint_slices[static_cast<std::size_t>(comm.rank())];
     }
-    // Makes the optimizer for this rank's part: `slice` of `parts` near-equal slices (one part:
-    // all), on norm blocks' boundaries and never through a range the optimizer updates whole.
+    // Makes the optimizer for this rank's part: `slice` of `parts` slices of near-equal update cost
+    // (one part: all), on norm blocks' boundaries and never through a range the optimizer updates
+    // whole.
     void set_slices(const Communicator& comm, int slice, int parts, bool gives_checkpoint,
                     OptimizerKind kind, const MuonSettings& muon) {
         const std::size_t P = model.layout.total();
@@ -87,7 +88,8 @@ struct Replica {
                 comm.allgather(static_cast<std::uint64_t>(slice) * 2 + (gives_checkpoint ? 1 : 0));
             // On norm blocks' boundaries: the gradient's norm is the same for any split.
             const std::vector<Range> whole = indivisible_ranges(kind, model.layout);
-            const std::vector<Range> slices = slices_between(P, parts, kNormBlock, whole);
+            const std::vector<double> costs = indivisible_costs(kind, model.layout);
+            const std::vector<Range> slices = slices_between(P, parts, kNormBlock, whole, costs);
             for (const std::uint64_t value : all) {
                 const Range r = slices[static_cast<std::size_t>(value / 2)];
                 update_slices.push_back(r);
