@@ -99,6 +99,16 @@ std::vector<double> indivisible_costs(OptimizerKind kind, const ParameterLayout&
     return costs;
 }
 
+std::size_t optimizer_scratch_bytes(OptimizerKind kind, const ParameterLayout& layout) {
+    if (kind != OptimizerKind::Muon) return 0;
+    std::size_t largest = 0;
+    for (const MuonMatrix& mat : muon_matrices(layout)) {
+        const auto r = static_cast<std::size_t>(std::min(mat.rows, mat.cols));
+        largest = std::max(largest, 2 * mat.size() + 2 * r * r);
+    }
+    return largest * sizeof(float);
+}
+
 std::size_t optimizer_state_bytes(OptimizerKind kind, const ParameterLayout& layout) {
     // Two floats per parameter, one where a matrix is updated whole (its v: never written, never
     // resident).

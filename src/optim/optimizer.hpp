@@ -108,6 +108,10 @@ class Optimizer {
 // the rest two), for the memory plan.
 [[nodiscard]] std::size_t optimizer_state_bytes(OptimizerKind kind, const ParameterLayout& layout);
 
+// The scratch an optimizer's update takes per worker thread (Muon: its largest matrix twice and
+// two r x r products), for the memory plan.
+[[nodiscard]] std::size_t optimizer_scratch_bytes(OptimizerKind kind, const ParameterLayout& layout);
+
 // Muon's fixed settings (its learning rate is the schedule's, per step).
 struct MuonSettings {
     float momentum = 0.95f;

@@ -58,8 +58,11 @@ MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size, i
     need.windows_bytes = static_cast<std::size_t>(std::max(need.with_sequences - 1, 0)) *
                          gradient_window_floats(config) * sizeof(float);
     const std::size_t gradient = P * sizeof(float);
-    const std::size_t moments = optimizer_state_bytes(optimizer, ParameterLayout(config)) /
-                                static_cast<std::size_t>(moment_parts);
+    // The optimizer's state (this rank's part of it) and each worker's scratch for its update.
+    const ParameterLayout layout(config);
+    const std::size_t moments =
+        optimizer_state_bytes(optimizer, layout) / static_cast<std::size_t>(moment_parts) +
+        static_cast<std::size_t>(workers) * optimizer_scratch_bytes(optimizer, layout);
     need.rank_bytes = weights + gradient + moments;
     return need;
 }
