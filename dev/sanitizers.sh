@@ -36,7 +36,7 @@ for family in "${tsan_families[@]}"; do
   GPT2_OPENBLAS_CORETYPE="$family" \
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
     ctest --test-dir build-tsan --output-on-failure -j "$jobs" \
-    -R "^threads\.|^model_reference\.Workers|^shared_memory\.SharedReplica|^threaded_step\.|^lora_training\.LoraReplica\."
+    -R "^threads\.|^muon\.|^model_reference\.Workers|^shared_memory\.SharedReplica|^threaded_step\.|^lora_training\.LoraReplica\."
 done
 
 # AddressSanitizer + UBSan, with leak checking, over the tests that exercise memory: every test

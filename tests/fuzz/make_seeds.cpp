@@ -206,9 +206,10 @@ int main(int argc, char** argv) {
             optimizer.m.data()[i] = 1e-3f * static_cast<float>(i % 17) - 8e-3f;
             optimizer.v.data()[i] = 1e-6f * static_cast<float>(i % 5);
         }
-        for (const std::int64_t step : {1, 7}) {
+        for (const std::int64_t step : {1, 7, 3}) {  // 3: a Muon run's (version 6)
             optimizer.step = step;
             gpt2::ResumeState state;
+            if (step == 3) state.optimizer = gpt2::OptimizerKind::Muon;
             state.step = step;
             state.seed = 1337;
             state.sequences_per_step = 4 * step;
