@@ -110,7 +110,8 @@ class Optimizer {
 
 // The scratch an optimizer's update takes per worker thread (Muon: its largest matrix twice and
 // two r x r products), for the memory plan.
-[[nodiscard]] std::size_t optimizer_scratch_bytes(OptimizerKind kind, const ParameterLayout& layout);
+[[nodiscard]] std::size_t optimizer_scratch_bytes(OptimizerKind kind,
+                                                  const ParameterLayout& layout);
 
 // Muon's fixed settings (its learning rate is the schedule's, per step).
 struct MuonSettings {
