@@ -32,6 +32,11 @@ std::vector<MuonMatrix> muon_matrices(const ParameterLayout& layout) {
     return matrices;
 }
 
+std::size_t muon_scratch_floats(const MuonMatrix& matrix) {
+    const auto r = static_cast<std::size_t>(std::min(matrix.rows, matrix.cols));
+    return 2 * matrix.size() + 2 * r * r;
+}
+
 void newton_schulz5(std::span<float> x, int r, int c, int steps, std::span<float> scratch) {
     constexpr float a = 3.4445f, b = -4.7750f, k = 2.0315f;
     const std::size_t n = static_cast<std::size_t>(r) * static_cast<std::size_t>(c);
@@ -109,8 +114,9 @@ void Muon::update(const UpdateTarget& target, const StepRates& rates, ThreadPool
     }
     const std::int64_t t = ++state.step;
     const Range owned = target.owned;
+    if (matrices_.empty()) matrices_ = muon_matrices(*target.layout);
     std::vector<MuonMatrix> mine;
-    for (const MuonMatrix& mat : muon_matrices(*target.layout)) {
+    for (const MuonMatrix& mat : matrices_) {
         const std::size_t end = mat.offset + mat.size();
         if (end <= owned.begin || mat.offset >= owned.end) continue;
         if (mat.offset < owned.begin || end > owned.end) {
@@ -138,10 +144,8 @@ void Muon::update(const UpdateTarget& target, const StepRates& rates, ThreadPool
         load[w] += cost(i);
     }
     std::size_t largest = 0;
-    for (const MuonMatrix& mat : mine) {
-        const auto r = static_cast<std::size_t>(std::min(mat.rows, mat.cols));
-        largest = std::max(largest, 2 * mat.size() + 2 * r * r);
-    }
+    for (const MuonMatrix& mat : mine)
+        largest = std::max(largest, muon_scratch_floats(mat));
     if (scratch_.size() < static_cast<std::size_t>(W)) scratch_.resize(static_cast<std::size_t>(W));
     for (AlignedBuffer<float>& s : scratch_) {
         if (s.size() < largest) s = AlignedBuffer<float>(largest);

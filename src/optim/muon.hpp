@@ -26,6 +26,10 @@ struct MuonMatrix {
 // blocks), attention projection, MLP fc and its projection.
 [[nodiscard]] std::vector<MuonMatrix> muon_matrices(const ParameterLayout& layout);
 
+// The floats one matrix's update needs on its worker: the update itself and newton_schulz5's
+// scratch (r*c + 2*r*r).
+[[nodiscard]] std::size_t muon_scratch_floats(const MuonMatrix& matrix);
+
 // The quintic Newton-Schulz iteration with coefficients (3.4445, -4.7750, 2.0315): X (r x c,
 // r <= c, row-major) divided by its Frobenius norm (+1e-7), then `steps` times A = X X^T,
 // B = b A + c A A, X = a X + B X, in fp32 through the GEMM layer. `scratch` holds at least
@@ -44,6 +48,7 @@ class Muon final : public Optimizer {
 
   private:
     MuonSettings settings_;
+    std::vector<MuonMatrix> matrices_;           // the model's, found at the first update
     std::vector<AlignedBuffer<float>> scratch_;  // per worker
 };
 

@@ -102,10 +102,8 @@ std::vector<double> indivisible_costs(OptimizerKind kind, const ParameterLayout&
 std::size_t optimizer_scratch_bytes(OptimizerKind kind, const ParameterLayout& layout) {
     if (kind != OptimizerKind::Muon) return 0;
     std::size_t largest = 0;
-    for (const MuonMatrix& mat : muon_matrices(layout)) {
-        const auto r = static_cast<std::size_t>(std::min(mat.rows, mat.cols));
-        largest = std::max(largest, 2 * mat.size() + 2 * r * r);
-    }
+    for (const MuonMatrix& mat : muon_matrices(layout))
+        largest = std::max(largest, muon_scratch_floats(mat));
     return largest * sizeof(float);
 }
 
