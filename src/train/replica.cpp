@@ -93,13 +93,18 @@ ExchangePlan plan_exchange(const TrainOptions& o, const Communicator& comm) {
     // per machine has nothing to share and overlaps its allreduce with backward instead.
     const bool can_share =
         o.parallel.share_memory && m.machine.size() > 1 && m.uniform && o.parallel.zero == 0;
+    // Under one allreduce every rank would orthogonalize every matrix; ZeRO-1's reduce-scatter and
+    // allgather move the same bytes and divide the update (modded-nanogpt's distributed Muon).
+    e.zero_for_muon = o.optimizer.kind == OptimizerKind::Muon && !o.was_given("zero") &&
+                      comm.size() > 1 && !can_share;
+    e.zero = o.parallel.zero == 1 || e.zero_for_muon;
     // Across machines the gradient (or, with shared memory, each rank's slice of it) travels in
     // 25 MiB buckets while backward runs. ZeRO-1's own default is one reduce-scatter after
     // backward: in 25 MiB buckets it measured within 1% of that over 1 Gbit/s (the parameters'
     // allgather after the update stays exposed).
     // Buckets need MPI calls from the communication thread: without that thread level, auto
     // keeps one allreduce after backward.
-    const bool buckets = m.machines > 1 && o.parallel.zero == 0 && comm.serialized_threads();
+    const bool buckets = m.machines > 1 && !e.zero && comm.serialized_threads();
     e.bucket_mb = o.parallel.bucket_mb >= 0.0 ? o.parallel.bucket_mb : buckets ? 25.0 : 0.0;
     // On one machine, buckets asked for replace sharing.
     e.share_memory = can_share && (e.bucket_mb == 0.0 || m.machines > 1);
@@ -132,9 +137,9 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
                                                : std::min(available_cores(), o.batch.batch_size);
     const MachineGroups& machines = *exchange.machines;
     // Who holds how much of the AdamW moments (a failed share falls back to the same slices).
-    const int moment_parts = exchange.share_memory  ? machines.machine.size()
-                             : o.parallel.zero == 1 ? comm.size()
-                                                    : 1;
+    const int moment_parts = exchange.share_memory ? machines.machine.size()
+                             : exchange.zero       ? comm.size()
+                                                   : 1;
     std::unique_ptr<LoraAdapter> lora_from;
     std::shared_ptr<LoraAdapter> adapter;
     bool adapter_read = false;  // from --lora-from or the resumed checkpoint, else initialised
@@ -219,7 +224,7 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
         replica->set_slices(comm, machines.machine.rank(), machines.machine.size(),
                             machines.on_first, kind, muon);
         if (machines.machines > 1) replica->copies_across = &machines.across;
-    } else if (o.parallel.zero == 1 || exchange.share_memory) {
+    } else if (exchange.zero || exchange.share_memory) {
         // ZeRO-1 (asked for, or where sharing failed: the same slices, nothing shared).
         replica->set_slices(comm, comm.rank(), comm.size(), true, kind, muon);
     } else {
@@ -297,7 +302,9 @@ std::string describe_exchange(const ExchangePlan& plan, const Replica& replica,
                              "backward runs, each rank keeping its slice",
                              plan.bucket_mb)
                        : std::string(
-                             "gradient across ranks: ZeRO-1, one reduce-scatter after backward");
+                             "gradient across ranks: ZeRO-1, one reduce-scatter after backward") +
+                             (plan.zero_for_muon ? " (auto: Muon's update divided over the ranks)"
+                                                 : "");
     }
     if (buckets) {
         return fmt::format("{} buckets of {} MiB, {}{}", log_lines::kGradientAcrossRanks,

@@ -24,7 +24,11 @@ namespace gpt2 {
 struct ExchangePlan {
     double bucket_mb = 0.0;     // --bucket-mb with auto resolved
     bool share_memory = false;  // the ranks of each machine train one copy of the weights
-    std::string share_error;    // why sharing failed (the run goes on as ZeRO-1)
+    // ZeRO-1: --zero 1, or Muon on ranks that share nothing (unless --zero 0 was given), whose
+    // Newton-Schulz iterations then divide over the ranks instead of every rank running them all.
+    bool zero = false;
+    bool zero_for_muon = false;  // chosen for Muon, not asked for
+    std::string share_error;     // why sharing failed (the run goes on as ZeRO-1)
     // Where the ranks run; the exchange points at its communicators.
     std::shared_ptr<const MachineGroups> machines;
     // The ranks of each machine share their memory (asked for, and it worked).

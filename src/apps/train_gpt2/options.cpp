@@ -430,8 +430,9 @@ void add_machine_flags(CLI::Option_group* run, TrainOptions& o, std::string& pre
         ->check(app::one_of({"auto", "off"}, "--share-memory value"))
         ->type_name("auto|off");
     run->add_option("--zero", o.parallel.zero,
-                    "ZeRO stage: 1 slices the AdamW moments and the update over the ranks "
-                    "(reduce-scatter, then allgather of the parameters); 0: every rank keeps all")
+                    "ZeRO stage: 1 slices the optimizer's state and the update over the ranks "
+                    "(reduce-scatter, then allgather of the parameters); 0: every rank keeps all "
+                    "(the default, but 1 for Muon on ranks that share no memory unless 0 is given)")
         ->check(app::one_of({"0", "1"}, "ZeRO stage"))
         ->type_name("0|1");
     run->add_option("--precision", precision,
