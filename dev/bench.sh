@@ -205,7 +205,7 @@ for c in "${config_list[@]}"; do
   # Constant lr 3e-4 like the PyTorch side; weight decay 0.1 and clip 1.0 are the defaults.
   # --benchmark skips validation, samples and checkpoints; the other flags make that explicit.
   ours=("$trainer" "${model_flags[@]}" "${tok_flags[@]}" --data "$data" --seq-len "$T"
-    --lr 3e-4 --min-lr 3e-4 --schedule constant --warmup-steps 0 --weight-decay 0.1
+    --optimizer adamw --lr 3e-4 --min-lr 3e-4 --schedule constant --warmup-steps 0 --weight-decay 0.1
     --grad-clip 1.0 --val-every 0 --sample-every 0 --checkpoint-every 0
     --out-dir "$log_dir/out" --benchmark "$n")
   torch_cmd=("$python" "$repo/dev/bench_pytorch_train.py" --n-layer "$L" --n-head "$NH"

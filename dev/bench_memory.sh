@@ -27,7 +27,7 @@ echo "GPT-2 124M, B=8, T=64, $steps timed steps, $(nproc) cores, $(lscpu | sed -
 printf '%-8s %14s %10s %18s\n' "workers" "peak RSS GiB" "tok/s" "RSS over W=1 GiB"
 base=""
 for w in $workers; do
-  out=$("$binary" --model gpt2-124M --tokenizer gpt2 --seq-len 64 --batch-size 8 --threads "$w" \
+  out=$("$binary" --optimizer adamw --model gpt2-124M --tokenizer gpt2 --seq-len 64 --batch-size 8 --threads "$w" \
     --benchmark "$steps" --data data/tinyshakespeare.txt 2>&1 | grep '^benchmark:') || {
     echo "W=$w: the run failed" >&2; exit 1; }
   rss=$(sed -n 's/.*peak RSS \([0-9.]*\) GiB.*/\1/p' <<<"$out")

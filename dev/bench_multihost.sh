@@ -35,7 +35,7 @@ done
 [[ -x build/train_gpt2 ]] || { echo "build/train_gpt2 missing: run scripts/setup.sh" >&2; exit 1; }
 [[ -s data/gpt2/encoder.json ]] || { echo "data/gpt2 (GPT-2 tokenizer) missing: run scripts/setup.sh" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-model=(--n-layer 6 --n-head 6 --n-embd 384 --tokenizer gpt2 --seq-len 256 --threads 1
+model=(--optimizer adamw --n-layer 6 --n-head 6 --n-embd 384 --tokenizer gpt2 --seq-len 256 --threads 1
        --benchmark "$steps" --data data/tinyshakespeare.txt --log-level debug)
 ms() { sed -n 's/^benchmark: median \([0-9.]*\) ms\/step.*/\1/p'; }
 # Median over rank 0's timed steps (the last $steps) of a phase of the debug step log:

@@ -225,7 +225,7 @@ if ((!plot_only)); then
       model=(--n-layer 6 --n-head 6 --n-embd 384 --block-size "$((t > 256 ? t : 256))")
       tok=(--tokenizer char)
     fi
-    local train=("$trainer" "${model[@]}" "${tok[@]}" --data "$data" --seq-len "$t"
+    local train=("$trainer" --optimizer adamw "${model[@]}" "${tok[@]}" --data "$data" --seq-len "$t"
       --lr 3e-4 --min-lr 3e-4 --schedule constant --warmup-steps 0 --val-every 0
       --sample-every 0 --checkpoint-every 0 --out-dir "$out_dir/logs/out" --benchmark "$n"
       --precision "$precision" --log-level debug)

@@ -22,7 +22,7 @@ done
 [[ -x build/train_gpt2 ]] || { echo "build/train_gpt2 missing: run scripts/setup.sh" >&2; exit 1; }
 [[ -s data/tinyshakespeare.txt ]] || { echo "data/tinyshakespeare.txt missing: run scripts/setup.sh" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-common=(--n-layer 6 --n-head 6 --n-embd 384 --seq-len 256 --benchmark "$steps" --data data/tinyshakespeare.txt)
+common=(--optimizer adamw --n-layer 6 --n-head 6 --n-embd 384 --seq-len 256 --benchmark "$steps" --data data/tinyshakespeare.txt)
 
 tok_s() { sed -n 's/.*| \([0-9.]*\) tok\/s.*/\1/p' | tail -1; }
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }

@@ -91,7 +91,7 @@ for w in "${workload_list[@]}"; do
     if [[ "$opt" == adamw ]]; then
       # The workload's own --lr is replaced by the sweep's (and its floor follows as lr / 10).
       # shellcheck disable=SC2086
-      set -- $(echo "$flags" | sed -E 's/--lr [^ ]+//; s/--min-lr [^ ]+//') --lr "$lr"
+      set -- $(echo "$flags" | sed -E 's/--lr [^ ]+//; s/--min-lr [^ ]+//') --optimizer adamw --lr "$lr"
     else
       # shellcheck disable=SC2086
       set -- $flags --optimizer muon --muon-lr "$lr"

@@ -28,9 +28,11 @@ using test::run_command;
 using test::ScratchDir;
 using test::SharedRuns;
 
+// AdamW pinned: these tests are about how the gradient travels between ranks and workers (Muon's
+// exchange: test_muon_training.cpp), and --optimizer auto would take Muon at some of their batches.
 const std::string kModelFlags =
     test::small_model(32) +
-    " --lr 1e-3 --warmup-steps 2 --eps 1e-5"
+    " --optimizer adamw --lr 1e-3 --warmup-steps 2 --eps 1e-5"
     " --val-every 0 --sample-every 0 --checkpoint-every 0 --seed 5 --val-tokens 256"
     " --verbose";  // the start-up's memory line says how the ranks share the weights
 

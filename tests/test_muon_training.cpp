@@ -37,16 +37,20 @@ TEST_F(TrainRun, MuonTrainsAndSaysSo) {
 }
 
 // Two ranks, each updating its slice of whole matrices, against one allreduce after which each
-// updates all: the same training (the sum's grouping differs between the two, as for AdamW).
+// updates all: the same training (the sum's grouping differs between the two, as for AdamW). Ranks
+// that share nothing take ZeRO-1 for Muon unless --zero 0 is given: the same bits as --zero 1.
 TEST_F(TrainRun, MuonOnSlicedRanksTrainsAsOneAllreduceAndRepeatsBitwise) {
     std::vector<std::vector<double>> losses;
-    for (const std::string& how : {std::string("--share-memory off"), std::string(""),
-                                   std::string("--zero 1"), std::string("")}) {
+    std::vector<std::string> outputs;
+    for (const std::string& how :
+         {std::string("--share-memory off --zero 0"), std::string(""), std::string("--zero 1"),
+          std::string(""), std::string("--share-memory off")}) {
         const std::string name = "r" + std::to_string(losses.size());
         const auto run = train(kMuon + " " + how + " --out-dir " + path(name) + " --metrics-file " +
                                    path(name + ".jsonl"),
                                2);
         ASSERT_EQ(run.exit_code, 0) << how << "\n" << run.output;
+        outputs.push_back(run.output);
         losses.push_back(test::metrics_values(path(name + ".jsonl"), "train", "loss"));
         ASSERT_EQ(losses.back().size(), 8u) << how;
         for (std::size_t s = 0; s < 8; ++s)
@@ -54,12 +58,22 @@ TEST_F(TrainRun, MuonOnSlicedRanksTrainsAsOneAllreduceAndRepeatsBitwise) {
     }
     EXPECT_EQ(losses[1], losses[3]) << "shared memory, twice";
     EXPECT_EQ(final_weights(path("r1"), 8), final_weights(path("r3"), 8));
+    EXPECT_NE(outputs[0].find("one allreduce after backward (--share-memory off)"),
+              std::string::npos)
+        << outputs[0];
+    EXPECT_NE(outputs[4].find("ZeRO-1, one reduce-scatter after backward (auto: Muon's update "
+                              "divided over the ranks)"),
+              std::string::npos)
+        << outputs[4];
+    EXPECT_EQ(losses[4], losses[2]) << "--share-memory off chose ZeRO-1 for Muon";
+    EXPECT_EQ(final_weights(path("r4"), 8), final_weights(path("r2"), 8));
 }
 
 TEST_F(TrainRun, AMuonRunResumesBitwiseAndRefusesTheOtherOptimizer) {
     const auto whole = train(kMuon + " --out-dir " + path("whole"));
-    // Without --optimizer: adamw, the default, which the state contradicts.
-    const auto plain = train("--max-steps 8 --checkpoint-every 0 --out-dir " + path("plain"));
+    // AdamW's state, which a Muon resume refuses.
+    const auto plain =
+        train("--optimizer adamw --max-steps 8 --checkpoint-every 0 --out-dir " + path("plain"));
     ASSERT_EQ(plain.exit_code, 0) << plain.output;
     EXPECT_NE(plain.output.find("optimizer: AdamW (lr 0.001)\n"), std::string::npos)
         << plain.output;
@@ -81,6 +95,14 @@ TEST_F(TrainRun, AMuonRunResumesBitwiseAndRefusesTheOtherOptimizer) {
     const auto resumed = train(kMuon + " --resume " + state + " --out-dir " + path("split"));
     ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
     EXPECT_EQ(final_weights(path("whole"), 8), final_weights(path("split"), 8));
+    // Without --optimizer (auto) the state's own optimizer resumes, bitwise too.
+    const auto own = train(test::without_given(kMuon, "--optimizer") + " --resume " + state +
+                           " --out-dir " + path("own"));
+    ASSERT_EQ(own.exit_code, 0) << own.output;
+    EXPECT_NE(own.output.find("(--optimizer auto: the resumed state's optimizer)"),
+              std::string::npos)
+        << own.output;
+    EXPECT_EQ(final_weights(path("whole"), 8), final_weights(path("own"), 8));
 }
 
 TEST_F(TrainRun, MuonsFlagsWithoutMuonAreRefused) {
@@ -103,15 +125,27 @@ TEST_F(TrainRun, MuonsFlagsWithoutMuonAreRefused) {
         << lora.output;
 }
 
-// --optimizer auto: Muon from scratch, AdamW for --init-from weights, and it says why.
-TEST_F(TrainRun, AutoTakesMuonFromScratchAndAdamWForFineTuning) {
-    const auto scratch = train("--optimizer auto --max-steps 2 --out-dir " + path("scratch"));
+// --optimizer auto: Muon from scratch where its Newton-Schulz iterations cost at most half of
+// forward and backward, else AdamW; AdamW for --init-from weights; and it says why.
+TEST_F(TrainRun, AutoTakesMuonFromScratchWhereItPaysAndAdamWForFineTuning) {
+    // L=2 C=32: Newton-Schulz 2 x 9.8 MFLOP; forward and backward 6 x 30,080 x 1,024 tokens.
+    const auto scratch =
+        train("--optimizer auto --max-steps 2 --batch-size 64 --out-dir " + path("scratch"));
     ASSERT_EQ(scratch.exit_code, 0) << scratch.output;
     EXPECT_NE(scratch.output.find("optimizer: Muon on the hidden matrices (lr 0.02, momentum "
                                   "0.95), AdamW on the rest (lr 0.001) (--optimizer auto: a run "
-                                  "from scratch)"),
+                                  "from scratch, Newton-Schulz 11% of forward and backward)"),
               std::string::npos)
         << scratch.output;
+    // The same model at 32 tokens a step: Muon would cost 3.4x forward and backward.
+    const auto small =
+        train("--optimizer auto --max-steps 2 --batch-size 2 --out-dir " + path("small"));
+    ASSERT_EQ(small.exit_code, 0) << small.output;
+    EXPECT_NE(small.output.find("optimizer: AdamW (lr 0.001) (--optimizer auto: Muon's "
+                                "Newton-Schulz would cost 3.4x forward and backward at this "
+                                "batch; it pays up to 0.5x)"),
+              std::string::npos)
+        << small.output;
     const auto tuned = train("--optimizer auto --max-steps 2 --init-from " + path("scratch") +
                              " --out-dir " + path("tuned"));
     ASSERT_EQ(tuned.exit_code, 0) << tuned.output;

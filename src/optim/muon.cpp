@@ -32,6 +32,11 @@ std::vector<MuonMatrix> muon_matrices(const ParameterLayout& layout) {
     return matrices;
 }
 
+double newton_schulz_flops(const MuonMatrix& matrix) {
+    const double r = std::min(matrix.rows, matrix.cols), c = std::max(matrix.rows, matrix.cols);
+    return 5.0 * (4.0 * r * r * c + 2.0 * r * r * r);
+}
+
 std::size_t muon_scratch_floats(const MuonMatrix& matrix) {
     const auto r = static_cast<std::size_t>(std::min(matrix.rows, matrix.cols));
     return 2 * matrix.size() + 2 * r * r;

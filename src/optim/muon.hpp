@@ -30,6 +30,10 @@ struct MuonMatrix {
 // scratch (r*c + 2*r*r).
 [[nodiscard]] std::size_t muon_scratch_floats(const MuonMatrix& matrix);
 
+// newton_schulz5's flops on one matrix (r <= c after the transpose): five iterations of
+// X X^T (2 r r c), A A (2 r r r) and B X (2 r r c).
+[[nodiscard]] double newton_schulz_flops(const MuonMatrix& matrix);
+
 // The quintic Newton-Schulz iteration with coefficients (3.4445, -4.7750, 2.0315): X (r x c,
 // r <= c, row-major) divided by its Frobenius norm (+1e-7), then `steps` times A = X X^T,
 // B = b A + c A A, X = a X + B X, in fp32 through the GEMM layer. `scratch` holds at least

@@ -92,11 +92,16 @@ std::vector<Range> indivisible_ranges(OptimizerKind kind, const ParameterLayout&
 std::vector<double> indivisible_costs(OptimizerKind kind, const ParameterLayout& layout) {
     std::vector<double> costs;
     if (kind != OptimizerKind::Muon) return costs;
-    for (const MuonMatrix& mat : muon_matrices(layout)) {
-        const double r = std::min(mat.rows, mat.cols), c = std::max(mat.rows, mat.cols);
-        costs.push_back(1.0 + 0.1 * (20.0 * r + 10.0 * r * r / c));
-    }
+    for (const MuonMatrix& mat : muon_matrices(layout))
+        costs.push_back(1.0 + 0.1 * newton_schulz_flops(mat) / static_cast<double>(mat.size()));
     return costs;
+}
+
+double muon_update_flops(const ParameterLayout& layout) {
+    double flops = 0.0;
+    for (const MuonMatrix& mat : muon_matrices(layout))
+        flops += newton_schulz_flops(mat);
+    return flops;
 }
 
 std::size_t optimizer_scratch_bytes(OptimizerKind kind, const ParameterLayout& layout) {

@@ -104,6 +104,9 @@ class Optimizer {
 // 28 bytes moved per element). Ranks' slices balance these costs.
 [[nodiscard]] std::vector<double> indivisible_costs(OptimizerKind kind,
                                                     const ParameterLayout& layout);
+
+// The flops of Muon's Newton-Schulz iterations over every matrix of `layout`, a step.
+[[nodiscard]] double muon_update_flops(const ParameterLayout& layout);
 // The resident bytes of an optimizer's state for all of `layout` (Muon's matrices keep one float,
 // the rest two), for the memory plan.
 [[nodiscard]] std::size_t optimizer_state_bytes(OptimizerKind kind, const ParameterLayout& layout);

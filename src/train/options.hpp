@@ -57,9 +57,9 @@ struct TrainOptions {
     // The optimizer, its schedule and the run's length.
     struct Optimizer {
         // --optimizer: AdamW for everything, or Muon for the hidden matrices (AdamW for the rest,
-        // with --lr and the AdamW flags). `automatic` (--optimizer auto): Muon for a run from
-        // scratch, AdamW for fine-tuning (--init-from, LoRA), the state's own when resuming;
-        // run_training settles `kind` before the replica is built.
+        // with --lr and the AdamW flags). `automatic` (--optimizer auto, the default): Muon for
+        // a run from scratch where it pays (run.cpp), AdamW for fine-tuning (--init-from, LoRA),
+        // the state's own when resuming; run_training settles `kind` before the replica is built.
         OptimizerKind kind = OptimizerKind::AdamW;
         bool automatic = false;
         std::string chosen_because;  // auto, once settled: why `kind` (for the log)

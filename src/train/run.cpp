@@ -324,14 +324,34 @@ void TrainingLoop::check_replicas(std::int64_t completed) const {
 }
 
 namespace {
-// Why --optimizer auto chose what it chose, by the code rank 0 sends.
-constexpr std::array<std::string_view, 4> kAutoReasons = {
-    "a run from scratch", "the resumed state's optimizer", "LoRA trains its adapters with AdamW",
-    "fine-tuning --init-from weights"};
+// Why --optimizer auto chose what it chose, by the code rank 0 sends (a run from scratch: by
+// Muon's cost, below).
+constexpr std::array<std::string_view, 4> kAutoReasons = {"", "the resumed state's optimizer",
+                                                          "LoRA trains its adapters with AdamW",
+                                                          "fine-tuning --init-from weights"};
+
+// Muon pays where its Newton-Schulz iterations cost little beside forward and backward: it needs
+// 0.41-0.60x AdamW's steps to the same loss (docs/performance.md), so at a cost ratio r a step
+// it takes (1 + r) x 0.6 of the time or less. Measured: r = 0.13 (the default run) and 0.28 (d6
+// BPE, T=256) gave 1.9x less time, r = 0.7 (nanoGPT's shakespeare_char) 1.02x, r = 8.5 (124M at
+// 256 tokens a step) 7x the time a step. Muon from scratch up to r = 0.5.
+constexpr double kMuonCostRatioThatPays = 0.5;
+
+// Newton-Schulz's flops a step against forward and backward's (6 per parameter per token).
+double muon_cost_ratio(const TrainOptions& o, const Communicator& comm, const ModelConfig& config) {
+    const ParameterLayout layout(config);
+    const std::int64_t tokens = o.batch.total_batch_tokens > 0
+                                    ? o.batch.total_batch_tokens
+                                    : static_cast<std::int64_t>(o.batch.batch_size) *
+                                          o.batch.seq_len * comm.size() *
+                                          std::max(1, o.batch.grad_accum);
+    return muon_update_flops(layout) /
+           (6.0 * static_cast<double>(layout.total()) * static_cast<double>(tokens));
+}
 
 // The options with --optimizer auto settled: the same optimizer on every rank (collective).
 TrainOptions settle_optimizer(const TrainOptions& o, const Communicator& comm,
-                              const StartPoint& start) {
+                              const StartPoint& start, const ModelConfig& config) {
     TrainOptions settled = o;
     if (!o.optimizer.automatic) return settled;
     std::array<std::int32_t, 2> choice{};  // kind, reason
@@ -352,6 +372,18 @@ TrainOptions settle_optimizer(const TrainOptions& o, const Communicator& comm,
     comm.broadcast(std::span<std::int32_t>(choice));
     settled.optimizer.kind = static_cast<OptimizerKind>(choice[0]);
     settled.optimizer.chosen_because = kAutoReasons[static_cast<std::size_t>(choice[1])];
+    if (choice[1] == 0) {
+        const double ratio = muon_cost_ratio(o, comm, config);
+        const bool pays = ratio <= kMuonCostRatioThatPays;
+        settled.optimizer.kind = pays ? OptimizerKind::Muon : OptimizerKind::AdamW;
+        settled.optimizer.chosen_because =
+            pays ? fmt::format("a run from scratch, Newton-Schulz {:.0f}% of forward and backward",
+                               ratio * 100.0)
+                 : fmt::format(
+                       "Muon's Newton-Schulz would cost {:.1f}x forward and backward at this "
+                       "batch; it pays up to {}x",
+                       ratio, kMuonCostRatioThatPays);
+    }
     if (comm.is_root()) require_muon_flags_apply(settled);
     return settled;
 }
@@ -387,12 +419,12 @@ int run_training(const TrainOptions& o, const Communicator& comm) {
         choose_start(o, start, tokenizer_choice);
         check_flags_against_start(o, start);
     }
-    // --optimizer auto settled on rank 0 (it alone knows a resumed state's), the same on every
-    // rank; the rest of the run reads `settled`.
-    const TrainOptions settled = settle_optimizer(o, comm, start);
     Corpus corpus;
-    prepare_corpus(settled, comm, tokenizer_choice, corpus);
-    const ModelConfig config = agree_on_model(settled, comm, start, *corpus.tokenizer);
+    prepare_corpus(o, comm, tokenizer_choice, corpus);
+    const ModelConfig config = agree_on_model(o, comm, start, *corpus.tokenizer);
+    // --optimizer auto settled once the model's shape is known (rank 0 alone knows a resumed
+    // state's), the same on every rank; the rest of the run reads `settled`.
+    const TrainOptions settled = settle_optimizer(o, comm, start, config);
     if (corpus.train_store.max_token() >= config.vocab_size) {
         throw InputError("token id " + std::to_string(corpus.train_store.max_token()) +
                          " is out of range for the model's vocabulary of " +

@@ -269,10 +269,13 @@ std::vector<std::string> optimizer_choices() {
 void add_optimizer_flags(CLI::App& app, TrainOptions& o, std::string& schedule,
                          std::string& optimizer) {
     auto* opt = app.add_option_group("Optimizer");
-    opt->add_option("--optimizer", optimizer,
-                    "auto | adamw | muon (Muon on the hidden matrices, AdamW with --lr on the "
-                    "embeddings, the LM head, LayerNorms and biases; auto: muon for a run from "
-                    "scratch, adamw for fine-tuning, a resumed run's own; default adamw)")
+    opt->add_option(
+           "--optimizer", optimizer,
+           "auto | adamw | muon (Muon on the hidden matrices, AdamW with --lr on the "
+           "embeddings, the LM head, LayerNorms and biases; auto (the default): muon for a "
+           "run from scratch where its Newton-Schulz iterations cost at most half of "
+           "forward and backward, else adamw; adamw for fine-tuning; a resumed run's "
+           "own)")
         ->check(app::one_of(optimizer_choices(), "optimizer"))
         ->type_name("NAME");
     opt->add_option("--lr", o.optimizer.lr, "peak learning rate (AdamW's)")->check(app::positive());
@@ -520,7 +523,7 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv, bool 
                    "command line (which wins)");
 
     std::string schedule = "cosine";
-    std::string optimizer = "adamw";
+    std::string optimizer = "auto";
     std::string precision = "fp32";
     std::string bucket_mb = "auto";
     std::string share_memory = "auto";
