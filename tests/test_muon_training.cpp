@@ -44,7 +44,8 @@ TEST_F(TrainRun, MuonOnSlicedRanksTrainsAsOneAllreduceAndRepeatsBitwise) {
     std::vector<std::string> outputs;
     for (const std::string& how :
          {std::string("--share-memory off --zero 0"), std::string(""), std::string("--zero 1"),
-          std::string(""), std::string("--share-memory off")}) {
+          std::string(""), std::string("--share-memory off"),
+          std::string("--simulate-machines 2")}) {
         const std::string name = "r" + std::to_string(losses.size());
         const auto run = train(kMuon + " " + how + " --out-dir " + path(name) + " --metrics-file " +
                                    path(name + ".jsonl"),
@@ -66,6 +67,11 @@ TEST_F(TrainRun, MuonOnSlicedRanksTrainsAsOneAllreduceAndRepeatsBitwise) {
               std::string::npos)
         << outputs[4];
     EXPECT_EQ(losses[4], losses[2]) << "--share-memory off chose ZeRO-1 for Muon";
+    // One rank on each of two machines: ZeRO-1 for Muon, its reduce-scatter in buckets.
+    EXPECT_NE(outputs[5].find("ZeRO-1, summed in buckets of 25 MiB while backward runs, each rank "
+                              "keeping its slice (auto: Muon's update divided over the ranks)"),
+              std::string::npos)
+        << outputs[5];
     EXPECT_EQ(final_weights(path("r4"), 8), final_weights(path("r2"), 8));
 }
 

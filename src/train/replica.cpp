@@ -104,7 +104,8 @@ ExchangePlan plan_exchange(const TrainOptions& o, const Communicator& comm) {
     // allgather after the update stays exposed).
     // Buckets need MPI calls from the communication thread: without that thread level, auto
     // keeps one allreduce after backward.
-    const bool buckets = m.machines > 1 && !e.zero && comm.serialized_threads();
+    // (ZeRO-1 chosen for Muon keeps them: its reduce-scatter then also overlaps backward.)
+    const bool buckets = m.machines > 1 && o.parallel.zero == 0 && comm.serialized_threads();
     e.bucket_mb = o.parallel.bucket_mb >= 0.0 ? o.parallel.bucket_mb : buckets ? 25.0 : 0.0;
     // On one machine, buckets asked for replace sharing.
     e.share_memory = can_share && (e.bucket_mb == 0.0 || m.machines > 1);
@@ -297,14 +298,15 @@ std::string describe_exchange(const ExchangePlan& plan, const Replica& replica,
             machine_ranks);
     }
     if (!replica.update_slices.empty()) {
+        const std::string why =
+            plan.zero_for_muon ? " (auto: Muon's update divided over the ranks)" : "";
         return buckets ? fmt::format(
                              "gradient across ranks: ZeRO-1, summed in buckets of {} MiB while "
-                             "backward runs, each rank keeping its slice",
-                             plan.bucket_mb)
+                             "backward runs, each rank keeping its slice{}",
+                             plan.bucket_mb, why)
                        : std::string(
                              "gradient across ranks: ZeRO-1, one reduce-scatter after backward") +
-                             (plan.zero_for_muon ? " (auto: Muon's update divided over the ranks)"
-                                                 : "");
+                             why;
     }
     if (buckets) {
         return fmt::format("{} buckets of {} MiB, {}{}", log_lines::kGradientAcrossRanks,
