@@ -30,7 +30,7 @@ root=$PWD
 fuzz_dir=$root/tests/fuzz
 bin_dir=$root/build-fuzz/fuzz
 targets=${FUZZ_TARGETS:-"checkpoint resume_state shard tokenizer llmc_tokenizer gpt2_tokenizer
-  train_config documents multiple_choice safetensors hf_config parquet gguf"}
+  train_config documents multiple_choice safetensors hf_config parquet gguf serve_request"}
 fuzz_flags=(-rss_limit_mb=2048 -timeout=10)
 # FUZZ_SEED=N makes the mutation sequence repeatable (CI uses it).
 [[ -n ${FUZZ_SEED:-} ]] && fuzz_flags+=("-seed=$FUZZ_SEED")

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config git
           libopenmpi-dev openmpi-bin libopenblas-dev libdnnl-dev
           libgtest-dev libgmock-dev libcli11-dev libspdlog-dev libfmt-dev
-          nlohmann-json3-dev libpcre2-dev zlib1g-dev libzstd-dev libsnappy-dev clang
+          nlohmann-json3-dev libpcre2-dev zlib1g-dev libzstd-dev libsnappy-dev libcpp-httplib-dev clang
           libclang-rt-14-dev)
 # ip and tc build the simulated hosts of the multi-host tests (skipped without them).
 { command -v ip && command -v tc; } >/dev/null || packages+=(iproute2)

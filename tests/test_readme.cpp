@@ -48,7 +48,7 @@ std::set<std::string> long_flags(const std::string& text) {
 }
 
 const std::vector<std::string> kPrograms = {"train_gpt2", "inference", "prepare_data",
-                                            "convert_model"};
+                                            "convert_model", "serve"};
 
 TEST(Readme, DocumentsEveryFlagOfEveryProgram) {
     const std::set<std::string> documented = long_flags(manual());

@@ -71,6 +71,16 @@ class KvCacheSession {
     // Appends one token (sliding first if the cache is full) and returns the logits after it.
     std::span<const float> step(std::int32_t token);
 
+    // Appends tokens[i] to sessions[i] for every i, as step() would, the weights read once for all
+    // of them (model/kv_cache_batch.cpp); the sessions (distinct, of one model, weight format and
+    // pool) then hold their logits. Each session's logits are the bits its own step() gives.
+    static void step_together(std::span<KvCacheSession* const> sessions,
+                              std::span<const std::int32_t> tokens);
+    // The logits after the last token (V entries).
+    [[nodiscard]] std::span<const float> logits() const {
+        return {logits_, static_cast<std::size_t>(config().vocab_size)};
+    }
+
     // Positions currently cached, and the tokens at them.
     [[nodiscard]] int length() const { return static_cast<int>(context_.size()); }
     [[nodiscard]] std::span<const std::int32_t> context() const { return context_; }

@@ -21,13 +21,9 @@
 #include "apps/inference/prompts.hpp"
 #include "apps/inference/samples.hpp"
 #include "core/error.hpp"
-#include "core/file_io.hpp"
 #include "core/stop_signal.hpp"
 #include "data/chat_template.hpp"
-#include "formats/checkpoint.hpp"
-#include "formats/model_file.hpp"
-#include "formats/model_tokenizer.hpp"
-#include "formats/resume_state.hpp"
+#include "formats/generation_model.hpp"
 #include "model/decode_weights.hpp"
 #include "model/kv_cache.hpp"
 #include "ops/gemm.hpp"
@@ -41,109 +37,6 @@ namespace {
 namespace app = gpt2::app;
 using gpt2::inference::Options;
 
-std::string_view as_text(const std::vector<std::uint8_t>& bytes) {
-    return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
-}
-
-// Refuses a training resume state given where a model belongs, naming the model file to use.
-void refuse_resume_state(const std::string& path) {
-    if (!gpt2::is_resume_state_file(path)) return;
-    const std::optional<std::int64_t> step = gpt2::checkpoint_step(path);
-    const std::string model =
-        step ? gpt2::model_path("", *step).string() : std::string("the model_N.bin");
-    throw gpt2::InputError(path +
-                           " is a training resume state (optimizer moments), not a model: use " +
-                           model + " from the same directory");
-}
-
-// A tokenizer and how to name where it came from in messages.
-struct Named {
-    std::unique_ptr<gpt2::Tokenizer> tokenizer;
-    std::string origin;
-};
-
-// The tokenizer --tokenizer asks for.
-Named requested_tokenizer(const Options& o, int vocab_size) {
-    const std::optional<gpt2::TokenizerKind> kind = o.tokenizer_kind();
-    if (kind == gpt2::TokenizerKind::Gpt2) {
-        return {gpt2::load_gpt2_tokenizer(o.tokenizer_dir), "from " + o.tokenizer_dir};
-    }
-    const std::vector<std::uint8_t> corpus = gpt2::read_file_bytes(o.tokenizer_corpus);
-    auto tokenizer = kind == gpt2::TokenizerKind::Char
-                         ? gpt2::make_char_tokenizer(as_text(corpus))
-                         : gpt2::train_bpe_tokenizer(as_text(corpus), vocab_size);
-    return {std::move(tokenizer), "rebuilt from " + o.tokenizer_corpus};
-}
-
-std::string describe(const gpt2::Tokenizer& t) {
-    return std::string(gpt2::tokenizer_kind_name(t.kind())) + " (vocab " +
-           std::to_string(t.vocab_size()) + ")";
-}
-
-// GPT-2's tokenizer for a model file without one whose vocabulary is GPT-2's.
-Named gpt2_tokenizer_for(const Options& o, int vocab_size) {
-    spdlog::info(
-        "{} has no tokenizer; its vocabulary ({}) is GPT-2's, so it uses the GPT-2 "
-        "tokenizer from {} (--tokenizer to choose another)",
-        o.checkpoint, vocab_size, o.tokenizer_dir);
-    try {
-        return {gpt2::load_gpt2_tokenizer(o.tokenizer_dir), "from " + o.tokenizer_dir};
-    } catch (const gpt2::InputError& e) {
-        throw gpt2::InputError(o.checkpoint + " needs the GPT-2 tokenizer (it has none), " +
-                               "which could not be loaded: " + e.what() +
-                               " (--tokenizer-dir DIR names its directory)");
-    }
-}
-
-// The model's tokenizer by the rule train_gpt2 shares (model_tokenizer_source), with inference's
-// checks: a --tokenizer beside a checkpoint's own must reproduce it exactly, one for a file without
-// a tokenizer must have the model's vocabulary. A tokenizer whose vocabulary cannot be the model's
-// would turn every generated id into the wrong text, so it is refused rather than used.
-Named choose_tokenizer(const Options& o, const gpt2::LoadedModel& file) {
-    const int V = file.model.config.vocab_size;
-    switch (gpt2::model_tokenizer_source(file, !o.tokenizer.empty())) {
-        case gpt2::ModelTokenizerSource::Embedded: {
-            std::unique_ptr<gpt2::Tokenizer> own;
-            try {
-                own = gpt2::embedded_tokenizer(file);
-            } catch (const std::exception& e) {
-                throw gpt2::InputError(o.checkpoint + ": its tokenizer is unreadable: " + e.what());
-            }
-            if (o.tokenizer.empty()) return {std::move(own), "from the checkpoint"};
-            Named requested = requested_tokenizer(o, V);
-            if (requested.tokenizer->serialize() != own->serialize()) {
-                throw gpt2::UsageError(o.checkpoint + " carries its own tokenizer, " +
-                                       describe(*own) + ", and --tokenizer " + o.tokenizer + " (" +
-                                       requested.origin + ") is a different one, " +
-                                       describe(*requested.tokenizer) +
-                                       ": leave out --tokenizer to use the checkpoint's");
-            }
-            return requested;
-        }
-        case gpt2::ModelTokenizerSource::Requested: {
-            Named requested = requested_tokenizer(o, V);
-            if (requested.tokenizer->vocab_size() != V) {
-                throw gpt2::UsageError(o.checkpoint + ": the model's vocabulary has " +
-                                       std::to_string(V) + " tokens but --tokenizer " +
-                                       o.tokenizer + " (" + requested.origin + ") has " +
-                                       std::to_string(requested.tokenizer->vocab_size()) +
-                                       ": a tokenizer must have exactly the model's vocabulary");
-            }
-            return requested;
-        }
-        case gpt2::ModelTokenizerSource::Gpt2:
-            return gpt2_tokenizer_for(o, V);
-        case gpt2::ModelTokenizerSource::Unknown:
-            break;
-    }
-    // GPT-2's tokenizer cannot fit this vocabulary, so only the rebuilt ones are offered.
-    throw gpt2::UsageError(o.checkpoint + ": has no tokenizer, and its vocabulary (" +
-                           std::to_string(V) + " tokens) is not GPT-2's (" +
-                           std::to_string(gpt2::kGpt2VocabSize) +
-                           "): pass --tokenizer char|bpe --tokenizer-corpus FILE (the text "
-                           "its tokenizer was built from)");
-}
-
 // Rank 0's view of the checkpoint before it is shared: model and serialized tokenizer.
 struct Loaded {
     std::optional<gpt2::Model> model;
@@ -151,26 +44,16 @@ struct Loaded {
 };
 
 Loaded load(const Options& o) {
-    refuse_resume_state(o.checkpoint);
-    std::vector<std::string> notes;
-    gpt2::LoadedModel file = gpt2::load_model_file(o.checkpoint, &notes);
-    for (const std::string& note : notes)
+    gpt2::GenerationModel loaded = gpt2::load_generation_model(
+        o.checkpoint, gpt2::TokenizerRequest{o.tokenizer, o.tokenizer_dir, o.tokenizer_corpus});
+    for (const std::string& note : loaded.notes)
         spdlog::info("{}", note);
-    const Named chosen = choose_tokenizer(o, file);
-    const int V = file.model.config.vocab_size;
-    // A checkpoint may carry a smaller tokenizer than its model (trained from a larger model's
-    // weights): generation then samples only the ids the tokenizer can print.
-    if (chosen.tokenizer->vocab_size() > V) {
-        throw gpt2::InputError("the tokenizer's vocabulary (" +
-                               std::to_string(chosen.tokenizer->vocab_size()) +
-                               " tokens) is larger than the model's vocab_size (" +
-                               std::to_string(V) + ") in " + o.checkpoint);
-    }
     spdlog::info("loaded {}: model {}, tokenizer {}, {}", o.checkpoint,
-                 gpt2::describe(file.model.config), describe(*chosen.tokenizer), chosen.origin);
+                 gpt2::describe(loaded.model.config), gpt2::describe_tokenizer(*loaded.tokenizer),
+                 loaded.tokenizer_origin);
     Loaded out;
-    out.tokenizer = chosen.tokenizer->serialize();
-    out.model.emplace(std::move(file.model));
+    out.tokenizer = loaded.tokenizer->serialize();
+    out.model.emplace(std::move(loaded.model));
     return out;
 }
 

@@ -1,0 +1,180 @@
+// Several sessions' decode steps in one pass: each session's token at its own next position, with
+// its own cache and buffers, but every chunk of weight rows read once from memory for all of them
+// (the sessions' products over a chunk follow each other while it is in cache). A decode step is
+// bound by how fast the weights stream in, so N sequences cost far less than N steps. Each
+// session computes exactly what its own step() computes (the same products, split over the
+// workers the same way), so results do not depend on which sequences share a round.
+#include <stdexcept>
+
+#include "model/kv_cache.hpp"
+#include "model/kv_cache_passes.hpp"
+#include "ops/decode_attention.hpp"
+#include "ops/kernels.hpp"
+
+namespace gpt2 {
+
+using namespace kv_cache_detail;
+
+namespace {
+
+// Rows per chunk: a chunk of 4C-long rows of GPT-2 124M is 384 KiB in fp32, within L2.
+constexpr int kBatchRows = 32;
+
+// Rows [first, first + count) of `rows` (each K long).
+WeightRows rows_from(const WeightRows& rows, long first, int K) {
+    WeightRows out = rows;
+    if (out.fp32 != nullptr) out.fp32 += first * K;
+    if (out.compact.bf16 != nullptr) out.compact.bf16 += first * K;
+    if (out.compact.int8 != nullptr) {
+        out.compact.int8 += first * K;
+        out.compact.scales += first;
+    }
+    return out;
+}
+
+}  // namespace
+
+void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
+                                   std::span<const std::int32_t> tokens) {
+    if (sessions.size() != tokens.size()) {
+        throw std::invalid_argument("step_together: one token per session");
+    }
+    if (sessions.empty()) return;
+    KvCacheSession& lead = *sessions.front();
+    for (KvCacheSession* s : sessions) {
+        if (&s->model_ != &lead.model_ || s->compact_ != lead.compact_ ||
+            &s->pool_ != &lead.pool_) {
+            throw std::invalid_argument("step_together: sessions of one model, format and pool");
+        }
+    }
+    // A full cache slides, which re-encodes a window: that session steps alone.
+    std::vector<KvCacheSession*> batch;
+    std::vector<std::int32_t> batch_tokens;
+    for (std::size_t i = 0; i < sessions.size(); ++i) {
+        KvCacheSession& s = *sessions[i];
+        s.check_token(tokens[i]);
+        if (s.length() >= s.config().max_seq_len) {
+            (void)s.step(tokens[i]);
+            continue;
+        }
+        s.embed({&tokens[i], 1}, s.length());
+        batch.push_back(&s);
+        batch_tokens.push_back(tokens[i]);
+    }
+    if (batch.empty()) return;
+
+    const ModelConfig& c = lead.model_.config;
+    const int C = c.channels, NH = c.num_heads, hs = c.head_size(), maxT = c.max_seq_len;
+    const int W = lead.workers_;
+    const bool bf16_cache = lead.kv_bf16_.size() > 0;
+    const auto rows_at = [&](const float* weight, long count) {
+        return weight_rows(lead.compact_, weight, count);
+    };
+    // `count` rows starting at `weight` times each session's input, chunk by chunk.
+    const auto products = [&](const float* weight, long first, int count, int K, const float* bias,
+                              bool accumulate, auto&& output, auto&& input) {
+        const WeightRows all = rows_at(weight + first * K, count);
+        for (int r = 0; r < count; r += kBatchRows) {
+            const int n = std::min(kBatchRows, count - r);
+            const WeightRows chunk = rows_from(all, r, K);
+            for (KvCacheSession* s : batch) {
+                chunk.matvec_into(output(*s) + first + r, input(*s), n, K,
+                                  bias != nullptr ? bias + first + r : nullptr, accumulate);
+            }
+        }
+    };
+    lead.run_workers([&](int worker) {
+        // Each session's LayerNorm of its row lands in that session's scratch of this worker.
+        const auto layernorm = [&](KvCacheSession& s, const float* weight, const float* bias) {
+            WorkerScratch& ws = s.worker_scratch_[static_cast<std::size_t>(worker)];
+            layernorm_forward(ws.ln, ws.ln_stats, ws.ln_stats + 1, s.x_, weight, bias, 1, C);
+        };
+        const auto ln_of = [&](KvCacheSession& s) {
+            return s.worker_scratch_[static_cast<std::size_t>(worker)].ln;
+        };
+        for (int l = 0; l < c.num_layers; ++l) {
+            const LayerView<const float> p =
+                layer_view(lead.model_.layout, lead.model_.weights(), l);
+            for (KvCacheSession* s : batch)
+                layernorm(*s, p.ln1w, p.ln1b);
+            const Range heads = split_range(static_cast<std::size_t>(NH), worker, W);
+            for (auto h = static_cast<int>(heads.begin); h < static_cast<int>(heads.end); ++h) {
+                const long col = static_cast<long>(h) * hs;
+                const WeightRows wq = rows_at(p.qkvw + col * C, hs);
+                const WeightRows wk = rows_at(p.qkvw + (C + col) * C, hs);
+                const WeightRows wv = rows_at(p.qkvw + (2L * C + col) * C, hs);
+                const long head = (static_cast<long>(l) * 2 * NH + h) * maxT * hs;
+                const long values = static_cast<long>(NH) * maxT * hs;
+                for (KvCacheSession* sp : batch) {
+                    KvCacheSession& s = *sp;
+                    WorkerScratch& ws = s.worker_scratch_[static_cast<std::size_t>(worker)];
+                    const float* ln = ws.ln;
+                    const int pos = s.length();
+                    float* row = ws.scores + maxT;
+                    float* q = s.qkv_ + col;
+                    wq.matvec_into(q, ln, hs, C, p.qkvb + col, false);
+                    wk.matvec_into(row, ln, hs, C, p.qkvb + C + col, false);
+                    if (bf16_cache) {
+                        const HeadCache<Bf16> store{s.kv_bf16_.data() + head,
+                                                    s.kv_bf16_.data() + head + values};
+                        for (int d = 0; d < hs; ++d)
+                            store.keys_t[static_cast<long>(d) * maxT + pos] = to_bf16(row[d]);
+                        wv.matvec_into(row, ln, hs, C, p.qkvb + 2 * C + col, false);
+                        convert_to_bf16(store.values + static_cast<long>(pos) * hs, row,
+                                        static_cast<std::size_t>(hs));
+                        attend_one_query(s.atty_ + col, q, store.keys_t, store.values, ws.scores,
+                                         pos, hs, maxT);
+                    } else {
+                        const HeadCache<float> cache{s.kv_.data() + head,
+                                                     s.kv_.data() + head + values};
+                        for (int d = 0; d < hs; ++d)
+                            cache.keys_t[static_cast<long>(d) * maxT + pos] = row[d];
+                        wv.matvec_into(cache.values + static_cast<long>(pos) * hs, ln, hs, C,
+                                       p.qkvb + 2 * C + col, false);
+                        attend_one_query(s.atty_ + col, q, cache.keys_t, cache.values, ws.scores,
+                                         pos, hs, maxT);
+                    }
+                }
+            }
+            lead.barrier_->arrive_and_wait();
+            const Range r = column_share(static_cast<std::size_t>(C), worker, W);
+            const auto b = static_cast<long>(r.begin);
+            const int n = static_cast<int>(r.end - r.begin);
+            products(
+                p.attprojw, b, n, C, p.attprojb, true, [](KvCacheSession& s) { return s.x_; },
+                [](KvCacheSession& s) { return s.atty_; });
+            lead.barrier_->arrive_and_wait();
+            for (KvCacheSession* s : batch)
+                layernorm(*s, p.ln2w, p.ln2b);
+            const Range r4 = column_share(4 * static_cast<std::size_t>(C), worker, W);
+            const auto b4 = static_cast<long>(r4.begin);
+            const int n4 = static_cast<int>(r4.end - r4.begin);
+            products(
+                p.fcw, b4, n4, C, p.fcb, false, [](KvCacheSession& s) { return s.fch_; }, ln_of);
+            for (KvCacheSession* s : batch)
+                gelu_forward(s->fch_ + b4, s->fch_ + b4, n4);
+            lead.barrier_->arrive_and_wait();
+            products(
+                p.fcprojw, b, n, 4 * C, p.fcprojb, true, [](KvCacheSession& s) { return s.x_; },
+                [](KvCacheSession& s) { return s.fch_; });
+            lead.barrier_->arrive_and_wait();
+        }
+        // The head: each session's final LayerNorm, then the vocabulary rows once for all.
+        const std::span<const float> w = lead.model_.weights();
+        const float* wte = lead.model_.layout.tensor(w, ParamTensor::wte).data();
+        for (KvCacheSession* s : batch) {
+            WorkerScratch& ws = s->worker_scratch_[static_cast<std::size_t>(worker)];
+            layernorm_forward(ws.ln, ws.ln_stats, ws.ln_stats + 1, s->x_,
+                              lead.model_.layout.tensor(w, ParamTensor::lnfw).data(),
+                              lead.model_.layout.tensor(w, ParamTensor::lnfb).data(), 1, C);
+        }
+        const Range rv = column_share(static_cast<std::size_t>(c.vocab_size), worker, W);
+        products(
+            wte, static_cast<long>(rv.begin), static_cast<int>(rv.end - rv.begin), C, nullptr,
+            false, [](KvCacheSession& s) { return s.logits_; }, ln_of);
+    });
+    for (std::size_t i = 0; i < batch.size(); ++i)
+        batch[i]->context_.push_back(batch_tokens[i]);
+}
+
+}  // namespace gpt2

@@ -1,0 +1,63 @@
+// KvCacheSession::step_together: sessions stepped in one pass give each the bits its own step()
+// gives, in fp32, bf16 and int8, on 1-3 threads, with prompts of different lengths and a session
+// whose full cache slides.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "model/decode_weights.hpp"
+#include "model/kv_cache.hpp"
+#include "random_model.hpp"
+
+namespace gpt2 {
+namespace {
+
+std::vector<float> copy(std::span<const float> s) {
+    return {s.begin(), s.end()};
+}
+
+TEST(KvBatch, SessionsSteppedTogetherGiveTheirOwnStepsBits) {
+    const ModelConfig c = test::small_config(32);
+    const auto model = test::random_model(c, 9, 1.0f);
+    for (const WeightFormat format : {WeightFormat::Fp32, WeightFormat::Bf16, WeightFormat::Int8}) {
+        std::unique_ptr<DecodeWeights> compact;
+        if (format != WeightFormat::Fp32) compact = std::make_unique<DecodeWeights>(*model, format);
+        for (const int threads : {1, 2, 3}) {
+            ThreadPool pool(threads);
+            const std::vector<std::vector<std::int32_t>> prompts = {
+                {1, 2, 3}, {7}, {4, 5, 6, 7, 8, 9, 10, 11}, std::vector<std::int32_t>(30, 3)};
+            std::vector<std::unique_ptr<KvCacheSession>> alone, together;
+            for (const auto& prompt : prompts) {
+                alone.push_back(std::make_unique<KvCacheSession>(*model, pool, 0, compact.get()));
+                together.push_back(
+                    std::make_unique<KvCacheSession>(*model, pool, 0, compact.get()));
+                (void)alone.back()->prefill(prompt);
+                (void)together.back()->prefill(prompt);
+            }
+            std::vector<KvCacheSession*> pointers;
+            for (auto& s : together)
+                pointers.push_back(s.get());
+            // Five rounds: the last session fills its cache of 32 and slides on the third.
+            for (int round = 0; round < 5; ++round) {
+                std::vector<std::int32_t> tokens;
+                for (std::size_t i = 0; i < prompts.size(); ++i)
+                    tokens.push_back(static_cast<std::int32_t>((round * 7 + i * 13) % 101));
+                std::vector<std::vector<float>> expected;
+                for (std::size_t i = 0; i < prompts.size(); ++i)
+                    expected.push_back(copy(alone[i]->step(tokens[i])));
+                KvCacheSession::step_together(pointers, tokens);
+                for (std::size_t i = 0; i < prompts.size(); ++i) {
+                    EXPECT_EQ(copy(together[i]->logits()), expected[i])
+                        << weight_format_name(format) << " threads " << threads << " round "
+                        << round << " session " << i;
+                    EXPECT_EQ(together[i]->length(), alone[i]->length());
+                }
+            }
+            EXPECT_GT(together.back()->slides(), 0);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace gpt2
