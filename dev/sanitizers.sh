@@ -60,7 +60,7 @@ asan_left_out+='|^gguf\.LlamaCpp\.|^lora_export\.LoraExport\.LlamaCpp'
 asan_left_out+='|_NOT_BUILT'
 cmake -S . -B build-asan "${flags[@]}" "${asan_compilers[@]}" -DGPT2_SANITIZE=address
 # The programs and the test programs whose tests run here (the others are not built).
-asan_targets=(train_gpt2 inference prepare_data convert_model)
+asan_targets=(train_gpt2 inference prepare_data convert_model serve)
 for test_source in tests/test_*.cpp; do
   name=$(basename "$test_source" .cpp)
   case "$name" in
