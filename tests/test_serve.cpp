@@ -20,6 +20,7 @@
 #include "core/file_io.hpp"
 #include "core/random.hpp"
 #include "data/chat_template.hpp"
+#include "data/multiple_choice.hpp"
 #include "formats/checkpoint.hpp"
 #include "model/forward_backward.hpp"
 #include "model/kv_cache.hpp"
@@ -428,6 +429,49 @@ TEST_F(Serve, ABoundedLoadTestWithBadRequestsAndHangUpsLosesNothing) {
     EXPECT_LT(after - before, 4096) << before << " KiB before, " << after << " KiB after";
 #endif
     EXPECT_GT(before, 0);
+}
+
+// lm-evaluation-harness's way through the API (dev/hellaswag_over_api.py: ids, echo, max_tokens 0,
+// logprobs) scores a multiple-choice file as train_gpt2 --hellaswag scores it.
+TEST_F(Serve, HellaSwagOverTheApiScoresAsTrainGpt2Does) {
+    std::vector<MultipleChoiceExample> examples;
+    Rng rng(5);
+    const auto next = [&](int n) { return static_cast<std::int32_t>(rng.next_u64() % n); };
+    const int V = tokenizer_->vocab_size();
+    for (int i = 0; i < 30; ++i) {
+        MultipleChoiceExample e;
+        e.index = i;
+        e.label = next(4);
+        e.context.resize(static_cast<std::size_t>(3 + next(8)));
+        for (auto& t : e.context)
+            t = next(V);
+        for (int k = 0; k < 4; ++k) {
+            e.endings.emplace_back(static_cast<std::size_t>(1 + next(6)));
+            for (auto& t : e.endings.back())
+                t = next(V);
+        }
+        examples.push_back(std::move(e));
+    }
+    const fs::path file = dir_->path() / "eval.bin";
+    write_multiple_choice_file(file, examples);
+    std::string corpus;
+    for (int i = 0; i < 300; ++i)
+        corpus += kCorpus;
+    std::ofstream(dir_->path() / "corpus.txt") << corpus;
+    const auto trained = test::run_command(
+        test::build_path("train_gpt2") + " --init-from " + model_file() +
+        " --eval-only --seq-len 64 --batch-size 4 --threads 1 --val-tokens 256 --data " +
+        (dir_->path() / "corpus.txt").string() + " --hellaswag " + file.string());
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    const auto at = trained.output.find("hellaswag acc_norm ");
+    ASSERT_NE(at, std::string::npos) << trained.output;
+    const std::string expected = trained.output.substr(at, trained.output.find(')', at) - at + 1);
+    const auto served = test::run_command(
+        "/usr/bin/python3 " + std::string(GPT2_SOURCE_DIR) + "/dev/hellaswag_over_api.py --url " +
+        "http://127.0.0.1:" + std::to_string(server_->port()) + " " + file.string());
+    ASSERT_EQ(served.exit_code, 0) << served.output;
+    EXPECT_EQ(served.output, expected + "\n") << trained.output;
+    EXPECT_EQ(expected.find("(30/"), std::string::npos) << "a random model gets some wrong";
 }
 
 TEST_F(Serve, TheApiKeyGuardsEveryRouteButHealth) {
