@@ -10,6 +10,8 @@
 #   GPT2_WITH_PARQUET=1 scripts/setup.sh   # also DuckDB, parquet-wasm (arrow-rs) and hyparquet (npm,
 #                                          # in .deps/parquet): the Parquet fixtures' writers and a
 #                                          # third reader for tests/test_parquet.cpp
+#   GPT2_WITH_OPENAI_CLIENT=1 scripts/setup.sh  # also the openai npm client (.deps/openai), which
+#                                               # tests/test_serve.cpp points at build/serve
 #   GPT2_SETUP_DRY_RUN=1 scripts/setup.sh # only print the packages it would install
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +34,10 @@ if [[ "${GPT2_WITH_PYTHON:-0}" == "1" ]]; then
 fi
 if [[ "${GPT2_WITH_LLAMA_CPP:-0}" == "1" ]]; then
   /usr/bin/python3 -c "import numpy" 2>/dev/null || packages+=(python3-numpy)
+  command -v node >/dev/null || packages+=(nodejs)
+  command -v npm >/dev/null || packages+=(npm)
+fi
+if [[ "${GPT2_WITH_OPENAI_CLIENT:-0}" == "1" ]]; then
   command -v node >/dev/null || packages+=(nodejs)
   command -v npm >/dev/null || packages+=(npm)
 fi
@@ -65,6 +71,13 @@ if [[ "${GPT2_WITH_LLAMA_CPP:-0}" == "1" && ! -d .deps/llama-cpp/node_modules/@n
   mkdir -p .deps/llama-cpp
   NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --prefix .deps/llama-cpp --no-audit --no-fund \
     --no-save --omit=optional --silent -E node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1
+fi
+
+# The official OpenAI client, which tests/test_serve.cpp points at build/serve.
+if [[ "${GPT2_WITH_OPENAI_CLIENT:-0}" == "1" && ! -d .deps/openai/node_modules/openai ]]; then
+  echo "setup: installing the openai npm client into .deps/openai"
+  mkdir -p .deps/openai
+  npm install --prefix .deps/openai --no-audit --no-fund --no-save --silent -E openai@4.104.0
 fi
 
 # Independent Parquet writers (DuckDB; parquet-wasm, which is arrow-rs) and a third reader

@@ -474,6 +474,29 @@ TEST_F(Serve, HellaSwagOverTheApiScoresAsTrainGpt2Does) {
     EXPECT_EQ(expected.find("(30/"), std::string::npos) << "a random model gets some wrong";
 }
 
+// The official `openai` npm client (GPT2_WITH_OPENAI_CLIENT=1 scripts/setup.sh installs it into
+// .deps/openai): completion and chat, streamed and not, the model list, and a refusal it reads as
+// an API error naming the field.
+TEST_F(Serve, TheOpenaiNpmClientCompletesChatsAndStreams) {
+    const fs::path module = fs::path(GPT2_SOURCE_DIR) / ".deps/openai/node_modules/openai";
+    if (!fs::exists(module / "index.mjs") || test::run_command("command -v node").exit_code != 0) {
+        GTEST_SKIP() << "the openai npm client is not installed (GPT2_WITH_OPENAI_CLIENT=1 "
+                        "scripts/setup.sh)";
+    }
+    const auto run = test::run_command("node " + std::string(GPT2_SOURCE_DIR) +
+                                       "/tests/clients/openai_client.mjs http://127.0.0.1:" +
+                                       std::to_string(server_->port()) + " " + module.string());
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const json got = json::parse(run.output);
+    const std::string completion = library_text("To be", 20, 0.0f, 0);
+    EXPECT_EQ(got["model"], "model.bin");
+    EXPECT_EQ(got["completion"], completion);
+    EXPECT_EQ(got["streamedCompletion"], completion);
+    EXPECT_EQ(got["chat"], got["streamedChat"]);
+    EXPECT_FALSE(got["chat"].get<std::string>().empty());
+    EXPECT_EQ(got["refused"], "400 n");
+}
+
 TEST_F(Serve, TheApiKeyGuardsEveryRouteButHealth) {
     ServeProcess keyed(dir_->path(), "keyed", model_file() + " --threads 1 --api-key s3cret");
     ASSERT_GT(keyed.port(), 0) << keyed.read_log();
