@@ -5,9 +5,13 @@
 # with fp32 and int8 weights. The load generator (below, Python's standard library) talks to the
 # server on loopback only, and every request has a time limit. GPT-2 124M-shaped random weights,
 # as dev/bench_inference.sh writes them (needs /usr/bin/python3 with torch once, and data/gpt2).
+# Beside it, llama.cpp (node-llama-cpp's prebuilt CPU binary, dev/llama_parallel.mjs) decoding as
+# many sequences at once in one context, on GGUF files convert_model writes from the same model
+# (F32 beside fp32, Q8_0 beside int8), same threads, same prompt and length; LLAMA=0 skips it.
 #
 #   dev/bench_serve.sh   # env: THREADS=<cores> CLIENTS="1 4 8 16" REQUESTS=2 NEW_TOKENS=64
 #                        #      WEIGHTS="fp32 int8" MODEL=/tmp/gpt2_random_124M.bin BUILD=build PORT=18181
+#                        #      LLAMA=1 LLAMA_MODULES=.deps/llama-cpp/node_modules
 set -euo pipefail
 # --help: this header.
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
@@ -23,6 +27,8 @@ requests=${REQUESTS:-2}
 new_tokens=${NEW_TOKENS:-64}
 weights_list=${WEIGHTS:-"fp32 int8"}
 port=${PORT:-18181}
+llama=${LLAMA:-1}
+llama_modules=${LLAMA_MODULES:-$root/.deps/llama-cpp/node_modules}
 python=/usr/bin/python3
 [[ -x $build/serve ]] || { echo "$build/serve missing: ninja -C build serve" >&2; exit 1; }
 if [[ ! -s $model ]]; then
@@ -105,3 +111,27 @@ PY
   done
   kill -TERM "$server"; wait "$server" || true
 done
+
+if [[ $llama == 1 && -d $llama_modules/node-llama-cpp ]]; then
+  echo
+  echo "llama.cpp (node-llama-cpp), the same model as GGUF, $threads thread(s), S sequences in one context"
+  printf '%-7s %-8s %14s %14s %16s\n' gguf sequences "tokens/s" "x 1 sequence" "first token ms"
+  for weights in $weights_list; do
+    dtype=f32
+    [[ $weights == int8 ]] && dtype=q8_0
+    [[ $weights == bf16 ]] && dtype=bf16
+    gguf=${model%.bin}_$dtype.gguf
+    [[ -s $gguf ]] || (cd "$root" && "$build/convert_model" "$model" "$gguf" --dtype "$dtype" --log-level warn)
+    single=""
+    for c in $clients; do
+      line=$(node "$root/dev/llama_parallel.mjs" "$llama_modules" "$gguf" "$c" "$new_tokens" "$threads")
+      rate=$("$python" -c "import json,sys; print(f\"{json.loads(sys.argv[1])['tokens_per_s']:.1f}\")" "$line")
+      first=$("$python" -c "import json,sys; print(f\"{json.loads(sys.argv[1])['first_ms']:.1f}\")" "$line")
+      [[ -z $single ]] && single=$rate
+      ratio=$(awk -v a="$rate" -v b="$single" 'BEGIN { printf "%.2f", a / b }')
+      printf '%-7s %-8s %14s %14s %16s\n' "$dtype" "$c" "$rate" "$ratio" "$first"
+    done
+  done
+elif [[ $llama == 1 ]]; then
+  echo "(llama.cpp left out: $llama_modules/node-llama-cpp missing; GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh)"
+fi
