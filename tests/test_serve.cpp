@@ -497,6 +497,23 @@ TEST_F(Serve, TheOpenaiNpmClientCompletesChatsAndStreams) {
     EXPECT_EQ(got["refused"], "400 n");
 }
 
+// The page at / in a real browser (headless Chromium, driven by dev/page_in_chromium.py through
+// the DevTools protocol): the test types a prompt and clicks Generate, and the text the page
+// streams is the API's greedy text.
+TEST_F(Serve, ThePageInABrowserStreamsTheApisGreedyText) {
+    if (test::run_command("command -v chromium").exit_code != 0 ||
+        test::run_command("command -v /usr/bin/python3").exit_code != 0) {
+        GTEST_SKIP() << "no chromium (apt-get install chromium) or /usr/bin/python3";
+    }
+    const auto run = test::run_command(
+        "/usr/bin/python3 " + std::string(GPT2_SOURCE_DIR) + "/dev/page_in_chromium.py " +
+        "http://127.0.0.1:" + std::to_string(server_->port()) + "/ 'To be' --max-tokens 30");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const json page = json::parse(run.output.substr(run.output.find('{')));
+    EXPECT_EQ(page["out"], "To be" + library_text("To be", 30, 0.0f, 0)) << run.output;
+    EXPECT_TRUE(page["status"].get<std::string>().starts_with("done:")) << run.output;
+}
+
 TEST_F(Serve, TheApiKeyGuardsEveryRouteButHealth) {
     ServeProcess keyed(dir_->path(), "keyed", model_file() + " --threads 1 --api-key s3cret");
     ASSERT_GT(keyed.port(), 0) << keyed.read_log();

@@ -79,12 +79,21 @@ async function generate() {
     }
     const s = (performance.now() - started) / 1000;
     $('status').textContent = 'done: ' + tokens + ' chunks in ' + s.toFixed(2) + ' s';
+    document.body.dataset.done = 'yes';
   } catch (e) {
     $('status').textContent = e.name === 'AbortError' ? 'stopped' : 'error: ' + e.message;
   }
   $('send').disabled = false; $('stop').disabled = true;
 }
 $('send').onclick = generate;
+// ?prompt=...&mode=chat&temperature=0&max_tokens=20&run=1 fills the form (and generates): a
+// link that shows a prompt's reply, and how the headless-browser test drives the page.
+const query = new URLSearchParams(location.search);
+if (query.has('prompt')) $('prompt').value = query.get('prompt');
+if (query.has('temperature')) $('temperature').value = query.get('temperature');
+if (query.has('max_tokens')) $('max_tokens').value = query.get('max_tokens');
+if (query.get('mode') === 'chat') document.querySelector('input[value=chat]').checked = true;
+if (query.get('run') === '1') generate();
 $('stop').onclick = () => controller && controller.abort();
 </script></body></html>
 )PAGE";
