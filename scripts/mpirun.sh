@@ -44,9 +44,9 @@ filter_banners() {
       next
     }
     inside { block = block $0 "\n"; if (++lines > 60) flush_block(0); next }
-    # Open MPI 4.1 sometimes adds this line of its own after an MPI_Abort (its help message
-    # aggregation racing the abort): nothing the user can act on.
-    /ORTE_ERROR_LOG: Data unpack would read past end of buffer in file .*show_help\.c/ { next }
+    # Open MPI 4.1 sometimes adds a line of its own after an MPI_Abort (its help message
+    # aggregation racing the abort, in one of two wordings): nothing the user can act on.
+    /ORTE_ERROR_LOG: Data unpack (would read past end of buffer|had inadequate space) in file .*show_help\.c/ { next }
     { print; fflush() }
     END { if (inside) printf "%s", block }
   '

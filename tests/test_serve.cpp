@@ -7,6 +7,7 @@
 #include <httplib.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -512,6 +513,50 @@ TEST_F(Serve, ThePageInABrowserStreamsTheApisGreedyText) {
     const json page = json::parse(run.output.substr(run.output.find('{')));
     EXPECT_EQ(page["out"], "To be" + library_text("To be", 30, 0.0f, 0)) << run.output;
     EXPECT_TRUE(page["status"].get<std::string>().starts_with("done:")) << run.output;
+}
+
+// A client that stops reading mid-stream holds up no one: while it waits (its first chunk read,
+// the rest left in the socket) another request runs to its end, then the slow one reads on and
+// gets all of its text.
+TEST_F(Serve, ASlowReaderDoesNotStallTheOthers) {
+    const std::string expected = library_text("To be", 50, 0.0f, 0);
+    std::atomic<bool> first_chunk{false}, other_done{false}, gave_up{false};
+    std::string slow_body;
+    std::thread slow([&] {
+        httplib::Client client = server_->client();
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/v1/completions";
+        req.body =
+            json{{"prompt", "To be"}, {"max_tokens", 50}, {"temperature", 0}, {"stream", true}}
+                .dump();
+        req.set_header("Content-Type", "application/json");
+        req.content_receiver = [&](const char* data, std::size_t size, std::uint64_t,
+                                   std::uint64_t) {
+            slow_body.append(data, size);
+            if (!first_chunk.exchange(true)) {
+                // Stops reading until the other request is done (a minute at most).
+                for (int i = 0; i < 1200 && !other_done.load(); ++i)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                gave_up = !other_done.load();
+            }
+            return true;
+        };
+        httplib::Response res;
+        httplib::Error error = httplib::Error::Success;
+        (void)client.send(req, res, error);
+    });
+    for (int i = 0; i < 1200 && !first_chunk.load(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(first_chunk.load());
+    const auto other =
+        post("/v1/completions", json{{"prompt", "To be"}, {"max_tokens", 50}, {"temperature", 0}});
+    other_done = true;
+    slow.join();
+    ASSERT_TRUE(other);
+    EXPECT_EQ(json::parse(other->body)["choices"][0]["text"], expected);
+    EXPECT_FALSE(gave_up.load()) << "the other request waited for the slow reader";
+    EXPECT_EQ(streamed_text(slow_body, false).first, expected);
 }
 
 TEST_F(Serve, TheApiKeyGuardsEveryRouteButHealth) {
