@@ -27,7 +27,7 @@ asan_compilers=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
 # them, nothing else.
 cmake -S . -B build-tsan "${flags[@]}" -DGPT2_SANITIZE=thread
 cmake --build build-tsan -j "$jobs" --target test_threads test_model_reference test_shared_memory \
-  test_threaded_step test_lora_training train_gpt2
+  test_threaded_step test_lora_training test_muon train_gpt2
 # With the CPU's own OpenBLAS kernels, and where it has AVX-512 with the AVX2 family as well: the
 # -O1 build's summation orders differ from the Release build's.
 tsan_families=("")
