@@ -111,16 +111,19 @@ KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_k
     // Pieces: the activations' pieces (inputs at most 4C long) and their scales, shared; each
     // worker's partial products.
     const std::size_t piece_count = int8 ? kInt8Pieces : kBf16Pieces;
-    const std::size_t piece_scales = pieces && int8 ? round_to_line(piece_count * rows) : 0;
-    const std::size_t products = pieces ? round_to_line(piece_count * rows * kPiecesColumns) : 0;
+    const std::size_t piece_rows = (rows + kPiecesRowMultiple - 1) / kPiecesRowMultiple *
+                                   kPiecesRowMultiple;  // the padded rows the products run on
+    const std::size_t piece_scales = pieces && int8 ? round_to_line(piece_count * piece_rows) : 0;
+    const std::size_t products =
+        pieces ? round_to_line(piece_count * piece_rows * kPiecesColumns) : 0;
     const std::size_t products_f32 = int8 ? 0 : products;
     scratch_ = AlignedBuffer<float>(x + qkv + atty + fch + logits + ln + ln_stats + piece_scales +
                                     W * (worker_ln + worker_stats + scores + weight_rows + stage +
                                          attention_floats + products_f32));
     // The activations' bf16 pieces, then each worker's attention pieces.
-    const std::size_t bf16_pieces = pieces && !int8 ? piece_count * rows * 4 * C : 0;
+    const std::size_t bf16_pieces = pieces && !int8 ? piece_count * piece_rows * 4 * C : 0;
     if (pieces && int8) {
-        pieces_int8_ = AlignedBuffer<std::int8_t>(piece_count * rows * 4 * C);
+        pieces_int8_ = AlignedBuffer<std::int8_t>(piece_count * piece_rows * 4 * C);
         products_s32_ = AlignedBuffer<std::int32_t>(W * products);
     }
     if (bf16_pieces + W * attention_pieces > 0)

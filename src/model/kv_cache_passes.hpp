@@ -24,6 +24,10 @@ constexpr std::size_t kLineFloats = 16;
 // 32 left the logits more than 1e-5 from the token path's twice in each format, 64 five and six
 // times (a rounding edge is a step of 2^-8 in one cached value: no order avoids them all).
 constexpr int kFp32RowsPerGemm = 32;
+// Pieces products run on rows padded to a multiple of this, so that prompts of different lengths
+// share oneDNN's primitives (created once per shape and worker) instead of each creating its own;
+// the session's pieces buffers hold a chunk's rows padded so (a maxT of 24 pads to 32).
+constexpr int kPiecesRowMultiple = 16;
 // Output columns per pieces product: its partial results (3 x 256 rows x 256 columns) stay in L2
 // for the sum that follows; 512 took some 15% longer, 128 no less.
 constexpr int kPiecesColumns = 256;

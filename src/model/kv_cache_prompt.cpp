@@ -15,9 +15,6 @@ namespace gpt2 {
 using namespace kv_cache_detail;
 
 namespace {
-// Pieces products run on rows padded to a multiple of this, so that prompts of different lengths
-// share oneDNN's primitives (created once per shape and worker) instead of each creating its own.
-constexpr int kPiecesRowMultiple = 16;
 
 // The input of a prompt's products: M rows of K activations, and, for products with pieces, the
 // same split into them (rows padded to Mp).
