@@ -85,17 +85,21 @@ fi
 set +m
 ((stops >= 2)) && kill -TERM "$job" 2>/dev/null
 # Whether every rank of this machine (mpirun's children with OMPI_COMM_WORLD_RANK in their
-# environment; at least one) catches SIGUSR1 yet: a rank that has not reached its main() would be
-# ended by it (exit 138, "exited on signal 10").
+# environment: as many as their OMPI_COMM_WORLD_LOCAL_SIZE says, so that a rank mpirun has not
+# started yet is waited for too) catches SIGUSR1 yet: a rank that has not reached its main()
+# would be ended by it (exit 138, "exited on signal 10").
 ranks_catch_usr1() {
-  local pid mask found=0
+  local pid mask found=0 local_size=1 size
   for pid in $(pgrep -P "$job" 2>/dev/null); do
     grep -qz '^OMPI_COMM_WORLD_RANK=' "/proc/$pid/environ" 2>/dev/null || continue
-    found=1
+    found=$((found + 1))
+    size=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null |
+      sed -n 's/^OMPI_COMM_WORLD_LOCAL_SIZE=\([0-9]*\)$/\1/p')
+    [[ -n "$size" ]] && ((size > local_size)) && local_size=$size
     mask=$(awk '/^SigCgt:/ { print $2 }' "/proc/$pid/status" 2>/dev/null)
     [[ -n "$mask" ]] && (((16#$mask >> 9) & 1)) || return 1
   done
-  ((found))
+  ((found >= local_size))
 }
 # `wait` returns early (above 128) when a trapped signal arrives: wait until the job has ended.
 # Once a stop is asked for, SIGUSR1 goes to mpirun when this machine's ranks catch it (or after 10
