@@ -44,9 +44,10 @@ filter_banners() {
       next
     }
     inside { block = block $0 "\n"; if (++lines > 60) flush_block(0); next }
-    # Open MPI 4.1 sometimes adds a line of its own after an MPI_Abort (its help message
-    # aggregation racing the abort, in one of two wordings): nothing the user can act on.
-    /ORTE_ERROR_LOG: Data unpack (would read past end of buffer|had inadequate space) in file .*show_help\.c/ { next }
+    # Open MPI 4.1 sometimes adds a line of its own after an MPI_Abort, its help message
+    # aggregation racing the abort ("Data unpack would read past end of buffer", "Data unpack had
+    # inadequate space", "Out of resource" ... in show_help.c): nothing the user can act on.
+    /ORTE_ERROR_LOG: .* in file .*show_help\.c/ { next }
     { print; fflush() }
     END { if (inside) printf "%s", block }
   '
