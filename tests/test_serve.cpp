@@ -178,6 +178,27 @@ std::pair<std::string, std::string> streamed_text(const std::string& body, bool 
     return {text, reason};
 }
 
+// POSTs `body` to /v1/completions, handing what arrives to `receiver` as it comes (which may
+// return false to hang up).
+void post_streaming(httplib::Client& client, const json& body,
+                    httplib::ContentReceiverWithProgress receiver) {
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = std::move(receiver);
+    httplib::Response res;
+    httplib::Error error = httplib::Error::Success;
+    (void)client.send(req, res, error);
+}
+
+// Reads the first chunk of a streamed completion and hangs up.
+void hang_up_after_first_chunk(httplib::Client& client, const json& body) {
+    post_streaming(client, body,
+                   [](const char*, std::size_t, std::uint64_t, std::uint64_t) { return false; });
+}
+
 TEST_F(Serve, ACompletionIsTheLibrarysGenerationStreamedOrNot) {
     for (const float temperature : {0.0f, 0.9f}) {
         const std::string expected = library_text("To be", 20, temperature, 1234);
@@ -321,18 +342,7 @@ TEST_F(Serve, ManyClientsAtOnceWithDisconnectsAmongThem) {
             const json request{
                 {"prompt", "To be"}, {"max_tokens", 40}, {"temperature", 0}, {"stream", true}};
             if (i % 3 == 2) {
-                // Reads the first chunk and hangs up.
-                httplib::Request req;
-                req.method = "POST";
-                req.path = "/v1/completions";
-                req.body = request.dump();
-                req.set_header("Content-Type", "application/json");
-                req.content_receiver = [](const char*, std::size_t, std::uint64_t, std::uint64_t) {
-                    return false;
-                };
-                httplib::Response res;
-                httplib::Error error = httplib::Error::Success;
-                (void)client.send(req, res, error);
+                hang_up_after_first_chunk(client, request);
                 return;
             }
             const auto r = client.Post("/v1/completions", request.dump(), "application/json");
@@ -378,17 +388,7 @@ TEST_F(Serve, ABoundedLoadTestWithBadRequestsAndHangUpsLosesNothing) {
         } else if (i % 5 == 1) {
             json streaming = valid;
             streaming["stream"] = true;
-            httplib::Request req;
-            req.method = "POST";
-            req.path = "/v1/completions";
-            req.body = streaming.dump();
-            req.set_header("Content-Type", "application/json");
-            req.content_receiver = [](const char*, std::size_t, std::uint64_t, std::uint64_t) {
-                return false;
-            };
-            httplib::Response res;
-            httplib::Error error = httplib::Error::Success;
-            (void)client.send(req, res, error);
+            hang_up_after_first_chunk(client, streaming);
         } else {
             json request = valid;
             if (i % 2 == 0) request["stream"] = true;
@@ -524,27 +524,19 @@ TEST_F(Serve, ASlowReaderDoesNotStallTheOthers) {
     std::string slow_body;
     std::thread slow([&] {
         httplib::Client client = server_->client();
-        httplib::Request req;
-        req.method = "POST";
-        req.path = "/v1/completions";
-        req.body =
-            json{{"prompt", "To be"}, {"max_tokens", 50}, {"temperature", 0}, {"stream", true}}
-                .dump();
-        req.set_header("Content-Type", "application/json");
-        req.content_receiver = [&](const char* data, std::size_t size, std::uint64_t,
-                                   std::uint64_t) {
-            slow_body.append(data, size);
-            if (!first_chunk.exchange(true)) {
-                // Stops reading until the other request is done (a minute at most).
-                for (int i = 0; i < 1200 && !other_done.load(); ++i)
-                    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-                gave_up = !other_done.load();
-            }
-            return true;
-        };
-        httplib::Response res;
-        httplib::Error error = httplib::Error::Success;
-        (void)client.send(req, res, error);
+        post_streaming(
+            client,
+            json{{"prompt", "To be"}, {"max_tokens", 50}, {"temperature", 0}, {"stream", true}},
+            [&](const char* data, std::size_t size, std::uint64_t, std::uint64_t) {
+                slow_body.append(data, size);
+                if (!first_chunk.exchange(true)) {
+                    // Stops reading until the other request is done (a minute at most).
+                    for (int i = 0; i < 1200 && !other_done.load(); ++i)
+                        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                    gave_up = !other_done.load();
+                }
+                return true;
+            });
     });
     for (int i = 0; i < 1200 && !first_chunk.load(); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));

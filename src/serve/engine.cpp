@@ -60,6 +60,7 @@ struct Engine::Active {
     std::optional<std::int32_t> to_step;  // the token this round feeds back
     std::vector<std::pair<float, int>> scratch;
     std::vector<float> penalized;
+    std::vector<std::int32_t> order;  // fill_logprobs' scratch
     Active(std::shared_ptr<Job> j, KvCacheSession* s)
         : job(std::move(j)),
           session(s),
@@ -70,8 +71,9 @@ struct Engine::Active {
 namespace {
 
 // The chosen token's log-probability and the top `k` alternatives under softmax(logits).
+// `order` is reused scratch (no allocation a token once it has grown to the vocabulary).
 void fill_logprobs(std::span<const float> logits, std::int32_t chosen, int k,
-                   const Tokenizer& tokenizer, TokenInfo& info) {
+                   const Tokenizer& tokenizer, std::vector<std::int32_t>& order, TokenInfo& info) {
     const float max = *std::max_element(logits.begin(), logits.end());
     double sum = 0.0;
     for (const float l : logits)
@@ -79,7 +81,8 @@ void fill_logprobs(std::span<const float> logits, std::int32_t chosen, int k,
     const double log_z = static_cast<double>(max) + std::log(sum);
     info.logprob = static_cast<float>(static_cast<double>(logits[chosen]) - log_z);
     if (k <= 0) return;
-    std::vector<std::int32_t> ids(logits.size());
+    std::vector<std::int32_t>& ids = order;
+    ids.resize(logits.size());
     for (std::size_t i = 0; i < ids.size(); ++i)
         ids[i] = static_cast<std::int32_t>(i);
     const auto n = std::min<std::size_t>(static_cast<std::size_t>(k), ids.size());
@@ -187,7 +190,8 @@ void Engine::start(Active& a) {
         first.tokens.push_back(TokenInfo{g.prompt[0], tokenizer_.token_bytes(g.prompt[0]), {}, {}});
         for (int i = 1; i < n; ++i) {
             TokenInfo info{g.prompt[i], tokenizer_.token_bytes(g.prompt[i]), {}, {}};
-            fill_logprobs(a.logits.first(vocab), g.prompt[i], *g.logprobs, tokenizer_, info);
+            fill_logprobs(a.logits.first(vocab), g.prompt[i], *g.logprobs, tokenizer_, a.order,
+                          info);
             first.tokens.push_back(std::move(info));
             a.logits = a.session->step(g.prompt[i]);
         }
@@ -204,12 +208,8 @@ void Engine::start(Active& a) {
         stats_.prompt_tokens += static_cast<std::uint64_t>(n);
     }
     a.started = true;
-    if (a.limit <= 0) {
-        a.job->publish(first);
-        finish(a, "length");
-        return;
-    }
     a.job->publish(first);
+    if (a.limit <= 0) finish(a, "length");
 }
 
 void Engine::advance(Active& a) {
@@ -231,7 +231,8 @@ void Engine::advance(Active& a) {
     }
     JobEvents more;
     TokenInfo info{token, tokenizer_.token_bytes(token), {}, {}};
-    if (g.logprobs) fill_logprobs(a.logits.first(vocab), token, *g.logprobs, tokenizer_, info);
+    if (g.logprobs)
+        fill_logprobs(a.logits.first(vocab), token, *g.logprobs, tokenizer_, a.order, info);
     more.text = a.utf8.push(a.stop_text.push(info.bytes));
     more.tokens.push_back(std::move(info));
     more.prompt_tokens = static_cast<int>(g.prompt.size());

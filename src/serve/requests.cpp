@@ -109,8 +109,7 @@ void check_fields(const json& body, const std::set<std::string>& known) {
                                         "' other than 1 is not supported: send the request again "
                                         "for another completion");
         }
-        throw RequestError(key, "'" + key + "' is not supported by this server" +
-                                    std::string(key.size() < 64 ? "" : " (name shortened)"));
+        throw RequestError(key, "'" + key + "' is not supported by this server");
     }
 }
 

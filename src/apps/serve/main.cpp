@@ -23,7 +23,6 @@
 
 #include "apps/cli/cli.hpp"
 #include "apps/serve/page.hpp"
-#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/stop_signal.hpp"
 #include "core/utf8.hpp"
@@ -72,7 +71,6 @@ struct Server {
     std::atomic<std::uint64_t> refused{0};
     std::atomic<std::uint64_t> next_id{1};
     std::atomic<bool> draining{false};
-    gpt2::Clock::time_point started = gpt2::Clock::now();
 };
 
 void send_error(httplib::Response& res, int status, const std::string& message,
