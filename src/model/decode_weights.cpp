@@ -6,6 +6,12 @@
 
 namespace gpt2 {
 
+WeightFormat parse_weight_format(std::string_view name) {
+    return name == "bf16"   ? WeightFormat::Bf16
+           : name == "int8" ? WeightFormat::Int8
+                            : WeightFormat::Fp32;
+}
+
 std::string_view weight_format_name(WeightFormat format) {
     switch (format) {
         case WeightFormat::Bf16:

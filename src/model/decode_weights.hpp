@@ -15,6 +15,9 @@ namespace gpt2 {
 
 enum class WeightFormat { Fp32, Bf16, Int8 };
 [[nodiscard]] std::string_view weight_format_name(WeightFormat format);
+// The format weight_format_name names ("bf16", "int8"; anything else fp32: the programs' flags
+// accept only the three names).
+[[nodiscard]] WeightFormat parse_weight_format(std::string_view name);
 
 // Rows of one matrix (each `K` weights long) in the decode format. For int8 a row's weights are
 // round(w / scale) with scale = max|w| / 127 for that row (symmetric, per output row).

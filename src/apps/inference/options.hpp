@@ -51,11 +51,7 @@ struct Options {
     std::string eot_in_text = "token";
     std::string weights = "fp32";
 
-    [[nodiscard]] WeightFormat weight_format() const {
-        return weights == "bf16"   ? WeightFormat::Bf16
-               : weights == "int8" ? WeightFormat::Int8
-                                   : WeightFormat::Fp32;
-    }
+    [[nodiscard]] WeightFormat weight_format() const { return parse_weight_format(weights); }
 
     [[nodiscard]] bool prompt_from_stdin() const { return prompt_file == kStdinName; }
 };

@@ -53,12 +53,6 @@ struct Options {
     std::string log_level = "info";
 };
 
-gpt2::WeightFormat weight_format(const std::string& name) {
-    return name == "bf16"   ? gpt2::WeightFormat::Bf16
-           : name == "int8" ? gpt2::WeightFormat::Int8
-                            : gpt2::WeightFormat::Fp32;
-}
-
 // What every handler reads and counts.
 struct Server {
     const Options& options;
@@ -306,7 +300,7 @@ int run(const Options& o) {
     eo.threads = o.threads > 0 ? o.threads : gpt2::available_cores();
     eo.parallel = o.parallel;
     eo.context = o.ctx;
-    eo.weights = weight_format(o.weights);
+    eo.weights = gpt2::parse_weight_format(o.weights);
     serve::Engine engine(loaded.model, *loaded.tokenizer, eo);
     const std::string name =
         !o.name.empty()
