@@ -161,8 +161,10 @@ class PrecisionMatmul {
 
 void check_batch(const ThreadLocalTrainingContext& ctx, const Model& model,
                  const TokenBatch& batch) {
-    if (batch.B > ctx.max_batch() || batch.T > ctx.seq_len() ||
-        batch.T > model.config.max_seq_len ||
+    // The activations are laid out by tokens (max_batch x seq_len of them), so more sequences
+    // than max_batch fit when they are shorter (HellaSwag's endings in one forward).
+    if (static_cast<long>(batch.B) * batch.T > static_cast<long>(ctx.max_batch()) * ctx.seq_len() ||
+        batch.T > ctx.seq_len() || batch.T > model.config.max_seq_len ||
         batch.inputs.size() < static_cast<std::size_t>(batch.B) * batch.T) {
         throw std::invalid_argument("forward: batch larger than the context was sized for");
     }

@@ -16,26 +16,31 @@ std::vector<double> ending_losses(const Model& model, ThreadLocalTrainingContext
     }
     const int endings = static_cast<int>(example.endings.size());
     std::vector<double> means(static_cast<std::size_t>(endings), 0.0);
-    const int capacity = std::max(1, ctx.max_batch());
-    rows.resize(2 * static_cast<std::size_t>(capacity) * static_cast<std::size_t>(T));
-    for (int first = 0; first < endings; first += capacity) {
-        const int count = std::min(capacity, endings - first);
-        // Rows only as long as the longest of them (HellaSwag's are ~40 tokens; T may be 1024):
-        // the context computes any T up to its own.
+    int longest = 1;
+    for (const auto& ending : example.endings)
+        longest = std::max(longest, context + static_cast<int>(ending.size()) - 1);
+    // An example's endings go through one forward together (rows padded to the longest) when they
+    // fit the worker's context, else one by one (rows of their own length). Either way the row
+    // count of every matrix product is the example's, never the split's: OpenBLAS's results for
+    // a row depend on the product's row count, and groups sized by the worker's batch made
+    // acc_norm differ between splits wherever two endings' losses were a few last bits apart.
+    const bool together =
+        static_cast<long>(endings) * longest <= static_cast<long>(std::max(1, ctx.max_batch())) * T;
+    const int group = together ? endings : 1;
+    for (int first = 0; first < endings; first += group) {
         int length = 1;
-        for (int r = 0; r < count; ++r) {
+        for (int r = 0; r < group; ++r) {
             length = std::max(
                 length,
                 context +
                     static_cast<int>(example.endings[static_cast<std::size_t>(first + r)].size()) -
                     1);
         }
-        const std::span<std::int32_t> inputs(rows.data(), static_cast<std::size_t>(count) * length);
-        const std::span<std::int32_t> targets(rows.data() + static_cast<std::size_t>(capacity) * T,
-                                              static_cast<std::size_t>(count) * length);
-        std::fill(inputs.begin(), inputs.end(), 0);  // padding after the row: causal, never read
-        std::fill(targets.begin(), targets.end(), 0);
-        for (int r = 0; r < count; ++r) {
+        const auto cells = static_cast<std::size_t>(group) * static_cast<std::size_t>(length);
+        rows.assign(2 * cells, 0);  // padding after a row: causal, never read
+        const std::span<std::int32_t> inputs(rows.data(), cells);
+        const std::span<std::int32_t> targets(rows.data() + cells, cells);
+        for (int r = 0; r < group; ++r) {
             const auto& ending = example.endings[static_cast<std::size_t>(first + r)];
             std::vector<std::int32_t> tokens(example.context);
             tokens.insert(tokens.end(), ending.begin(), ending.end());
@@ -44,8 +49,8 @@ std::vector<double> ending_losses(const Model& model, ThreadLocalTrainingContext
                 targets[static_cast<std::size_t>(r) * length + t] = tokens[t + 1];
             }
         }
-        (void)forward_loss(model, ctx, TokenBatch{inputs, targets, count, length});
-        for (int r = 0; r < count; ++r) {
+        (void)forward_loss(model, ctx, TokenBatch{inputs, targets, group, length});
+        for (int r = 0; r < group; ++r) {
             const auto& ending = example.endings[static_cast<std::size_t>(first + r)];
             const int begin = std::max(context - 1, 0);
             const int end = context + static_cast<int>(ending.size()) - 1;

@@ -24,8 +24,9 @@ struct MultipleChoiceScore {
     }
 };
 
-// The mean loss of each ending after the context, computed in rows of up to ctx.max_batch()
-// sequences of ctx.seq_len() tokens; empty if some ending does not fit. `rows` is scratch.
+// The mean loss of each ending after the context: the endings in one forward when their rows fit
+// the context's max_batch() x seq_len() tokens, else one by one, so that the figures do not depend
+// on the context's batch; empty if some ending does not fit seq_len(). `rows` is scratch.
 [[nodiscard]] std::vector<double> ending_losses(const Model& model, ThreadLocalTrainingContext& ctx,
                                                 const MultipleChoiceExample& example,
                                                 std::vector<std::int32_t>& rows);
