@@ -172,6 +172,72 @@ TEST(DecodeMatvec, ThePortableLoopMatchesTheScalarLoopForEveryFormat) {
     check_matvec<std::int8_t>(portable, "portable int8", true);
 }
 
+// matvec_many gives every vector exactly matvec's bits (decoding several sequences at once must
+// not change any of them), for 1 to 17 vectors (passes of eight and a remainder), row counts and
+// lengths around the blocks and vector loops, with and without bias, scales and accumulation; the
+// portable pair likewise. A product skipped or mixed up between vectors differs by a whole term.
+template <typename W>
+void check_matvec_many(bool portable) {
+    std::uint64_t seed = 100;
+    for (const int vectors : {1, 2, 3, 8, 9, 17}) {
+        for (const int n : {1, 5, 16, 19, 40}) {
+            for (const int K : {15, 32, 33, 100}) {
+                const auto rows = static_cast<std::size_t>(n), cols = static_cast<std::size_t>(K);
+                const std::vector<W> w = weights_from<W>(normal_vector(rows * cols, ++seed));
+                const std::vector<float> bias = normal_vector(rows, ++seed);
+                std::vector<float> scales = normal_vector(rows, ++seed);
+                for (float& s : scales)
+                    s = 0.01f + std::abs(s) * 0.02f;
+                const bool accumulate = vectors % 2 == 1;
+                const float* b = n % 2 == 1 ? bias.data() : nullptr;
+                const float* sc = std::is_same_v<W, std::int8_t> ? scales.data() : nullptr;
+                std::vector<std::vector<float>> xs, expected, ys;
+                for (int v = 0; v < vectors; ++v) {
+                    xs.push_back(normal_vector(cols, ++seed));
+                    expected.push_back(normal_vector(rows, ++seed));
+                    ys.push_back(expected.back());
+                    float* y = expected.back().data();
+                    if (portable) {
+                        matvec_portable(y, xs.back().data(), w.data(), sc, n, K, b, accumulate);
+                    } else if constexpr (std::is_same_v<W, std::int8_t>) {
+                        matvec(y, xs.back().data(), w.data(), sc, n, K, b, accumulate);
+                    } else {
+                        matvec(y, xs.back().data(), w.data(), n, K, b, accumulate);
+                    }
+                }
+                std::vector<float*> outputs;
+                std::vector<const float*> inputs;
+                for (int v = 0; v < vectors; ++v) {
+                    outputs.push_back(ys[static_cast<std::size_t>(v)].data());
+                    inputs.push_back(xs[static_cast<std::size_t>(v)].data());
+                }
+                if (portable) {
+                    matvec_many_portable<W>(outputs, inputs, w.data(), sc, n, K, b, accumulate);
+                } else if constexpr (std::is_same_v<W, std::int8_t>) {
+                    matvec_many(outputs, inputs, w.data(), sc, n, K, b, accumulate);
+                } else {
+                    matvec_many(outputs, inputs, w.data(), n, K, b, accumulate);
+                }
+                for (int v = 0; v < vectors; ++v) {
+                    ASSERT_EQ(ys[static_cast<std::size_t>(v)],
+                              expected[static_cast<std::size_t>(v)])
+                        << "vector " << v << " of " << vectors << ", n=" << n << " K=" << K
+                        << (portable ? " (portable)" : "");
+                }
+            }
+        }
+    }
+}
+
+TEST(DecodeMatvec, ManyVectorsGetEachItsOwnProductsBits) {
+    check_matvec_many<float>(false);
+    check_matvec_many<Bf16>(false);
+    check_matvec_many<std::int8_t>(false);
+    check_matvec_many<float>(true);
+    check_matvec_many<Bf16>(true);
+    check_matvec_many<std::int8_t>(true);
+}
+
 // ---------------------------------------------------------------------------------------------
 // attention
 

@@ -1,6 +1,8 @@
 // KvCacheSession::step_together: sessions stepped in one pass give each the bits its own step()
 // gives, in fp32, bf16 and int8, on 1-3 threads, with prompts of different lengths and a session
-// whose full cache slides.
+// whose full cache slides; the sessions stepped together share one Generator (its prompt scratch
+// used by each prefill and slide in turn), those stepped alone have each their own; ten of them,
+// so that the products take a pass of eight vectors and one of two.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -26,12 +28,21 @@ TEST(KvBatch, SessionsSteppedTogetherGiveTheirOwnStepsBits) {
         for (const int threads : {1, 2, 3}) {
             ThreadPool pool(threads);
             const std::vector<std::vector<std::int32_t>> prompts = {
-                {1, 2, 3}, {7}, {4, 5, 6, 7, 8, 9, 10, 11}, std::vector<std::int32_t>(22, 3)};
+                {1, 2, 3},
+                {7},
+                {4, 5, 6, 7, 8, 9, 10, 11},
+                {9, 9},
+                {12, 1, 40},
+                {60, 61, 62},
+                {3, 2, 1},
+                {80},
+                {5, 6},
+                std::vector<std::int32_t>(22, 3)};
+            Generator shared(*model, pool, compact.get());
             std::vector<std::unique_ptr<KvCacheSession>> alone, together;
             for (const auto& prompt : prompts) {
                 alone.push_back(std::make_unique<KvCacheSession>(*model, pool, 0, compact.get()));
-                together.push_back(
-                    std::make_unique<KvCacheSession>(*model, pool, 0, compact.get()));
+                together.push_back(std::make_unique<KvCacheSession>(shared));
                 (void)alone.back()->prefill(prompt);
                 (void)together.back()->prefill(prompt);
             }

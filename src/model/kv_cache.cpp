@@ -56,43 +56,29 @@ constexpr int kDecodeBarrierSpins = 1000;
 
 }  // namespace
 
-KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_keep,
-                               const DecodeWeights* compact, PromptProducts prompt)
+Generator::Generator(const Model& model, ThreadPool& pool, const DecodeWeights* compact,
+                     PromptProducts prompt)
     : model_(model),
       compact_(compact),
       pool_(pool),
-      slide_keep_(checked_keep(model.config, slide_keep)),
       chunk_rows_(std::min(kChunkRows, model.config.max_seq_len)),
-      workers_(pool.size()),
       prompt_products_(resolved(prompt, compact)),
       bf16_attention_(compact != nullptr && prompt_products_ == PromptProducts::Pieces &&
                       (bf16_backend() == Bf16Backend::Amx || prompt == PromptProducts::Pieces)),
       barrier_(std::make_unique<WorkerBarrier>(pool.size(), kDecodeBarrierSpins)) {
     const ModelConfig& c = model.config;
-    validate_config(c, "KvCacheSession");
+    validate_config(c, "Generator");
     // Every thread of the pool may run prompt products at once (more than OpenBLAS takes: oneDNN).
     choose_gemm_library(pool.size());
-    const auto L = static_cast<std::size_t>(c.num_layers);
     const auto C = static_cast<std::size_t>(c.channels);
     const auto maxT = static_cast<std::size_t>(c.max_seq_len);
     const auto rows = static_cast<std::size_t>(chunk_rows_);
-    const auto W = static_cast<std::size_t>(workers_);
-    context_.reserve(maxT);
-    window_.reserve(maxT);
-    if (compact != nullptr) {
-        kv_bf16_ = AlignedBuffer<Bf16>(L * 2 * maxT * C);
-    } else {
-        kv_ = AlignedBuffer<float>(L * 2 * maxT * C);
-    }
+    const auto W = static_cast<std::size_t>(pool.size());
 
     const std::size_t x = round_to_line(rows * C), qkv = round_to_line(rows * 3 * C), atty = x;
     const std::size_t fch = round_to_line(rows * 4 * C);
-    const std::size_t logits = round_to_line(static_cast<std::size_t>(c.vocab_size));
     const std::size_t ln = x, ln_stats = round_to_line(2 * rows);
-    // Each worker's LayerNorm of one row (a token's, a prompt's last) and its statistics.
-    const std::size_t worker_ln = round_to_line(C), worker_stats = kLineFloats;
-    // Attention scores: a prompt block's (kPromptScoreRows, maxT), or a token's in the first row
-    // and its new key and value in the second.
+    // Attention scores of a prompt block: (kPromptScoreRows, maxT).
     const std::size_t scores = round_to_line(kPromptScoreRows * maxT);
     const bool widened = compact != nullptr && prompt_products_ == PromptProducts::Widened;
     const bool pieces = compact != nullptr && prompt_products_ == PromptProducts::Pieces;
@@ -117,9 +103,9 @@ KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_k
     const std::size_t products =
         pieces ? round_to_line(piece_count * piece_rows * kPiecesColumns) : 0;
     const std::size_t products_f32 = int8 ? 0 : products;
-    scratch_ = AlignedBuffer<float>(x + qkv + atty + fch + logits + ln + ln_stats + piece_scales +
-                                    W * (worker_ln + worker_stats + scores + weight_rows + stage +
-                                         attention_floats + products_f32));
+    scratch_ =
+        AlignedBuffer<float>(x + qkv + atty + fch + ln + ln_stats + piece_scales +
+                             W * (scores + weight_rows + stage + attention_floats + products_f32));
     // The activations' bf16 pieces, then each worker's attention pieces.
     const std::size_t bf16_pieces = pieces && !int8 ? piece_count * piece_rows * 4 * C : 0;
     if (pieces && int8) {
@@ -138,15 +124,12 @@ KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_k
     qkv_ = carve(qkv);
     atty_ = carve(atty);
     fch_ = carve(fch);
-    logits_ = carve(logits);
     ln_ = carve(ln);
     ln_stats_ = carve(ln_stats);
     piece_scales_ = carve(piece_scales);
     worker_scratch_.resize(W);
     for (std::size_t w = 0; w < W; ++w) {
         WorkerScratch& s = worker_scratch_[w];
-        s.ln = carve(worker_ln);
-        s.ln_stats = carve(worker_stats);
         s.scores = carve(scores);
         s.weight_rows = carve(weight_rows);
         s.stage = carve(stage);
@@ -156,20 +139,16 @@ KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_k
         s.products_f32 = carve(products_f32);
         if (products_s32_.size() > 0) s.products_s32 = products_s32_.data() + w * products;
     }
-    // The memory is mapped lazily: touched here, the pages are the session's set-up rather than
-    // the first prompt's (whose keys and values reach every 2 MiB page of the cache: zeroing it
-    // then made the first prefill take several times as long as the next ones).
-    kv_.fill_zero();
-    kv_bf16_.fill_zero();
+    // Touched here: the pages are the generator's set-up rather than the first prompt's.
     scratch_.fill_zero();
     pieces_bf16_.fill_zero();
     pieces_int8_.fill_zero();
     products_s32_.fill_zero();
 }
 
-KvCacheSession::~KvCacheSession() = default;
+Generator::~Generator() = default;
 
-std::string KvCacheSession::prompt_products_name() const {
+std::string Generator::prompt_products_name() const {
     const std::string fp32 = "fp32 GEMM (" + gemm_library_name() + ")";
     if (compact_ == nullptr) return fp32;
     const std::string format(weight_format_name(compact_->format()));
@@ -191,6 +170,71 @@ std::string KvCacheSession::prompt_products_name() const {
     return "activations in " + std::to_string(int8 ? kInt8Pieces : kBf16Pieces) + " " + format +
            " pieces against the " + format + " rows (" + kernels + ")";
 }
+
+KvCacheSession::KvCacheSession(Generator& generator, int slide_keep)
+    : KvCacheSession(nullptr, &generator, slide_keep) {}
+
+KvCacheSession::KvCacheSession(const Model& model, ThreadPool& pool, int slide_keep,
+                               const DecodeWeights* compact, PromptProducts prompt)
+    : KvCacheSession(std::make_unique<Generator>(model, pool, compact, prompt), nullptr,
+                     slide_keep) {}
+
+KvCacheSession::KvCacheSession(std::unique_ptr<Generator> own, Generator* shared, int slide_keep)
+    : own_generator_(std::move(own)),
+      gen_(own_generator_ != nullptr ? *own_generator_ : *shared),
+      model_(gen_.model_),
+      compact_(gen_.compact_),
+      pool_(gen_.pool_),
+      workers_(gen_.pool_.size()),
+      barrier_(gen_.barrier_.get()),
+      slide_keep_(checked_keep(gen_.model_.config, slide_keep)) {
+    const ModelConfig& c = model_.config;
+    const auto L = static_cast<std::size_t>(c.num_layers);
+    const auto C = static_cast<std::size_t>(c.channels);
+    const auto maxT = static_cast<std::size_t>(c.max_seq_len);
+    const auto W = static_cast<std::size_t>(workers_);
+    context_.reserve(maxT);
+    window_.reserve(maxT);
+    if (compact_ != nullptr) {
+        kv_bf16_ = AlignedBuffer<Bf16>(L * 2 * maxT * C);
+    } else {
+        kv_ = AlignedBuffer<float>(L * 2 * maxT * C);
+    }
+    const std::size_t x = round_to_line(C), qkv = round_to_line(3 * C), atty = x;
+    const std::size_t fch = round_to_line(4 * C);
+    const std::size_t logits = round_to_line(static_cast<std::size_t>(c.vocab_size));
+    // Each worker's LayerNorm of one row (a token's, a prompt's last) and its statistics, and a
+    // token's scores, new key and new value.
+    const std::size_t worker_ln = round_to_line(C), worker_stats = kLineFloats;
+    const std::size_t scores = round_to_line(3 * maxT);
+    scratch_ = AlignedBuffer<float>(x + qkv + atty + fch + logits +
+                                    W * (worker_ln + worker_stats + scores));
+    float* p = scratch_.data();
+    const auto carve = [&p](std::size_t count) {
+        float* start = p;
+        p += count;
+        return start;
+    };
+    x_ = carve(x);
+    qkv_ = carve(qkv);
+    atty_ = carve(atty);
+    fch_ = carve(fch);
+    logits_ = carve(logits);
+    worker_scratch_.resize(W);
+    for (WorkerScratch& s : worker_scratch_) {
+        s.ln = carve(worker_ln);
+        s.ln_stats = carve(worker_stats);
+        s.scores = carve(scores);
+    }
+    // The memory is mapped lazily: touched here, the pages are the session's set-up rather than
+    // the first prompt's (whose keys and values reach every 2 MiB page of the cache: zeroing it
+    // then made the first prefill take several times as long as the next ones).
+    kv_.fill_zero();
+    kv_bf16_.fill_zero();
+    scratch_.fill_zero();
+}
+
+KvCacheSession::~KvCacheSession() = default;
 
 void KvCacheSession::check_token(std::int32_t token) const {
     if (token < 0 || token >= model_.config.vocab_size) {
@@ -228,7 +272,7 @@ std::span<const float> KvCacheSession::step(std::int32_t token) {
 void KvCacheSession::encode_window() {
     context_.clear();
     const std::span<const std::int32_t> all(window_);
-    const auto chunk = static_cast<std::size_t>(chunk_rows_);
+    const auto chunk = static_cast<std::size_t>(gen_.chunk_rows_);
     for (std::size_t start = 0; start < all.size(); start += chunk) {
         const std::size_t rows = std::min(chunk, all.size() - start);
         const bool last = start + rows == all.size();
@@ -242,7 +286,7 @@ void KvCacheSession::encode_window() {
     }
 }
 
-void KvCacheSession::embed(std::span<const std::int32_t> tokens, int pos0) {
+void KvCacheSession::embed(std::span<const std::int32_t> tokens, int pos0, float* out) const {
     const int C = model_.config.channels;
     const std::span<const float> w = model_.weights();
     const float* wte = model_.layout.tensor(w, ParamTensor::wte).data();
@@ -250,7 +294,7 @@ void KvCacheSession::embed(std::span<const std::int32_t> tokens, int pos0) {
     for (std::size_t i = 0; i < tokens.size(); ++i) {
         const float* te = wte + static_cast<long>(tokens[i]) * C;
         const float* pe = wpe + static_cast<long>(pos0 + static_cast<int>(i)) * C;
-        float* o = x_ + static_cast<long>(i) * C;
+        float* o = out + static_cast<long>(i) * C;
         for (int j = 0; j < C; ++j)
             o[j] = te[j] + pe[j];
     }

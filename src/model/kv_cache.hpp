@@ -31,8 +31,81 @@ enum class PromptProducts {
     Pieces,   // activations in bf16/int8 pieces against the rows as stored (oneDNN)
 };
 
-// One generation context: per-layer K and V caches (maxT x C each, stored per head) plus scratch
-// for a chunk of rows, all allocated in the constructor; prefill() and step() never allocate.
+// What every sequence decoded with one model shares: the model, its weights in the decoding format,
+// the worker pool and its barrier, and the scratch of a prompt's chunk (the activations of up to
+// 256 positions, the workers' attention scores and product buffers), allocated once. A
+// KvCacheSession is one sequence's memory: any number of them decode through one Generator, one
+// pass at a time (a pass uses its scratch and its pool), so a server with N sequences holds N
+// caches and one prompt scratch. The model, the pool and `compact` must outlive it.
+class Generator {
+  public:
+    // `compact`, when given, holds the matrices in bf16 or int8 and is what the products read
+    // (the sessions then keep their K/V caches in bf16: half the bytes each token's attention
+    // reads); activations, LayerNorms and biases stay fp32. `prompt` chooses how a prompt's
+    // products run with compact weights (ignored without).
+    Generator(const Model& model, ThreadPool& pool, const DecodeWeights* compact = nullptr,
+              PromptProducts prompt = PromptProducts::Auto);
+    ~Generator();
+    Generator(const Generator&) = delete;
+    Generator& operator=(const Generator&) = delete;
+
+    [[nodiscard]] const Model& model() const { return model_; }
+    [[nodiscard]] const ModelConfig& config() const { return model_.config; }
+    [[nodiscard]] const DecodeWeights* compact() const { return compact_; }
+    [[nodiscard]] ThreadPool& pool() const { return pool_; }
+    // How prompts run their products: Widened or Pieces with compact weights (Auto resolved),
+    // Widened meaning the fp32 GEMM for fp32 weights.
+    [[nodiscard]] PromptProducts prompt_products() const { return prompt_products_; }
+    // The same for the log, naming the kernels: "int8 pieces, oneDNN AMX-INT8", ...
+    [[nodiscard]] std::string prompt_products_name() const;
+    // Bytes of the prompt scratch.
+    [[nodiscard]] std::size_t memory_bytes() const {
+        return scratch_.size() * sizeof(float) + pieces_bf16_.size() * sizeof(Bf16) +
+               pieces_int8_.size() + products_s32_.size() * sizeof(std::int32_t);
+    }
+
+  private:
+    friend class KvCacheSession;
+    // One worker's scratch for a prompt chunk: attention scores, and what its products with
+    // compact weights need.
+    struct WorkerScratch {
+        float* scores = nullptr;               // (kPromptScoreRows, maxT)
+        float* weight_rows = nullptr;          // Widened: (kFp32RowsPerGemm, 4C) rows in fp32
+        float* stage = nullptr;                // bf16 cache: (2, maxT * hs) a head's cache in fp32
+        float* attention_floats = nullptr;     // bf16 attention: its scores and outputs
+        Bf16* attention_pieces = nullptr;      // bf16 attention: its pieces
+        float* products_f32 = nullptr;         // Pieces, bf16: partial products
+        std::int32_t* products_s32 = nullptr;  // Pieces, int8: partial products
+    };
+
+    const Model& model_;
+    const DecodeWeights* compact_;
+    ThreadPool& pool_;
+    int chunk_rows_;  // rows of scratch: prompts are encoded in chunks of this many positions
+    PromptProducts prompt_products_;
+    // A prompt's attention with bf16 products on the bf16 cache (AMX; or pieces asked for), not
+    // the fp32 GEMM on a staging copy.
+    bool bf16_attention_;
+    std::unique_ptr<WorkerBarrier> barrier_;
+    AlignedBuffer<float> scratch_;              // the arrays below and the workers' float scratch
+    AlignedBuffer<Bf16> pieces_bf16_;           // a prompt input's bf16 pieces
+    AlignedBuffer<std::int8_t> pieces_int8_;    // a prompt input's int8 pieces
+    AlignedBuffer<std::int32_t> products_s32_;  // the workers' int8 products
+    float* x_ = nullptr;                        // (rows, C) residual stream
+    float* qkv_ = nullptr;                      // (rows, 3C) queries, keys and values
+    float* atty_ = nullptr;                     // (rows, C) attention outputs
+    float* fch_ = nullptr;                      // (rows, 4C) MLP hidden, GELU applied in place
+    float* ln_ = nullptr;                       // (rows, C) LayerNorm output
+    float* ln_stats_ = nullptr;                 // (2 * rows) its means and rstds
+    // Pieces, int8: the scales of the pieces (kInt8Pieces * rows); the pieces themselves, of an
+    // input at most 4C long, are in pieces_bf16_ or pieces_int8_.
+    float* piece_scales_ = nullptr;
+    std::vector<WorkerScratch> worker_scratch_;
+};
+
+// One sequence's memory: per-layer K and V caches (maxT x C each, stored per head), its tokens, and
+// the vectors of one token's forward, allocated in the constructor; prefill() and step() never
+// allocate. Its passes run through a Generator (shared, or one of its own).
 //
 // Sliding window. GPT-2 has learned absolute positions, so a token's cached K/V depend on its
 // position and cannot be reused once the window moves. When step() is called with the cache full
@@ -52,11 +125,10 @@ enum class PromptProducts {
 class KvCacheSession {
   public:
     // slide_keep: tokens kept when the window slides, in [1, maxT]; 0 means maxT/2 (at least 1).
-    // `compact`, when given, holds the matrices in bf16 or int8 and is what the products read,
-    // and the K/V cache is then kept in bf16 (half the bytes each token's attention reads);
-    // activations, LayerNorms and biases stay fp32. `prompt` chooses how a prompt's products run
-    // with compact weights (ignored without). The model, the pool and `compact` must outlive the
-    // session.
+    // The generator must outlive the session.
+    explicit KvCacheSession(Generator& generator, int slide_keep = 0);
+    // A session with a Generator of its own (one sequence: inference, tests); the arguments as
+    // Generator's.
     KvCacheSession(const Model& model, ThreadPool& pool, int slide_keep = 0,
                    const DecodeWeights* compact = nullptr,
                    PromptProducts prompt = PromptProducts::Auto);
@@ -88,41 +160,32 @@ class KvCacheSession {
     // Times the window has slid since construction.
     [[nodiscard]] int slides() const { return slides_; }
     [[nodiscard]] const ModelConfig& config() const { return model_.config; }
-    // How this session's prompts run their products: Widened or Pieces with compact weights
-    // (Auto resolved), Widened meaning the fp32 GEMM for fp32 weights.
-    [[nodiscard]] PromptProducts prompt_products() const { return prompt_products_; }
-    // The same for the log, naming the kernels: "int8 pieces, oneDNN AMX-INT8", ...
-    [[nodiscard]] std::string prompt_products_name() const;
-    // Bytes of the K/V caches and the scratch.
+    [[nodiscard]] Generator& generator() const { return gen_; }
+    [[nodiscard]] PromptProducts prompt_products() const { return gen_.prompt_products(); }
+    [[nodiscard]] std::string prompt_products_name() const { return gen_.prompt_products_name(); }
+    // Bytes of the K/V caches and the token's vectors, and of the generator if it is its own.
     [[nodiscard]] std::size_t memory_bytes() const {
         return (kv_.size() + scratch_.size()) * sizeof(float) + kv_bf16_.size() * sizeof(Bf16) +
-               pieces_bf16_.size() * sizeof(Bf16) + pieces_int8_.size() +
-               products_s32_.size() * sizeof(std::int32_t);
+               (own_generator_ != nullptr ? own_generator_->memory_bytes() : 0);
     }
 
   private:
-    // One worker's scratch: its LayerNorm of one row, attention scores, and what its products
-    // with compact weights need.
+    // One worker's scratch for a token: its LayerNorm of the row and attention scores.
     struct WorkerScratch {
-        float* ln = nullptr;                   // (C) a token's (or a prompt's last row's)
-        float* ln_stats = nullptr;             // its mean and rstd
-        float* scores = nullptr;               // (kPromptScoreRows, maxT)
-        float* weight_rows = nullptr;          // Widened: (kFp32RowsPerGemm, 4C) rows in fp32
-        float* stage = nullptr;                // bf16 cache: (2, maxT * hs) a head's cache in fp32
-        float* attention_floats = nullptr;     // bf16 attention: its scores and outputs
-        Bf16* attention_pieces = nullptr;      // bf16 attention: its pieces
-        float* products_f32 = nullptr;         // Pieces, bf16: partial products
-        std::int32_t* products_s32 = nullptr;  // Pieces, int8: partial products
+        float* ln = nullptr;        // (C) a token's (or a prompt's last row's)
+        float* ln_stats = nullptr;  // its mean and rstd
+        float* scores = nullptr;    // (3, maxT): the scores; the new key; the new value
     };
 
+    // With `own` its generator, else the `shared` one.
+    KvCacheSession(std::unique_ptr<Generator> own, Generator* shared, int slide_keep);
     // One token at position length(), appending its K/V; the logits after it land in logits_.
     void forward_token(std::int32_t token);
-    // A prompt chunk (at most chunk_rows_ tokens, at least 2) at positions length().., appending
-    // their K/V; with `logits`, the logits after the last one land in logits_.
+    // A prompt chunk (at most the generator's chunk rows, at least 2) at positions length()..,
+    // appending their K/V; with `logits`, the logits after the last one land in logits_.
     void forward_prompt(std::span<const std::int32_t> tokens, bool logits);
-    // The first rows of the residual stream x_: each token's embedding plus its position's
-    // (pos0..).
-    void embed(std::span<const std::int32_t> tokens, int pos0);
+    // Rows of `out` (C apart): each token's embedding plus its position's (pos0..).
+    void embed(std::span<const std::int32_t> tokens, int pos0, float* out) const;
     // The worker's share of the logits after one row of the residual stream, into logits_: the
     // final LayerNorm (recomputed by every worker: cheaper than a barrier), then its vocabulary
     // rows of the LM head.
@@ -135,38 +198,28 @@ class KvCacheSession {
     void encode_window();
     void check_token(std::int32_t token) const;
 
+    std::unique_ptr<Generator> own_generator_;  // null when the generator is shared
+    Generator& gen_;
+    // The generator's, at hand for the passes.
     const Model& model_;
     const DecodeWeights* compact_;
     ThreadPool& pool_;
-    int slide_keep_;
-    int chunk_rows_;  // rows of scratch: prompts are encoded in chunks of this many positions
     int workers_;
-    PromptProducts prompt_products_;
-    // A prompt's attention with bf16 products on the bf16 cache (AMX; or pieces asked for), not
-    // the fp32 GEMM on a staging copy.
-    bool bf16_attention_;
-    std::unique_ptr<WorkerBarrier> barrier_;
+    WorkerBarrier* barrier_;
+    int slide_keep_;
     int slides_ = 0;
     std::vector<std::int32_t> context_;  // capacity maxT, reserved once
     std::vector<std::int32_t> window_;   // staging for a slide, capacity maxT
     // [L][keys, values][NH][maxT * hs]: per layer and head, the keys transposed (hs, maxT) and
     // the values (maxT, hs), so one query reads both as contiguous streams.
-    AlignedBuffer<float> kv_;                   // fp32 weights: the cache in fp32
-    AlignedBuffer<Bf16> kv_bf16_;               // compact weights: the same layout in bf16
-    AlignedBuffer<float> scratch_;              // the arrays below and the workers' float scratch
-    AlignedBuffer<Bf16> pieces_bf16_;           // a prompt input's bf16 pieces
-    AlignedBuffer<std::int8_t> pieces_int8_;    // a prompt input's int8 pieces
-    AlignedBuffer<std::int32_t> products_s32_;  // the workers' int8 products
-    float* x_ = nullptr;                        // (rows, C) residual stream
-    float* qkv_ = nullptr;                      // (rows, 3C) queries, keys and values
-    float* atty_ = nullptr;                     // (rows, C) attention outputs
-    float* fch_ = nullptr;                      // (rows, 4C) MLP hidden, GELU applied in place
-    float* logits_ = nullptr;                   // (V)
-    float* ln_ = nullptr;                       // (rows, C) a prompt's LayerNorm output
-    float* ln_stats_ = nullptr;                 // (2 * rows) its means and rstds
-    // Pieces, int8: the scales of the pieces (kInt8Pieces * rows); the pieces themselves, of an
-    // input at most 4C long, are in pieces_bf16_ or pieces_int8_.
-    float* piece_scales_ = nullptr;
+    AlignedBuffer<float> kv_;       // fp32 weights: the cache in fp32
+    AlignedBuffer<Bf16> kv_bf16_;   // compact weights: the same layout in bf16
+    AlignedBuffer<float> scratch_;  // the vectors below and the workers' scratch
+    float* x_ = nullptr;            // (C) a token's residual stream
+    float* qkv_ = nullptr;          // (3C) its query, key and value
+    float* atty_ = nullptr;         // (C) its attention output
+    float* fch_ = nullptr;          // (4C) its MLP hidden, GELU applied in place
+    float* logits_ = nullptr;       // (V)
     std::vector<WorkerScratch> worker_scratch_;
 };
 

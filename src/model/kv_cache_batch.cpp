@@ -1,9 +1,9 @@
 // Several sessions' decode steps in one pass: each session's token at its own next position, with
-// its own cache and buffers, but every chunk of weight rows read once from memory for all of them
-// (the sessions' products over a chunk follow each other while it is in cache). A decode step is
-// bound by how fast the weights stream in, so N sequences cost far less than N steps. Each
-// session computes exactly what its own step() computes (the same products, split over the
-// workers the same way), so results do not depend on which sequences share a round.
+// its own cache and buffers, but every weight row read (and converted) once for all of them
+// (matvec_many: each row's pieces multiply every session's vector while in registers). A decode
+// step is bound by how fast the weights stream in, so N sequences cost far less than N steps. Each
+// session computes exactly what its own step() computes (matvec_many's rows are matvec's, split
+// over the workers the same way), so results do not depend on which sequences share a round.
 #include <stdexcept>
 
 #include "model/kv_cache.hpp"
@@ -14,25 +14,6 @@
 namespace gpt2 {
 
 using namespace kv_cache_detail;
-
-namespace {
-
-// Rows per chunk: a chunk of 4C-long rows of GPT-2 124M is 384 KiB in fp32, within L2.
-constexpr int kBatchRows = 32;
-
-// Rows [first, first + count) of `rows` (each K long).
-WeightRows rows_from(const WeightRows& rows, long first, int K) {
-    WeightRows out = rows;
-    if (out.fp32 != nullptr) out.fp32 += first * K;
-    if (out.compact.bf16 != nullptr) out.compact.bf16 += first * K;
-    if (out.compact.int8 != nullptr) {
-        out.compact.int8 += first * K;
-        out.compact.scales += first;
-    }
-    return out;
-}
-
-}  // namespace
 
 void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
                                    std::span<const std::int32_t> tokens) {
@@ -57,7 +38,7 @@ void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
             (void)s.step(tokens[i]);
             continue;
         }
-        s.embed({&tokens[i], 1}, s.length());
+        s.embed({&tokens[i], 1}, s.length(), s.x_);
         batch.push_back(&s);
         batch_tokens.push_back(tokens[i]);
     }
@@ -70,18 +51,23 @@ void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
     const auto rows_at = [&](const float* weight, long count) {
         return weight_rows(lead.compact_, weight, count);
     };
-    // `count` rows starting at `weight` times each session's input, chunk by chunk.
+    // Each session's output and input vectors for a product (offsets applied by the caller).
+    std::vector<float*> per_worker_outputs(static_cast<std::size_t>(W) * batch.size());
+    std::vector<const float*> per_worker_inputs(per_worker_outputs.size());
+    // `count` rows starting at row `first` of `weight` times each session's input, into each
+    // session's output(session) (which points at row `first`'s result).
     const auto products = [&](const float* weight, long first, int count, int K, const float* bias,
-                              bool accumulate, auto&& output, auto&& input) {
-        const WeightRows all = rows_at(weight + first * K, count);
-        for (int r = 0; r < count; r += kBatchRows) {
-            const int n = std::min(kBatchRows, count - r);
-            const WeightRows chunk = rows_from(all, r, K);
-            for (KvCacheSession* s : batch) {
-                chunk.matvec_into(output(*s) + first + r, input(*s), n, K,
-                                  bias != nullptr ? bias + first + r : nullptr, accumulate);
-            }
+                              bool accumulate, auto&& output, auto&& input, int worker) {
+        const std::size_t base = static_cast<std::size_t>(worker) * batch.size();
+        std::span<float*> ys(per_worker_outputs.data() + base, batch.size());
+        std::span<const float*> xs(per_worker_inputs.data() + base, batch.size());
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            ys[i] = output(*batch[i]);
+            xs[i] = input(*batch[i]);
         }
+        rows_at(weight + first * K, count)
+            .matvec_many_into(ys, xs, count, K, bias != nullptr ? bias + first : nullptr,
+                              accumulate);
     };
     lead.run_workers([&](int worker) {
         // Each session's LayerNorm of its row lands in that session's scratch of this worker.
@@ -100,27 +86,34 @@ void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
             const Range heads = split_range(static_cast<std::size_t>(NH), worker, W);
             for (auto h = static_cast<int>(heads.begin); h < static_cast<int>(heads.end); ++h) {
                 const long col = static_cast<long>(h) * hs;
-                const WeightRows wq = rows_at(p.qkvw + col * C, hs);
-                const WeightRows wk = rows_at(p.qkvw + (C + col) * C, hs);
-                const WeightRows wv = rows_at(p.qkvw + (2L * C + col) * C, hs);
                 const long head = (static_cast<long>(l) * 2 * NH + h) * maxT * hs;
                 const long values = static_cast<long>(NH) * maxT * hs;
+                // The head's q, k and v for every session (k and v into the session's scratch of
+                // this worker), then each session's cache and attention.
+                products(
+                    p.qkvw, col, hs, C, p.qkvb, false,
+                    [&](KvCacheSession& s) { return s.qkv_ + col; }, ln_of, worker);
+                const auto key_row = [&](KvCacheSession& s) {
+                    return s.worker_scratch_[static_cast<std::size_t>(worker)].scores + maxT;
+                };
+                const auto value_row = [&](KvCacheSession& s) {
+                    return s.worker_scratch_[static_cast<std::size_t>(worker)].scores + 2 * maxT;
+                };
+                products(p.qkvw, C + col, hs, C, p.qkvb, false, key_row, ln_of, worker);
+                products(p.qkvw, 2 * C + col, hs, C, p.qkvb, false, value_row, ln_of, worker);
                 for (KvCacheSession* sp : batch) {
                     KvCacheSession& s = *sp;
                     WorkerScratch& ws = s.worker_scratch_[static_cast<std::size_t>(worker)];
-                    const float* ln = ws.ln;
                     const int pos = s.length();
-                    float* row = ws.scores + maxT;
-                    float* q = s.qkv_ + col;
-                    wq.matvec_into(q, ln, hs, C, p.qkvb + col, false);
-                    wk.matvec_into(row, ln, hs, C, p.qkvb + C + col, false);
+                    const float* q = s.qkv_ + col;
+                    const float* key = ws.scores + maxT;
+                    const float* value = ws.scores + 2 * maxT;
                     if (bf16_cache) {
                         const HeadCache<Bf16> store{s.kv_bf16_.data() + head,
                                                     s.kv_bf16_.data() + head + values};
                         for (int d = 0; d < hs; ++d)
-                            store.keys_t[static_cast<long>(d) * maxT + pos] = to_bf16(row[d]);
-                        wv.matvec_into(row, ln, hs, C, p.qkvb + 2 * C + col, false);
-                        convert_to_bf16(store.values + static_cast<long>(pos) * hs, row,
+                            store.keys_t[static_cast<long>(d) * maxT + pos] = to_bf16(key[d]);
+                        convert_to_bf16(store.values + static_cast<long>(pos) * hs, value,
                                         static_cast<std::size_t>(hs));
                         attend_one_query(s.atty_ + col, q, store.keys_t, store.values, ws.scores,
                                          pos, hs, maxT);
@@ -128,9 +121,8 @@ void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
                         const HeadCache<float> cache{s.kv_.data() + head,
                                                      s.kv_.data() + head + values};
                         for (int d = 0; d < hs; ++d)
-                            cache.keys_t[static_cast<long>(d) * maxT + pos] = row[d];
-                        wv.matvec_into(cache.values + static_cast<long>(pos) * hs, ln, hs, C,
-                                       p.qkvb + 2 * C + col, false);
+                            cache.keys_t[static_cast<long>(d) * maxT + pos] = key[d];
+                        std::copy(value, value + hs, cache.values + static_cast<long>(pos) * hs);
                         attend_one_query(s.atty_ + col, q, cache.keys_t, cache.values, ws.scores,
                                          pos, hs, maxT);
                     }
@@ -141,8 +133,8 @@ void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
             const auto b = static_cast<long>(r.begin);
             const int n = static_cast<int>(r.end - r.begin);
             products(
-                p.attprojw, b, n, C, p.attprojb, true, [](KvCacheSession& s) { return s.x_; },
-                [](KvCacheSession& s) { return s.atty_; });
+                p.attprojw, b, n, C, p.attprojb, true, [&](KvCacheSession& s) { return s.x_ + b; },
+                [](KvCacheSession& s) { return s.atty_; }, worker);
             lead.barrier_->arrive_and_wait();
             for (KvCacheSession* s : batch)
                 layernorm(*s, p.ln2w, p.ln2b);
@@ -150,13 +142,15 @@ void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
             const auto b4 = static_cast<long>(r4.begin);
             const int n4 = static_cast<int>(r4.end - r4.begin);
             products(
-                p.fcw, b4, n4, C, p.fcb, false, [](KvCacheSession& s) { return s.fch_; }, ln_of);
+                p.fcw, b4, n4, C, p.fcb, false, [&](KvCacheSession& s) { return s.fch_ + b4; },
+                ln_of, worker);
             for (KvCacheSession* s : batch)
                 gelu_forward(s->fch_ + b4, s->fch_ + b4, n4);
             lead.barrier_->arrive_and_wait();
             products(
-                p.fcprojw, b, n, 4 * C, p.fcprojb, true, [](KvCacheSession& s) { return s.x_; },
-                [](KvCacheSession& s) { return s.fch_; });
+                p.fcprojw, b, n, 4 * C, p.fcprojb, true,
+                [&](KvCacheSession& s) { return s.x_ + b; },
+                [](KvCacheSession& s) { return s.fch_; }, worker);
             lead.barrier_->arrive_and_wait();
         }
         // The head: each session's final LayerNorm, then the vocabulary rows once for all.
@@ -171,7 +165,7 @@ void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
         const Range rv = column_share(static_cast<std::size_t>(c.vocab_size), worker, W);
         products(
             wte, static_cast<long>(rv.begin), static_cast<int>(rv.end - rv.begin), C, nullptr,
-            false, [](KvCacheSession& s) { return s.logits_; }, ln_of);
+            false, [&](KvCacheSession& s) { return s.logits_ + rv.begin; }, ln_of, worker);
     });
     for (std::size_t i = 0; i < batch.size(); ++i)
         batch[i]->context_.push_back(batch_tokens[i]);

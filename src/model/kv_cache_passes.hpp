@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/range.hpp"
 #include "model/decode_weights.hpp"
@@ -53,6 +54,18 @@ struct WeightRows {
             matvec(y, x, compact.int8, compact.scales, n, K, bias, accumulate);
         } else {
             matvec(y, x, fp32, n, K, bias, accumulate);
+        }
+    }
+    // The same for several vectors, each row read once for all: ys[v] as matvec_into(ys[v],
+    // xs[v], ...) computes it, bit for bit.
+    void matvec_many_into(std::span<float* const> ys, std::span<const float* const> xs, int n,
+                          int K, const float* bias, bool accumulate) const {
+        if (compact.bf16 != nullptr) {
+            matvec_many(ys, xs, compact.bf16, n, K, bias, accumulate);
+        } else if (compact.int8 != nullptr) {
+            matvec_many(ys, xs, compact.int8, compact.scales, n, K, bias, accumulate);
+        } else {
+            matvec_many(ys, xs, fp32, n, K, bias, accumulate);
         }
     }
     // Rows [r0, r0 + count) as fp32 for a GEMM: the parameters themselves, or a copy in `scratch`

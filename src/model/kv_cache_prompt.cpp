@@ -126,17 +126,18 @@ void write_positions(const HeadCache<Bf16>& store, const HeadCache<float>* stage
 
 // Longer than the usual screen, on purpose, as forward_token.
 void KvCacheSession::forward_prompt(std::span<const std::int32_t> tokens, bool logits) {
+    Generator& g = gen_;
     const ModelConfig& c = model_.config;
     const int M = static_cast<int>(tokens.size());
     const int pos0 = length();
     const int C = c.channels, NH = c.num_heads, hs = c.head_size(), maxT = c.max_seq_len;
     const int W = workers_;
     const bool bf16_cache = kv_bf16_.size() > 0;
-    const bool pieces = compact_ != nullptr && prompt_products_ == PromptProducts::Pieces;
+    const bool pieces = compact_ != nullptr && g.prompt_products_ == PromptProducts::Pieces;
     const bool int8_pieces = pieces && compact_->format() == WeightFormat::Int8;
     const int Mp =
         pieces ? (M + kPiecesRowMultiple - 1) / kPiecesRowMultiple * kPiecesRowMultiple : M;
-    embed(tokens, pos0);
+    embed(tokens, pos0, g.x_);
     const auto rows_at = [&](const float* weight, long count) {
         return weight_rows(compact_, weight, count);
     };
@@ -144,7 +145,7 @@ void KvCacheSession::forward_prompt(std::span<const std::int32_t> tokens, bool l
     // pieces). Each phase writes only its worker's share (of rows, columns or heads), and the next
     // reads what all shares wrote.
     run_workers([&](int worker) {
-        WorkerScratch& ws = worker_scratch_[static_cast<std::size_t>(worker)];
+        Generator::WorkerScratch& ws = g.worker_scratch_[static_cast<std::size_t>(worker)];
         const ProductScratch products{ws.weight_rows, ws.products_f32, ws.products_s32};
         // The worker's rows of an input for the products: split into the shared pieces (the
         // padding rows too), where the products take pieces.
@@ -152,30 +153,32 @@ void KvCacheSession::forward_prompt(std::span<const std::int32_t> tokens, bool l
         const auto i0 = static_cast<int>(rows.begin), i1 = static_cast<int>(rows.end);
         const auto split_rows = [&](const float* x, int K) {
             if (int8_pieces) {
-                split_into_int8_pieces(pieces_int8_.data(), piece_scales_, x, K, M, Mp, K, i0, i1);
+                split_into_int8_pieces(g.pieces_int8_.data(), g.piece_scales_, x, K, M, Mp, K, i0,
+                                       i1);
             } else if (pieces) {
-                split_into_bf16_pieces(pieces_bf16_.data(), x, K, M, Mp, K, i0, i1);
+                split_into_bf16_pieces(g.pieces_bf16_.data(), x, K, M, Mp, K, i0, i1);
             }
         };
         const auto input = [&](const float* x, int K) {
             PromptInput in{x, M, K, Mp};
             if (int8_pieces) {
-                in.int8 = pieces_int8_.data();
-                in.scales = piece_scales_;
+                in.int8 = g.pieces_int8_.data();
+                in.scales = g.piece_scales_;
             } else if (pieces) {
-                in.bf16 = pieces_bf16_.data();
+                in.bf16 = g.pieces_bf16_.data();
             }
             return in;
         };
-        // The worker's rows of a LayerNorm of the residual stream into ln_, and their pieces.
+        // The worker's rows of a LayerNorm of the residual stream into the generator's ln_, and
+        // their pieces.
         const auto layernorm_rows = [&](const float* weight, const float* bias) {
             const int real_end = std::min(i1, M);
             if (real_end > i0) {
-                layernorm_forward(ln_ + static_cast<long>(i0) * C, ln_stats_ + i0,
-                                  ln_stats_ + chunk_rows_ + i0, x_ + static_cast<long>(i0) * C,
-                                  weight, bias, real_end - i0, C);
+                layernorm_forward(g.ln_ + static_cast<long>(i0) * C, g.ln_stats_ + i0,
+                                  g.ln_stats_ + g.chunk_rows_ + i0,
+                                  g.x_ + static_cast<long>(i0) * C, weight, bias, real_end - i0, C);
             }
-            split_rows(ln_, C);
+            split_rows(g.ln_, C);
         };
         const Range r3 = column_share(3 * static_cast<std::size_t>(C), worker, W);
         const Range r = column_share(static_cast<std::size_t>(C), worker, W);
@@ -189,25 +192,25 @@ void KvCacheSession::forward_prompt(std::span<const std::int32_t> tokens, bool l
             // Queries, keys and values, by column.
             layernorm_rows(p.ln1w, p.ln1b);
             barrier_->arrive_and_wait();
-            linear_rows(qkv_ + b3, 3 * C, input(ln_, C), rows_at(p.qkvw + b3 * C, n3), p.qkvb + b3,
-                        n3, false, products);
+            linear_rows(g.qkv_ + b3, 3 * C, input(g.ln_, C), rows_at(p.qkvw + b3 * C, n3),
+                        p.qkvb + b3, n3, false, products);
             barrier_->arrive_and_wait();
             // The keys and values into the cache and attention, by head.
             const Range heads = split_range(static_cast<std::size_t>(NH), worker, W);
             for (auto h = static_cast<int>(heads.begin); h < static_cast<int>(heads.end); ++h) {
                 const long col = static_cast<long>(h) * hs;
-                const float* q = qkv_ + col;
+                const float* q = g.qkv_ + col;
                 const float* k = q + C;
                 const float* v = q + 2L * C;
                 const long head = (static_cast<long>(l) * 2 * NH + h) * maxT * hs;
                 const long values = static_cast<long>(NH) * maxT * hs;
                 HeadCache<float> cache{};
-                if (bf16_attention_) {
+                if (g.bf16_attention_) {
                     // The bf16 products read the cache as stored, the new positions rounded.
                     const HeadCache<Bf16> store{kv_bf16_.data() + head,
                                                 kv_bf16_.data() + head + values};
                     write_positions(store, nullptr, k, v, 3 * C, M, pos0, hs, maxT);
-                    attend_prompt_rows_bf16(atty_ + col, C, q, 3 * C, store.keys_t, store.values,
+                    attend_prompt_rows_bf16(g.atty_ + col, C, q, 3 * C, store.keys_t, store.values,
                                             {ws.attention_pieces, ws.attention_floats}, M, pos0, hs,
                                             maxT);
                     continue;
@@ -224,39 +227,39 @@ void KvCacheSession::forward_prompt(std::span<const std::int32_t> tokens, bool l
                     cache = HeadCache<float>{kv_.data() + head, kv_.data() + head + values};
                     write_positions(cache, k, v, 3 * C, M, pos0, hs, maxT);
                 }
-                attend_prompt_rows(atty_ + col, C, q, 3 * C, cache.keys_t, cache.values, ws.scores,
-                                   M, pos0, hs, maxT);
+                attend_prompt_rows(g.atty_ + col, C, q, 3 * C, cache.keys_t, cache.values,
+                                   ws.scores, M, pos0, hs, maxT);
             }
             barrier_->arrive_and_wait();
             // Attention projection onto the residual stream, by output column.
             if (pieces) {
-                split_rows(atty_, C);
+                split_rows(g.atty_, C);
                 barrier_->arrive_and_wait();
             }
-            linear_rows(x_ + b, C, input(atty_, C), rows_at(p.attprojw + b * C, n), p.attprojb + b,
-                        n, true, products);
+            linear_rows(g.x_ + b, C, input(g.atty_, C), rows_at(p.attprojw + b * C, n),
+                        p.attprojb + b, n, true, products);
             barrier_->arrive_and_wait();
             // MLP up-projection and GELU, by hidden column.
             layernorm_rows(p.ln2w, p.ln2b);
             barrier_->arrive_and_wait();
-            linear_rows(fch_ + b4, 4 * C, input(ln_, C), rows_at(p.fcw + b4 * C, n4), p.fcb + b4,
-                        n4, false, products);
+            linear_rows(g.fch_ + b4, 4 * C, input(g.ln_, C), rows_at(p.fcw + b4 * C, n4),
+                        p.fcb + b4, n4, false, products);
             for (int i = 0; i < M; ++i) {
-                float* hidden = fch_ + static_cast<long>(i) * 4 * C + b4;
+                float* hidden = g.fch_ + static_cast<long>(i) * 4 * C + b4;
                 gelu_forward(hidden, hidden, n4);
             }
             barrier_->arrive_and_wait();
             // MLP down-projection onto the residual stream, by output column.
             if (pieces) {
-                split_rows(fch_, 4 * C);
+                split_rows(g.fch_, 4 * C);
                 barrier_->arrive_and_wait();
             }
-            linear_rows(x_ + b, C, input(fch_, 4 * C), rows_at(p.fcprojw + b * 4 * C, n),
+            linear_rows(g.x_ + b, C, input(g.fch_, 4 * C), rows_at(p.fcprojw + b * 4 * C, n),
                         p.fcprojb + b, n, true, products);
             barrier_->arrive_and_wait();
         }
         if (!logits) return;
-        head_logits(worker, x_ + static_cast<long>(M - 1) * C);
+        head_logits(worker, g.x_ + static_cast<long>(M - 1) * C);
     });
     context_.insert(context_.end(), tokens.begin(), tokens.end());
 }

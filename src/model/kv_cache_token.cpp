@@ -18,7 +18,7 @@ void KvCacheSession::forward_token(std::int32_t token) {
     const int C = c.channels, NH = c.num_heads, hs = c.head_size(), maxT = c.max_seq_len;
     const int W = workers_;
     const bool bf16_cache = kv_bf16_.size() > 0;
-    embed({&token, 1}, pos);
+    embed({&token, 1}, pos, x_);
     const auto rows_at = [&](const float* weight, long count) {
         return weight_rows(compact_, weight, count);
     };

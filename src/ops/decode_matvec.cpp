@@ -1,5 +1,8 @@
 #include "ops/decode_matvec.hpp"
 
+#include <algorithm>
+#include <stdexcept>
+
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
 #endif
@@ -19,6 +22,17 @@ inline float weight_as_float(std::int8_t w) {
     return static_cast<float>(w);
 }
 
+// a * b + c, fused where the CPU has FMA: every loop below names its multiply-adds explicitly, so
+// that one vector's products and several vectors' products (matvec_many) round alike whatever
+// the compiler would contract.
+inline float mul_add(float a, float b, float c) {
+#if defined(__FMA__)
+    return __builtin_fmaf(a, b, c);
+#else
+    return a * b + c;
+#endif
+}
+
 // How a matvec writes row j's dot product: y[j] = (accumulate ? y[j] : 0) + bias[j] + scale[j] *
 // dot (bias and scales may be null).
 struct RowResults {
@@ -28,16 +42,25 @@ struct RowResults {
     bool accumulate;
     void operator()(int j, float dot) const {
         const float base = (accumulate ? y[j] : 0.0f) + (bias != nullptr ? bias[j] : 0.0f);
-        y[j] = base + (scales != nullptr ? dot * scales[j] : dot);
+        y[j] = scales != nullptr ? mul_add(dot, scales[j], base) : base + dot;
     }
 };
+
+// Vectors handled per pass over a block of rows: V accumulator pairs stay in registers (16 of
+// AVX-512's 32 at 8).
+constexpr int kVectorsPerPass = 8;
+// Rows per block: a block of the widest rows (4C = 3072 fp32 for GPT-2 124M) stays in L2 while
+// each pass of up to eight vectors reads it.
+constexpr int kRowsPerBlock = 16;
+// Columns per block of matvec_many's AVX-512 loop (a multiple of 32).
+constexpr int kColumnsPerBlock = 768;
 
 // The dot product of the columns [from, K) that the vector loop left over.
 template <typename W>
 inline float tail_dot(const W* w, const float* x, int from, int K) {
     float sum = 0.0f;
     for (int k = from; k < K; ++k)
-        sum += weight_as_float(w[k]) * x[k];
+        sum = mul_add(weight_as_float(w[k]), x[k], sum);
     return sum;
 }
 
@@ -53,6 +76,9 @@ inline void prefetch_rows_ahead(const W* w0, const W* w1, const W* w2, const W* 
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 // 16 weights loaded as fp32: bf16 by a shift into the high half, int8 by sign extension.
+inline __m512 load16_as_float(const float* p) {
+    return _mm512_loadu_ps(p);
+}
 inline __m512 load16_as_float(const Bf16* p) {
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(
@@ -63,20 +89,28 @@ inline __m512 load16_as_float(const std::int8_t* p) {
     return _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_maskz_cvtepi8_epi32(0xFFFF, bytes));
 }
 
-// Sum of the lanes (not _mm512_reduce_add_ps: GCC 12 warns about its undefined upper halves).
+// Sum of the lanes by halves (8 + 8, 4 + 4, 2 + 2, 1 + 1): a fixed order, and a few shuffles
+// where adding the 16 lanes one after another cost as much as a 768-long row's FMAs once several
+// vectors share each row. GCC 12 implements the 512-to-256 cast as an extract from an undefined
+// vector and warns about it (as about _mm512_reduce_add_ps): nothing is read from it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 inline float sum_lanes(__m512 v) {
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, v);
-    float sum = 0.0f;
-    for (const float lane : lanes)
-        sum += lane;
-    return sum;
+    const __m256 low = _mm512_castps512_ps256(v);
+    const __m256 high = _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 eight = _mm256_add_ps(low, high);
+    const __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
+    const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+    const __m128 one = _mm_add_ss(two, _mm_movehdup_ps(two));
+    return _mm_cvtss_f32(one);
 }
+#pragma GCC diagnostic pop
 
-// The compact formats' matvec with explicit AVX-512: the compiler does not vectorise the
+// The matvec with explicit AVX-512 for every format: the compiler does not vectorise the
 // conversion inside matvec_portable's lanes well (bf16 and int8 gained little over fp32 that way:
 // docs/performance.md). Four rows share each load of x; two vectors of 16 per row keep eight FMAs
-// in flight.
+// in flight. A row's dot is sum_lanes(a + b) + its tail, a and b summing the columns k % 32 < 16
+// and >= 16 in order: rows_times_vectors computes each row so too.
 template <typename W>
 void matvec_avx512(float* y, const float* x, const W* w, const float* scales, int n, int K,
                    const float* bias, bool accumulate) {
@@ -123,9 +157,139 @@ void matvec_avx512(float* y, const float* x, const W* w, const float* scales, in
         finish(j, s0 + tail_dot(w0, x, body, K));
     }
 }
+
+// Rows [j0, j1) of w (at most kRowsPerBlock) times V vectors: each row's 16-weight pieces loaded
+// (and converted) once for all the vectors, each (row, vector) summed exactly as matvec_avx512
+// sums a row. The columns go in blocks of kColumnsPerBlock, every row's partial sums kept between
+// blocks (the same FMAs in the same order), so that the vectors' block (8 x 768 floats: 24 KiB)
+// stays in L1: 8 vectors 3072 long (GPT-2's MLP down-projection) read from L2 ran at half the
+// rate. The next block of rows is prefetched into L2 meanwhile.
+template <typename W, int V>
+void rows_times_vectors(float* const* ys, const float* const* xs, const W* w, const float* scales,
+                        int j0, int j1, int K, const float* bias, bool accumulate) {
+    const int body = K / 32 * 32;
+    const long next_rows = static_cast<long>(kRowsPerBlock) * K;
+    __m512 saved[kRowsPerBlock][V][2];
+    for (int k0 = 0;; k0 += kColumnsPerBlock) {
+        const int k1 = std::min(body, k0 + kColumnsPerBlock);
+        const bool last = k1 == body;
+        for (int j = j0; j < j1; ++j) {
+            const W* row = w + static_cast<long>(j) * K;
+            __m512 a[V], b[V];
+            for (int v = 0; v < V; ++v) {
+                a[v] = k0 == 0 ? _mm512_setzero_ps() : saved[j - j0][v][0];
+                b[v] = k0 == 0 ? _mm512_setzero_ps() : saved[j - j0][v][1];
+            }
+            for (int k = k0; k < k1; k += 32) {
+                const char* ahead = reinterpret_cast<const char*>(row + next_rows + k);
+                __builtin_prefetch(ahead, 0, 2);
+                if constexpr (sizeof(W) == 4) __builtin_prefetch(ahead + 64, 0, 2);
+                const __m512 w0 = load16_as_float(row + k), w1 = load16_as_float(row + k + 16);
+                for (int v = 0; v < V; ++v) {
+                    a[v] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xs[v] + k), a[v]);
+                    b[v] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xs[v] + k + 16), b[v]);
+                }
+            }
+            for (int v = 0; v < V; ++v) {
+                if (!last) {
+                    saved[j - j0][v][0] = a[v];
+                    saved[j - j0][v][1] = b[v];
+                    continue;
+                }
+                const float dot = sum_lanes(_mm512_add_ps(a[v], b[v]));
+                RowResults{ys[v], bias, scales, accumulate}(j, dot + tail_dot(row, xs[v], body, K));
+            }
+        }
+        if (last) break;
+    }
+}
 #endif
 
-// bf16 and int8 rows: the AVX-512 loop where the build has it, the portable one otherwise.
+// Rows [j0, j1) times V vectors in matvec_portable's arithmetic: per (row, vector) 16 lane sums
+// over the columns in order, added lane by lane, then the tail.
+template <typename W, int V>
+void rows_times_vectors_portable(float* const* ys, const float* const* xs, const W* w,
+                                 const float* scales, int j0, int j1, int K, const float* bias,
+                                 bool accumulate) {
+    constexpr int kLanes = 16;
+    const int body = K / kLanes * kLanes;
+    for (int j = j0; j < j1; ++j) {
+        const W* row = w + static_cast<long>(j) * K;
+        float a[V][kLanes] = {};
+        for (int k = 0; k < body; k += kLanes) {
+            for (int v = 0; v < V; ++v) {
+                for (int l = 0; l < kLanes; ++l)
+                    a[v][l] = mul_add(weight_as_float(row[k + l]), xs[v][k + l], a[v][l]);
+            }
+        }
+        for (int v = 0; v < V; ++v) {
+            float dot = 0.0f;
+            for (int l = 0; l < kLanes; ++l)
+                dot += a[v][l];
+            RowResults{ys[v], bias, scales, accumulate}(j, dot + tail_dot(row, xs[v], body, K));
+        }
+    }
+}
+
+template <typename W, int V>
+void rows_times_vectors_any(float* const* ys, const float* const* xs, const W* w,
+                            const float* scales, int j0, int j1, int K, const float* bias,
+                            bool accumulate, bool portable) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    if (!portable) {
+        rows_times_vectors<W, V>(ys, xs, w, scales, j0, j1, K, bias, accumulate);
+        return;
+    }
+#endif
+    rows_times_vectors_portable<W, V>(ys, xs, w, scales, j0, j1, K, bias, accumulate);
+}
+
+template <typename W>
+void matvec_many_impl(std::span<float* const> ys, std::span<const float* const> xs, const W* w,
+                      const float* scales, int n, int K, const float* bias, bool accumulate,
+                      bool portable) {
+    if (ys.size() != xs.size()) throw std::invalid_argument("matvec_many: one output per input");
+    const auto vectors = static_cast<int>(ys.size());
+    for (int j0 = 0; j0 < n; j0 += kRowsPerBlock) {
+        const int j1 = std::min(n, j0 + kRowsPerBlock);
+        for (int v0 = 0; v0 < vectors; v0 += kVectorsPerPass) {
+            float* const* y = ys.data() + v0;
+            const float* const* x = xs.data() + v0;
+            const auto pass = [&]<int V>() {
+                rows_times_vectors_any<W, V>(y, x, w, scales, j0, j1, K, bias, accumulate,
+                                             portable);
+            };
+            switch (std::min(kVectorsPerPass, vectors - v0)) {
+                case 1:
+                    pass.template operator()<1>();
+                    break;
+                case 2:
+                    pass.template operator()<2>();
+                    break;
+                case 3:
+                    pass.template operator()<3>();
+                    break;
+                case 4:
+                    pass.template operator()<4>();
+                    break;
+                case 5:
+                    pass.template operator()<5>();
+                    break;
+                case 6:
+                    pass.template operator()<6>();
+                    break;
+                case 7:
+                    pass.template operator()<7>();
+                    break;
+                default:
+                    pass.template operator()<8>();
+                    break;
+            }
+        }
+    }
+}
+
+// Every format: the AVX-512 loop where the build has it, the portable one otherwise.
 template <typename W>
 void matvec_compact(float* y, const float* x, const W* w, const float* scales, int n, int K,
                     const float* bias, bool accumulate) {
@@ -159,10 +323,10 @@ void matvec_portable(float* y, const float* x, const W* w, const float* scales, 
             prefetch_rows_ahead(w0 + k, w1 + k, w2 + k, w3 + k);
             for (int l = 0; l < kLanes; ++l) {
                 const float xv = x[k + l];
-                a0[l] += weight_as_float(w0[k + l]) * xv;
-                a1[l] += weight_as_float(w1[k + l]) * xv;
-                a2[l] += weight_as_float(w2[k + l]) * xv;
-                a3[l] += weight_as_float(w3[k + l]) * xv;
+                a0[l] = mul_add(weight_as_float(w0[k + l]), xv, a0[l]);
+                a1[l] = mul_add(weight_as_float(w1[k + l]), xv, a1[l]);
+                a2[l] = mul_add(weight_as_float(w2[k + l]), xv, a2[l]);
+                a3[l] = mul_add(weight_as_float(w3[k + l]), xv, a3[l]);
             }
         }
         float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
@@ -182,7 +346,7 @@ void matvec_portable(float* y, const float* x, const W* w, const float* scales, 
         float a0[kLanes] = {};
         for (int k = 0; k < body; k += kLanes) {
             for (int l = 0; l < kLanes; ++l)
-                a0[l] += weight_as_float(w0[k + l]) * x[k + l];
+                a0[l] = mul_add(weight_as_float(w0[k + l]), x[k + l], a0[l]);
         }
         float s0 = 0.0f;
         for (int l = 0; l < kLanes; ++l)
@@ -200,7 +364,7 @@ template void matvec_portable(float*, const float*, const std::int8_t*, const fl
 
 void matvec(float* y, const float* x, const float* w, int n, int K, const float* bias,
             bool accumulate) {
-    matvec_portable(y, x, w, nullptr, n, K, bias, accumulate);
+    matvec_compact(y, x, w, nullptr, n, K, bias, accumulate);
 }
 
 void matvec(float* y, const float* x, const Bf16* w, int n, int K, const float* bias,
@@ -211,6 +375,34 @@ void matvec(float* y, const float* x, const Bf16* w, int n, int K, const float* 
 void matvec(float* y, const float* x, const std::int8_t* w, const float* scales, int n, int K,
             const float* bias, bool accumulate) {
     matvec_compact(y, x, w, scales, n, K, bias, accumulate);
+}
+
+template <typename W>
+void matvec_many_portable(std::span<float* const> ys, std::span<const float* const> xs, const W* w,
+                          const float* scales, int n, int K, const float* bias, bool accumulate) {
+    matvec_many_impl(ys, xs, w, scales, n, K, bias, accumulate, true);
+}
+
+template void matvec_many_portable(std::span<float* const>, std::span<const float* const>,
+                                   const float*, const float*, int, int, const float*, bool);
+template void matvec_many_portable(std::span<float* const>, std::span<const float* const>,
+                                   const Bf16*, const float*, int, int, const float*, bool);
+template void matvec_many_portable(std::span<float* const>, std::span<const float* const>,
+                                   const std::int8_t*, const float*, int, int, const float*, bool);
+
+void matvec_many(std::span<float* const> ys, std::span<const float* const> xs, const float* w,
+                 int n, int K, const float* bias, bool accumulate) {
+    matvec_many_impl(ys, xs, w, nullptr, n, K, bias, accumulate, false);
+}
+
+void matvec_many(std::span<float* const> ys, std::span<const float* const> xs, const Bf16* w, int n,
+                 int K, const float* bias, bool accumulate) {
+    matvec_many_impl(ys, xs, w, nullptr, n, K, bias, accumulate, false);
+}
+
+void matvec_many(std::span<float* const> ys, std::span<const float* const> xs, const std::int8_t* w,
+                 const float* scales, int n, int K, const float* bias, bool accumulate) {
+    matvec_many_impl(ys, xs, w, scales, n, K, bias, accumulate, false);
 }
 
 }  // namespace gpt2

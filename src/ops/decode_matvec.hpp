@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "ops/bf16.hpp"
 
@@ -20,11 +21,25 @@ void matvec(float* y, const float* x, const Bf16* w, int n, int K, const float* 
 void matvec(float* y, const float* x, const std::int8_t* w, const float* scales, int n, int K,
             const float* bias, bool accumulate);
 
-// The portable loop behind the overloads above: what fp32 always runs, and bf16 and int8 where the
-// build has no AVX-512 (declared here so that tests check it on every machine). W is float, Bf16
+// The same products for several vectors at once (decoding several sequences): ys[v] gets exactly
+// the bits matvec(ys[v], xs[v], ...) computes, each row of w read (and converted) once for all of
+// them. One output per input.
+void matvec_many(std::span<float* const> ys, std::span<const float* const> xs, const float* w,
+                 int n, int K, const float* bias, bool accumulate);
+void matvec_many(std::span<float* const> ys, std::span<const float* const> xs, const Bf16* w, int n,
+                 int K, const float* bias, bool accumulate);
+void matvec_many(std::span<float* const> ys, std::span<const float* const> xs, const std::int8_t* w,
+                 const float* scales, int n, int K, const float* bias, bool accumulate);
+
+// The portable loop behind the overloads above: what every format runs where the build has no
+// AVX-512 (declared here so that tests check it on every machine). W is float, Bf16
 // or std::int8_t; scales (n) or null, applied as above.
 template <typename W>
 void matvec_portable(float* y, const float* x, const W* w, const float* scales, int n, int K,
                      const float* bias, bool accumulate);
+// And behind matvec_many's: each (row, vector) as matvec_portable computes it.
+template <typename W>
+void matvec_many_portable(std::span<float* const> ys, std::span<const float* const> xs, const W* w,
+                          const float* scales, int n, int K, const float* bias, bool accumulate);
 
 }  // namespace gpt2

@@ -108,8 +108,9 @@ Engine::Engine(const Model& model, const Tokenizer& tokenizer, const EngineOptio
     if (options.weights != WeightFormat::Fp32) {
         compact_ = std::make_unique<DecodeWeights>(model, options.weights);
     }
+    generator_ = std::make_unique<Generator>(model, pool_, compact_.get());
     for (int i = 0; i < std::max(1, options.parallel); ++i) {
-        sessions_.push_back(std::make_unique<KvCacheSession>(model, pool_, 0, compact_.get()));
+        sessions_.push_back(std::make_unique<KvCacheSession>(*generator_));
         slots_.emplace_back();
     }
     thread_ = std::thread([this] { loop(); });
@@ -157,7 +158,7 @@ EngineStats Engine::stats() const {
 }
 
 std::size_t Engine::memory_bytes() const {
-    std::size_t bytes = compact_ ? compact_->bytes() : 0;
+    std::size_t bytes = (compact_ ? compact_->bytes() : 0) + generator_->memory_bytes();
     for (const auto& s : sessions_)
         bytes += s->memory_bytes();
     return bytes;

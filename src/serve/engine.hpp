@@ -118,6 +118,8 @@ class Engine {
     int context_;
     ThreadPool pool_;
     std::unique_ptr<DecodeWeights> compact_;
+    // One prompt scratch and pool for every slot; a slot's sequence is its session (its cache).
+    std::unique_ptr<Generator> generator_;
     std::vector<std::unique_ptr<KvCacheSession>> sessions_;
     std::vector<std::unique_ptr<Active>> slots_;  // null: free
 
