@@ -3,8 +3,16 @@
 #include <algorithm>
 #include <stdexcept>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
+#endif
+
+// Which explicit loops matvec_many runs (matvec's own AVX-512 loop, or on AVX2 the same sums as
+// matvec_portable's vectorised lanes); neither: the portable loop.
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define GPT2_MATVEC_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#define GPT2_MATVEC_AVX2 1
 #endif
 
 namespace gpt2 {
@@ -47,12 +55,16 @@ struct RowResults {
 };
 
 // Vectors handled per pass over a block of rows: V accumulator pairs stay in registers (16 of
-// AVX-512's 32 at 8).
+// AVX-512's 32 registers at 8; 8 of AVX2's 16 at 4).
+#if defined(GPT2_MATVEC_AVX512)
 constexpr int kVectorsPerPass = 8;
+#else
+constexpr int kVectorsPerPass = 4;
+#endif
 // Rows per block: a block of the widest rows (4C = 3072 fp32 for GPT-2 124M) stays in L2 while
 // each pass of up to eight vectors reads it.
 constexpr int kRowsPerBlock = 16;
-// Columns per block of matvec_many's AVX-512 loop (a multiple of 32).
+// Columns per block of matvec_many's explicit loops (a multiple of 32).
 constexpr int kColumnsPerBlock = 768;
 
 // The dot product of the columns [from, K) that the vector loop left over.
@@ -74,7 +86,7 @@ inline void prefetch_rows_ahead(const W* w0, const W* w1, const W* w2, const W* 
         __builtin_prefetch(p + kAhead);
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(GPT2_MATVEC_AVX512)
 // 16 weights loaded as fp32: bf16 by a shift into the high half, int8 by sign extension.
 inline __m512 load16_as_float(const float* p) {
     return _mm512_loadu_ps(p);
@@ -93,8 +105,10 @@ inline __m512 load16_as_float(const std::int8_t* p) {
 // where adding the 16 lanes one after another cost as much as a 768-long row's FMAs once several
 // vectors share each row. GCC 12 implements the 512-to-256 cast as an extract from an undefined
 // vector and warns about it (as about _mm512_reduce_add_ps): nothing is read from it.
+#if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 inline float sum_lanes(__m512 v) {
     const __m256 low = _mm512_castps512_ps256(v);
     const __m256 high = _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 2, 3, 2)));
@@ -104,7 +118,9 @@ inline float sum_lanes(__m512 v) {
     const __m128 one = _mm_add_ss(two, _mm_movehdup_ps(two));
     return _mm_cvtss_f32(one);
 }
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 // The matvec with explicit AVX-512 for every format: the compiler does not vectorise the
 // conversion inside matvec_portable's lanes well (bf16 and int8 gained little over fp32 that way:
@@ -205,6 +221,23 @@ void rows_times_vectors(float* const* ys, const float* const* xs, const W* w, co
 }
 #endif
 
+// One row's dot over the columns [0, body) in matvec_portable's arithmetic: 16 lane sums over
+// the columns in order, added lane by lane. Apart (not inlined) so that the compiler vectorises its
+// loop, which inlined among matvec_many's passes it left scalar (a fifth of the rate on AVX2).
+template <typename W>
+[[gnu::noinline]] float row_dot_portable(const W* row, const float* x, int body, int) {
+    constexpr int kLanes = 16;
+    float a[kLanes] = {};
+    for (int k = 0; k < body; k += kLanes) {
+        for (int l = 0; l < kLanes; ++l)
+            a[l] = mul_add(weight_as_float(row[k + l]), x[k + l], a[l]);
+    }
+    float dot = 0.0f;
+    for (int l = 0; l < kLanes; ++l)
+        dot += a[l];
+    return dot;
+}
+
 // Rows [j0, j1) times V vectors in matvec_portable's arithmetic: per (row, vector) 16 lane sums
 // over the columns in order, added lane by lane, then the tail.
 template <typename W, int V>
@@ -213,29 +246,85 @@ void rows_times_vectors_portable(float* const* ys, const float* const* xs, const
                                  bool accumulate) {
     constexpr int kLanes = 16;
     const int body = K / kLanes * kLanes;
+    // Vector by vector over each row, the row then read from L1.
     for (int j = j0; j < j1; ++j) {
         const W* row = w + static_cast<long>(j) * K;
-        float a[V][kLanes] = {};
-        for (int k = 0; k < body; k += kLanes) {
-            for (int v = 0; v < V; ++v) {
-                for (int l = 0; l < kLanes; ++l)
-                    a[v][l] = mul_add(weight_as_float(row[k + l]), xs[v][k + l], a[v][l]);
-            }
-        }
         for (int v = 0; v < V; ++v) {
-            float dot = 0.0f;
-            for (int l = 0; l < kLanes; ++l)
-                dot += a[v][l];
-            RowResults{ys[v], bias, scales, accumulate}(j, dot + tail_dot(row, xs[v], body, K));
+            RowResults{ys[v], bias, scales, accumulate}(
+                j, row_dot_portable(row, xs[v], body, kLanes) + tail_dot(row, xs[v], body, K));
         }
     }
 }
+
+#if defined(GPT2_MATVEC_AVX2)
+// 8 weights loaded as fp32: bf16 by a shift into the high half, int8 by sign extension.
+inline __m256 load8_as_float(const float* p) {
+    return _mm256_loadu_ps(p);
+}
+inline __m256 load8_as_float(const Bf16* p) {
+    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+inline __m256 load8_as_float(const std::int8_t* p) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+}
+
+// AVX2: rows [j0, j1) (at most kRowsPerBlock) times V vectors, each row's 8-weight pieces loaded
+// once for all of them, each (row, vector) summed as row_dot_portable sums it: lanes 0-7 and 8-15
+// of its 16 lane sums in two registers, FMAs in column order, the lanes then added one by one
+// (which matvec_portable's vectorised loops also compute, so the bits are matvec's). Columns in
+// blocks, as the AVX-512 loop.
+template <typename W, int V>
+void rows_times_vectors(float* const* ys, const float* const* xs, const W* w, const float* scales,
+                        int j0, int j1, int K, const float* bias, bool accumulate) {
+    constexpr int kLanes = 16;
+    const int body = K / kLanes * kLanes;
+    const long next_rows = static_cast<long>(kRowsPerBlock) * K;
+    __m256 saved[kRowsPerBlock][V][2];
+    for (int k0 = 0;; k0 += kColumnsPerBlock) {
+        const int k1 = std::min(body, k0 + kColumnsPerBlock);
+        const bool last = k1 == body;
+        for (int j = j0; j < j1; ++j) {
+            const W* row = w + static_cast<long>(j) * K;
+            __m256 a[V], b[V];
+            for (int v = 0; v < V; ++v) {
+                a[v] = k0 == 0 ? _mm256_setzero_ps() : saved[j - j0][v][0];
+                b[v] = k0 == 0 ? _mm256_setzero_ps() : saved[j - j0][v][1];
+            }
+            for (int k = k0; k < k1; k += kLanes) {
+                __builtin_prefetch(row + next_rows + k, 0, 2);
+                const __m256 w0 = load8_as_float(row + k), w1 = load8_as_float(row + k + 8);
+                for (int v = 0; v < V; ++v) {
+                    a[v] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xs[v] + k), a[v]);
+                    b[v] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xs[v] + k + 8), b[v]);
+                }
+            }
+            for (int v = 0; v < V; ++v) {
+                if (!last) {
+                    saved[j - j0][v][0] = a[v];
+                    saved[j - j0][v][1] = b[v];
+                    continue;
+                }
+                alignas(32) float lanes[kLanes];
+                _mm256_store_ps(lanes, a[v]);
+                _mm256_store_ps(lanes + 8, b[v]);
+                float dot = 0.0f;
+                for (const float lane : lanes)
+                    dot += lane;
+                RowResults{ys[v], bias, scales, accumulate}(j, dot + tail_dot(row, xs[v], body, K));
+            }
+        }
+        if (last) break;
+    }
+}
+#endif
 
 template <typename W, int V>
 void rows_times_vectors_any(float* const* ys, const float* const* xs, const W* w,
                             const float* scales, int j0, int j1, int K, const float* bias,
                             bool accumulate, bool portable) {
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(GPT2_MATVEC_AVX512) || defined(GPT2_MATVEC_AVX2)
     if (!portable) {
         rows_times_vectors<W, V>(ys, xs, w, scales, j0, j1, K, bias, accumulate);
         return;
@@ -293,7 +382,7 @@ void matvec_many_impl(std::span<float* const> ys, std::span<const float* const> 
 template <typename W>
 void matvec_compact(float* y, const float* x, const W* w, const float* scales, int n, int K,
                     const float* bias, bool accumulate) {
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(GPT2_MATVEC_AVX512)
     matvec_avx512(y, x, w, scales, n, K, bias, accumulate);
 #else
     matvec_portable(y, x, w, scales, n, K, bias, accumulate);

@@ -37,7 +37,8 @@ void matvec_many(std::span<float* const> ys, std::span<const float* const> xs, c
 template <typename W>
 void matvec_portable(float* y, const float* x, const W* w, const float* scales, int n, int K,
                      const float* bias, bool accumulate);
-// And behind matvec_many's: each (row, vector) as matvec_portable computes it.
+// And behind matvec_many's where the build has neither AVX-512 nor AVX2 (with AVX2 an explicit loop
+// computes the same sums): each (row, vector) as matvec_portable computes it.
 template <typename W>
 void matvec_many_portable(std::span<float* const> ys, std::span<const float* const> xs, const W* w,
                           const float* scales, int n, int K, const float* bias, bool accumulate);
