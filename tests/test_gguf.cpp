@@ -183,7 +183,7 @@ TEST(GgufImport, EveryTypeAndTokenizerReadsBackAsWritten) {
                     read = read.first(V * C);
                 }
                 const bool matrix =
-                    t == ParamTensor::wte || t == ParamTensor::wpe || ParameterLayout::decays(t);
+                    t == ParamTensor::wte || t == ParamTensor::wpe || model.layout.decays(t);
                 expect_bitwise(read, rounded_as(written, matrix ? type : GgufWeights::F32));
             }
         }

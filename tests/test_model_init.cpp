@@ -1,5 +1,6 @@
-// GPT-2 initialisation: the right distribution per tensor, zero padded vocabulary rows, and the
-// same values for the same seed whatever the number of threads.
+// GPT-2's tensor table and initialisation: the layout the table generates is llm.c's (order and
+// sizes written out here from GPT-2's shapes), the right distribution per tensor, zero padded
+// vocabulary rows, and the same values for the same seed whatever the number of threads.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,6 +27,29 @@ Moments moments(std::span<const float> x) {
     return {sum / n, std::sqrt(sq / n - (sum / n) * (sum / n))};
 }
 
+TEST(ModelLayout, TheTableLaysOutLlmcsOrderAndDecaysTheMatrices) {
+    const ParameterLayout layout(kConfig);
+    const std::size_t L = 3, C = 128, Vp = 1024, maxT = 64;
+    // llm.c's fill_in_parameter_sizes, in its order.
+    const std::size_t sizes[kNumParamTensors] = {
+        Vp * C, maxT * C, L * C,         L * C,     L * 3 * C * C, L * 3 * C, L * C * C, L * C,
+        L * C,  L * C,    L * 4 * C * C, L * 4 * C, L * 4 * C * C, L * C,     C,         C};
+    std::size_t offset = 0;
+    ASSERT_EQ(layout.specs().size(), static_cast<std::size_t>(kNumParamTensors));
+    for (int i = 0; i < kNumParamTensors; ++i) {
+        const auto t = static_cast<ParamTensor>(i);
+        EXPECT_EQ(layout.specs()[static_cast<std::size_t>(i)].id, t);
+        EXPECT_EQ(layout.offset(t), offset) << param_tensor_name(t);
+        EXPECT_EQ(layout.size(t), sizes[i]) << param_tensor_name(t);
+        offset += sizes[i];
+        const bool matrix = t == ParamTensor::wte || t == ParamTensor::wpe ||
+                            t == ParamTensor::qkvw || t == ParamTensor::attprojw ||
+                            t == ParamTensor::fcw || t == ParamTensor::fcprojw;
+        EXPECT_EQ(layout.decays(t), matrix) << param_tensor_name(t);
+    }
+    EXPECT_EQ(layout.total(), offset);
+}
+
 TEST(ModelInit, DistributionsMatchGpt2) {
     Model model(kConfig);
     init_parameters(model, 42);
@@ -37,7 +61,7 @@ TEST(ModelInit, DistributionsMatchGpt2) {
         if (t == ParamTensor::wte)
             x = x.first(static_cast<std::size_t>(kConfig.vocab_size) * kConfig.channels);
         const Moments m = moments(x);
-        if (ParameterLayout::decays(t)) {
+        if (model.layout.decays(t)) {
             const double expected =
                 (t == ParamTensor::attprojw || t == ParamTensor::fcprojw) ? residual : 0.02;
             EXPECT_NEAR(m.std, expected, 0.03 * expected) << param_tensor_name(t);

@@ -368,6 +368,33 @@ class OneSliceExchange final : public GradientExchange {
 // The same bits whatever the number of workers and however the weights are sliced between ranks
 // that each update their part (ZeRO-1, shared memory): each matrix is updated whole by one thread,
 // and the slices cut no matrix (slices_between) and no norm block.
+// The matrices the tensor table hands to Muon are GPT-2's hidden ones, written out: per layer Q, K
+// and V (C x C each, apart), the attention projection (C x C), the MLP's up (4C x C) and down
+// (C x 4C); not the embeddings, the head, gains or biases.
+TEST(MuonMatrices, TheTablesHiddenMatricesWithQKAndVApart) {
+    const ModelConfig config{16, 101, 128, 2, 4, 64};
+    const ParameterLayout layout(config);
+    const std::size_t C = 64;
+    std::vector<MuonMatrix> expected;
+    for (std::size_t l = 0; l < 2; ++l) {
+        for (std::size_t part = 0; part < 3; ++part)
+            expected.push_back(
+                {layout.offset(ParamTensor::qkvw) + l * 3 * C * C + part * C * C, 64, 64});
+        expected.push_back({layout.offset(ParamTensor::attprojw) + l * C * C, 64, 64});
+        expected.push_back({layout.offset(ParamTensor::fcw) + l * 4 * C * C, 256, 64});
+        expected.push_back({layout.offset(ParamTensor::fcprojw) + l * 4 * C * C, 64, 256});
+    }
+    std::sort(expected.begin(), expected.end(),
+              [](const MuonMatrix& a, const MuonMatrix& b) { return a.offset < b.offset; });
+    const std::vector<MuonMatrix> matrices = muon_matrices(layout);
+    ASSERT_EQ(matrices.size(), expected.size());
+    for (std::size_t i = 0; i < matrices.size(); ++i) {
+        EXPECT_EQ(matrices[i].offset, expected[i].offset) << i;
+        EXPECT_EQ(matrices[i].rows, expected[i].rows) << i;
+        EXPECT_EQ(matrices[i].cols, expected[i].cols) << i;
+    }
+}
+
 TEST(MuonSplits, AnyWorkerCountAndAnySlicingGiveTheSameBits) {
     const test::ReferenceFixture base =
         test::ReferenceFixture::load(std::string(GPT2_TEST_DATA_DIR) + "/gpt2_reference.bin");

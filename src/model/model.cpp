@@ -63,34 +63,46 @@ std::string_view param_tensor_name(ParamTensor t) {
     return kNames[static_cast<std::size_t>(t)];
 }
 
-ParameterLayout::ParameterLayout(const ModelConfig& c) : num_layers_(c.num_layers) {
-    const auto L = static_cast<std::size_t>(c.num_layers);
+std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
     const auto C = static_cast<std::size_t>(c.channels);
     const auto Vp = static_cast<std::size_t>(c.padded_vocab_size);
     const auto maxT = static_cast<std::size_t>(c.max_seq_len);
-    sizes_ = {Vp * C,        maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
-              L * C * C,     L * C,    L * C, L * C, L * 4 * C * C, L * 4 * C,
-              L * C * 4 * C, L * C,    C,     C};
-    std::size_t offset = 0;
-    for (std::size_t i = 0; i < sizes_.size(); ++i) {
-        offsets_[i] = offset;
-        offset += sizes_[i];
-    }
-    total_ = offset;
+    using enum ParamTensor;
+    using enum TensorInit;
+    // id, rows, cols, per layer, decayed, init, Muon's parts
+    return {
+        {wte, Vp, C, false, true, Normal, 0},                // token embedding, tied LM head
+        {wpe, maxT, C, false, true, Normal, 0},              // learned positions
+        {ln1w, 1, C, true, false, Ones, 0},                  // attention LayerNorm gain
+        {ln1b, 1, C, true, false, Zeros, 0},                 // and bias
+        {qkvw, 3 * C, C, true, true, Normal, 3},             // Q, K and V fused: three matrices
+        {qkvb, 1, 3 * C, true, false, Zeros, 0},             // biases: every layer product has one
+        {attprojw, C, C, true, true, ResidualNormal, 1},     // attention output projection
+        {attprojb, 1, C, true, false, Zeros, 0},             //
+        {ln2w, 1, C, true, false, Ones, 0},                  // MLP LayerNorm gain
+        {ln2b, 1, C, true, false, Zeros, 0},                 // and bias
+        {fcw, 4 * C, C, true, true, Normal, 1},              // MLP up-projection
+        {fcb, 1, 4 * C, true, false, Zeros, 0},              //
+        {fcprojw, C, 4 * C, true, true, ResidualNormal, 1},  // MLP down-projection
+        {fcprojb, 1, C, true, false, Zeros, 0},              //
+        {lnfw, 1, C, false, false, Ones, 0},                 // final LayerNorm gain
+        {lnfb, 1, C, false, false, Zeros, 0},                // and bias
+    };
 }
 
-bool ParameterLayout::decays(ParamTensor t) {
-    switch (t) {
-        case ParamTensor::wte:
-        case ParamTensor::wpe:
-        case ParamTensor::qkvw:
-        case ParamTensor::attprojw:
-        case ParamTensor::fcw:
-        case ParamTensor::fcprojw:
-            return true;
-        default:
-            return false;
+ParameterLayout::ParameterLayout(const ModelConfig& c)
+    : specs_(tensor_table(c)), num_layers_(c.num_layers) {
+    const auto L = static_cast<std::size_t>(c.num_layers);
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < specs_.size(); ++i) {
+        const TensorSpec& spec = specs_[i];
+        const std::size_t t = index(spec.id);
+        positions_[t] = i;
+        sizes_[t] = spec.per_layer_size() * (spec.per_layer ? L : 1);
+        offsets_[t] = offset;
+        offset += sizes_[t];
     }
+    total_ = offset;
 }
 
 void init_parameters(Model& model, std::uint64_t seed, ThreadPool* pool) {
@@ -115,17 +127,12 @@ void init_parameters(Model& model, std::uint64_t seed, ThreadPool* pool) {
     const auto fill = [&](const Block& block) {
         const std::span<float> tensor = layout.tensor(flat, block.tensor);
         float* out = tensor.data();
-        if (block.tensor == ParamTensor::ln1w || block.tensor == ParamTensor::ln2w ||
-            block.tensor == ParamTensor::lnfw) {
-            std::fill(out + block.begin, out + block.end, 1.0f);
+        const TensorInit init = layout.spec(block.tensor).init;
+        if (init == TensorInit::Ones || init == TensorInit::Zeros) {
+            std::fill(out + block.begin, out + block.end, init == TensorInit::Ones ? 1.0f : 0.0f);
             return;
         }
-        if (!ParameterLayout::decays(block.tensor)) {
-            std::fill(out + block.begin, out + block.end, 0.0f);
-            return;
-        }
-        const bool residual =
-            block.tensor == ParamTensor::attprojw || block.tensor == ParamTensor::fcprojw;
+        const bool residual = init == TensorInit::ResidualNormal;
         const float std = residual ? residual_std : 0.02f;
         Rng rng =
             Rng::derived(seed, static_cast<std::uint64_t>(block.tensor), block.begin / kBlock);

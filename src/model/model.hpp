@@ -1,5 +1,5 @@
-// The GPT-2 model: its shape, the flat parameter buffer with its 16 named tensors in llm.c's
-// order, and GPT-2's initialisation.
+// The GPT-2 model: its shape, the table of its 16 named tensors in llm.c's order and the flat
+// parameter buffer laid out from it, and GPT-2's initialisation.
 #pragma once
 
 #include <array>
@@ -64,8 +64,31 @@ enum class ParamTensor : int {
 inline constexpr int kNumParamTensors = 16;
 [[nodiscard]] std::string_view param_tensor_name(ParamTensor t);
 
+// How a tensor starts (init_parameters): GPT-2's normal(0, 0.02), the same scaled by
+// 1/sqrt(2L) for the projections onto the residual stream, ones (norm gains) or zeros (biases).
+enum class TensorInit { Normal, ResidualNormal, Ones, Zeros };
+
+// One parameter tensor as the configuration generates it: what the layout, the optimizers and the
+// initialisation read instead of naming tensors. The shape is one layer's for per-layer tensors
+// (stacked [L][rows][cols] in the flat buffer); a vector has rows 1.
+struct TensorSpec {
+    ParamTensor id;
+    std::size_t rows = 1, cols = 0;
+    bool per_layer = false;
+    bool decayed = false;  // AdamW's decoupled weight decay applies (the 2-D matrices)
+    TensorInit init = TensorInit::Zeros;
+    // Muon's: 0 where AdamW updates the tensor (embeddings, head, gains, biases); n > 0 for a
+    // hidden matrix orthogonalised as n blocks of rows/n rows each (the fused Q, K and V: 3).
+    int muon_parts = 0;
+    [[nodiscard]] std::size_t per_layer_size() const { return rows * cols; }
+};
+// The model's tensors in the flat buffer's order, generated from the configuration: the one place
+// that says which tensors a configuration has, their shapes and how each is treated.
+[[nodiscard]] std::vector<TensorSpec> tensor_table(const ModelConfig& config);
+
 // Where each tensor lives in the flat buffer (the same layout serves parameters, gradients and
-// optimizer moments). Per-layer tensors are stacked [L][...].
+// optimizer moments), laid out from tensor_table in its order. Per-layer tensors are stacked
+// [L][...].
 class ParameterLayout {
   public:
     explicit ParameterLayout(const ModelConfig& config);
@@ -73,8 +96,13 @@ class ParameterLayout {
     [[nodiscard]] std::size_t total() const { return total_; }
     [[nodiscard]] std::size_t size(ParamTensor t) const { return sizes_[index(t)]; }
     [[nodiscard]] std::size_t offset(ParamTensor t) const { return offsets_[index(t)]; }
+    // The tensors in layout order, as tensor_table made them.
+    [[nodiscard]] std::span<const TensorSpec> specs() const { return specs_; }
+    [[nodiscard]] const TensorSpec& spec(ParamTensor t) const {
+        return specs_[positions_[index(t)]];
+    }
     // Whether AdamW's decoupled weight decay applies (the 2-D matrices only).
-    [[nodiscard]] static bool decays(ParamTensor t);
+    [[nodiscard]] bool decays(ParamTensor t) const { return spec(t).decayed; }
 
     template <typename T>
     [[nodiscard]] std::span<T> tensor(std::span<T> flat, ParamTensor t) const {
@@ -89,6 +117,8 @@ class ParameterLayout {
 
   private:
     static constexpr std::size_t index(ParamTensor t) { return static_cast<std::size_t>(t); }
+    std::vector<TensorSpec> specs_;
+    std::array<std::size_t, kNumParamTensors> positions_{};  // of each tensor in specs_
     std::array<std::size_t, kNumParamTensors> sizes_{};
     std::array<std::size_t, kNumParamTensors> offsets_{};
     std::size_t total_ = 0;

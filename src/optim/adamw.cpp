@@ -48,7 +48,7 @@ void adamw_update_range(const ParameterLayout& layout, std::span<float> params,
         const std::size_t lo = std::max(begin, layout.offset(tensor));
         const std::size_t hi = std::min(end, layout.offset(tensor) + layout.size(tensor));
         if (lo >= hi) continue;
-        const float wd = ParameterLayout::decays(tensor) ? h.weight_decay : 0.0f;
+        const float wd = layout.decays(tensor) ? h.weight_decay : 0.0f;
         const auto kernel = params_bf16.empty() ? adamw_kernel<false> : adamw_kernel<true>;
         kernel(params.data() + lo, params_bf16.empty() ? nullptr : params_bf16.data() + lo,
                grads.data() + lo, state.m.data() + (lo - state.first),

@@ -12,21 +12,23 @@
 namespace gpt2 {
 
 std::vector<MuonMatrix> muon_matrices(const ParameterLayout& layout) {
-    // C from two tensor sizes (L*C*C over L*C), L from one (L*C over C).
-    const std::size_t LC = layout.size(ParamTensor::ln1w);
-    const std::size_t C = layout.size(ParamTensor::attprojw) / LC;
-    const std::size_t L = LC / C;
-    const int c = static_cast<int>(C);
+    // The tensors the model's table hands to Muon, each layer's slice cut into its parts (Q, K
+    // and V of the fused qkv apart), in layout order (the ranges a slice must hold whole are
+    // sorted).
     std::vector<MuonMatrix> matrices;
-    for (std::size_t l = 0; l < L; ++l) {
-        const std::size_t qkv = layout.offset(ParamTensor::qkvw) + l * 3 * C * C;
-        for (std::size_t part = 0; part < 3; ++part)  // Q, K, V: C rows each
-            matrices.push_back({qkv + part * C * C, c, c});
-        matrices.push_back({layout.offset(ParamTensor::attprojw) + l * C * C, c, c});
-        matrices.push_back({layout.offset(ParamTensor::fcw) + l * 4 * C * C, 4 * c, c});
-        matrices.push_back({layout.offset(ParamTensor::fcprojw) + l * 4 * C * C, c, 4 * c});
+    for (const TensorSpec& spec : layout.specs()) {
+        if (spec.muon_parts <= 0) continue;
+        const std::size_t per_layer = spec.per_layer_size();
+        const std::size_t slices = layout.size(spec.id) / per_layer;
+        const std::size_t part_rows = spec.rows / static_cast<std::size_t>(spec.muon_parts);
+        for (std::size_t l = 0; l < slices; ++l) {
+            for (int part = 0; part < spec.muon_parts; ++part) {
+                matrices.push_back({layout.offset(spec.id) + l * per_layer +
+                                        static_cast<std::size_t>(part) * part_rows * spec.cols,
+                                    static_cast<int>(part_rows), static_cast<int>(spec.cols)});
+            }
+        }
     }
-    // In layout order (the ranges a slice must hold whole are sorted).
     std::sort(matrices.begin(), matrices.end(),
               [](const MuonMatrix& a, const MuonMatrix& b) { return a.offset < b.offset; });
     return matrices;
