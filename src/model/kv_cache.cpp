@@ -32,6 +32,13 @@ constexpr int kDecodeBarrierSpins = 1000;
     return (count + kLineFloats - 1) / kLineFloats * kLineFloats;
 }
 
+// The next `count` floats of a buffer being laid out (null for none), moving `next` past them.
+[[nodiscard]] float* carve(float*& next, std::size_t count) {
+    float* start = count > 0 ? next : nullptr;
+    next += count;
+    return start;
+}
+
 [[nodiscard]] int checked_keep(const ModelConfig& c, int slide_keep) {
     const int maxT = c.max_seq_len;
     const int keep = slide_keep == 0 ? std::max(1, maxT / 2) : slide_keep;
@@ -115,28 +122,23 @@ Generator::Generator(const Model& model, ThreadPool& pool, const DecodeWeights* 
     if (bf16_pieces + W * attention_pieces > 0)
         pieces_bf16_ = AlignedBuffer<Bf16>(bf16_pieces + W * attention_pieces);
     float* p = scratch_.data();
-    const auto carve = [&p](std::size_t count) {
-        float* start = count > 0 ? p : nullptr;
-        p += count;
-        return start;
-    };
-    x_ = carve(x);
-    qkv_ = carve(qkv);
-    atty_ = carve(atty);
-    fch_ = carve(fch);
-    ln_ = carve(ln);
-    ln_stats_ = carve(ln_stats);
-    piece_scales_ = carve(piece_scales);
+    x_ = carve(p, x);
+    qkv_ = carve(p, qkv);
+    atty_ = carve(p, atty);
+    fch_ = carve(p, fch);
+    ln_ = carve(p, ln);
+    ln_stats_ = carve(p, ln_stats);
+    piece_scales_ = carve(p, piece_scales);
     worker_scratch_.resize(W);
     for (std::size_t w = 0; w < W; ++w) {
         WorkerScratch& s = worker_scratch_[w];
-        s.scores = carve(scores);
-        s.weight_rows = carve(weight_rows);
-        s.stage = carve(stage);
-        s.attention_floats = carve(attention_floats);
+        s.scores = carve(p, scores);
+        s.weight_rows = carve(p, weight_rows);
+        s.stage = carve(p, stage);
+        s.attention_floats = carve(p, attention_floats);
         if (attention_pieces > 0)
             s.attention_pieces = pieces_bf16_.data() + bf16_pieces + w * attention_pieces;
-        s.products_f32 = carve(products_f32);
+        s.products_f32 = carve(p, products_f32);
         if (products_s32_.size() > 0) s.products_s32 = products_s32_.data() + w * products;
     }
     // Touched here: the pages are the generator's set-up rather than the first prompt's.
@@ -210,21 +212,16 @@ KvCacheSession::KvCacheSession(std::unique_ptr<Generator> own, Generator* shared
     scratch_ = AlignedBuffer<float>(x + qkv + atty + fch + logits +
                                     W * (worker_ln + worker_stats + scores));
     float* p = scratch_.data();
-    const auto carve = [&p](std::size_t count) {
-        float* start = p;
-        p += count;
-        return start;
-    };
-    x_ = carve(x);
-    qkv_ = carve(qkv);
-    atty_ = carve(atty);
-    fch_ = carve(fch);
-    logits_ = carve(logits);
+    x_ = carve(p, x);
+    qkv_ = carve(p, qkv);
+    atty_ = carve(p, atty);
+    fch_ = carve(p, fch);
+    logits_ = carve(p, logits);
     worker_scratch_.resize(W);
     for (WorkerScratch& s : worker_scratch_) {
-        s.ln = carve(worker_ln);
-        s.ln_stats = carve(worker_stats);
-        s.scores = carve(scores);
+        s.ln = carve(p, worker_ln);
+        s.ln_stats = carve(p, worker_stats);
+        s.scores = carve(p, scores);
     }
     // The memory is mapped lazily: touched here, the pages are the session's set-up rather than
     // the first prompt's (whose keys and values reach every 2 MiB page of the cache: zeroing it

@@ -333,6 +333,20 @@ void rows_times_vectors_any(float* const* ys, const float* const* xs, const W* w
     rows_times_vectors_portable<W, V>(ys, xs, w, scales, j0, j1, K, bias, accumulate);
 }
 
+// rows_times_vectors_any for a pass of `count` vectors (1..V), V fixed at compile time so that
+// the accumulators stay in registers.
+template <typename W, int V = 1>
+void run_pass(int count, float* const* ys, const float* const* xs, const W* w, const float* scales,
+              int j0, int j1, int K, const float* bias, bool accumulate, bool portable) {
+    if constexpr (V < kVectorsPerPass) {
+        if (count > V) {
+            run_pass<W, V + 1>(count, ys, xs, w, scales, j0, j1, K, bias, accumulate, portable);
+            return;
+        }
+    }
+    rows_times_vectors_any<W, V>(ys, xs, w, scales, j0, j1, K, bias, accumulate, portable);
+}
+
 template <typename W>
 void matvec_many_impl(std::span<float* const> ys, std::span<const float* const> xs, const W* w,
                       const float* scales, int n, int K, const float* bias, bool accumulate,
@@ -344,36 +358,8 @@ void matvec_many_impl(std::span<float* const> ys, std::span<const float* const> 
         for (int v0 = 0; v0 < vectors; v0 += kVectorsPerPass) {
             float* const* y = ys.data() + v0;
             const float* const* x = xs.data() + v0;
-            const auto pass = [&]<int V>() {
-                rows_times_vectors_any<W, V>(y, x, w, scales, j0, j1, K, bias, accumulate,
-                                             portable);
-            };
-            switch (std::min(kVectorsPerPass, vectors - v0)) {
-                case 1:
-                    pass.template operator()<1>();
-                    break;
-                case 2:
-                    pass.template operator()<2>();
-                    break;
-                case 3:
-                    pass.template operator()<3>();
-                    break;
-                case 4:
-                    pass.template operator()<4>();
-                    break;
-                case 5:
-                    pass.template operator()<5>();
-                    break;
-                case 6:
-                    pass.template operator()<6>();
-                    break;
-                case 7:
-                    pass.template operator()<7>();
-                    break;
-                default:
-                    pass.template operator()<8>();
-                    break;
-            }
+            run_pass(std::min(kVectorsPerPass, vectors - v0), y, x, w, scales, j0, j1, K, bias,
+                     accumulate, portable);
         }
     }
 }
