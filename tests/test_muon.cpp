@@ -9,9 +9,11 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "model/model.hpp"
+#include "ops/bf16.hpp"
 #include "optim/muon.hpp"
 #include "parallel/allreduce.hpp"
 #include "parallel/comm.hpp"
@@ -119,6 +121,168 @@ TEST(NewtonSchulz, TheFp32IterationFollowsTheIterationInDouble) {
             EXPECT_GT(row, 0.3) << "row " << i;
             EXPECT_LT(row, 1.5) << "row " << i;
         }
+    }
+}
+
+// The bf16 iteration's first step against the exact one, elementwise, under the probabilistic
+// model of rounding the fp32 test uses (independent roundings, each moving its value by at most
+// u_b = 2^-8 of it: a sum's error has a standard deviation of at most the root of the sum of its
+// terms' squared errors, and exceeds lambda = 6 of them with probability 2 exp(-18)). Each error
+// travels through the next product: sd(A A) <= sqrt(sd(A)^2 |A|^2 + |A|^2 sd(A)^2) in the
+// elementwise-squared products computed here in double; an error made of correlated parts is
+// bounded by the sum of their deviations. Over X X^T, its rounding, A A, B = b A + k A A, its
+// rounding and B X that bounds |next - exact| per element, plus the fp32 sums' own rounding
+// (gamma_n = n u / (1 - n u) of the magnitudes). Then the five steps as Muon runs them: the
+// result's rows have the squared norms the iteration leaves (singular values in about
+// [0.68, 1.2]), as the fp32 iteration's do.
+TEST(NewtonSchulz, TheBf16IterationFollowsTheIterationInDouble) {
+    constexpr double ub = 0x1p-8, a = 3.4445, b = -4.7750, k = 2.0315;
+    std::mt19937 rng(8);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const auto product = [](const std::vector<double>& x, const std::vector<double>& y, int m,
+                            int inner, int n, bool transpose_y) {
+        std::vector<double> out(static_cast<std::size_t>(m) * static_cast<std::size_t>(n), 0.0);
+        for (int i = 0; i < m; ++i)
+            for (int j = 0; j < n; ++j) {
+                double sum = 0.0;
+                for (int q = 0; q < inner; ++q)
+                    sum += x[static_cast<std::size_t>(i) * inner + q] *
+                           (transpose_y ? y[static_cast<std::size_t>(j) * inner + q]
+                                        : y[static_cast<std::size_t>(q) * n + j]);
+                out[static_cast<std::size_t>(i) * n + j] = sum;
+            }
+        return out;
+    };
+    const auto magnitudes = [](std::vector<double> x) {
+        for (double& v : x)
+            v = std::abs(v);
+        return x;
+    };
+    const auto squares = [](std::vector<double> x) {
+        for (double& v : x)
+            v *= v;
+        return x;
+    };
+    const auto roots = [](std::vector<double> x) {
+        for (double& v : x)
+            v = std::sqrt(v);
+        return x;
+    };
+    const auto plus = [](std::vector<double> x, const std::vector<double>& y) {
+        for (std::size_t i = 0; i < x.size(); ++i)
+            x[i] += y[i];
+        return x;
+    };
+    // Element i of the r x r product |P| |Q|.
+    const auto product_at = [](const std::vector<double>& p, const std::vector<double>& q, int r,
+                               std::size_t i) {
+        const std::size_t R = static_cast<std::size_t>(r), row = i / R, col = i % R;
+        double sum = 0.0;
+        for (std::size_t t = 0; t < R; ++t)
+            sum += p[row * R + t] * q[t * R + col];
+        return sum;
+    };
+    // Gaussian matrices (small singular values after the normalization, where the step is
+    // nearly a X) and rank-2 ones plus noise, as gradients tend to be (singular values near 1,
+    // where b A and k A A weigh as much as a X).
+    for (const auto& [r, c, low_rank] :
+         {std::tuple{48, 48, false}, std::tuple{64, 256, false}, std::tuple{96, 160, false},
+          std::tuple{48, 48, true}, std::tuple{64, 256, true}, std::tuple{96, 160, true}}) {
+        const std::size_t n = static_cast<std::size_t>(r) * static_cast<std::size_t>(c);
+        const std::size_t rr = static_cast<std::size_t>(r) * static_cast<std::size_t>(r);
+        std::vector<float> x(n);
+        std::vector<float> u(2 * static_cast<std::size_t>(r)), v(2 * static_cast<std::size_t>(c));
+        for (float& e : u)
+            e = normal(rng);
+        for (float& e : v)
+            e = normal(rng);
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::size_t row = i / static_cast<std::size_t>(c);
+            const std::size_t col = i % static_cast<std::size_t>(c);
+            x[i] = low_rank ? u[row] * v[col] + 0.5f * u[r + row] * v[c + col] + 0.05f * normal(rng)
+                            : normal(rng);
+        }
+        std::vector<float> scratch(n + 2 * rr);
+        std::vector<Bf16> bf16_scratch(n + 2 * rr);
+        // One step: both sides start from the fp32 normalization's X (newton_schulz5 with zero
+        // steps), so only the step's own arithmetic separates them.
+        std::vector<float> normalized = x;
+        newton_schulz5(normalized, r, c, 0, scratch);
+        std::vector<float> one = normalized;
+        newton_schulz5(one, r, c, 1, scratch, bf16_scratch);
+        const std::vector<double> X(normalized.begin(), normalized.end());
+        const std::vector<double> exact = newton_schulz_double(X, r, c, 1);
+        // newton_schulz_double normalizes again: its X differs from ours by 1e-7 of |X|, exactly
+        // accounted for below as a relative 2e-7 of the result's magnitude.
+        const double gamma_c = c * kUnitRoundoff / (1 - c * kUnitRoundoff);
+        const double gamma_r = r * kUnitRoundoff / (1 - r * kUnitRoundoff);
+        constexpr double lambda = 6.0;
+        const std::vector<double> absX = magnitudes(X), X2 = squares(X);
+        const std::vector<double> A = product(X, X, r, c, r, true);
+        const std::vector<double> absA = magnitudes(A), A2 = squares(A);
+        const std::vector<double> XX = product(absX, absX, r, c, r, true);
+        // X rounded: variance u_b^2 X^2 each; A = Xb Xb^T: both factors' roundings.
+        std::vector<double> varXb(n);
+        for (std::size_t i = 0; i < n; ++i)
+            varXb[i] = ub * ub * X2[i];
+        const std::vector<double> varA =
+            plus(product(varXb, X2, r, c, r, true), product(X2, varXb, r, c, r, true));
+        std::vector<double> varAb(rr);
+        for (std::size_t i = 0; i < rr; ++i)
+            varAb[i] = varA[i] + ub * ub * A2[i];
+        const std::vector<double> varAA =
+            plus(product(varAb, A2, r, r, r, false), product(A2, varAb, r, r, r, false));
+        const std::vector<double> AA = product(A, A, r, r, r, false);
+        const std::vector<double> absAA = product(absA, absA, r, r, r, false);
+        std::vector<double> B(rr), absB(rr), varBb(rr), fixedB(rr);
+        for (std::size_t i = 0; i < rr; ++i) {
+            B[i] = b * A[i] + k * AA[i];
+            absB[i] = std::abs(B[i]);
+            const double sdB = std::abs(b) * std::sqrt(varA[i]) + k * std::sqrt(varAA[i]);
+            varBb[i] = sdB * sdB + ub * ub * B[i] * B[i];
+            // The fp32 sums' roundings, bounded outright: X X^T's through b and A A, A A's own.
+            fixedB[i] = std::abs(b) * gamma_c * XX[i] +
+                        k * (2 * gamma_c * product_at(XX, absA, r, i) + gamma_r * absAA[i]) +
+                        2 * kUnitRoundoff * (std::abs(b) * absA[i] + k * absAA[i]);
+        }
+        const std::vector<double> B2 = squares(B);
+        const std::vector<double> sd_from_B = roots(product(varBb, X2, r, r, c, false));
+        const std::vector<double> sd_from_X = roots(product(B2, varXb, r, r, c, false));
+        const std::vector<double> fixed_from_B = product(fixedB, absX, r, r, c, false);
+        const std::vector<double> B_X = product(absB, absX, r, r, c, false);
+        double worst = 0.0;
+        for (std::size_t i = 0; i < n; ++i) {
+            const double magnitude = a * absX[i] + B_X[i];
+            // The deviation of next through B (Xb's share of it included) and through the last
+            // product's Xb: correlated, so added; the fp32 sums, a X's rounding and the double's
+            // second normalization (1e-7 of |X|) outright.
+            const double allowed = lambda * (sd_from_B[i] + sd_from_X[i]) + fixed_from_B[i] +
+                                   (gamma_r + 2 * kUnitRoundoff) * magnitude + 2e-7 * magnitude;
+            worst = std::max(worst, std::abs(one[i] - exact[i]) / allowed);
+            ASSERT_LE(std::abs(one[i] - exact[i]), allowed) << r << " x " << c << ", element " << i;
+        }
+        // Five steps: the rows' squared norms where the iteration puts them; and how far from the
+        // exact five steps, for the record (fp32: about 1e-6).
+        std::vector<float> five = x;
+        newton_schulz5(five, r, c, 5, scratch, bf16_scratch);
+        const std::vector<double> exact_five =
+            newton_schulz_double(std::vector<double>(x.begin(), x.end()), r, c, 5);
+        std::vector<double> difference(n);
+        for (std::size_t i = 0; i < n; ++i)
+            difference[i] = five[i] - exact_five[i];
+        for (int i = 0; i < r; ++i) {
+            double row = 0.0;
+            for (int j = 0; j < c; ++j)
+                row += double{five[static_cast<std::size_t>(i) * c + j]} *
+                       five[static_cast<std::size_t>(i) * c + j];
+            EXPECT_GT(row, 0.3) << "row " << i;
+            EXPECT_LT(row, 1.5) << "row " << i;
+        }
+        std::printf(
+            "bf16 Newton-Schulz %d x %d%s: one step at %.2e of its bound; five steps "
+            "%.2e of the result from the exact iteration\n",
+            r, c, low_rank ? " (rank 2 + noise)" : "", worst,
+            frobenius(difference) / frobenius(exact_five));
     }
 }
 
@@ -439,15 +603,20 @@ TEST(MuonSplits, AnyWorkerCountAndAnySlicingGiveTheSameBits) {
     }
 }
 
-// Given the same gradient, the update is the same bits on any number of threads.
-TEST(MuonSplits, TheUpdateIsTheSameBitsOnAnyNumberOfThreads) {
+// Given the same gradient, the update is the same bits on any number of threads, with fp32 and
+// with bf16 products in the iteration.
+class MuonThreads : public ::testing::TestWithParam<bool> {};
+
+TEST_P(MuonThreads, TheUpdateIsTheSameBitsOnAnyNumberOfThreads) {
     const test::ReferenceFixture base =
         test::ReferenceFixture::load(std::string(GPT2_TEST_DATA_DIR) + "/gpt2_reference.bin");
     const std::span<const float> gradient = base.at("grads").f32;
+    MuonSettings settings;
+    settings.bf16_products = GetParam();
     const auto update = [&](int threads) {
         Model model = test::fixture_model(base);
         const std::size_t P = model.layout.total();
-        Muon optimizer(P, 0, MuonSettings{});
+        Muon optimizer(P, 0, settings);
         ThreadPool pool(threads);
         for (int step = 0; step < 2; ++step) {
             std::vector<float> g(gradient.begin(), gradient.end());
@@ -467,6 +636,9 @@ TEST(MuonSplits, TheUpdateIsTheSameBitsOnAnyNumberOfThreads) {
     const std::vector<float> initial(base.at("params").f32.begin(), base.at("params").f32.end());
     EXPECT_NE(std::memcmp(one.data(), initial.data(), one.size() * sizeof(float)), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Products, MuonThreads, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Bf16" : "Fp32"; });
 
 // Slices never cut a matrix Muon updates whole, begin on norm blocks, and cover the weights.
 TEST(MuonSplits, SlicesHoldWholeMatricesAndCoverTheWeights) {

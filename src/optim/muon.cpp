@@ -5,7 +5,9 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "ops/bf16.hpp"
 #include "ops/gemm.hpp"
+#include "ops/peak_flops.hpp"
 #include "optim/adamw.hpp"
 #include "threads/thread_pool.hpp"
 
@@ -44,12 +46,21 @@ std::size_t muon_scratch_floats(const MuonMatrix& matrix) {
     return 2 * matrix.size() + 2 * r * r;
 }
 
-void newton_schulz5(std::span<float> x, int r, int c, int steps, std::span<float> scratch) {
+std::size_t muon_scratch_bf16s(const MuonMatrix& matrix) {
+    const auto r = static_cast<std::size_t>(std::min(matrix.rows, matrix.cols));
+    return matrix.size() + 2 * r * r;
+}
+
+void newton_schulz5(std::span<float> x, int r, int c, int steps, std::span<float> scratch,
+                    std::span<Bf16> bf16_scratch) {
     constexpr float a = 3.4445f, b = -4.7750f, k = 2.0315f;
     const std::size_t n = static_cast<std::size_t>(r) * static_cast<std::size_t>(c);
     const std::size_t rr = static_cast<std::size_t>(r) * static_cast<std::size_t>(r);
-    if (r > c || x.size() < n || scratch.size() < n + 2 * rr) {
-        throw std::invalid_argument("newton_schulz5: needs r <= c and r*c + 2r^2 scratch floats");
+    const bool bf16 = !bf16_scratch.empty();
+    if (r > c || x.size() < n || scratch.size() < n + 2 * rr ||
+        (bf16 && bf16_scratch.size() < n + 2 * rr)) {
+        throw std::invalid_argument(
+            "newton_schulz5: needs r <= c and r*c + 2r^2 scratch floats (and as many bf16s)");
     }
     double squares = 0.0;
     for (std::size_t i = 0; i < n; ++i)
@@ -62,14 +73,41 @@ void newton_schulz5(std::span<float> x, int r, int c, int steps, std::span<float
     float* A = next + n;
     float* B = A + rr;
     for (int s = 0; s < steps; ++s) {
-        gemm_nt(r, r, c, 1.0f, X, c, X, c, 0.0f, A, r);  // A = X X^T
-        std::copy(A, A + rr, B);
-        gemm_nn(r, r, r, k, A, r, A, r, b, B, r);  // B = b A + k A A
-        std::copy(X, X + n, next);
-        gemm_nn(r, c, r, 1.0f, B, r, X, c, a, next, c);  // next = a X + B X
+        if (bf16) {
+            // The same iteration with each product's operands rounded to bf16 as they enter it
+            // (fp32 sums; X, A and B themselves stay fp32, as do a X and b A).
+            Bf16* Xb = bf16_scratch.data();
+            Bf16* Ab = Xb + n;
+            Bf16* Bb = Ab + rr;
+            convert_to_bf16(Xb, X, n);
+            gemm_bf16_nt(r, r, c, Xb, c, Xb, c, 0.0f, A, r);  // A = X X^T
+            convert_to_bf16(Ab, A, rr);
+            gemm_bf16_nn(r, r, r, Ab, r, Ab, r, 0.0f, B, r);  // B = A A
+            for (std::size_t i = 0; i < rr; ++i)
+                B[i] = b * A[i] + k * B[i];
+            convert_to_bf16(Bb, B, rr);
+            gemm_bf16_nn(r, c, r, Bb, r, Xb, c, 0.0f, next, c);  // next = B X
+            for (std::size_t i = 0; i < n; ++i)
+                next[i] = a * X[i] + next[i];
+        } else {
+            gemm_nt(r, r, c, 1.0f, X, c, X, c, 0.0f, A, r);  // A = X X^T
+            std::copy(A, A + rr, B);
+            gemm_nn(r, r, r, k, A, r, A, r, b, B, r);  // B = b A + k A A
+            std::copy(X, X + n, next);
+            gemm_nn(r, c, r, 1.0f, B, r, X, c, a, next, c);  // next = a X + B X
+        }
         std::swap(X, next);
     }
     if (X != x.data()) std::copy(X, X + n, x.data());
+}
+
+bool newton_schulz_in_bf16(Precision precision) {
+    // Decided from the CPU, never measured, so every rank of a machine and every run decides
+    // alike (the choice changes the bits).
+    const Bf16Backend backend = bf16_backend();
+    return precision == Precision::Bf16 &&
+           (backend == Bf16Backend::Amx ||
+            (backend == Bf16Backend::Avx512Bf16 && bf16_dots_outrun_fma()));
 }
 
 namespace {
@@ -77,7 +115,8 @@ namespace {
 // One matrix's Muon update on the calling thread: momentum (buf), Nesterov's look-ahead, the
 // orthogonalized update (transposed while it has more rows than columns), decoupled decay.
 void update_matrix(const MuonMatrix& mat, const UpdateTarget& t, OptimizerState& state,
-                   const MuonSettings& s, const StepRates& rates, std::span<float> scratch) {
+                   const MuonSettings& s, const StepRates& rates, std::span<float> scratch,
+                   std::span<Bf16> bf16_scratch) {
     const std::size_t n = mat.size();
     float* p = t.params.data() + mat.offset;
     float* g = t.gradient.data() + mat.offset;
@@ -98,7 +137,7 @@ void update_matrix(const MuonMatrix& mat, const UpdateTarget& t, OptimizerState&
             g[at] = 0.0f;
         }
     }
-    newton_schulz5(x, r, c, s.newton_schulz_steps, scratch.subspan(n));
+    newton_schulz5(x, r, c, s.newton_schulz_steps, scratch.subspan(n), bf16_scratch);
     const float scale = std::sqrt(std::max(1.0f, static_cast<float>(mat.rows) / mat.cols));
     const float step = rates.muon_lr * scale;
     const float decay = 1.0f - rates.muon_lr * s.weight_decay;
@@ -157,6 +196,17 @@ void Muon::update(const UpdateTarget& target, const StepRates& rates, ThreadPool
     for (AlignedBuffer<float>& s : scratch_) {
         if (s.size() < largest) s = AlignedBuffer<float>(largest);
     }
+    if (settings_.bf16_products) {
+        std::size_t largest_bf16 = 0;
+        for (const MuonMatrix& mat : mine)
+            largest_bf16 = std::max(largest_bf16, muon_scratch_bf16s(mat));
+        if (bf16_scratch_.size() < static_cast<std::size_t>(W)) {
+            bf16_scratch_.resize(static_cast<std::size_t>(W));
+        }
+        for (AlignedBuffer<Bf16>& s : bf16_scratch_) {
+            if (s.size() < largest_bf16) s = AlignedBuffer<Bf16>(largest_bf16);
+        }
+    }
     // What is left of owned is AdamW's: the parts outside the four matrix families.
     std::vector<Range> adamw_parts;
     std::size_t at = owned.begin;
@@ -170,7 +220,8 @@ void Muon::update(const UpdateTarget& target, const StepRates& rates, ThreadPool
     pool.run([&](int w) {
         const auto uw = static_cast<std::size_t>(w);
         for (const std::size_t i : dealt[uw])
-            update_matrix(mine[i], target, state, settings_, rates, scratch_[uw].span());
+            update_matrix(mine[i], target, state, settings_, rates, scratch_[uw].span(),
+                          settings_.bf16_products ? bf16_scratch_[uw].span() : std::span<Bf16>());
         for (const Range part : adamw_parts) {
             if (part.begin >= part.end) continue;
             const Range r = split_range(part.end - part.begin, w, W);

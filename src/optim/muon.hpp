@@ -34,11 +34,20 @@ struct MuonMatrix {
 // X X^T (2 r r c), A A (2 r r r) and B X (2 r r c).
 [[nodiscard]] double newton_schulz_flops(const MuonMatrix& matrix);
 
+// The bf16s it needs besides where its products are bf16 (X, A and B rounded: r*c + 2*r*r).
+[[nodiscard]] std::size_t muon_scratch_bf16s(const MuonMatrix& matrix);
 // The quintic Newton-Schulz iteration with coefficients (3.4445, -4.7750, 2.0315): X (r x c,
 // r <= c, row-major) divided by its Frobenius norm (+1e-7), then `steps` times A = X X^T,
-// B = b A + c A A, X = a X + B X, in fp32 through the GEMM layer. `scratch` holds at least
-// r*c + 2*r*r floats. The result replaces X.
-void newton_schulz5(std::span<float> x, int r, int c, int steps, std::span<float> scratch);
+// B = b A + c A A, X = a X + B X, through the GEMM layer. `scratch` holds at least r*c + 2*r*r
+// floats. With `bf16_scratch` (as many bf16s) the three products take their operands rounded to
+// bf16 (fp32 sums, the rest fp32: where bf16 products run several times faster); without, fp32.
+// The result replaces X.
+void newton_schulz5(std::span<float> x, int r, int c, int steps, std::span<float> scratch,
+                    std::span<Bf16> bf16_scratch = {});
+// Whether a run of `precision` orthogonalizes with bf16 products: bf16 runs where this CPU's bf16
+// products outrun its fp32 ones (AMX-BF16; AVX512_BF16 where bf16_dots_outrun_fma: AMD's).
+// Elsewhere (emulated bf16, Intel's AVX512_BF16 without AMX) they are slower, so fp32.
+[[nodiscard]] bool newton_schulz_in_bf16(Precision precision);
 
 class Muon final : public Optimizer {
   public:
@@ -52,8 +61,9 @@ class Muon final : public Optimizer {
 
   private:
     MuonSettings settings_;
-    std::vector<MuonMatrix> matrices_;           // the model's, found at the first update
-    std::vector<AlignedBuffer<float>> scratch_;  // per worker
+    std::vector<MuonMatrix> matrices_;               // the model's, found at the first update
+    std::vector<AlignedBuffer<float>> scratch_;      // per worker
+    std::vector<AlignedBuffer<Bf16>> bf16_scratch_;  // per worker, where the products are bf16
 };
 
 }  // namespace gpt2

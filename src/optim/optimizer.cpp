@@ -104,12 +104,15 @@ double muon_update_flops(const ParameterLayout& layout) {
     return flops;
 }
 
-std::size_t optimizer_scratch_bytes(OptimizerKind kind, const ParameterLayout& layout) {
+std::size_t optimizer_scratch_bytes(OptimizerKind kind, const ParameterLayout& layout,
+                                    bool bf16_products) {
     if (kind != OptimizerKind::Muon) return 0;
     std::size_t largest = 0;
-    for (const MuonMatrix& mat : muon_matrices(layout))
-        largest = std::max(largest, muon_scratch_floats(mat));
-    return largest * sizeof(float);
+    for (const MuonMatrix& mat : muon_matrices(layout)) {
+        largest = std::max(largest, muon_scratch_floats(mat) * sizeof(float) +
+                                        (bf16_products ? muon_scratch_bf16s(mat) * 2 : 0));
+    }
+    return largest;
 }
 
 std::size_t optimizer_state_bytes(OptimizerKind kind, const ParameterLayout& layout) {

@@ -112,9 +112,9 @@ class Optimizer {
 [[nodiscard]] std::size_t optimizer_state_bytes(OptimizerKind kind, const ParameterLayout& layout);
 
 // The scratch an optimizer's update takes per worker thread (Muon: its largest matrix twice and
-// two r x r products), for the memory plan.
-[[nodiscard]] std::size_t optimizer_scratch_bytes(OptimizerKind kind,
-                                                  const ParameterLayout& layout);
+// two r x r products; with bf16 products also their rounded operands), for the memory plan.
+[[nodiscard]] std::size_t optimizer_scratch_bytes(OptimizerKind kind, const ParameterLayout& layout,
+                                                  bool bf16_products = false);
 
 // Muon's fixed settings (its learning rate is the schedule's, per step).
 struct MuonSettings {
@@ -122,6 +122,8 @@ struct MuonSettings {
     float weight_decay = 0.0f;
     bool nesterov = true;
     int newton_schulz_steps = 5;
+    // The iteration's products on bf16-rounded operands (newton_schulz_in_bf16).
+    bool bf16_products = false;
 };
 
 // The optimizer of `kind` for [first, first + count) of the flat layout.

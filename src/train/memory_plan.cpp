@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "core/error.hpp"
+#include "optim/muon.hpp"
 #include "parallel/comm.hpp"
 #include "train/log_lines.hpp"
 #include "train/options.hpp"
@@ -62,7 +63,8 @@ MemoryNeed memory_need(const ModelConfig& config, int workers, int batch_size, i
     const ParameterLayout layout(config);
     const std::size_t moments =
         optimizer_state_bytes(optimizer, layout) / static_cast<std::size_t>(moment_parts) +
-        static_cast<std::size_t>(workers) * optimizer_scratch_bytes(optimizer, layout);
+        static_cast<std::size_t>(workers) *
+            optimizer_scratch_bytes(optimizer, layout, newton_schulz_in_bf16(precision));
     need.rank_bytes = weights + gradient + moments;
     return need;
 }

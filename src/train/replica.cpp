@@ -12,6 +12,7 @@
 #include "formats/peft.hpp"
 #include "formats/resume_state.hpp"
 #include "model/lora.hpp"
+#include "optim/muon.hpp"
 #include "parallel/adapter_exchange.hpp"
 #include "parallel/allreduce.hpp"
 #include "parallel/model_broadcast.hpp"
@@ -202,7 +203,8 @@ std::unique_ptr<Replica> build_replica(const TrainOptions& o, const Communicator
         return replica;
     }
     const OptimizerKind kind = o.optimizer.kind;
-    const MuonSettings muon = muon_settings(o);
+    MuonSettings muon = muon_settings(o);
+    muon.bf16_products = newton_schulz_in_bf16(o.compute.precision);
     SharedGradients shared;
     if (exchange.share_memory) {
         exchange.share_error =

@@ -11,6 +11,7 @@
 #include "ops/bf16.hpp"
 #include "ops/gemm.hpp"
 #include "ops/peak_flops.hpp"
+#include "optim/muon.hpp"
 #include "threads/cpu_topology.hpp"
 #include "train/memory_plan.hpp"
 #include "train/model_shape.hpp"
@@ -71,9 +72,13 @@ void TrainingLoop::log_memory(spdlog::level::level_enum level) const {
 void TrainingLoop::log_precision() const {
     if (replica_.model.precision == Precision::Bf16) {
         spdlog::info(
-            "precision bf16: products on {}, attention in {}, fp32 weights, gradients and AdamW | "
-            "MFU against the fp32 peak {:.0f} GFLOP/s ({})",
+            "precision bf16: products on {}, attention in {}, fp32 weights, gradients and "
+            "AdamW{} | MFU against the fp32 peak {:.0f} GFLOP/s ({})",
             bf16_backend_name(bf16_backend()), bf16_attention_pays() ? "bf16" : "fp32",
+            replica_.optimizer->kind() != OptimizerKind::Muon ? ""
+            : newton_schulz_in_bf16(Precision::Bf16)
+                ? ", Muon's Newton-Schulz products in bf16"
+                : ", Muon's Newton-Schulz in fp32 (bf16 products are not faster here)",
             peak_gflops_, yardstick_.describe());
         if (bf16_backend() == Bf16Backend::Avx512Bf16 && comm_.is_root()) {
             // Without AMX, bf16 products are AVX512_BF16 dot products: oneDNN's kernels run at
