@@ -36,6 +36,11 @@ Regenerate (deterministic: two runs give identical bytes):
 File format (little-endian): 8-byte magic "GPT2REF1", uint32 record count, then per record:
 uint32 name length, name bytes (ASCII, no NUL), uint32 dtype (0 = float32, 1 = int32),
 uint32 ndim, int64 dims[ndim], raw data (prod(dims) elements, C order). Scalars have ndim 0.
+
+And tests/data/block_kernels_reference.bin: the layers of the families after GPT-2 on random
+inputs, computed in float64 by plain torch ops and autograd (RMSNorm with and without a gain,
+Llama's rotary positions on a grouped-query qkv row as Hugging Face's apply_rotary_pos_emb writes
+them, SwiGLU, ReLU^2): outputs and input (and gain) gradients for a random output gradient.
 """
 
 import argparse
@@ -359,6 +364,80 @@ def write_muon_fixture(path):
     ])
 
 
+def write_block_kernels_fixture(path):
+    """RMSNorm, rotary positions, SwiGLU and ReLU^2 in float64, with their gradients."""
+    g = torch.Generator().manual_seed(20261128)
+    d = torch.float64
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, dtype=d)
+
+    def f32(t):
+        return t.detach().to(torch.float32).numpy()
+
+    records = []
+    # RMSNorm over rows of C (eps 1e-5), with a gain and without.
+    N, C, eps = 10, 24, 1e-5
+    x, w, dout = rand(N, C).requires_grad_(), (1 + 0.1 * rand(C)).requires_grad_(), rand(N, C)
+    x32, w32 = torch.tensor(f32(x), dtype=d, requires_grad=True), torch.tensor(f32(w), dtype=d, requires_grad=True)
+    for name, gain in (("rms", w32), ("rms_nogain", None)):
+        x32.grad = None
+        out = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+        if gain is not None:
+            gain.grad = None
+            out = out * gain
+        out.backward(dout)
+        records += [(f"{name}.out", f32(out)), (f"{name}.dinp", f32(x32.grad))]
+        if gain is not None:
+            records.append((f"{name}.dweight", f32(gain.grad)))
+    records += [("rms.inp", f32(x32)), ("rms.weight", f32(w32)), ("rms.dout", f32(dout))]
+
+    # Rotary: B=2 sequences of T=5 at positions 3..7, 4 query heads and 2 key/value heads of 8.
+    B, T, NH, KVH, hs, theta, first = 2, 5, 4, 2, 8, 10000.0, 3
+    W = NH * hs + 2 * KVH * hs
+    qkv = torch.tensor(f32(rand(B * T, W)), dtype=d, requires_grad=True)
+    dqkv = rand(B * T, W)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=d) / hs))
+    freqs = torch.outer(torch.arange(first, first + T, dtype=d), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def rotate_half(t):
+        return torch.cat((-t[..., hs // 2:], t[..., : hs // 2]), dim=-1)
+
+    rows = qkv.view(B, T, W)
+    q = rows[..., : NH * hs].reshape(B, T, NH, hs)
+    k = rows[..., NH * hs : NH * hs + KVH * hs].reshape(B, T, KVH, hs)
+    v = rows[..., NH * hs + KVH * hs :]
+    c, s_ = cos[None, :, None, :], sin[None, :, None, :]
+    q_rot = q * c + rotate_half(q) * s_
+    k_rot = k * c + rotate_half(k) * s_
+    out = torch.cat((q_rot.reshape(B, T, -1), k_rot.reshape(B, T, -1), v), dim=-1).reshape(B * T, W)
+    out.backward(dqkv)
+    records += [
+        ("rope.dims", np.array([B, T, NH, KVH, hs, first], dtype=np.int32)),
+        ("rope.theta", np.array([theta], dtype=np.float32)),
+        ("rope.qkv", f32(qkv)), ("rope.dout", f32(dqkv)),
+        ("rope.out", f32(out)), ("rope.dinp", f32(qkv.grad)),
+    ]
+
+    # SwiGLU over rows of the gate then the up-projection (H = 12), and ReLU^2.
+    H = 12
+    gu = torch.tensor(f32(3 * rand(N, 2 * H)), dtype=d, requires_grad=True)
+    dout = rand(N, H)
+    out = torch.nn.functional.silu(gu[:, :H]) * gu[:, H:]
+    out.backward(dout)
+    records += [("swiglu.inp", f32(gu)), ("swiglu.dout", f32(dout)),
+                ("swiglu.out", f32(out)), ("swiglu.dinp", f32(gu.grad))]
+    r = torch.tensor(f32(rand(N * H)), dtype=d, requires_grad=True)
+    dout = rand(N * H)
+    out = torch.relu(r).square()
+    out.backward(dout)
+    records += [("relu2.inp", f32(r)), ("relu2.dout", f32(dout)),
+                ("relu2.out", f32(out)), ("relu2.dinp", f32(r.grad))]
+    write_fixture(path, records)
+
+
 def write_fixture(path, records):
     """Serialize [(name, np.ndarray)] in the GPT2REF1 format."""
     dtypes = {np.dtype(np.float32): 0, np.dtype(np.int32): 1}
@@ -526,6 +605,7 @@ def main():
     write_masked_fixture(args.output.parent / "gpt2_masked_reference.bin")
     write_lora_fixture(args.output.parent / "gpt2_lora_reference.bin")
     write_muon_fixture(args.output.parent / "gpt2_muon_reference.bin")
+    write_block_kernels_fixture(args.output.parent / "block_kernels_reference.bin")
     print(f"wrote {args.output} ({args.output.stat().st_size} bytes, {len(records)} records)")
     for name, arr in records:
         print(f"  {name:20s} {'int32' if arr.dtype == np.int32 else 'float32'} {list(arr.shape)}")

@@ -31,14 +31,16 @@ TEST(ModelLayout, TheTableLaysOutLlmcsOrderAndDecaysTheMatrices) {
     const ParameterLayout layout(kConfig);
     const std::size_t L = 3, C = 128, Vp = 1024, maxT = 64;
     // llm.c's fill_in_parameter_sizes, in its order.
-    const std::size_t sizes[kNumParamTensors] = {
+    constexpr int kGpt2Tensors = 16;
+    const std::size_t sizes[kGpt2Tensors] = {
         Vp * C, maxT * C, L * C,         L * C,     L * 3 * C * C, L * 3 * C, L * C * C, L * C,
         L * C,  L * C,    L * 4 * C * C, L * 4 * C, L * 4 * C * C, L * C,     C,         C};
     std::size_t offset = 0;
-    ASSERT_EQ(layout.specs().size(), static_cast<std::size_t>(kNumParamTensors));
-    for (int i = 0; i < kNumParamTensors; ++i) {
+    ASSERT_EQ(layout.specs().size(), static_cast<std::size_t>(kGpt2Tensors));
+    for (int i = 0; i < kGpt2Tensors; ++i) {
         const auto t = static_cast<ParamTensor>(i);
         EXPECT_EQ(layout.specs()[static_cast<std::size_t>(i)].id, t);
+        EXPECT_TRUE(layout.has(t));
         EXPECT_EQ(layout.offset(t), offset) << param_tensor_name(t);
         EXPECT_EQ(layout.size(t), sizes[i]) << param_tensor_name(t);
         offset += sizes[i];
@@ -48,6 +50,9 @@ TEST(ModelLayout, TheTableLaysOutLlmcsOrderAndDecaysTheMatrices) {
         EXPECT_EQ(layout.decays(t), matrix) << param_tensor_name(t);
     }
     EXPECT_EQ(layout.total(), offset);
+    // GPT-2's head is wte: no tensor of its own.
+    EXPECT_FALSE(layout.has(ParamTensor::lmheadw));
+    EXPECT_EQ(layout.size(ParamTensor::lmheadw), 0u);
 }
 
 TEST(ModelInit, DistributionsMatchGpt2) {
@@ -55,8 +60,8 @@ TEST(ModelInit, DistributionsMatchGpt2) {
     init_parameters(model, 42);
     const std::span<const float> p = model.params.span();
     const double residual = 0.02 / std::sqrt(2.0 * kConfig.num_layers);
-    for (int i = 0; i < kNumParamTensors; ++i) {
-        const auto t = static_cast<ParamTensor>(i);
+    for (const TensorSpec& spec : model.layout.specs()) {
+        const ParamTensor t = spec.id;
         std::span<const float> x = model.layout.tensor(p, t);
         if (t == ParamTensor::wte)
             x = x.first(static_cast<std::size_t>(kConfig.vocab_size) * kConfig.channels);

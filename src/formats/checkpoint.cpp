@@ -22,7 +22,13 @@ constexpr std::size_t kHeaderBytes = kHeaderInts * sizeof(std::int32_t);
 // Footer: magic, trailer offset, checksum of everything before the footer.
 constexpr std::array<char, 8> kFooterMagic = {'G', 'P', 'T', '2', 'C', 'K', 'P', '1'};
 constexpr std::size_t kFooterBytes = 8 + 8 + 8;
-enum class TrailerTag : std::uint32_t { Tokenizer = 1, ConfigJson = 2 };
+// Sections an earlier build does not know it skips; the record comes only in version-30 files.
+enum class TrailerTag : std::uint32_t { Tokenizer = 1, ConfigJson = 2, ConfigRecord = 3 };
+constexpr std::size_t kSectionHeader = sizeof(std::uint32_t) + sizeof(std::uint64_t);
+
+std::span<const std::uint8_t> record_bytes(const ConfigRecord& record) {
+    return {reinterpret_cast<const std::uint8_t*>(record.data()), sizeof(record)};
+}
 
 std::array<std::int32_t, kHeaderInts> llmc_header(const ModelConfig& c, std::int32_t version) {
     std::array<std::int32_t, kHeaderInts> header{};
@@ -41,6 +47,10 @@ std::array<std::int32_t, kHeaderInts> llmc_header(const ModelConfig& c, std::int
 
 std::filesystem::path save_llmc_model(const std::filesystem::path& path, const Model& model,
                                       std::int32_t version) {
+    if (!model.config.is_gpt2()) {
+        throw InputError(path.string() + ": llm.c's model files hold GPT-2 only, not a " +
+                         describe(model.config) + " model (write a checkpoint instead)");
+    }
     if (version == kLlmcModelVersionFp32) return save_checkpoint(path, model, std::nullopt);
     if (version != kLlmcModelVersionBf16) {
         throw InputError(path.string() +
@@ -73,10 +83,13 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& path, const M
 std::filesystem::path save_checkpoint(const std::filesystem::path& path, const ModelConfig& config,
                                       const ParameterSource& source,
                                       const std::optional<CheckpointExtras>& extras) {
-    const auto header = llmc_header(config, kLlmcModelVersionFp32);
+    const bool record = !config.is_gpt2();
+    const auto header =
+        llmc_header(config, record ? kModelVersionWithRecord : kLlmcModelVersionFp32);
     const std::span<const std::uint8_t> header_bytes(
         reinterpret_cast<const std::uint8_t*>(header.data()), kHeaderBytes);
     const std::size_t param_count = ParameterLayout(config).total();
+    const bool trailer_follows = extras.has_value() || record;
     AtomicFileWriter file(path);
     file.write(header_bytes);
     // The checksum is chained as the reader chains it: header, then parameters (as one piece of
@@ -91,7 +104,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& path, const M
         const std::span<const std::uint8_t> bytes(
             reinterpret_cast<const std::uint8_t*>(piece.data()), piece.size_bytes());
         file.write(bytes);
-        if (extras) param_sum.add(bytes);
+        if (trailer_follows) param_sum.add(bytes);
         written += piece.size();
     });
     if (written != param_count) {
@@ -99,17 +112,20 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& path, const M
                                std::to_string(written) + " parameters of " +
                                std::to_string(param_count));
     }
-    if (extras) {
+    if (trailer_follows) {
         ByteWriter trailer;
         const auto add_section = [&](TrailerTag tag, std::span<const std::uint8_t> bytes) {
             trailer.put(static_cast<std::uint32_t>(tag));
             trailer.put(static_cast<std::uint64_t>(bytes.size()));
             trailer.raw(bytes);
         };
-        add_section(TrailerTag::Tokenizer, extras->tokenizer);
+        const CheckpointExtras none;
+        const CheckpointExtras& e = extras ? *extras : none;
+        add_section(TrailerTag::Tokenizer, e.tokenizer);
         add_section(TrailerTag::ConfigJson,
-                    std::span(reinterpret_cast<const std::uint8_t*>(extras->config_json.data()),
-                              extras->config_json.size()));
+                    std::span(reinterpret_cast<const std::uint8_t*>(e.config_json.data()),
+                              e.config_json.size()));
+        if (record) add_section(TrailerTag::ConfigRecord, record_bytes(to_config_record(config)));
         const std::uint64_t sum = checksum64(trailer.bytes(), param_sum.value());
         trailer.raw(std::string_view(kFooterMagic.data(), kFooterMagic.size()));
         trailer.put(static_cast<std::uint64_t>(kHeaderBytes + param_count * sizeof(float)));
@@ -122,9 +138,9 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& path, const M
 
 std::uintmax_t checkpoint_file_bytes(const ModelConfig& config, std::size_t tokenizer_bytes,
                                      std::size_t config_json_bytes) {
-    constexpr std::size_t kSectionHeader = sizeof(std::uint32_t) + sizeof(std::uint64_t);
+    const std::size_t record = config.is_gpt2() ? 0 : kSectionHeader + sizeof(ConfigRecord);
     return kHeaderBytes + ParameterLayout(config).total() * sizeof(float) + 2 * kSectionHeader +
-           tokenizer_bytes + config_json_bytes + kFooterBytes;
+           tokenizer_bytes + config_json_bytes + record + kFooterBytes;
 }
 
 namespace {
@@ -158,6 +174,19 @@ LoadedModel load_llmc_bf16(const MappedFile& file, const std::string& name,
     return loaded;
 }
 
+// Calls visit(tag, bytes) for each tagged section of a trailer's `sections`.
+template <typename Visit>
+void for_each_section(std::span<const std::uint8_t> sections, const std::string& name,
+                      Visit&& visit) {
+    ByteReader trailer(sections, name + ": corrupt checkpoint trailer");
+    while (trailer.remaining() > 0) {
+        const auto tag = static_cast<TrailerTag>(trailer.get<std::uint32_t>("section tag"));
+        const auto length = trailer.get<std::uint64_t>("section length");
+        if (length > trailer.remaining()) throw InputError(name + ": corrupt checkpoint trailer");
+        visit(tag, trailer.take(static_cast<std::size_t>(length), "section"));
+    }
+}
+
 // Our trailer, `tail`: the file's bytes after the model's `model_bytes`, tagged sections
 // (tokenizer, configuration) and a footer whose checksum covers the whole file; `model_sum` is that
 // checksum chained over the header and the parameters.
@@ -181,17 +210,54 @@ CheckpointExtras read_trailer(std::span<const std::uint8_t> tail, const std::str
         throw InputError(name + ": checksum mismatch, the file is corrupt");
     }
     CheckpointExtras extras;
-    ByteReader trailer(tail.first(footer), name + ": corrupt checkpoint trailer");
-    while (trailer.remaining() > 0) {
-        const auto tag = static_cast<TrailerTag>(trailer.get<std::uint32_t>("section tag"));
-        const auto length = trailer.get<std::uint64_t>("section length");
-        if (length > trailer.remaining()) throw InputError(name + ": corrupt checkpoint trailer");
-        const auto section = trailer.take(static_cast<std::size_t>(length), "section");
-        if (tag == TrailerTag::Tokenizer) extras.tokenizer.assign(section.begin(), section.end());
-        if (tag == TrailerTag::ConfigJson)
-            extras.config_json.assign(section.begin(), section.end());
-    }
+    for_each_section(tail.first(footer), name,
+                     [&](TrailerTag tag, std::span<const std::uint8_t> section) {
+                         if (tag == TrailerTag::Tokenizer) {
+                             extras.tokenizer.assign(section.begin(), section.end());
+                         }
+                         if (tag == TrailerTag::ConfigJson) {
+                             extras.config_json.assign(section.begin(), section.end());
+                         }
+                     });
     return extras;
+}
+
+// A version-30 file's configuration: its trailer's record (found through the footer before the
+// weights are read; the checksum is verified with the rest afterwards), which must agree with the
+// header's dimensions.
+ModelConfig recorded_config(std::span<const std::uint8_t> bytes, const std::string& name,
+                            const std::array<std::int32_t, kHeaderInts>& header) {
+    if (bytes.size() < kHeaderBytes + kFooterBytes ||
+        std::memcmp(bytes.data() + bytes.size() - kFooterBytes, kFooterMagic.data(), 8) != 0) {
+        throw InputError(name + ": a version-30 checkpoint without its trailer (truncated)");
+    }
+    ByteReader footer(bytes.subspan(bytes.size() - kFooterBytes + 8), name);
+    const auto offset = footer.get<std::uint64_t>("trailer offset");
+    if (offset < kHeaderBytes || offset > bytes.size() - kFooterBytes) {
+        throw InputError(name + ": checkpoint footer out of range (corrupt)");
+    }
+    std::optional<ConfigRecord> record;
+    for_each_section(bytes.subspan(offset, bytes.size() - kFooterBytes - offset), name,
+                     [&](TrailerTag tag, std::span<const std::uint8_t> section) {
+                         if (tag != TrailerTag::ConfigRecord) return;
+                         if (section.size() != sizeof(ConfigRecord)) {
+                             throw InputError(name + ": configuration record of " +
+                                              std::to_string(section.size()) + " bytes (corrupt)");
+                         }
+                         record.emplace();
+                         std::memcpy(record->data(), section.data(), sizeof(ConfigRecord));
+                     });
+    if (!record)
+        throw InputError(name + ": a version-30 checkpoint without its configuration record");
+    const ModelConfig config = from_config_record(*record, name);
+    if (config.max_seq_len != header[2] || config.vocab_size != header[3] ||
+        config.num_layers != header[4] || config.num_heads != header[5] ||
+        config.channels != header[6] || config.padded_vocab_size != header[7]) {
+        throw InputError(name +
+                         ": the header's dimensions differ from the configuration record's "
+                         "(corrupt)");
+    }
+    return config;
 }
 
 }  // namespace
@@ -216,12 +282,15 @@ LoadedModel load_checkpoint(const std::filesystem::path& path) {
         throw InputError(name + ": bad magic " + std::to_string(h(0)) + " (expected " +
                          std::to_string(kLlmcModelMagic) + "), not an llm.c model file");
     }
-    if (h(1) != kLlmcModelVersionFp32 && h(1) != kLlmcModelVersionBf16) {
+    if (h(1) != kLlmcModelVersionFp32 && h(1) != kLlmcModelVersionBf16 &&
+        h(1) != kModelVersionWithRecord) {
         throw InputError(name + ": unsupported version " + std::to_string(h(1)) +
-                         " (3, float32, and 5, llm.c's bf16, are supported)");
+                         " (3, float32, and 5, llm.c's bf16, are supported, and 30, a checkpoint "
+                         "of another architecture than GPT-2)");
     }
-    const ModelConfig config{h(2), h(3), h(7), h(4), h(5), h(6)};
+    ModelConfig config{h(2), h(3), h(7), h(4), h(5), h(6)};
     validate_config(config, name);
+    if (h(1) == kModelVersionWithRecord) config = recorded_config(bytes, name, header);
     const ParameterLayout layout(config);
     if (h(1) == kLlmcModelVersionBf16) return load_llmc_bf16(file, name, config, layout);
     const std::size_t model_bytes = kHeaderBytes + layout.total() * sizeof(float);

@@ -20,6 +20,10 @@ namespace gpt2 {
 
 inline constexpr std::int32_t kLlmcModelVersionFp32 = 3;
 inline constexpr std::int32_t kLlmcModelVersionBf16 = 5;  // widened to fp32 when read
+// A checkpoint of a model that is not GPT-2 (ModelConfig::is_gpt2): fp32 weights as in version 3,
+// the architecture in the trailer's configuration record. llm.c refuses it (it reads 3 and 5);
+// GPT-2 checkpoints stay version 3, byte for byte what earlier builds wrote.
+inline constexpr std::int32_t kModelVersionWithRecord = 30;
 
 // What a checkpoint carries besides the weights.
 struct CheckpointExtras {
@@ -33,7 +37,8 @@ struct LoadedModel {
 };
 
 // Writes `path` atomically; returns it. Throws InputError naming the file on failure, leaving any
-// previous file at `path` untouched.
+// previous file at `path` untouched. A model that is not GPT-2 is written as version 30 with its
+// configuration record in the trailer (a trailer even without extras).
 std::filesystem::path save_checkpoint(const std::filesystem::path& path, const Model& model,
                                       const std::optional<CheckpointExtras>& extras);
 
@@ -55,12 +60,13 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& path, const M
                                                    std::size_t tokenizer_bytes,
                                                    std::size_t config_json_bytes);
 // Writes llm.c's model file, version 3 (fp32: save_checkpoint without extras) or 5 (bf16, each
-// weight rounded to nearest even), atomically; returns path.
+// weight rounded to nearest even), atomically; returns path. llm.c's files hold GPT-2 only: another
+// architecture is an InputError naming the file.
 std::filesystem::path save_llmc_model(const std::filesystem::path& path, const Model& model,
                                       std::int32_t version);
-// Reads a plain llm.c model file (fp32, version 3, or bf16, version 5) or a checkpoint; verifies
-// the checksum when present. Throws InputError naming the file for anything missing, truncated,
-// corrupt or of the wrong kind.
+// Reads a plain llm.c model file (fp32, version 3, or bf16, version 5) or a checkpoint (version 3,
+// or 30 with its configuration record); verifies the checksum when present. Throws InputError
+// naming the file for anything missing, truncated, corrupt or of the wrong kind.
 [[nodiscard]] LoadedModel load_checkpoint(const std::filesystem::path& path);
 
 // What an existing file is, judged by its first and last bytes (the weights are not read): a plain

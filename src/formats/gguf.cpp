@@ -305,6 +305,7 @@ void write_gguf_file(const std::filesystem::path& path, const KeyValues& metadat
 
 void write_gguf(const std::filesystem::path& path, const Model& model, const Tokenizer& tokenizer,
                 GgufWeights weights, const std::string& name) {
+    require_gpt2_block(model.config, path.string());
     const SpelledBpe spelled = checked_tokenizer(path, model, tokenizer, weights);
     write_gguf_file(path, gguf_metadata(model.config, spelled, weights, name),
                     gguf_tensors(model, weights));

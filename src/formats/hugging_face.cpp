@@ -531,6 +531,7 @@ std::optional<std::string> hugging_face_output_conflict(const fs::path& dir) {
 void write_hugging_face_model(const fs::path& dir, const Model& model, const Tokenizer* tokenizer,
                               ElementType type) {
     const ModelConfig& c = model.config;
+    require_gpt2_block(c, dir.string());
     // Everything that can be refused is decided before the first file is written.
     if (const auto conflict = hugging_face_output_conflict(dir)) {
         throw InputError(dir.string() + " " + *conflict + ": " +

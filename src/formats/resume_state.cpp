@@ -7,6 +7,8 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
+#include <tuple>
 
 #include "core/bytes.hpp"
 #include "core/error.hpp"
@@ -15,21 +17,23 @@
 namespace gpt2 {
 
 namespace {
-// Version 6 (full training with an optimizer other than AdamW) adds the optimizer's kind after
-// version 3's header; AdamW runs keep writing version 3, which earlier builds read.
-// Version 5 (LoRA runs only) adds LoRA's input dropout rate after version 4's LoRA record; a
-// version 4 state is of a run without it (rate 0).
-// Version 4 (LoRA runs only) adds the adapter's configuration and the base's fingerprint.
-// Version 3 adds the loss-spike windows (SpikeGuard) to the header.
-// Version 2 writes its header field by field and adds the lineage and the schedule length.
-// Version 1 was the raw bytes of a struct (4 padding bytes after the model shape); it is still
-// read, field by field, so checkpoints of earlier builds resume.
+// Version 7 (a model that is not GPT-2, ModelConfig::is_gpt2) is version 3's header, the
+// optimizer's kind (AdamW too) and the model's configuration record; GPT-2 runs keep writing 3
+// or 6. Version 6 (full training with an optimizer other than AdamW) adds the optimizer's kind
+// after version 3's header; AdamW runs keep writing version 3, which earlier builds read. Version 5
+// (LoRA runs only) adds LoRA's input dropout rate after version 4's LoRA record; a version 4 state
+// is of a run without it (rate 0). Version 4 (LoRA runs only) adds the adapter's configuration and
+// the base's fingerprint. Version 3 adds the loss-spike windows (SpikeGuard) to the header. Version
+// 2 writes its header field by field and adds the lineage and the schedule length. Version 1 was
+// the raw bytes of a struct (4 padding bytes after the model shape); it is still read, field by
+// field, so checkpoints of earlier builds resume.
 constexpr std::array<char, 8> kStateMagicV1 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '1'};
 constexpr std::array<char, 8> kStateMagicV2 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '2'};
 constexpr std::array<char, 8> kStateMagicV3 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '3'};
 constexpr std::array<char, 8> kStateMagicV4 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '4'};
 constexpr std::array<char, 8> kStateMagicV5 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '5'};
 constexpr std::array<char, 8> kStateMagicV6 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '6'};
+constexpr std::array<char, 8> kStateMagicV7 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '7'};
 constexpr std::size_t kHeaderBytesV1 = 112;
 constexpr std::size_t kHeaderBytesV2 = 124;
 constexpr std::size_t kWindowBytes = 8 + 8 * SpikeWindow::kWindow;
@@ -38,6 +42,8 @@ constexpr std::size_t kLoraBytes = 4 + 4 + 4 + 4 + 8;  // rank, alpha, targets, 
 constexpr std::size_t kHeaderBytesV4 = kHeaderBytesV3 + kLoraBytes;
 constexpr std::size_t kHeaderBytesV5 = kHeaderBytesV4 + 4;  // the dropout rate
 constexpr std::size_t kHeaderBytesV6 = kHeaderBytesV3 + 4;  // the optimizer's kind
+constexpr std::size_t kHeaderBytesV7 = kHeaderBytesV6 + sizeof(ConfigRecord);
+constexpr std::size_t kLongestHeader = std::max({kHeaderBytesV5, kHeaderBytesV6, kHeaderBytesV7});
 
 void put_lora(ByteWriter& out, const LoraRecord& lora) {
     out.put(static_cast<std::int32_t>(lora.config.rank));
@@ -101,7 +107,8 @@ struct StateHeader {
     std::array<std::int32_t, 6> config{};
     std::uint64_t num_params = 0;
     std::int64_t adam_step = 0;
-    std::size_t bytes = 0;  // header size in the file
+    std::optional<ConfigRecord> record;  // version 7: the whole configuration; else GPT-2's
+    std::size_t bytes = 0;               // header size in the file
 };
 
 // Parses whichever version's header `bytes` starts with.
@@ -110,10 +117,11 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
     std::array<char, 8> magic{};
     std::memcpy(magic.data(), bytes.data(), 8);
     const bool v1 = magic == kStateMagicV1;
+    const bool v7 = magic == kStateMagicV7;
     const bool v6 = magic == kStateMagicV6;
     const bool v5 = magic == kStateMagicV5;
     const bool v4 = magic == kStateMagicV4 || v5;
-    const bool v3 = magic == kStateMagicV3 || v4 || v6;
+    const bool v3 = magic == kStateMagicV3 || v4 || v6 || v7;
     if (!v1 && !v3 && magic != kStateMagicV2) {
         throw InputError(name + ": not a resume state file (bad magic)");
     }
@@ -138,16 +146,24 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
         h.state.norm_window = get_window(in, name, "gradient-norm-spike window");
     }
     if (v4) h.state.lora = get_lora(in, name, v5);
-    if (v6) {
+    if (v6 || v7) {
         const auto number = in.get<std::uint32_t>("optimizer");
         const std::optional<OptimizerKind> kind = optimizer_kind_of(number);
-        if (!kind || *kind == OptimizerKind::AdamW) {  // AdamW's states are version 3
+        // A GPT-2 run's AdamW state is version 3.
+        if (!kind || (v6 && *kind == OptimizerKind::AdamW)) {
             throw InputError(name + ": damaged header (optimizer " + std::to_string(number) + ")");
         }
         h.state.optimizer = *kind;
     }
+    if (v7) {
+        const ConfigRecord record = in.get_array<std::int32_t, std::tuple_size_v<ConfigRecord>>(
+            "model configuration record");
+        h.record = record;
+        (void)from_config_record(record, name);  // its version and ranges
+    }
     h.bytes = in.offset();
     if (h.bytes != (v1   ? kHeaderBytesV1
+                    : v7 ? kHeaderBytesV7
                     : v6 ? kHeaderBytesV6
                     : v5 ? kHeaderBytesV5
                     : v4 ? kHeaderBytesV4
@@ -164,8 +180,13 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
     ByteWriter out;
     const bool lora = state.lora.config.rank > 0;
     const bool adamw = state.optimizer == OptimizerKind::AdamW;
+    const bool record = !config.is_gpt2();
     if (lora && !adamw) throw std::logic_error("save_resume_state: LoRA trains with AdamW");
-    for (const char c : lora ? kStateMagicV5 : adamw ? kStateMagicV3 : kStateMagicV6)
+    if (lora && record) throw std::logic_error("save_resume_state: LoRA adapts GPT-2 only so far");
+    for (const char c : record  ? kStateMagicV7
+                        : lora  ? kStateMagicV5
+                        : adamw ? kStateMagicV3
+                                : kStateMagicV6)
         out.put(c);
     out.put(state.step);
     out.put(state.seed);
@@ -180,7 +201,8 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
     put_window(out, state.loss_window);
     put_window(out, state.norm_window);
     if (lora) put_lora(out, state.lora);
-    if (!adamw) out.put(static_cast<std::uint32_t>(state.optimizer));
+    if (!adamw || record) out.put(static_cast<std::uint32_t>(state.optimizer));
+    if (record) out.put_array(to_config_record(config));
     const std::span<const std::uint8_t> header(out.bytes());
     const auto m = bytes_of(optimizer.m.data(), optimizer.m.size() * sizeof(float));
     const auto v = bytes_of(optimizer.v.data(), optimizer.v.size() * sizeof(float));
@@ -190,8 +212,9 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
 }
 
 std::uintmax_t resume_state_file_bytes(std::size_t moment_floats, bool lora,
-                                       OptimizerKind optimizer) {
-    return (lora                                ? kHeaderBytesV5
+                                       OptimizerKind optimizer, bool gpt2) {
+    return (!gpt2                               ? kHeaderBytesV7
+            : lora                              ? kHeaderBytesV5
             : optimizer == OptimizerKind::AdamW ? kHeaderBytesV3
                                                 : kHeaderBytesV6) +
            2 * moment_floats * sizeof(float) + sizeof(std::uint64_t);
@@ -204,7 +227,9 @@ ResumeState load_resume_state(const std::filesystem::path& path, const ModelConf
     const StateHeader h = parse_header(bytes, name);
     const std::size_t floats = optimizer.m.size() * sizeof(float);
     const std::size_t expected = h.bytes + 2 * floats + sizeof(std::uint64_t);
-    if (h.config != to_shape_ints(config) || h.num_params != optimizer.m.size()) {
+    const bool same_model = h.record ? *h.record == to_config_record(config)
+                                     : config.is_gpt2() && h.config == to_shape_ints(config);
+    if (!same_model || h.num_params != optimizer.m.size()) {
         throw InputError(name + ": resume state is for another model shape than " +
                          describe(config));
     }
@@ -267,7 +292,7 @@ void verify_resume_state(const std::filesystem::path& path) {
 
 std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path) {
     std::ifstream file(path, std::ios::binary);
-    std::array<std::uint8_t, kHeaderBytesV5> header{};
+    std::array<std::uint8_t, kLongestHeader> header{};
     file.read(reinterpret_cast<char*>(header.data()), header.size());
     try {
         const StateHeader h = parse_header(
@@ -282,7 +307,7 @@ std::optional<std::uint64_t> read_run_id(const std::filesystem::path& path) {
 
 std::optional<ResumeState> read_state_header(const std::filesystem::path& path) {
     std::ifstream file(path, std::ios::binary);
-    std::array<std::uint8_t, kHeaderBytesV5> header{};
+    std::array<std::uint8_t, kLongestHeader> header{};
     file.read(reinterpret_cast<char*>(header.data()), header.size());
     try {
         return parse_header(std::span<const std::uint8_t>(header.data(),

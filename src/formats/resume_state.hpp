@@ -54,9 +54,11 @@ struct ResumeState {
 void save_resume_state(const std::filesystem::path& path, const ResumeState& state,
                        const ModelConfig& config, const OptimizerState& optimizer);
 // The size in bytes of the state file save_resume_state writes for optimizer state of
-// `moment_floats` values per buffer (a LoRA run's state, and a Muon run's, has a longer header).
-[[nodiscard]] std::uintmax_t resume_state_file_bytes(
-    std::size_t moment_floats, bool lora, OptimizerKind optimizer = OptimizerKind::AdamW);
+// `moment_floats` values per buffer (a LoRA run's state, a Muon run's and one of a model that is
+// not GPT-2 have longer headers).
+[[nodiscard]] std::uintmax_t resume_state_file_bytes(std::size_t moment_floats, bool lora,
+                                                     OptimizerKind optimizer = OptimizerKind::AdamW,
+                                                     bool gpt2 = true);
 // Loads into `optimizer` (sized for config). InputError naming the file on any mismatch or damage.
 [[nodiscard]] ResumeState load_resume_state(const std::filesystem::path& path,
                                             const ModelConfig& config, OptimizerState& optimizer);

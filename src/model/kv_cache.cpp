@@ -75,6 +75,7 @@ Generator::Generator(const Model& model, ThreadPool& pool, const DecodeWeights* 
       barrier_(std::make_unique<WorkerBarrier>(pool.size(), kDecodeBarrierSpins)) {
     const ModelConfig& c = model.config;
     validate_config(c, "Generator");
+    require_gpt2_block(c, "decoding");
     // Every thread of the pool may run prompt products at once (more than OpenBLAS takes: oneDNN).
     choose_gemm_library(pool.size());
     const auto C = static_cast<std::size_t>(c.channels);

@@ -231,8 +231,8 @@ void merged_lora_pieces(const Model& base, const LoraAdapter& adapter,
     const std::span<const float> w = base.params.span();
     const bool bf16_only = base.layer_matrices_bf16_only;
     AlignedBuffer<float> matrix(merge_buffer_floats(base.config, adapter.config, bf16_only));
-    for (int k = 0; k < kNumParamTensors; ++k) {
-        const auto tensor = static_cast<ParamTensor>(k);
+    for (const TensorSpec& spec : base.layout.specs()) {
+        const ParamTensor tensor = spec.id;
         const std::optional<LoraTarget> target = adapted_target(adapter.config, tensor);
         const bool from_twin = bf16_only && is_layer_matrix(tensor);
         if (!target && !from_twin) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -34,10 +35,32 @@ void validate_config(const ModelConfig& c, std::string_view source) {
         c.channels > (1 << 16)) {
         fail("a model dimension is implausibly large");
     }
-    const double C = c.channels, L = c.num_layers;
-    const double params = (static_cast<double>(c.padded_vocab_size) + c.max_seq_len) * C +
-                          L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+    const Architecture& a = c.arch;
+    if (a.kv_heads < 0 || a.kv_heads > c.num_heads || c.num_heads % c.kv_heads() != 0) {
+        fail("key/value heads must divide the number of heads");
+    }
+    if (a.mlp_hidden < 0 || a.mlp_hidden > (1 << 20))
+        fail("the MLP's hidden width is out of range");
+    if (!(a.norm_eps > 0.0f && a.norm_eps < 1.0f)) fail("the norm's epsilon must be in (0, 1)");
+    if (a.positions == PositionKind::Rotary &&
+        (c.head_size() % 2 != 0 || !(a.rope_theta > 1.0f) || !std::isfinite(a.rope_theta))) {
+        fail("rotary positions need an even head size and a finite theta above 1");
+    }
+    const double C = c.channels, L = c.num_layers, H = c.mlp_hidden();
+    const double KV = static_cast<double>(c.kv_heads()) * c.head_size();
+    const double heads = a.tied_head ? 1.0 : 2.0;
+    const double params =
+        (heads * static_cast<double>(c.padded_vocab_size) + c.max_seq_len) * C +
+        L * (C * (C + 2 * KV) + C * C + (a.mlp == MlpKind::SwiGlu ? 3.0 : 2.0) * H * C + 13.0 * C) +
+        2.0 * C;
     if (params > 4.0e10) fail("model too large");
+}
+
+void require_gpt2_block(const ModelConfig& c, std::string_view what) {
+    if (!c.is_gpt2()) {
+        throw InputError(std::string(what) + ": a model of another architecture than GPT-2 (" +
+                         describe(c.arch) + ") is not supported by this build yet");
+    }
 }
 
 ShapeInts to_shape_ints(const ModelConfig& c) {
@@ -45,54 +68,126 @@ ShapeInts to_shape_ints(const ModelConfig& c) {
             c.num_layers,  c.num_heads,  c.channels};
 }
 
-ModelConfig from_shape_ints(const ShapeInts& v) {
-    return ModelConfig{v[0], v[1], v[2], v[3], v[4], v[5]};
+ConfigRecord to_config_record(const ModelConfig& c) {
+    const Architecture& a = c.arch;
+    const auto bits = [](float f) { return std::bit_cast<std::int32_t>(f); };
+    return {kConfigRecordVersion,
+            c.max_seq_len,
+            c.vocab_size,
+            c.padded_vocab_size,
+            c.num_layers,
+            c.num_heads,
+            c.channels,
+            static_cast<std::int32_t>(a.norm),
+            a.norm_gains ? 1 : 0,
+            bits(a.norm_eps),
+            static_cast<std::int32_t>(a.positions),
+            bits(a.rope_theta),
+            static_cast<std::int32_t>(a.mlp),
+            a.mlp_hidden,
+            a.biases ? 1 : 0,
+            a.tied_head ? 1 : 0,
+            a.kv_heads,
+            a.qk_norm ? 1 : 0,
+            a.zero_init_projections ? 1 : 0};
+}
+
+ModelConfig from_config_record(const ConfigRecord& r, std::string_view source) {
+    const auto fail = [&](const std::string& what) {
+        throw InputError(std::string(source) + ": model configuration record: " + what);
+    };
+    if (r[0] != kConfigRecordVersion) {
+        fail("version " + std::to_string(r[0]) + ", this build reads version " +
+             std::to_string(kConfigRecordVersion) + " (written by a newer build?)");
+    }
+    const auto kind = [&](std::size_t i, int count, const char* what) {
+        if (r[i] < 0 || r[i] >= count) fail(std::string(what) + " " + std::to_string(r[i]));
+        return r[i];
+    };
+    const auto flag = [&](std::size_t i, const char* what) {
+        if (r[i] != 0 && r[i] != 1) fail(std::string(what) + " " + std::to_string(r[i]));
+        return r[i] == 1;
+    };
+    Architecture a;
+    a.norm = static_cast<NormKind>(kind(7, 2, "norm"));
+    a.norm_gains = flag(8, "norm gains");
+    a.norm_eps = std::bit_cast<float>(r[9]);
+    a.positions = static_cast<PositionKind>(kind(10, 2, "positions"));
+    a.rope_theta = std::bit_cast<float>(r[11]);
+    a.mlp = static_cast<MlpKind>(kind(12, 3, "MLP"));
+    a.mlp_hidden = r[13];
+    a.biases = flag(14, "biases");
+    a.tied_head = flag(15, "tied head");
+    a.kv_heads = r[16];
+    a.qk_norm = flag(17, "QK-norm");
+    a.zero_init_projections = flag(18, "zero-initialized projections");
+    const ModelConfig config(r[1], r[2], r[3], r[4], r[5], r[6], a);
+    validate_config(config, source);
+    return config;
 }
 
 std::string describe(const ModelConfig& c) {
     std::ostringstream out;
     out << "L=" << c.num_layers << " H=" << c.num_heads << " C=" << c.channels
         << " V=" << c.vocab_size << " Vp=" << c.padded_vocab_size << " maxT=" << c.max_seq_len;
+    if (!c.is_gpt2()) out << " (" << describe(c.arch) << ")";
     return out.str();
 }
 
 std::string_view param_tensor_name(ParamTensor t) {
     static constexpr std::array<std::string_view, kNumParamTensors> kNames = {
-        "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
-        "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
+        "wte",  "wpe", "ln1w", "ln1b",    "qkvw",    "qkvb", "attprojw", "attprojb", "ln2w",
+        "ln2b", "fcw", "fcb",  "fcprojw", "fcprojb", "lnfw", "lnfb",     "lmheadw"};
     return kNames[static_cast<std::size_t>(t)];
 }
 
 std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
+    const Architecture& a = c.arch;
     const auto C = static_cast<std::size_t>(c.channels);
     const auto Vp = static_cast<std::size_t>(c.padded_vocab_size);
     const auto maxT = static_cast<std::size_t>(c.max_seq_len);
+    const auto KV = static_cast<std::size_t>(c.kv_heads() * c.head_size());  // K's (and V's) rows
+    const auto H = static_cast<std::size_t>(c.mlp_hidden());
+    const bool gated = a.mlp == MlpKind::SwiGlu;  // fcw holds the gate's rows, then up's
+    const bool layer_norm = a.norm == NormKind::LayerNorm;
+    const TensorInit projection =
+        a.zero_init_projections ? TensorInit::Zeros : TensorInit::ResidualNormal;
     using enum ParamTensor;
     using enum TensorInit;
-    // id, rows, cols, per layer, decayed, init, Muon's parts
-    return {
-        {wte, Vp, C, false, true, Normal, 0},                // token embedding, tied LM head
-        {wpe, maxT, C, false, true, Normal, 0},              // learned positions
-        {ln1w, 1, C, true, false, Ones, 0},                  // attention LayerNorm gain
-        {ln1b, 1, C, true, false, Zeros, 0},                 // and bias
-        {qkvw, 3 * C, C, true, true, Normal, 3},             // Q, K and V fused: three matrices
-        {qkvb, 1, 3 * C, true, false, Zeros, 0},             // biases: every layer product has one
-        {attprojw, C, C, true, true, ResidualNormal, 1},     // attention output projection
-        {attprojb, 1, C, true, false, Zeros, 0},             //
-        {ln2w, 1, C, true, false, Ones, 0},                  // MLP LayerNorm gain
-        {ln2b, 1, C, true, false, Zeros, 0},                 // and bias
-        {fcw, 4 * C, C, true, true, Normal, 1},              // MLP up-projection
-        {fcb, 1, 4 * C, true, false, Zeros, 0},              //
-        {fcprojw, C, 4 * C, true, true, ResidualNormal, 1},  // MLP down-projection
-        {fcprojb, 1, C, true, false, Zeros, 0},              //
-        {lnfw, 1, C, false, false, Ones, 0},                 // final LayerNorm gain
-        {lnfb, 1, C, false, false, Zeros, 0},                // and bias
+    std::vector<TensorSpec> table;
+    // id, rows, cols, per layer, decayed, init, Muon's blocks; a norm's gain and bias exist as
+    // the architecture says (LayerNorm: both; RMSNorm: a gain at most), as do the biases.
+    const auto norm = [&](ParamTensor gain, ParamTensor bias, bool per_layer) {
+        if (a.norm_gains) table.push_back({gain, 1, C, per_layer, false, Ones, {}});
+        if (layer_norm && a.biases) table.push_back({bias, 1, C, per_layer, false, Zeros, {}});
     };
+    const auto bias = [&](ParamTensor id, std::size_t n) {
+        if (a.biases) table.push_back({id, 1, n, true, false, Zeros, {}});
+    };
+    table.push_back({wte, Vp, C, false, true, Normal, {}});  // token embedding (tied: the head)
+    if (a.positions == PositionKind::Learned) {
+        table.push_back({wpe, maxT, C, false, true, Normal, {}});  // learned positions
+    }
+    norm(ln1w, ln1b, true);
+    table.push_back({qkvw, C + 2 * KV, C, true, true, Normal, {C, KV, KV}});  // Q, K, V fused
+    bias(qkvb, C + 2 * KV);
+    table.push_back({attprojw, C, C, true, true, projection, {C}});  // attention's projection
+    bias(attprojb, C);
+    norm(ln2w, ln2b, true);
+    table.push_back({fcw, gated ? 2 * H : H, C, true, true, Normal,
+                     gated ? std::vector<std::size_t>{H, H} : std::vector<std::size_t>{H}});
+    bias(fcb, gated ? 2 * H : H);
+    table.push_back({fcprojw, C, H, true, true, projection, {C}});  // MLP down-projection
+    bias(fcprojb, C);
+    norm(lnfw, lnfb, false);  // the final norm
+    if (!a.tied_head) table.push_back({lmheadw, Vp, C, false, true, Normal, {}});
+    return table;
 }
 
 ParameterLayout::ParameterLayout(const ModelConfig& c)
     : specs_(tensor_table(c)), num_layers_(c.num_layers) {
     const auto L = static_cast<std::size_t>(c.num_layers);
+    positions_.fill(specs_.size());  // absent until the table says otherwise
     std::size_t offset = 0;
     for (std::size_t i = 0; i < specs_.size(); ++i) {
         const TensorSpec& spec = specs_[i];
@@ -103,6 +198,9 @@ ParameterLayout::ParameterLayout(const ModelConfig& c)
         offset += sizes_[t];
     }
     total_ = offset;
+    for (std::size_t t = 0; t < positions_.size(); ++t) {
+        if (positions_[t] == specs_.size()) offsets_[t] = total_;  // absent: empty, at the end
+    }
 }
 
 void init_parameters(Model& model, std::uint64_t seed, ThreadPool* pool) {
@@ -161,6 +259,12 @@ void init_parameters(Model& model, std::uint64_t seed, ThreadPool* pool) {
     const auto C = static_cast<std::size_t>(c.channels);
     std::fill(wte.begin() + static_cast<std::ptrdiff_t>(C * static_cast<std::size_t>(c.vocab_size)),
               wte.end(), 0.0f);
+    const std::span<float> head = layout.tensor(flat, ParamTensor::lmheadw);  // untied only
+    if (!head.empty()) {
+        std::fill(
+            head.begin() + static_cast<std::ptrdiff_t>(C * static_cast<std::size_t>(c.vocab_size)),
+            head.end(), 0.0f);
+    }
 }
 
 namespace {
@@ -203,7 +307,12 @@ ModelConfig preset_config(std::string_view name, int vocab_size) {
 
 double training_flops_per_token(const ModelConfig& c, int seq_len) {
     const double C = c.channels, L = c.num_layers, T = seq_len;
-    const double matmul_params = L * 12.0 * C * C + static_cast<double>(c.padded_vocab_size) * C;
+    double matmul_params = static_cast<double>(c.padded_vocab_size) * C;  // the head
+    for (const TensorSpec& spec : tensor_table(c)) {
+        if (spec.per_layer && spec.rows > 1) {
+            matmul_params += L * static_cast<double>(spec.rows) * static_cast<double>(spec.cols);
+        }
+    }
     // Causal attention: QK^T and PV each 2*T*C flops per token forward (full, as computed).
     const double attention = L * 2.0 * 2.0 * T * C;
     return 3.0 * (2.0 * matmul_params + attention);

@@ -1,5 +1,6 @@
-// The GPT-2 model: its shape, the table of its 16 named tensors in llm.c's order and the flat
-// parameter buffer laid out from it, and GPT-2's initialisation.
+// The model: its shape and architecture, the table of its named tensors (GPT-2's 16 in llm.c's
+// order, fewer or more as the architecture says) and the flat parameter buffer laid out from it,
+// and its initialisation.
 #pragma once
 
 #include <array>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.hpp"
+#include "model/architecture.hpp"
 #include "ops/bf16.hpp"
 
 namespace gpt2 {
@@ -19,26 +21,55 @@ namespace gpt2 {
 struct LoraAdapter;  // model/lora.hpp
 
 struct ModelConfig {
-    int max_seq_len = 0;        // maxT: rows of the position embedding
+    int max_seq_len = 0;        // maxT: rows of the position embedding, the longest context
     int vocab_size = 0;         // V: real tokens
     int padded_vocab_size = 0;  // Vp: rows of wte, a multiple of 128; rows >= V are never predicted
     int num_layers = 0;         // L
     int num_heads = 0;          // NH
     int channels = 0;           // C
+    Architecture arch;          // GPT-2's unless said
+
+    ModelConfig() = default;
+    ModelConfig(int maxT, int V, int Vp, int L, int NH, int C, const Architecture& a = {})
+        : max_seq_len(maxT),
+          vocab_size(V),
+          padded_vocab_size(Vp),
+          num_layers(L),
+          num_heads(NH),
+          channels(C),
+          arch(a) {}
 
     [[nodiscard]] int head_size() const { return channels / num_heads; }
+    [[nodiscard]] int kv_heads() const { return arch.kv_heads > 0 ? arch.kv_heads : num_heads; }
+    [[nodiscard]] int mlp_hidden() const {
+        return arch.mlp_hidden > 0 ? arch.mlp_hidden : 4 * channels;
+    }
+    // Every architecture field GPT-2's: files and bits as before architectures were data.
+    [[nodiscard]] bool is_gpt2() const { return arch == Architecture{}; }
     friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
-// The six dimensions in one fixed order (maxT, V, Vp, L, NH, C), as ranks exchange them and the
-// resume state stores them.
+// The six dimensions in one fixed order (maxT, V, Vp, L, NH, C), as GPT-2's resume states store
+// them.
 using ShapeInts = std::array<std::int32_t, 6>;
 [[nodiscard]] ShapeInts to_shape_ints(const ModelConfig& config);
-[[nodiscard]] ModelConfig from_shape_ints(const ShapeInts& ints);
+
+// The whole configuration, dimensions and architecture, as a versioned record of 32-bit integers
+// (floats by their bits): what ranks exchange and what files of a non-GPT-2 model store. Element 0
+// is the record's version (kConfigRecordVersion); a reader refuses other versions by name.
+inline constexpr std::int32_t kConfigRecordVersion = 1;
+using ConfigRecord = std::array<std::int32_t, 19>;
+[[nodiscard]] ConfigRecord to_config_record(const ModelConfig& config);
+// InputError naming `source` for another version or a field out of range (then validate_config).
+[[nodiscard]] ModelConfig from_config_record(const ConfigRecord& record, std::string_view source);
 
 [[nodiscard]] int pad_vocab(int vocab_size, int multiple = 128);
 // Throws InputError naming `source` when the shape is impossible (non-positive, C % NH != 0, ...).
 void validate_config(const ModelConfig& config, std::string_view source);
+// Throws InputError naming `what` unless the model is GPT-2: training, decoding and the exporters
+// compute and name GPT-2's block only so far (a checkpoint of another architecture still reads and
+// writes, with its configuration record).
+void require_gpt2_block(const ModelConfig& config, std::string_view what);
 [[nodiscard]] std::string describe(const ModelConfig& config);
 
 // The parameter tensors in llm.c's order, named as llm.c and GPT-2's checkpoints name them (the one
@@ -60,8 +91,11 @@ enum class ParamTensor : int {
     fcprojb,
     lnfw,
     lnfb,
+    lmheadw,  // an untied LM head (absent where the head is wte)
 };
-inline constexpr int kNumParamTensors = 16;
+// Every tensor any architecture has; a configuration's own are tensor_table's (GPT-2: the first
+// 16). An absent tensor has size 0 in the layout.
+inline constexpr int kNumParamTensors = 17;
 [[nodiscard]] std::string_view param_tensor_name(ParamTensor t);
 
 // How a tensor starts (init_parameters): GPT-2's normal(0, 0.02), the same scaled by
@@ -77,9 +111,10 @@ struct TensorSpec {
     bool per_layer = false;
     bool decayed = false;  // AdamW's decoupled weight decay applies (the 2-D matrices)
     TensorInit init = TensorInit::Zeros;
-    // Muon's: 0 where AdamW updates the tensor (embeddings, head, gains, biases); n > 0 for a
-    // hidden matrix orthogonalised as n blocks of rows/n rows each (the fused Q, K and V: 3).
-    int muon_parts = 0;
+    // Muon's: empty where AdamW updates the tensor (embeddings, head, gains, biases); for a hidden
+    // matrix, the rows of each block orthogonalised apart (the fused Q, K and V: three blocks;
+    // SwiGLU's fused gate and up: two), summing to rows.
+    std::vector<std::size_t> muon_blocks;
     [[nodiscard]] std::size_t per_layer_size() const { return rows * cols; }
 };
 // The model's tensors in the flat buffer's order, generated from the configuration: the one place
@@ -98,11 +133,14 @@ class ParameterLayout {
     [[nodiscard]] std::size_t offset(ParamTensor t) const { return offsets_[index(t)]; }
     // The tensors in layout order, as tensor_table made them.
     [[nodiscard]] std::span<const TensorSpec> specs() const { return specs_; }
+    // Whether the configuration has tensor t (an absent one has size 0).
+    [[nodiscard]] bool has(ParamTensor t) const { return positions_[index(t)] < specs_.size(); }
+    // t's spec; t must be present (has(t)).
     [[nodiscard]] const TensorSpec& spec(ParamTensor t) const {
-        return specs_[positions_[index(t)]];
+        return specs_.at(positions_[index(t)]);
     }
     // Whether AdamW's decoupled weight decay applies (the 2-D matrices only).
-    [[nodiscard]] bool decays(ParamTensor t) const { return spec(t).decayed; }
+    [[nodiscard]] bool decays(ParamTensor t) const { return has(t) && spec(t).decayed; }
 
     template <typename T>
     [[nodiscard]] std::span<T> tensor(std::span<T> flat, ParamTensor t) const {

@@ -142,6 +142,7 @@ ThreadLocalTrainingContext::ThreadLocalTrainingContext(const ModelConfig& c, int
                                                        int seq_len, Precision precision,
                                                        Recompute recompute)
     : max_batch_(max_batch), seq_len_(seq_len), recompute_(recompute) {
+    require_gpt2_block(c, "training");
     arena_ =
         AlignedBuffer<float>(plan_context(c, max_batch, seq_len, precision, recompute).plan.size());
     const ContextLayout layout =

@@ -19,15 +19,15 @@ std::vector<MuonMatrix> muon_matrices(const ParameterLayout& layout) {
     // sorted).
     std::vector<MuonMatrix> matrices;
     for (const TensorSpec& spec : layout.specs()) {
-        if (spec.muon_parts <= 0) continue;
+        if (spec.muon_blocks.empty()) continue;
         const std::size_t per_layer = spec.per_layer_size();
         const std::size_t slices = layout.size(spec.id) / per_layer;
-        const std::size_t part_rows = spec.rows / static_cast<std::size_t>(spec.muon_parts);
         for (std::size_t l = 0; l < slices; ++l) {
-            for (int part = 0; part < spec.muon_parts; ++part) {
-                matrices.push_back({layout.offset(spec.id) + l * per_layer +
-                                        static_cast<std::size_t>(part) * part_rows * spec.cols,
-                                    static_cast<int>(part_rows), static_cast<int>(spec.cols)});
+            std::size_t row = 0;
+            for (const std::size_t rows : spec.muon_blocks) {
+                matrices.push_back({layout.offset(spec.id) + l * per_layer + row * spec.cols,
+                                    static_cast<int>(rows), static_cast<int>(spec.cols)});
+                row += rows;
             }
         }
     }

@@ -3,10 +3,12 @@
 namespace gpt2 {
 
 ModelConfig broadcast_config(const Communicator& comm, const ModelConfig& config) {
-    ShapeInts shape{};
-    if (comm.is_root()) shape = to_shape_ints(config);
-    comm.broadcast(std::span<std::int32_t>(shape));
-    return from_shape_ints(shape);
+    // The whole record, architecture with the dimensions: every rank builds the same layout.
+    ConfigRecord record{};
+    if (comm.is_root()) record = to_config_record(config);
+    comm.broadcast(std::span<std::int32_t>(record));
+    if (comm.is_root()) return config;
+    return from_config_record(record, "the configuration rank 0 sent");
 }
 
 void broadcast_weights(const Communicator& comm, Model& model) {

@@ -1,4 +1,5 @@
-// Rank 0's model to every rank: the shape first (so the others can allocate), then the weights;
+// Rank 0's model to every rank: its configuration record first (dimensions and architecture, so
+// the others can allocate), then the weights;
 // both programs read a model on rank 0 only.
 #pragma once
 

@@ -91,7 +91,8 @@ TrainingLoop::TrainingLoop(const TrainOptions& o, const Communicator& comm, cons
             CheckpointFootprint{
                 checkpoint_file_bytes(replica.model.config, corpus.tokenizer->serialize().size(),
                                       run_config_.size()),
-                resume_state_file_bytes(moments, adapter != nullptr, o.optimizer.kind),
+                resume_state_file_bytes(moments, adapter != nullptr, o.optimizer.kind,
+                                        replica.model.config.is_gpt2()),
                 adapter != nullptr ? adapter->params.size() * sizeof(float) + kAdapterMetadata
                                    : 0});
     }

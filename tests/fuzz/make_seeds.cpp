@@ -164,6 +164,15 @@ int main(int argc, char** argv) {
         save("gpt2_L1_C4.bin", gpt2_tok.get(), config_for(*gpt2_tok, 4, 1, 2, 4), 3);
         save("llmc_L2_C4.bin", nullptr, gpt2::ModelConfig{4, 10, 16, 2, 2, 4}, 4);
         save("llmc_L1_C8.bin", nullptr, config_for(*char_tok, 8, 1, 1, 8), 5);
+        // Version 30: another architecture, its configuration record in the trailer.
+        gpt2::ModelConfig llama = config_for(*char_tok, 8, 1, 2, 8);
+        llama.arch.norm = gpt2::NormKind::RmsNorm;
+        llama.arch.positions = gpt2::PositionKind::Rotary;
+        llama.arch.mlp = gpt2::MlpKind::SwiGlu;
+        llama.arch.biases = false;
+        llama.arch.kv_heads = 1;
+        llama.arch.tied_head = false;
+        save("llama_L1_C8.bin", char_tok.get(), llama, 11);
     }
     // load_gguf_model: each tokenizer kind and each tensor type (Q8_0 needs rows of 32)
     {
@@ -217,6 +226,14 @@ int main(int argc, char** argv) {
             state.sample_rng = {1, 2, 3, 4};
             gpt2::save_resume_state(gpt2::state_path(dir, step), state, config, optimizer);
         }
+        // Version 7: the same dimensions of another architecture (the record differs: refused).
+        gpt2::ModelConfig rms = config;
+        rms.arch.norm = gpt2::NormKind::RmsNorm;
+        rms.arch.biases = false;
+        gpt2::OptimizerState rms_optimizer(gpt2::ParameterLayout(rms).total());
+        gpt2::ResumeState state;
+        state.step = 5;
+        gpt2::save_resume_state(gpt2::state_path(dir, 5), state, rms, rms_optimizer);
     }
     // MappedShard
     {
