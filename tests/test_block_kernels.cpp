@@ -2,15 +2,19 @@
 // (tests/data/block_kernels_reference.bin, dev/make_reference.py): RMSNorm with and without a
 // gain, rotary positions on a grouped-query qkv row, SwiGLU and ReLU^2, forward and backward, each
 // element within a bound derived from the fp32 arithmetic it does (u = 2^-24; the reference's own
-// rounding to fp32 adds u/2 of it).
+// rounding to fp32 adds u/2 of it); and grouped-query attention (ops/attention.hpp) against
+// multi-head attention with repeated keys and values.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "ops/attention.hpp"
 #include "ops/block_kernels.hpp"
 #include "reference_fixture.hpp"
 
@@ -168,6 +172,111 @@ TEST_F(BlockKernels, SwigluAndReluSquaredFollowPyTorch) {
     }
     expect_within(rout, f32("relu2.out"), rout_bound, "relu2 forward");
     expect_within(rgrad, f32("relu2.dinp"), rgrad_bound, "relu2 backward");
+}
+
+}  // namespace
+}  // namespace gpt2
+
+namespace gpt2 {
+namespace {
+
+// Grouped-query attention against multi-head attention on the same queries with each key/value
+// head repeated for its group (what Hugging Face's repeat_kv does): the forward's products read
+// the same numbers, so out and lse are the same bits, as is dq; a key/value head's dk and dv are
+// its query heads' sums. Those the kernel accumulates panel by panel over the group's heads; the
+// check adds the multi-head ones up in fp32, so the two differ only in the order of the same 2g
+// terms (g heads, two panels of query rows each: T = 100), each within gamma_2g of the sum of the
+// terms' magnitudes, which the test gets by running the multi-head backward on one panel's rows
+// of dout at a time (the other rows' contributions are exact zeros). With and without document
+// masking.
+TEST(GroupedQueryAttention, EqualsMultiHeadAttentionWithRepeatedKeysAndValues) {
+    constexpr int B = 2, T = 100, NH = 4, hs = 8, C = NH * hs;
+    std::mt19937 rng(61);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (const int KVH : {2, 1}) {
+        for (const bool masked : {false, true}) {
+            const int group = NH / KVH, KV = KVH * hs, W = C + 2 * KV, N = B * T;
+            std::vector<float> gqa(static_cast<std::size_t>(N) * W), mha(3 * C * std::size_t{N});
+            for (float& v : gqa)
+                v = normal(rng);
+            for (int n = 0; n < N; ++n) {
+                for (int h = 0; h < NH; ++h) {
+                    for (int e = 0; e < hs; ++e) {
+                        const auto m = static_cast<std::size_t>(n) * 3 * C + h * hs + e;
+                        const auto g = static_cast<std::size_t>(n) * W;
+                        mha[m] = gqa[g + h * hs + e];
+                        mha[m + C] = gqa[g + C + (h / group) * hs + e];
+                        mha[m + 2 * C] = gqa[g + C + KV + (h / group) * hs + e];
+                    }
+                }
+            }
+            std::vector<std::int32_t> first_keys;
+            if (masked) {
+                for (int b = 0; b < B; ++b)
+                    for (int t = 0; t < T; ++t)
+                        first_keys.push_back(t < 30 ? 0 : t < 77 ? 30 : 77);
+            }
+            std::vector<float> scratch(attention_scratch_floats(T));
+            std::vector<float> out_g(N * C), lse_g(B * NH * T), out_m(N * C), lse_m(B * NH * T);
+            attention_forward(out_g.data(), lse_g.data(), scratch.data(), gqa.data(), B, T, C, NH,
+                              {}, first_keys, KVH);
+            attention_forward(out_m.data(), lse_m.data(), scratch.data(), mha.data(), B, T, C, NH,
+                              {}, first_keys);
+            EXPECT_EQ(out_g, out_m) << KVH << " kv heads";
+            EXPECT_EQ(lse_g, lse_m) << KVH << " kv heads";
+            std::vector<float> dout(N * C);
+            for (float& v : dout)
+                v = normal(rng);
+            std::vector<float> d_g(gqa.size()), d_m(mha.size());
+            attention_backward(d_g.data(), scratch.data(), dout.data(), out_g.data(), lse_g.data(),
+                               gqa.data(), B, T, C, NH, {}, first_keys, KVH);
+            attention_backward(d_m.data(), scratch.data(), dout.data(), out_m.data(), lse_m.data(),
+                               mha.data(), B, T, C, NH, {}, first_keys);
+            // The magnitudes of each panel's terms: dout on one panel's rows only.
+            std::vector<float> magnitude(mha.size(), 0.0f), d_panel(mha.size());
+            for (const auto& [i0, i1] : {std::pair{0, 64}, std::pair{64, T}}) {
+                std::vector<float> part(dout.size(), 0.0f);
+                for (int b = 0; b < B; ++b)
+                    for (int t = i0; t < i1; ++t)
+                        for (int c = 0; c < C; ++c) {
+                            const auto at = (static_cast<std::size_t>(b) * T + t) * C + c;
+                            part[at] = dout[at];
+                        }
+                attention_backward(d_panel.data(), scratch.data(), part.data(), out_m.data(),
+                                   lse_m.data(), mha.data(), B, T, C, NH, {}, first_keys);
+                for (std::size_t i = 0; i < magnitude.size(); ++i)
+                    magnitude[i] += std::abs(d_panel[i]);
+            }
+            const double gamma = 2 * group * u / (1 - 2 * group * u);
+            double worst = 0.0;
+            for (int n = 0; n < N; ++n) {
+                const auto g = static_cast<std::size_t>(n) * W;
+                const auto m = static_cast<std::size_t>(n) * 3 * C;
+                for (int h = 0; h < NH; ++h)
+                    for (int e = 0; e < hs; ++e)
+                        ASSERT_EQ(d_g[g + h * hs + e], d_m[m + h * hs + e]) << "dq";
+                for (int kvh = 0; kvh < KVH; ++kvh) {
+                    for (int part = 1; part <= 2; ++part) {  // k, then v
+                        for (int e = 0; e < hs; ++e) {
+                            float sum = 0.0f;
+                            double bound = 0.0;
+                            for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+                                sum += d_m[m + part * C + h * hs + e];
+                                bound += magnitude[m + part * C + h * hs + e];
+                            }
+                            const float ours = d_g[g + C + (part - 1) * KV + kvh * hs + e];
+                            const double allowed = 2 * gamma * bound + 1e-30;
+                            worst = std::max(worst, std::abs(ours - sum) / allowed);
+                            ASSERT_LE(std::abs(ours - sum), allowed)
+                                << KVH << " kv heads, row " << n << (part == 1 ? " dk" : " dv");
+                        }
+                    }
+                }
+            }
+            std::printf("grouped-query attention, %d kv heads%s: dk and dv at %.2e of the bound\n",
+                        KVH, masked ? ", masked" : "", worst);
+        }
+    }
 }
 
 }  // namespace

@@ -19,9 +19,9 @@ struct Head {
     long ld;
 };
 
-// Where head h of sequence b starts in out, dout (B, T, C) and dqkv (B, T, 3C): its columns.
-long head_columns(int b, int h, int T, int C, int NH, int parts) {
-    return static_cast<long>(b) * T * parts * C + static_cast<long>(h) * (C / NH);
+// Where head h of sequence b starts in out and dout (B, T, C): its columns.
+long output_columns(int b, int h, int T, int C, int NH) {
+    return static_cast<long>(b) * T * C + static_cast<long>(h) * (C / NH);
 }
 
 // Forward: a row of scores becomes its softmax over the keys it sees, [first, visible), zeros in
@@ -115,54 +115,63 @@ void check_first_keys(std::span<const std::int32_t> first_keys, int B, int T) {
 // each row is finished (take_row), so the bf16 products round it while it is in L1.
 class Fp32Products {
   public:
-    // qkv (B, T, 3C).
-    Fp32Products(const float* qkv, int T, int C, int NH, float scale)
-        : qkv_(qkv), T_(T), hs_(C / NH), C_(C), NH_(NH), scale_(scale) {}
+    // qkv (B, T, C + 2 KV): q (NH heads), k and v (kv_heads heads each) of C / NH, KV = kv_heads
+    // x C / NH; query head h reads key/value head h / (NH / kv_heads) (grouped-query attention).
+    Fp32Products(const float* qkv, int T, int C, int NH, int kv_heads, float scale)
+        : qkv_(qkv),
+          T_(T),
+          hs_(C / NH),
+          C_(C),
+          KV_(kv_heads * (C / NH)),
+          W_(C + 2 * kv_heads * (C / NH)),
+          group_(NH / kv_heads),
+          scale_(scale) {}
 
     // Head h of sequence b; dout: its first output gradient (rows C apart), null in forward.
     void start_head(int b, int h, const float* dout) {
-        const float* q = qkv_ + head_columns(b, h, T_, C_, NH_, 3);
-        hd_ = Head<float>{q, q + C_, q + 2 * C_, 3L * C_};
+        const float* row0 = qkv_ + static_cast<long>(b) * T_ * W_;
+        const float* k = row0 + C_ + static_cast<long>(h / group_) * hs_;
+        hd_ = Head<float>{row0 + static_cast<long>(h) * hs_, k, k + KV_, W_};
         dout_ = dout;
     }
     // The fp32 products read the panels themselves.
     void take_row(int /*r*/, int /*keys*/, const float* /*row*/) const {}
     void scores(float* panel, int i0, int rows, int k0, int keys) const {
-        gemm_nt(rows, keys, hs_, scale_, hd_.q + static_cast<long>(i0) * 3 * C_, 3 * C_,
-                hd_.k + static_cast<long>(k0) * 3 * C_, 3 * C_, 0.0f, panel, keys);
+        gemm_nt(rows, keys, hs_, scale_, hd_.q + static_cast<long>(i0) * W_, W_,
+                hd_.k + static_cast<long>(k0) * W_, W_, 0.0f, panel, keys);
     }
     void values(float* o, int ldo, const float* p, int rows, int k0, int keys) const {
-        gemm_nn(rows, hs_, keys, 1.0f, p, keys, hd_.v + static_cast<long>(k0) * 3 * C_, 3 * C_,
-                0.0f, o, ldo);
+        gemm_nn(rows, hs_, keys, 1.0f, p, keys, hd_.v + static_cast<long>(k0) * W_, W_, 0.0f, o,
+                ldo);
     }
     void values_gradient(float* dv, float beta, const float* p, int i0, int rows, int k0,
                          int keys) const {
         gemm_tn(keys, hs_, rows, 1.0f, p, keys, dout_ + static_cast<long>(i0) * C_, C_, beta,
-                dv + static_cast<long>(k0) * 3 * C_, 3 * C_);
+                dv + static_cast<long>(k0) * W_, W_);
     }
     void probability_gradient(float* dp, int i0, int rows, int k0, int keys) const {
         gemm_nt(rows, keys, hs_, 1.0f, dout_ + static_cast<long>(i0) * C_, C_,
-                hd_.v + static_cast<long>(k0) * 3 * C_, 3 * C_, 0.0f, dp, keys);
+                hd_.v + static_cast<long>(k0) * W_, W_, 0.0f, dp, keys);
     }
     void score_gradients(float* dq, float* dk, float beta, const float* ds, int i0, int rows,
                          int k0, int keys) const {
-        gemm_nn(rows, hs_, keys, scale_, ds, keys, hd_.k + static_cast<long>(k0) * 3 * C_, 3 * C_,
-                0.0f, dq + static_cast<long>(i0) * 3 * C_, 3 * C_);
-        gemm_tn(keys, hs_, rows, scale_, ds, keys, hd_.q + static_cast<long>(i0) * 3 * C_, 3 * C_,
-                beta, dk + static_cast<long>(k0) * 3 * C_, 3 * C_);
+        gemm_nn(rows, hs_, keys, scale_, ds, keys, hd_.k + static_cast<long>(k0) * W_, W_, 0.0f,
+                dq + static_cast<long>(i0) * W_, W_);
+        gemm_tn(keys, hs_, rows, scale_, ds, keys, hd_.q + static_cast<long>(i0) * W_, W_, beta,
+                dk + static_cast<long>(k0) * W_, W_);
     }
     // Keys [0, count) that no panel of the head sees (document masking): their dk and dv are 0.
     void zero_unseen_keys(float* dk, float* dv, int count) const {
         for (int j = 0; j < count; ++j) {
-            std::fill_n(dk + static_cast<long>(j) * 3 * C_, hs_, 0.0f);
-            std::fill_n(dv + static_cast<long>(j) * 3 * C_, hs_, 0.0f);
+            std::fill_n(dk + static_cast<long>(j) * W_, hs_, 0.0f);
+            std::fill_n(dv + static_cast<long>(j) * W_, hs_, 0.0f);
         }
     }
     void finish_head(float* /*dk*/, float* /*dv*/, int /*T*/) const {}
 
   private:
     const float* qkv_;
-    int T_, hs_, C_, NH_;
+    int T_, hs_, C_, KV_, W_, group_;
     float scale_;
     Head<float> hd_{};
     const float* dout_ = nullptr;
@@ -283,7 +292,7 @@ void forward(Products& products, float* out, float* lse, float* scratch, int B, 
         for (int h = 0; h < NH; ++h) {
             products.start_head(b, h, nullptr);
             float* const head_lse = lse + (static_cast<long>(b) * NH + h) * T;
-            float* o = out + head_columns(b, h, T, C, NH, 1);
+            float* o = out + output_columns(b, h, T, C, NH);
             for (int i0 = 0; i0 < T; i0 += kAttentionQueryRows) {
                 // Query rows [i0, i1) see keys [k0, i1): nothing above the diagonal's block, nor
                 // (document masking) left of the rows' earliest document.
@@ -309,31 +318,39 @@ void forward(Products& products, float* out, float* lse, float* scratch, int B, 
 
 template <typename Products>
 void backward(Products& products, float* dqkv, float* scratch, const float* dout, const float* out,
-              const float* lse, int B, int T, int C, int NH, const DropoutMask& dropout,
-              std::span<const std::int32_t> first_keys) {
+              const float* lse, int B, int T, int C, int NH, int kv_heads,
+              const DropoutMask& dropout, std::span<const std::int32_t> first_keys) {
     const int hs = C / NH;
+    const int group = NH / kv_heads;  // query heads per key/value head
+    const long KV = static_cast<long>(kv_heads) * hs, W = C + 2 * KV;
     const int num_panels = (T + kAttentionQueryRows - 1) / kAttentionQueryRows;
     float* const p = scratch;                                                // (rows, i1)
     float* const ds = scratch + static_cast<long>(kAttentionQueryRows) * T;  // (rows, i1)
     float* const row_dot = ds + static_cast<long>(kAttentionQueryRows) * T;  // (rows)
     for (int b = 0; b < B; ++b) {
         for (int h = 0; h < NH; ++h) {
-            float* dq = dqkv + head_columns(b, h, T, C, NH, 3);
-            float* dk = dq + C;
-            float* dv = dq + 2 * C;
+            float* const row0 = dqkv + static_cast<long>(b) * T * W;
+            float* dq = row0 + static_cast<long>(h) * hs;
+            float* dk = row0 + C + static_cast<long>(h / group) * hs;
+            float* dv = dk + KV;
+            // A key/value head's first query head initialises its dk and dv; the group's others
+            // add to them.
+            const bool first_of_group = h % group == 0;
             const float* const head_lse = lse + (static_cast<long>(b) * NH + h) * T;
-            const long io = head_columns(b, h, T, C, NH, 1);
+            const long io = output_columns(b, h, T, C, NH);
             products.start_head(b, h, dout + io);
             // The last panel sees every key (from its k0 on: the rows before are zeroed here), so
             // it initialises all rows of dk and dv (beta 0) and the earlier panels accumulate
             // into them.
-            products.zero_unseen_keys(
-                dk, dv,
-                panel_first_key(first_keys, b, T, (num_panels - 1) * kAttentionQueryRows, T));
+            if (first_of_group) {
+                products.zero_unseen_keys(
+                    dk, dv,
+                    panel_first_key(first_keys, b, T, (num_panels - 1) * kAttentionQueryRows, T));
+            }
             for (int panel = num_panels - 1; panel >= 0; --panel) {
                 const int i0 = panel * kAttentionQueryRows;
                 const int i1 = std::min(T, i0 + kAttentionQueryRows), rows = i1 - i0;
-                const float beta = panel == num_panels - 1 ? 0.0f : 1.0f;
+                const float beta = first_of_group && panel == num_panels - 1 ? 0.0f : 1.0f;
                 const int k0 = panel_first_key(first_keys, b, T, i0, i1), keys = i1 - k0;
                 const float* d = dout + io + static_cast<long>(i0) * C;
                 const float* o = out + io + static_cast<long>(i0) * C;
@@ -389,6 +406,15 @@ void backward(Products& products, float* dqkv, float* scratch, const float* dout
     }
 }
 
+// kv_heads as the callers give it (0: NH), checked to divide NH.
+int checked_kv_heads(int NH, int kv_heads) {
+    const int KVH = kv_heads == 0 ? NH : kv_heads;
+    if (KVH <= 0 || KVH > NH || NH % KVH != 0) {
+        throw std::invalid_argument("attention: key/value heads must divide the query heads");
+    }
+    return KVH;
+}
+
 float score_scale(int C, int NH) {
     return 1.0f / std::sqrt(static_cast<float>(C / NH));
 }
@@ -424,18 +450,21 @@ void round_qkv_by_heads(Bf16* out, const float* qkv, int N, int C, int NH) {
 
 void attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
                        int C, int NH, const DropoutMask& dropout,
-                       std::span<const std::int32_t> first_keys) {
+                       std::span<const std::int32_t> first_keys, int kv_heads) {
     check_first_keys(first_keys, B, T);
-    Fp32Products products(qkv, T, C, NH, score_scale(C, NH));
+    const int KVH = checked_kv_heads(NH, kv_heads);
+    Fp32Products products(qkv, T, C, NH, KVH, score_scale(C, NH));
     forward(products, out, lse, scratch, B, T, C, NH, dropout, first_keys);
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out,
                         const float* lse, const float* qkv, int B, int T, int C, int NH,
-                        const DropoutMask& dropout, std::span<const std::int32_t> first_keys) {
+                        const DropoutMask& dropout, std::span<const std::int32_t> first_keys,
+                        int kv_heads) {
     check_first_keys(first_keys, B, T);
-    Fp32Products products(qkv, T, C, NH, score_scale(C, NH));
-    backward(products, dqkv, scratch, dout, out, lse, B, T, C, NH, dropout, first_keys);
+    const int KVH = checked_kv_heads(NH, kv_heads);
+    Fp32Products products(qkv, T, C, NH, KVH, score_scale(C, NH));
+    backward(products, dqkv, scratch, dout, out, lse, B, T, C, NH, KVH, dropout, first_keys);
 }
 
 void attention_forward_bf16(float* out, float* lse, const AttentionBf16Scratch& scratch,
@@ -452,7 +481,7 @@ void attention_backward_bf16(float* dqkv, const AttentionBf16Scratch& scratch, c
                              std::span<const std::int32_t> first_keys) {
     check_first_keys(first_keys, B, T);
     Bf16Products products(qkv, B, T, C, NH, score_scale(C, NH), scratch);
-    backward(products, dqkv, scratch.floats, dout, out, lse, B, T, C, NH, dropout, first_keys);
+    backward(products, dqkv, scratch.floats, dout, out, lse, B, T, C, NH, NH, dropout, first_keys);
 }
 
 void document_first_keys(std::span<std::int32_t> first_keys, std::span<const std::int32_t> tokens,

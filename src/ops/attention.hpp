@@ -26,18 +26,22 @@ inline constexpr int kAttentionQueryRows = 64;
 // Document masking: with `first_keys` (B, T), query row i of sequence b sees only the keys
 // [first_keys[b * T + i], i] (0 <= first <= i), the tokens of its own document; the others get
 // probability exactly 0 and lse sums over the seen keys only. Empty: every key j <= i.
+// Grouped-query attention: with kv_heads (0: NH) dividing NH, qkv is (B, T, C + 2 KV), k and v
+// kv_heads heads each (KV = kv_heads x C / NH), query head h reading key/value head
+// h / (NH / kv_heads); GPT-2's (B, T, 3C) is kv_heads = NH.
 void attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
                        int C, int NH, const DropoutMask& dropout = {},
-                       std::span<const std::int32_t> first_keys = {});
+                       std::span<const std::int32_t> first_keys = {}, int kv_heads = 0);
 
 // Gradient of attention_forward: dqkv (B, T, 3C) is overwritten. Reads the forward's out and lse
 // and recomputes the probabilities as exp(score - lse). Panels run from the last query rows to the
 // first, so the result is the same on every call whatever the thread count. `dropout` must be
 // forward's: its masks are drawn again, not stored, and so must `first_keys` be.
+// With kv_heads, dqkv is (B, T, C + 2 KV) and a key/value head's dk and dv sum its query heads'.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out,
                         const float* lse, const float* qkv, int B, int T, int C, int NH,
                         const DropoutMask& dropout = {},
-                        std::span<const std::int32_t> first_keys = {});
+                        std::span<const std::int32_t> first_keys = {}, int kv_heads = 0);
 
 // The first keys of document masking for B sequences of T tokens: a document begins at each
 // `document_start` token (it is its document's first token, as GPT-2's <|endoftext|> begins each
