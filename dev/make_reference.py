@@ -41,6 +41,11 @@ And tests/data/block_kernels_reference.bin: the layers of the families after GPT
 inputs, computed in float64 by plain torch ops and autograd (RMSNorm with and without a gain,
 Llama's rotary positions on a grouped-query qkv row as Hugging Face's apply_rotary_pos_emb writes
 them, SwiGLU, ReLU^2): outputs and input (and gain) gradients for a random output gradient.
+And tests/data/llama_reference.bin: two models of the families after GPT-2 written from their
+definitions in float64 (Hugging Face's LlamaForCausalLM: RMSNorm with gains, rotary positions with
+rotate_half, grouped-query attention by repeating each key/value head for its group, SwiGLU, no
+biases, an untied head; and a variant with ReLU^2, RMSNorm without gains and a tied head), each
+with its parameters in our flat layout, a batch, the loss and the gradient.
 """
 
 import argparse
@@ -438,6 +443,99 @@ def write_block_kernels_fixture(path):
     write_fixture(path, records)
 
 
+def write_llama_fixture(path):
+    """Llama-family models (and a ReLU^2 variant) in float64: loss and gradient in our layout."""
+    d = torch.float64
+    g = torch.Generator().manual_seed(4242)
+    Vr, Vpr, Tr, Br, Lr, NHr, Cr = 101, 128, 16, 3, 2, 4, 64
+    hs = Cr // NHr
+    records = []
+    models = [
+        # name, kv heads, hidden, mlp, gains, tied, theta
+        ("llama", 2, 96, "swiglu", True, False, 10000.0),
+        ("relu2", 4, 128, "relu2", False, True, 500.0),
+    ]
+    for name, KVH, H, mlp, gains, tied, theta in models:
+        KV = KVH * hs
+        FW = 2 * H if mlp == "swiglu" else H
+
+        def rand(*shape, std=0.02):
+            return torch.randn(*shape, generator=g, dtype=d) * std
+
+        # Our layout's order (src/model/model.cpp's tensor_table).
+        specs = [("wte", (Vpr, Cr))]
+        if gains:
+            specs.append(("ln1w", (Lr, Cr)))
+        specs += [("qkvw", (Lr, Cr + 2 * KV, Cr)), ("attprojw", (Lr, Cr, Cr))]
+        if gains:
+            specs.append(("ln2w", (Lr, Cr)))
+        specs += [("fcw", (Lr, FW, Cr)), ("fcprojw", (Lr, Cr, H))]
+        if gains:
+            specs.append(("lnfw", (Cr,)))
+        if not tied:
+            specs.append(("lmheadw", (Vpr, Cr)))
+        p = {}
+        for pname, shape in specs:
+            p[pname] = (1.0 + rand(*shape, std=0.1)) if pname.startswith("ln") else rand(*shape)
+        p["wte"][Vr:] = 0
+        if not tied:
+            p["lmheadw"][Vr:] = 0
+        for t in p.values():
+            t.requires_grad_(True)
+        idx = torch.randint(0, Vr, (Br, Tr), generator=g)
+        targets = torch.randint(0, Vr, (Br, Tr), generator=g)
+
+        def rms(x, w):
+            y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+            return y * w if w is not None else y
+
+        inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=d) / hs))
+        emb = torch.outer(torch.arange(Tr, dtype=d), inv_freq)
+        emb = torch.cat((emb, emb), dim=-1)
+        cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+
+        def rotate_half(t):
+            return torch.cat((-t[..., hs // 2:], t[..., : hs // 2]), dim=-1)
+
+        x = p["wte"][idx]
+        causal = torch.triu(torch.ones(Tr, Tr, dtype=torch.bool), 1)
+        for l in range(Lr):
+            h = rms(x, p["ln1w"][l] if gains else None)
+            qkv = h @ p["qkvw"][l].T
+            q = qkv[..., :Cr].view(Br, Tr, NHr, hs).transpose(1, 2)
+            k = qkv[..., Cr:Cr + KV].view(Br, Tr, KVH, hs).transpose(1, 2)
+            v = qkv[..., Cr + KV:].view(Br, Tr, KVH, hs).transpose(1, 2)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            k = k.repeat_interleave(NHr // KVH, dim=1)
+            v = v.repeat_interleave(NHr // KVH, dim=1)
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+            att = att.masked_fill(causal, float("-inf")).softmax(-1)
+            y = (att @ v).transpose(1, 2).reshape(Br, Tr, Cr)
+            x = x + y @ p["attprojw"][l].T
+            h = rms(x, p["ln2w"][l] if gains else None)
+            f = h @ p["fcw"][l].T
+            a = F.silu(f[..., :H]) * f[..., H:] if mlp == "swiglu" else torch.relu(f).square()
+            x = x + a @ p["fcprojw"][l].T
+        h = rms(x, p["lnfw"] if gains else None)
+        logits = h @ (p["wte"] if tied else p["lmheadw"]).T
+        loss = F.cross_entropy(logits[..., :Vr].reshape(-1, Vr), targets.reshape(-1))
+        loss.backward()
+        flat = torch.cat([p[n].detach().reshape(-1) for n, _ in specs])
+        grads = torch.cat([p[n].grad.reshape(-1) for n, _ in specs])
+        records += [
+            (f"{name}.config", np.array([Tr, Vr, Vpr, Lr, NHr, Cr, KVH, H, Br, Tr], dtype=np.int32)),
+            (f"{name}.theta", np.array([theta], dtype=np.float32)),
+            (f"{name}.params", flat.to(torch.float32).numpy()),
+            (f"{name}.inputs", idx.to(torch.int32).numpy()),
+            (f"{name}.targets", targets.to(torch.int32).numpy()),
+            (f"{name}.logits", logits.detach()[..., :Vr].to(torch.float32).numpy()),
+            (f"{name}.loss", np.array([loss.item()], dtype=np.float32)),
+            (f"{name}.grads", grads.to(torch.float32).numpy()),
+        ]
+    write_fixture(path, records)
+
+
 def write_fixture(path, records):
     """Serialize [(name, np.ndarray)] in the GPT2REF1 format."""
     dtypes = {np.dtype(np.float32): 0, np.dtype(np.int32): 1}
@@ -606,6 +704,7 @@ def main():
     write_lora_fixture(args.output.parent / "gpt2_lora_reference.bin")
     write_muon_fixture(args.output.parent / "gpt2_muon_reference.bin")
     write_block_kernels_fixture(args.output.parent / "block_kernels_reference.bin")
+    write_llama_fixture(args.output.parent / "llama_reference.bin")
     print(f"wrote {args.output} ({args.output.stat().st_size} bytes, {len(records)} records)")
     for name, arr in records:
         print(f"  {name:20s} {'int32' if arr.dtype == np.int32 else 'float32'} {list(arr.shape)}")

@@ -55,12 +55,13 @@ bool same_params(const std::filesystem::path& a, const std::filesystem::path& b)
 
 // Trains 20 steps straight, and 10 + 10 with a stop and --resume auto between: same losses and
 // parameters, bit for bit.
-void expect_bitwise_resume(int ranks, int threads, const std::string& precision) {
+void expect_bitwise_resume(int ranks, int threads, const std::string& precision,
+                           const std::string& model = "") {
     const ScratchDir dir("gpt2-resume-" + std::to_string(ranks) + "-" + std::to_string(threads) +
-                         "-" + precision);
+                         "-" + precision + (model.empty() ? "" : "-model"));
     test::write_corpus(dir.path() / "corpus.txt", 40000);
-    const std::string flags =
-        "--max-steps 20 --threads " + std::to_string(threads) + " --precision " + precision;
+    const std::string flags = "--max-steps 20 --threads " + std::to_string(threads) +
+                              " --precision " + precision + (model.empty() ? "" : " " + model);
     const auto straight = run_command(train_command(dir, "straight", ranks, flags));
     ASSERT_EQ(straight.exit_code, 0) << straight.output;
     EXPECT_NE(straight.output.find("precision " + precision), std::string::npos) << straight.output;
@@ -98,6 +99,12 @@ INSTANTIATE_TEST_SUITE_P(RanksThreads, Resume, ::testing::Values(std::pair{0, 2}
 // as AdamW writes it, so bf16 training resumes bit for bit too.
 TEST(Resume, Bf16RunResumesBitwiseIdenticalToAStraightRun) {
     expect_bitwise_resume(0, 2, "bf16");
+}
+
+// The Llama family's block (rotary positions, grouped-query attention, SwiGLU, RMSNorm, its
+// version-7 state) on two ranks: the same.
+TEST(Resume, ALlamaFamilyRunOfTwoRanksResumesBitwise) {
+    expect_bitwise_resume(2, 1, "fp32", "--model llama-tiny");
 }
 
 TEST(Signals, SigtermStopsAtAStepBoundaryWithACheckpointThatResumes) {

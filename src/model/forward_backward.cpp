@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "model/block_parts.hpp"
 #include "model/lora.hpp"
 #include "ops/attention.hpp"
 #include "ops/dropout.hpp"
@@ -24,18 +25,18 @@ struct LayerActs {
 
 LayerActs layer_acts(const ThreadLocalTrainingContext& ctx, const ModelConfig& c, int l) {
     const long N = static_cast<long>(ctx.max_batch()) * ctx.seq_len();
-    const long C = c.channels;
+    const long C = c.channels, W = c.qkv_width(), F = c.fc_width();
     const long s = std::min(l, ctx.stored_layers() - 1);  // the stored slot
     const auto& a = ctx.acts;
     return LayerActs{a.ln1_mean + s * N,
                      a.ln1_rstd + s * N,
-                     a.qkv != nullptr ? a.qkv + s * N * 3 * C : nullptr,
+                     a.qkv != nullptr ? a.qkv + s * N * W : nullptr,
                      a.atty + s * N * C,
                      a.att_lse + s * N * c.num_heads,
                      a.residual2 + s * N * C,
                      a.ln2_mean + s * N,
                      a.ln2_rstd + s * N,
-                     a.fch + s * N * 4 * C,
+                     a.fch + s * N * F,
                      a.residual3 + l * N * C,
                      a.qkv_bf16 != nullptr ? a.qkv_bf16 + s * N * 3 * C : nullptr};
 }
@@ -50,7 +51,7 @@ class PrecisionMatmul {
         : model_(model),
           ctx_(ctx),
           bf16_(model.precision == Precision::Bf16),
-          bf16_attention_(bf16_ && bf16_attention_pays()) {
+          bf16_attention_(attention_in_bf16(model.config, model.precision)) {
         if (bf16_ && (ctx.bf16_inputs.size() == 0 || model.params_bf16.size() == 0)) {
             throw std::invalid_argument("bf16 model: the context or the weights have no bf16 copy");
         }
@@ -127,7 +128,7 @@ class PrecisionMatmul {
                                    dropout, first_keys);
         } else {
             gpt2::attention_forward(out, lse, ctx_.scratch.attention, acts.qkv, B, T, C, NH,
-                                    dropout, first_keys);
+                                    dropout, first_keys, model_.config.kv_heads());
         }
     }
     void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse,
@@ -139,7 +140,7 @@ class PrecisionMatmul {
                                     C, NH, dropout, first_keys);
         } else {
             gpt2::attention_backward(dqkv, ctx_.scratch.attention, dout, out, lse, acts.qkv, B, T,
-                                     C, NH, dropout, first_keys);
+                                     C, NH, dropout, first_keys, model_.config.kv_heads());
         }
     }
 
@@ -301,15 +302,17 @@ const float* dropped_gradient(const float* dres, float* scratch, int B, int T, i
 // adapter has added its fp32 term (in dqkv, backward's scratch, free during forward).
 void qkv_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ctx, const LayerActs& a,
                  const LayerView<const float>& p, const LayerAdapter& adapter, const float* ln,
-                 int N, int C, int NH) {
+                 int T, int N, const ModelConfig& c) {
+    const int C = c.channels, NH = c.num_heads, W = c.qkv_width();
     if (a.qkv_bf16 != nullptr && !adapter.adapts(LoraTarget::CAttn)) {
         matmul.qkv_forward_by_heads(a.qkv_bf16, ln, p.qkvw, p.qkvb, N, C, NH);
         return;
     }
     float* qkv = a.qkv_bf16 != nullptr ? ctx.scratch.dqkv : a.qkv;
-    matmul.forward(qkv, nullptr, ln, p.qkvw, p.qkvb, N, C, 3 * C);
-    adapter.forward(LoraTarget::CAttn, qkv, ln, N, C, 3 * C);
+    matmul.forward(qkv, nullptr, ln, p.qkvw, p.qkvb, N, C, W);
+    adapter.forward(LoraTarget::CAttn, qkv, ln, N, C, W);
     if (a.qkv_bf16 != nullptr) round_qkv_by_heads(a.qkv_bf16, qkv, N, C, NH);
+    rotate_qk_forward(c, ctx.rotary, qkv, N, T);  // q and k rotated where they are stored
 }
 
 // One layer's forward from its input `residual` (N, C). Writes the layer's stored activations and
@@ -317,23 +320,24 @@ void qkv_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ctx,
 // product, whose results backward recomputes or never reads.
 void layer_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ctx,
                    const LayerActs& a, const LayerView<const float>& p, const LayerAdapter& adapter,
-                   const float* residual, int B, int T, int C, int NH, const LayerDropout& dropout,
-                   std::span<const std::int32_t> first_keys, bool output) {
-    const int N = B * T;
+                   const float* residual, int B, int T, const ModelConfig& c,
+                   const LayerDropout& dropout, std::span<const std::int32_t> first_keys,
+                   bool output) {
+    const int N = B * T, C = c.channels, NH = c.num_heads, F = c.fc_width(), H = c.mlp_hidden();
     float* ln = ctx.scratch.normalized;
-    float* gelu = ctx.scratch.gelu;
-    layernorm_forward(ln, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
-    qkv_forward(matmul, ctx, a, p, adapter, ln, N, C, NH);
+    float* act = ctx.scratch.gelu;
+    norm_forward(c, ln, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N);
+    qkv_forward(matmul, ctx, a, p, adapter, ln, T, N, c);
     matmul.attention_forward(a.atty, a.att_lse, a, B, T, C, NH, dropout.probabilities, first_keys);
     residual_product(matmul, a.residual2, residual, a.atty, p.attprojw, p.attprojb, B, T, C, C,
                      dropout.attention_output, adapter, LoraTarget::AttnCProj);
-    layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
-    matmul.forward(a.fch, nullptr, ln, p.fcw, p.fcb, N, C, 4 * C);
-    adapter.forward(LoraTarget::CFc, a.fch, ln, N, C, 4 * C);
-    if (output) {  // GELU feeds only the last product; backward recomputes it itself
-        gelu_forward(gelu, a.fch, N * 4 * C);
-        residual_product(matmul, a.residual3, a.residual2, gelu, p.fcprojw, p.fcprojb, B, T, 4 * C,
-                         C, dropout.mlp_output, adapter, LoraTarget::MlpCProj);
+    norm_forward(c, ln, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N);
+    matmul.forward(a.fch, nullptr, ln, p.fcw, p.fcb, N, C, F);
+    adapter.forward(LoraTarget::CFc, a.fch, ln, N, C, F);
+    if (output) {  // the activation feeds only the last product; backward recomputes it itself
+        activation_forward(c, act, a.fch, N);
+        residual_product(matmul, a.residual3, a.residual2, act, p.fcprojw, p.fcprojb, B, T, H, C,
+                         dropout.mlp_output, adapter, LoraTarget::MlpCProj);
     }
 }
 
@@ -342,35 +346,40 @@ void layer_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ct
 // recomputed from what forward stored, bitwise as forward computed them.
 void layer_backward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ctx,
                     const LayerActs& a, const LayerView<const float>& p, const LayerView<float>& d,
-                    const LayerAdapter& adapter, const float* residual, int B, int T, int C, int NH,
-                    const LayerDropout& dropout, std::span<const std::int32_t> first_keys) {
-    const int N = B * T;
+                    const LayerAdapter& adapter, const float* residual, int B, int T,
+                    const ModelConfig& c, const LayerDropout& dropout,
+                    std::span<const std::int32_t> first_keys) {
+    const int N = B * T, C = c.channels, NH = c.num_heads, W = c.qkv_width(), F = c.fc_width();
+    const int H = c.mlp_hidden();
     float* dres = ctx.scratch.dresidual;
     float* dch = ctx.scratch.dchannels;
     float* dfch = ctx.scratch.dfch;
     float* ln = ctx.scratch.normalized;
-    float* gelu = ctx.scratch.gelu;
-    // MLP: residual3 = residual2 + dropout(fcproj(gelu(fc(ln2(residual2))))).
-    gelu_forward(gelu, a.fch, N * 4 * C);
+    float* act = ctx.scratch.gelu;
+    // MLP: residual3 = residual2 + dropout(fcproj(act(fc(ln2(residual2))))).
+    activation_forward(c, act, a.fch, N);
     const float* dmlp = dropped_gradient(dres, dch, B, T, C, dropout.mlp_output);
-    matmul.backward(dfch, d.fcprojw, d.fcprojb, dmlp, gelu, p.fcprojw, N, 4 * C, C);
-    adapter.backward(LoraTarget::MlpCProj, dfch, dmlp, gelu, N, 4 * C, C);
-    gelu_backward(dfch, a.fch, dfch, N * 4 * C);
-    layernorm_recompute(ln, a.residual2, a.ln2_mean, a.ln2_rstd, p.ln2w, p.ln2b, N, C);
-    matmul.backward(dch, d.fcw, d.fcb, dfch, ln, p.fcw, N, C, 4 * C);
-    adapter.backward(LoraTarget::CFc, dch, dfch, ln, N, C, 4 * C);
-    layernorm_backward(dres, d.ln2w, d.ln2b, dch, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, N,
-                       C);
+    // The activation's gradient: in dfch, where its backward runs in place (GELU, ReLU^2), or
+    // apart (SwiGLU: F = 2H).
+    float* dact = c.arch.mlp == MlpKind::SwiGlu ? ctx.scratch.dact : dfch;
+    matmul.backward(dact, d.fcprojw, d.fcprojb, dmlp, act, p.fcprojw, N, H, C);
+    adapter.backward(LoraTarget::MlpCProj, dact, dmlp, act, N, H, C);
+    activation_backward(c, dfch, a.fch, dact, N);
+    norm_recompute(c, ln, a.residual2, a.ln2_mean, a.ln2_rstd, p.ln2w, p.ln2b, N);
+    matmul.backward(dch, d.fcw, d.fcb, dfch, ln, p.fcw, N, C, F);
+    adapter.backward(LoraTarget::CFc, dch, dfch, ln, N, C, F);
+    norm_backward(c, dres, d.ln2w, d.ln2b, dch, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, N);
     // Attention: residual2 = residual + dropout(attproj(attention(qkv(ln1(residual))))).
     const float* dattn = dropped_gradient(dres, dfch, B, T, C, dropout.attention_output);
     matmul.backward(dch, d.attprojw, d.attprojb, dattn, a.atty, p.attprojw, N, C, C);
     adapter.backward(LoraTarget::AttnCProj, dch, dattn, a.atty, N, C, C);
     matmul.attention_backward(ctx.scratch.dqkv, dch, a.atty, a.att_lse, a, B, T, C, NH,
                               dropout.probabilities, first_keys);
-    layernorm_recompute(ln, residual, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b, N, C);
-    matmul.backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, ln, p.qkvw, N, C, 3 * C);
-    adapter.backward(LoraTarget::CAttn, dch, ctx.scratch.dqkv, ln, N, C, 3 * C);
-    layernorm_backward(dres, d.ln1w, d.ln1b, dch, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+    rotate_qk_backward(c, ctx.rotary, ctx.scratch.dqkv, N, T);  // where rotary
+    norm_recompute(c, ln, residual, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b, N);
+    matmul.backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, ln, p.qkvw, N, C, W);
+    adapter.backward(LoraTarget::CAttn, dch, ctx.scratch.dqkv, ln, N, C, W);
+    norm_backward(c, dres, d.ln1w, d.ln1b, dch, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, N);
 }
 
 // The batch's document masking for attention: the first keys forward_hidden wrote into the
@@ -393,7 +402,7 @@ void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const T
     const ModelConfig& c = model.config;
     const ParameterLayout& layout = model.layout;
     const std::span<const float> w = model.weights();
-    const int B = batch.B, T = batch.T, C = c.channels, NH = c.num_heads, N = B * T;
+    const int B = batch.B, T = batch.T, C = c.channels, N = B * T;
     const PrecisionMatmul matmul(model, ctx);
     if (batch.document_start) {  // once per forward: every layer, and backward, read them
         ctx.attention_first_keys.resize(static_cast<std::size_t>(N));
@@ -403,18 +412,18 @@ void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const T
 
     encoder_forward(ctx.acts.encoded, batch.inputs.data(),
                     layout.tensor(w, ParamTensor::wte).data(),
-                    layout.tensor(w, ParamTensor::wpe).data(), B, T, C);
+                    tensor_or_null(layout, w, ParamTensor::wpe), B, T, C);
     const DropoutMask embeddings = dropout_mask(batch, 0, DropoutSite::Embeddings);
     if (embeddings.active())
         apply_dropout(ctx.acts.encoded, B, static_cast<long>(T) * C, embeddings);
     for (int l = 0; l < c.num_layers; ++l) {
         layer_forward(matmul, ctx, layer_acts(ctx, c, l), layer_view(layout, w, l),
-                      layer_adapter(model, ctx, l, batch), layer_input(ctx, c, l), B, T, C, NH,
+                      layer_adapter(model, ctx, l, batch), layer_input(ctx, c, l), B, T, c,
                       layer_dropout(batch, l), first_keys, true);
     }
-    layernorm_forward(ctx.acts.lnf, ctx.acts.lnf_mean, ctx.acts.lnf_rstd,
-                      layer_input(ctx, c, c.num_layers), layout.tensor(w, ParamTensor::lnfw).data(),
-                      layout.tensor(w, ParamTensor::lnfb).data(), N, C);
+    norm_forward(c, ctx.acts.lnf, ctx.acts.lnf_mean, ctx.acts.lnf_rstd,
+                 layer_input(ctx, c, c.num_layers), tensor_or_null(layout, w, ParamTensor::lnfw),
+                 tensor_or_null(layout, w, ParamTensor::lnfb), N);
 }
 
 double forward_loss(const Model& model, ThreadLocalTrainingContext& ctx, const TokenBatch& batch) {
@@ -423,7 +432,7 @@ double forward_loss(const Model& model, ThreadLocalTrainingContext& ctx, const T
     undropped.dropout = Dropout{};
     forward_hidden(model, ctx, undropped);
     const ModelConfig& c = model.config;
-    const float* wte = model.layout.tensor(model.weights(), ParamTensor::wte).data();
+    const float* wte = model.layout.tensor(model.weights(), head_tensor(model.layout)).data();
     const int N = batch.B * batch.T, C = c.channels, Vp = c.padded_vocab_size;
     const PrecisionMatmul matmul(model, ctx);
     double loss_sum = 0.0;
@@ -443,9 +452,9 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
     const ModelConfig& c = model.config;
     const ParameterLayout& layout = model.layout;
     const std::span<const float> w = model.weights();
-    const int B = batch.B, T = batch.T, C = c.channels, NH = c.num_heads, N = B * T;
+    const int B = batch.B, T = batch.T, C = c.channels, N = B * T;
     const int Vp = c.padded_vocab_size;
-    const float* wte = layout.tensor(w, ParamTensor::wte).data();
+    const float* wte = layout.tensor(w, head_tensor(layout)).data();  // the LM head's weight
     float* dres = ctx.scratch.dresidual;
     float* dch = ctx.scratch.dchannels;
     const PrecisionMatmul matmul(model, ctx);
@@ -460,7 +469,7 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
     for (int r0 = 0; r0 < N; r0 += ctx.logits_rows) {
         const int rows = std::min(ctx.logits_rows, N - r0);
         matmul.lm_head_forward_backward(ctx.acts.losses + r0, dch + static_cast<long>(r0) * C,
-                                        head.dwte, ctx.acts.lnf + static_cast<long>(r0) * C, wte,
+                                        head.dhead, ctx.acts.lnf + static_cast<long>(r0) * C, wte,
                                         batch.targets.data() + r0, rows, C, c.vocab_size, Vp,
                                         dloss);
         for (int r = 0; r < rows; ++r)
@@ -468,9 +477,9 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
     }
 
     std::memset(dres, 0, sizeof(float) * static_cast<std::size_t>(N) * C);
-    layernorm_backward(dres, head.dlnfw, head.dlnfb, dch, layer_input(ctx, c, c.num_layers),
-                       layout.tensor(w, ParamTensor::lnfw).data(), ctx.acts.lnf_mean,
-                       ctx.acts.lnf_rstd, N, C);
+    norm_backward(c, dres, head.dlnfw, head.dlnfb, dch, layer_input(ctx, c, c.num_layers),
+                  tensor_or_null(layout, w, ParamTensor::lnfw), ctx.acts.lnf_mean,
+                  ctx.acts.lnf_rstd, N);
     sink.head_done();
 
     const bool rerun_layers = ctx.stored_layers() < c.num_layers;
@@ -483,10 +492,10 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
         const LayerDropout dropout = layer_dropout(batch, l);
         const LayerAdapter adapter = layer_adapter(model, ctx, l, batch, sink.adapter());
         if (rerun_layers) {
-            layer_forward(matmul, ctx, a, p, adapter, residual, B, T, C, NH, dropout, first_keys,
+            layer_forward(matmul, ctx, a, p, adapter, residual, B, T, c, dropout, first_keys,
                           false);
         }
-        layer_backward(matmul, ctx, a, p, sink.layer(l), adapter, residual, B, T, C, NH, dropout,
+        layer_backward(matmul, ctx, a, p, sink.layer(l), adapter, residual, B, T, c, dropout,
                        first_keys);
         sink.layer_done(l);
     }
@@ -511,9 +520,9 @@ FullGradient::FullGradient(const Model& model, std::span<float> grads)
 
 GradientSink::Head FullGradient::head() {
     const ParameterLayout& layout = model_.layout;
-    return Head{layout.tensor(grads_, ParamTensor::wte).data(),
-                layout.tensor(grads_, ParamTensor::lnfw).data(),
-                layout.tensor(grads_, ParamTensor::lnfb).data()};
+    return Head{layout.tensor(grads_, head_tensor(layout)).data(),
+                tensor_or_null(layout, grads_, ParamTensor::lnfw),
+                tensor_or_null(layout, grads_, ParamTensor::lnfb)};
 }
 
 LayerView<float> FullGradient::layer(int l) {
@@ -523,8 +532,8 @@ LayerView<float> FullGradient::layer(int l) {
 void FullGradient::embeddings(const float* dresidual, const TokenBatch& batch) {
     const ParameterLayout& layout = model_.layout;
     encoder_backward(layout.tensor(grads_, ParamTensor::wte).data(),
-                     layout.tensor(grads_, ParamTensor::wpe).data(), dresidual, batch.inputs.data(),
-                     batch.B, batch.T, model_.config.channels);
+                     tensor_or_null(layout, grads_, ParamTensor::wpe), dresidual,
+                     batch.inputs.data(), batch.B, batch.T, model_.config.channels);
 }
 
 }  // namespace gpt2

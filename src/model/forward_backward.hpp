@@ -52,9 +52,9 @@ struct TokenBatch {
 class GradientSink {
   public:
     struct Head {
-        float* dwte;   // (Vp, C)
-        float* dlnfw;  // (C)
-        float* dlnfb;  // (C)
+        float* dhead;  // (Vp, C): the LM head's weight, wte where the head is tied
+        float* dlnfw;  // (C), null where the final norm has no gain
+        float* dlnfb;  // (C), null where it has no bias
     };
     virtual ~GradientSink() = default;
     [[nodiscard]] virtual Head head() = 0;

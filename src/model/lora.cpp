@@ -100,6 +100,7 @@ ProductShape lora_product_shape(const ModelConfig& config, LoraTarget t) {
 
 LoraLayout::LoraLayout(const ModelConfig& model, const LoraConfig& lora)
     : model_(model), lora_(lora) {
+    require_gpt2_block(model, "LoRA");  // GPT-2's targets and their shapes
     for (int i = 0; i < kLoraTargets; ++i) {
         const auto t = static_cast<LoraTarget>(i);
         within_layer_[static_cast<std::size_t>(i)] = per_layer_;

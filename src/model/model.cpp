@@ -46,6 +46,9 @@ void validate_config(const ModelConfig& c, std::string_view source) {
         (c.head_size() % 2 != 0 || !(a.rope_theta > 1.0f) || !std::isfinite(a.rope_theta))) {
         fail("rotary positions need an even head size and a finite theta above 1");
     }
+    if (a.norm == NormKind::LayerNorm && (!a.norm_gains || !a.biases || a.norm_eps != 1e-5f)) {
+        fail("LayerNorm is GPT-2's: with a gain and a bias, epsilon 1e-5");
+    }
     const double C = c.channels, L = c.num_layers, H = c.mlp_hidden();
     const double KV = static_cast<double>(c.kv_heads()) * c.head_size();
     const double heads = a.tied_head ? 1.0 : 2.0;
@@ -60,6 +63,13 @@ void require_gpt2_block(const ModelConfig& c, std::string_view what) {
     if (!c.is_gpt2()) {
         throw InputError(std::string(what) + ": a model of another architecture than GPT-2 (" +
                          describe(c.arch) + ") is not supported by this build yet");
+    }
+}
+
+void require_trainable(const ModelConfig& c) {
+    if (c.arch.qk_norm) {
+        throw InputError("training: QK-norm (" + describe(c.arch) +
+                         ") is not computed by this build yet");
     }
 }
 
@@ -271,13 +281,33 @@ namespace {
 struct Preset {
     std::string_view name;
     int L, NH, C, maxT;
+    Architecture arch;
 };
-constexpr std::array<Preset, 6> kPresets = {{{"gpt2-124M", 12, 12, 768, 1024},
-                                             {"gpt2-350M", 24, 16, 1024, 1024},
-                                             {"gpt2-774M", 36, 20, 1280, 1024},
-                                             {"gpt2-1558M", 48, 25, 1600, 1024},
-                                             {"d6", 6, 6, 384, 256},
-                                             {"char-small", 4, 4, 256, 256}}};
+// The Llama family's block (Hugging Face's LlamaForCausalLM: RMSNorm, rotary positions, SwiGLU,
+// no biases, grouped-query attention, the head tied as SmolLM2 ties it).
+constexpr Architecture llama_block(int kv_heads, int hidden, float theta) {
+    Architecture a;
+    a.norm = NormKind::RmsNorm;
+    a.positions = PositionKind::Rotary;
+    a.rope_theta = theta;
+    a.mlp = MlpKind::SwiGlu;
+    a.mlp_hidden = hidden;
+    a.biases = false;
+    a.kv_heads = kv_heads;
+    return a;
+}
+constexpr std::array<Preset, 8> kPresets = {{
+    {"gpt2-124M", 12, 12, 768, 1024, {}},
+    {"gpt2-350M", 24, 16, 1024, 1024, {}},
+    {"gpt2-774M", 36, 20, 1280, 1024, {}},
+    {"gpt2-1558M", 48, 25, 1600, 1024, {}},
+    {"d6", 6, 6, 384, 256, {}},
+    {"char-small", 4, 4, 256, 256, {}},
+    // SmolLM2-135M's shape (its config.json; 2048 positions of its 8192 are this preset's context).
+    {"llama-135M", 30, 9, 576, 2048, llama_block(3, 1536, 100000.0f)},
+    // A small one of the same block, for CPUs and tests.
+    {"llama-tiny", 4, 4, 128, 256, llama_block(2, 352, 10000.0f)},
+}};
 }  // namespace
 
 std::vector<std::string> preset_names() {
@@ -296,7 +326,7 @@ bool is_gpt2_preset(std::string_view name) {
 ModelConfig preset_config(std::string_view name, int vocab_size) {
     for (const Preset& p : kPresets) {
         if (p.name == name) {
-            return ModelConfig{p.maxT, vocab_size, pad_vocab(vocab_size), p.L, p.NH, p.C};
+            return ModelConfig{p.maxT, vocab_size, pad_vocab(vocab_size), p.L, p.NH, p.C, p.arch};
         }
     }
     std::string known;

@@ -44,6 +44,12 @@ struct ModelConfig {
     [[nodiscard]] int mlp_hidden() const {
         return arch.mlp_hidden > 0 ? arch.mlp_hidden : 4 * channels;
     }
+    // A qkv row: the queries (C), then kv_heads heads of keys and of values (GPT-2: 3C).
+    [[nodiscard]] int qkv_width() const { return channels + 2 * kv_heads() * head_size(); }
+    // The MLP's first product: SwiGLU's gate and up (2H), else H.
+    [[nodiscard]] int fc_width() const {
+        return arch.mlp == MlpKind::SwiGlu ? 2 * mlp_hidden() : mlp_hidden();
+    }
     // Every architecture field GPT-2's: files and bits as before architectures were data.
     [[nodiscard]] bool is_gpt2() const { return arch == Architecture{}; }
     friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
@@ -70,6 +76,9 @@ void validate_config(const ModelConfig& config, std::string_view source);
 // compute and name GPT-2's block only so far (a checkpoint of another architecture still reads and
 // writes, with its configuration record).
 void require_gpt2_block(const ModelConfig& config, std::string_view what);
+// Throws InputError unless training's block computes the architecture: every field but QK-norm
+// (not computed yet).
+void require_trainable(const ModelConfig& config);
 [[nodiscard]] std::string describe(const ModelConfig& config);
 
 // The parameter tensors in llm.c's order, named as llm.c and GPT-2's checkpoints name them (the one
@@ -245,13 +254,26 @@ struct LayerView {
         *fcprojb;
 };
 
+// A tensor the configuration does not have (a bias, a norm's gain) is null.
 template <typename F>
 [[nodiscard]] LayerView<F> layer_view(const ParameterLayout& layout, std::span<F> flat, int l) {
-    const auto at = [&](ParamTensor t) { return layout.layer(flat, t, l).data(); };
+    const auto at = [&](ParamTensor t) -> F* {
+        return layout.has(t) ? layout.layer(flat, t, l).data() : nullptr;
+    };
     return LayerView<F>{at(ParamTensor::ln1w), at(ParamTensor::ln1b),     at(ParamTensor::qkvw),
                         at(ParamTensor::qkvb), at(ParamTensor::attprojw), at(ParamTensor::attprojb),
                         at(ParamTensor::ln2w), at(ParamTensor::ln2b),     at(ParamTensor::fcw),
                         at(ParamTensor::fcb),  at(ParamTensor::fcprojw),  at(ParamTensor::fcprojb)};
+}
+
+// The tensor the LM head multiplies by: its own where untied, else wte.
+[[nodiscard]] inline ParamTensor head_tensor(const ParameterLayout& layout) {
+    return layout.has(ParamTensor::lmheadw) ? ParamTensor::lmheadw : ParamTensor::wte;
+}
+// Tensor t of `flat` (weights or gradients), or null where the configuration has none.
+template <typename F>
+[[nodiscard]] F* tensor_or_null(const ParameterLayout& layout, std::span<F> flat, ParamTensor t) {
+    return layout.has(t) ? layout.tensor(flat, t).data() : nullptr;
 }
 
 // GPT-2's initialisation: N(0, 0.02) for embeddings and matrices, residual output projections

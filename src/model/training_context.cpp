@@ -67,6 +67,11 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
     const auto S = static_cast<std::size_t>(out.stored_layers);
     out.logits_rows = static_cast<int>(std::min<std::size_t>(
         N, precision == Precision::Bf16 ? kLogitsChunkRowsBf16 : kLogitsChunkRows));
+    // The block's widths: qkv's row (GPT-2: 3C), the MLP's first product and its activation
+    // (GPT-2: 4C both).
+    const auto W = static_cast<std::size_t>(c.qkv_width());
+    const auto F = static_cast<std::size_t>(c.fc_width());
+    const auto H = static_cast<std::size_t>(c.mlp_hidden());
     ArenaPlan& plan = out.plan;
     const auto at = [&](std::string_view part, std::size_t count) -> float* {
         const std::size_t offset = plan.reserve(part, count);
@@ -76,17 +81,17 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
     a.encoded = at("layer inputs", N * C);
     a.residual3 = at("layer inputs", L * N * C);
     // Attention in bf16 only ever reads q, k and v rounded: the qkv product rounds them itself.
-    const bool qkv_in_bf16 = precision == Precision::Bf16 && bf16_attention_pays();
+    const bool qkv_in_bf16 = attention_in_bf16(c, precision);
     if (qkv_in_bf16) {
         out.bf16_qkv = S * N * 3 * C;
         plan.add("qkv", out.bf16_qkv * sizeof(Bf16));
     } else {
-        a.qkv = at("qkv", S * N * 3 * C);
+        a.qkv = at("qkv", S * N * W);
     }
     a.atty = at("attention output", S * N * C);
     a.att_lse = at("attention log-sum-exp", S * N * static_cast<std::size_t>(c.num_heads));
     a.residual2 = at("residual2", S * N * C);
-    a.fch = at("fch", S * N * 4 * C);
+    a.fch = at("fch", S * N * F);
     a.ln1_mean = at("LayerNorm statistics", S * N);
     a.ln1_rstd = at("LayerNorm statistics", S * N);
     a.ln2_mean = at("LayerNorm statistics", S * N);
@@ -97,11 +102,12 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
     a.losses = at("final LayerNorm and losses", N);
     auto& x = out.scratch;
     x.normalized = at("recompute scratch (LayerNorm, GELU)", N * C);
-    x.gelu = at("recompute scratch (LayerNorm, GELU)", N * 4 * C);
+    x.gelu = at("recompute scratch (LayerNorm, GELU)", N * H);
     x.dresidual = at("backward scratch", N * C);
     x.dchannels = at("backward scratch", N * C);
-    x.dqkv = at("backward scratch", N * 3 * C);
-    x.dfch = at("backward scratch", N * 4 * C);
+    x.dqkv = at("backward scratch", N * W);
+    x.dfch = at("backward scratch", N * F);
+    x.dact = c.arch.mlp == MlpKind::SwiGlu ? at("backward scratch", N * H) : nullptr;
     const int hs = c.channels / std::max(c.num_heads, 1);
     x.attention = at("attention panels", precision == Precision::Bf16
                                              ? attention_bf16_scratch_floats(seq_len, hs)
@@ -113,9 +119,10 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
                                 : logits_floats);
     if (precision == Precision::Bf16) {
         // The LM head's operands (lm_head_bf16_scratch_pieces) fit in these two.
-        out.bf16_inputs = N * 4 * C;
+        out.bf16_inputs = N * std::max(4 * C, H);
         out.bf16_gradients =
-            std::max(N * 4 * C, static_cast<std::size_t>(out.logits_rows) * kLmHeadVocabBlock);
+            std::max({N * 4 * C, N * F, N * W,
+                      static_cast<std::size_t>(out.logits_rows) * kLmHeadVocabBlock});
         out.bf16_attention = attention_bf16_scratch_pieces(seq_len, hs);
         plan.add("bf16 operands",
                  (out.bf16_inputs + out.bf16_gradients + out.bf16_attention) * sizeof(Bf16));
@@ -124,6 +131,13 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
 }
 
 }  // namespace
+
+bool attention_in_bf16(const ModelConfig& c, Precision precision) {
+    // The qkv product rounds q, k and v itself, by heads: GPT-2's attention only (no rotation to
+    // apply between the product and the rounding, one key/value head per query head).
+    const bool by_heads = c.kv_heads() == c.num_heads && c.arch.positions == PositionKind::Learned;
+    return precision == Precision::Bf16 && by_heads && bf16_attention_pays();
+}
 
 std::vector<ContextPart> context_parts(const ModelConfig& config, int max_batch, int seq_len,
                                        Precision precision, Recompute recompute) {
@@ -142,7 +156,10 @@ ThreadLocalTrainingContext::ThreadLocalTrainingContext(const ModelConfig& c, int
                                                        int seq_len, Precision precision,
                                                        Recompute recompute)
     : max_batch_(max_batch), seq_len_(seq_len), recompute_(recompute) {
-    require_gpt2_block(c, "training");
+    require_trainable(c);
+    if (c.arch.positions == PositionKind::Rotary) {
+        rotary = rotary_table(seq_len, c.head_size(), c.arch.rope_theta);
+    }
     arena_ =
         AlignedBuffer<float>(plan_context(c, max_batch, seq_len, precision, recompute).plan.size());
     const ContextLayout layout =
@@ -185,7 +202,7 @@ LayerView<float> layer_slot_view(const ModelConfig& config, float* slot) {
     const std::array<std::size_t, kLayerTensors> sizes = layer_tensor_floats(config);
     std::array<float*, kLayerTensors> at{};
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-        at[i] = slot;
+        at[i] = sizes[i] > 0 ? slot : nullptr;  // a tensor the configuration lacks: null
         slot += sizes[i];
     }
     return LayerView<float>{at[0], at[1], at[2], at[3], at[4],  at[5],

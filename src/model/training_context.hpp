@@ -11,6 +11,7 @@
 
 #include "core/aligned_buffer.hpp"
 #include "model/model.hpp"
+#include "ops/block_kernels.hpp"
 
 namespace gpt2 {
 
@@ -32,6 +33,10 @@ struct ContextPart {
 // Floats of one layer's twelve gradient tensors, and a view of them laid out in LayerView order
 // from `slot` on (how a gradient window holds one layer).
 [[nodiscard]] std::size_t layer_gradient_floats(const ModelConfig& config);
+// Whether a context of `precision` runs attention in bf16 (the qkv product rounding q, k and v by
+// heads): bf16 precision where bf16 attention pays, for GPT-2's attention (learned positions, as
+// many key/value heads as query heads).
+[[nodiscard]] bool attention_in_bf16(const ModelConfig& config, Precision precision);
 [[nodiscard]] LayerView<float> layer_slot_view(const ModelConfig& config, float* slot);
 // A gradient window: the head section (Vp*C + 2C) or two layer slots, whichever is larger.
 [[nodiscard]] std::size_t gradient_window_floats(const ModelConfig& config);
@@ -68,16 +73,17 @@ class ThreadLocalTrainingContext {
     // B*T rows are used when a call has fewer sequences. Layer inputs are always kept for all L.
     struct Activations {
         float* encoded;    // (N, C)
-        float* ln1_mean;   // [S] (N)
+        float* ln1_mean;   // [S] (N): LayerNorm's (RMSNorm keeps only rstd)
         float* ln1_rstd;   // [S] (N)
-        float* qkv;        // [S] (N, 3C); null where attention runs in bf16, which reads:
+        float* qkv;        // [S] (N, W): q, k, v (W = C + 2 KV; GPT-2: 3C), rotated where rotary;
+                           // null where attention runs in bf16, which reads:
         Bf16* qkv_bf16;    // [S] (N, 3C) in bf16 where attention runs in bf16 (else null)
         float* atty;       // [S] (N, C)
         float* att_lse;    // [S] (B, NH, T): attention's log-sum-exp per query row
         float* residual2;  // [S] (N, C)
         float* ln2_mean;   // [S] (N)
         float* ln2_rstd;   // [S] (N)
-        float* fch;        // [S] (N, 4C)
+        float* fch;        // [S] (N, F): the MLP's first product (F = H, or 2H for SwiGLU)
         float* residual3;  // [L] (N, C): each layer's output, the next layer's input
         float* lnf;        // (N, C)
         float* lnf_mean;   // (N)
@@ -86,11 +92,13 @@ class ThreadLocalTrainingContext {
     } acts{};
     struct Scratch {
         float* normalized;  // (N, C): ln1 or ln2, written by forward, recomputed by backward
-        float* gelu;        // (N, 4C): GELU's output, likewise
+        float* gelu;        // (N, H): the MLP's activation (GELU, SwiGLU, ReLU^2), likewise
         float* dresidual;   // (N, C): gradient of the residual stream
         float* dchannels;   // (N, C): dlnf, dln2, datty, dln1 in turn
-        float* dqkv;        // (N, 3C)
-        float* dfch;        // (N, 4C)
+        float* dqkv;        // (N, W)
+        float* dfch;        // (N, F)
+        float* dact;        // (N, H): SwiGLU's activation gradient (null for the others, whose
+                            // backward runs in place in dfch)
         float* attention;   // attention's panels (ops/attention.hpp; bf16 sizes in bf16)
         float* logits;      // (logits_rows, Vp): one chunk of the LM head (bf16: blocked, with
                             // its row statistics after; ops/lm_head.hpp)
@@ -105,6 +113,9 @@ class ThreadLocalTrainingContext {
     AlignedBuffer<Bf16> bf16_attention;
     // Where attention runs in bf16 (bf16_attention_pays): the stored qkv, in bf16 (acts.qkv_bf16).
     AlignedBuffer<Bf16> bf16_qkv;
+
+    // Rotary positions' angles for seq_len positions (empty with learned positions).
+    RotaryTable rotary;
 
     // Where this worker writes the gradient sections its sink hands out (see
     // gradient_window_floats); empty when the worker writes straight into a full gradient.

@@ -13,8 +13,18 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
         const float* x = inp + static_cast<long>(n) * stride;
         float* o = out + static_cast<long>(n) * stride;
         const float squares = lane_sum(C, [x](int i) { return x[i] * x[i]; });
-        const float s = 1.0f / std::sqrt(squares / static_cast<float>(C) + eps);
-        rstd[n] = s;
+        rstd[n] = 1.0f / std::sqrt(squares / static_cast<float>(C) + eps);
+        // The row while it is in cache, by the very function backward recomputes it with.
+        rmsnorm_recompute(o, x, rstd + n, weight, 1, C, stride);
+    }
+}
+
+void rmsnorm_recompute(float* out, const float* inp, const float* rstd, const float* weight, int N,
+                       int C, int stride) {
+    for (int n = 0; n < N; ++n) {
+        const float* x = inp + static_cast<long>(n) * stride;
+        float* o = out + static_cast<long>(n) * stride;
+        const float s = rstd[n];
         for (int i = 0; i < C; ++i)
             o[i] = weight != nullptr ? x[i] * s * weight[i] : x[i] * s;
     }

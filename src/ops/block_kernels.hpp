@@ -12,6 +12,9 @@ namespace gpt2 {
 // several heads' values: call with the head size and the row's stride).
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
                      float eps, int stride);
+// rmsnorm_forward's output again from the rstd it saved, bitwise (backward recomputes it).
+void rmsnorm_recompute(float* out, const float* inp, const float* rstd, const float* weight, int N,
+                       int C, int stride);
 // dinp += ..., dweight += ... (dweight null: no gain or a frozen one). Same layout as forward.
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, int N, int C, int stride);

@@ -20,6 +20,10 @@ void encoder_forward(float* out, const std::int32_t* tokens, const float* wte, c
         for (int t = 0; t < T; ++t) {
             float* o = out + (static_cast<long>(b) * T + t) * C;
             const float* w = wte + static_cast<long>(tokens[b * T + t]) * C;
+            if (wpe == nullptr) {  // rotary positions: the token's embedding alone
+                std::copy(w, w + C, o);
+                continue;
+            }
             const float* p = wpe + static_cast<long>(t) * C;
             for (int i = 0; i < C; ++i)
                 o[i] = w[i] + p[i];
@@ -33,11 +37,12 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::in
         for (int t = 0; t < T; ++t) {
             const float* d = dout + (static_cast<long>(b) * T + t) * C;
             float* dw = dwte + static_cast<long>(tokens[b * T + t]) * C;
-            float* dp = dwpe + static_cast<long>(t) * C;
-            for (int i = 0; i < C; ++i) {
+            for (int i = 0; i < C; ++i)
                 dw[i] += d[i];
+            if (dwpe == nullptr) continue;
+            float* dp = dwpe + static_cast<long>(t) * C;
+            for (int i = 0; i < C; ++i)
                 dp[i] += d[i];
-            }
         }
     }
 }
@@ -139,6 +144,10 @@ void matmul_residual_forward(float* out, const float* residual, const float* inp
     for (int n = 0; n < N; ++n) {
         float* o = out + static_cast<long>(n) * OC;
         const float* r = residual + static_cast<long>(n) * OC;
+        if (bias == nullptr) {
+            std::copy(r, r + OC, o);
+            continue;
+        }
         for (int i = 0; i < OC; ++i)
             o[i] = r[i] + bias[i];
     }

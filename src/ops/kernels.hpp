@@ -11,7 +11,8 @@ namespace gpt2 {
 
 inline constexpr float kLayerNormEps = 1e-5f;
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe null: rotary positions, no position rows; dwpe
+// null likewise)
 void encoder_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
                      int B, int T, int C);
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,

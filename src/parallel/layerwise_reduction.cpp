@@ -1,6 +1,8 @@
 #include "parallel/layerwise_reduction.hpp"
 
 #include <algorithm>
+#include <array>
+#include <initializer_list>
 #include <stdexcept>
 
 #include "core/clock.hpp"
@@ -39,17 +41,32 @@ LayerwiseReduction::LayerwiseReduction(const ModelConfig& config,
         windows_[static_cast<std::size_t>(w)] = ctx.gradient_window.data();
     }
 
-    const auto C = static_cast<std::size_t>(config.channels);
-    const std::size_t wte = layout_.size(ParamTensor::wte);
-    head_pieces_ = {Piece{0, layout_.offset(ParamTensor::wte), wte},
-                    Piece{wte, layout_.offset(ParamTensor::lnfw), C},
-                    Piece{wte + C, layout_.offset(ParamTensor::lnfb), C}};
-    final_layernorm_ranges_ = {range_of(layout_, ParamTensor::lnfw),
-                               range_of(layout_, ParamTensor::lnfb)};
-    embedding_ranges_ = {range_of(layout_, ParamTensor::wte), range_of(layout_, ParamTensor::wpe)};
-    lm_head_ranges_ = {range_of(layout_, ParamTensor::wte), range_of(layout_, ParamTensor::wpe),
-                       Range{layout_.offset(ParamTensor::lnfw),
-                             layout_.offset(ParamTensor::lnfb) + layout_.size(ParamTensor::lnfb)}};
+    // The tensors the model's table says the head writes (its weight: wte where tied; the final
+    // norm's gain and bias where it has them), in that order in a window; the token rows of wte
+    // and, with learned positions, wpe's rows are the embeddings'.
+    std::size_t in_window = 0;
+    for (const ParamTensor t : {head_tensor(layout_), ParamTensor::lnfw, ParamTensor::lnfb}) {
+        if (!layout_.has(t)) continue;
+        head_pieces_.push_back(Piece{in_window, layout_.offset(t), layout_.size(t)});
+        in_window += layout_.size(t);
+    }
+    const auto present = [&](std::initializer_list<ParamTensor> tensors) {
+        std::vector<Range> ranges;
+        for (const ParamTensor t : tensors) {
+            if (layout_.has(t)) ranges.push_back(range_of(layout_, t));
+        }
+        std::sort(ranges.begin(), ranges.end(),
+                  [](const Range& a, const Range& b) { return a.begin < b.begin; });
+        return ranges;
+    };
+    final_layernorm_ranges_ = present({ParamTensor::lnfw, ParamTensor::lnfb});
+    if (head_tensor(layout_) != ParamTensor::wte) {
+        final_layernorm_ranges_ =
+            present({ParamTensor::lnfw, ParamTensor::lnfb, ParamTensor::lmheadw});
+    }
+    embedding_ranges_ = present({ParamTensor::wte, ParamTensor::wpe});
+    lm_head_ranges_ = present({ParamTensor::wte, ParamTensor::wpe, ParamTensor::lnfw,
+                               ParamTensor::lnfb, ParamTensor::lmheadw});
     const auto L = static_cast<std::size_t>(config.num_layers);
     for (std::size_t l = 0; l < L; ++l) {
         std::vector<Piece> pieces;
@@ -125,6 +142,7 @@ void LayerwiseReduction::sum_embedding_rows_part(std::span<const WorkerRows> wor
         split_range(static_cast<std::size_t>(config_.padded_vocab_size), w, workers_);
     const Range positions = split_range(static_cast<std::size_t>(seq_len), w, workers_);
     const std::size_t wte = layout_.offset(ParamTensor::wte);
+    const bool learned_positions = layout_.has(ParamTensor::wpe);
     const std::size_t wpe = layout_.offset(ParamTensor::wpe);
     // Adds d into the row starting at `at`, only where it lies in `only`.
     const auto add_row = [&](std::size_t at, const float* d) {
@@ -140,7 +158,9 @@ void LayerwiseReduction::sum_embedding_rows_part(std::span<const WorkerRows> wor
             const auto token = static_cast<std::size_t>(rows.inputs[row]);
             const auto t = static_cast<std::size_t>(row % seq_len);
             if (token >= tokens.begin && token < tokens.end) add_row(wte + token * C, d);
-            if (t >= positions.begin && t < positions.end) add_row(wpe + t * C, d);
+            if (learned_positions && t >= positions.begin && t < positions.end) {
+                add_row(wpe + t * C, d);
+            }
         }
     }
 }
@@ -191,17 +211,26 @@ void LayerwiseReduction::WorkerSink::announce(CompletedGradient::Part part, int 
 }
 
 GradientSink::Head LayerwiseReduction::WorkerSink::head() {
-    const auto C = static_cast<std::size_t>(r_.config_.channels);
+    const ParameterLayout& layout = r_.layout_;
+    std::array<float*, 3> at{};  // the head's weight, the final norm's gain and bias
     if (w_ == 0) {
-        float* g = r_.gradient_.data();
-        return Head{g + r_.layout_.offset(ParamTensor::wte),
-                    g + r_.layout_.offset(ParamTensor::lnfw),
-                    g + r_.layout_.offset(ParamTensor::lnfb)};
+        const std::span<float> g = r_.gradient_.span();
+        at = {tensor_or_null(layout, g, head_tensor(layout)),
+              tensor_or_null(layout, g, ParamTensor::lnfw),
+              tensor_or_null(layout, g, ParamTensor::lnfb)};
+    } else {
+        float* window = r_.windows_[static_cast<std::size_t>(w_)];
+        if (window == nullptr) throw std::logic_error("WorkerSink: a worker without sequences");
+        // head_pieces_ in window order, only the tensors the model has.
+        std::size_t next = 0;
+        for (std::size_t i = 0; i < 3; ++i) {
+            const ParamTensor t =
+                std::array{head_tensor(layout), ParamTensor::lnfw, ParamTensor::lnfb}[i];
+            if (!layout.has(t)) continue;
+            at[i] = window + r_.head_pieces_[next++].window_offset;
+        }
     }
-    float* window = r_.windows_[static_cast<std::size_t>(w_)];
-    if (window == nullptr) throw std::logic_error("WorkerSink: a worker without sequences");
-    const std::size_t wte = r_.layout_.size(ParamTensor::wte);
-    return Head{window, window + wte, window + wte + C};
+    return Head{at[0], at[1], at[2]};
 }
 
 void LayerwiseReduction::WorkerSink::head_done() {

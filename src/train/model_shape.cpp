@@ -22,9 +22,13 @@ void check_shape_flags(const TrainOptions& o, const ModelConfig& loaded,
                          describe(loaded) + "); the shape comes from the weights: drop the flag");
     };
     if (o.was_given("model")) {
-        const ModelConfig preset = preset_config(o.model.preset, loaded.vocab_size);
+        // The preset as the flags given with it override it (--model d6 --n-layer 2).
+        ModelConfig preset = preset_config(o.model.preset, loaded.vocab_size);
+        if (o.was_given("n-layer")) preset.num_layers = o.model.num_layers;
+        if (o.was_given("n-head")) preset.num_heads = o.model.num_heads;
+        if (o.was_given("n-embd")) preset.channels = o.model.channels;
         if (preset.num_layers != loaded.num_layers || preset.num_heads != loaded.num_heads ||
-            preset.channels != loaded.channels) {
+            preset.channels != loaded.channels || preset.arch != loaded.arch) {
             refuse("--model " + o.model.preset, "another shape");
         }
     }

@@ -184,8 +184,10 @@ void add_model_flags(CLI::App& app, TrainOptions& o) {
         ->add_option("--model", o.model.preset,
                      "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M (GPT-2's shapes, with "
                      "GPT-2's tokenizer unless weights or shards bring one), d6, char-small "
-                     "(shapes for any --tokenizer); --n-layer/--n-head/--n-embd/--block-size "
-                     "given with it override the preset")
+                     "(shapes for any --tokenizer), llama-135M, llama-tiny (the Llama family's "
+                     "block: RMSNorm, rotary positions, SwiGLU, grouped-query attention, no "
+                     "biases; SmolLM2-135M's shape and a small one, for any --tokenizer); "
+                     "--n-layer/--n-head/--n-embd/--block-size given with it override the preset")
         ->check(app::one_of(preset_names(), "preset"))
         ->type_name("PRESET");
     model
