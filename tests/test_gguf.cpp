@@ -577,6 +577,76 @@ TEST(LlamaCpp, RunsATrainedCharModelsGgufAsWeDo) {
     EXPECT_EQ(generated.output, inference.output);
 }
 
+// The Llama family's block out to llama.cpp's llama architecture: a llama-tiny char model trained
+// by train_gpt2 (grouped-query attention, rotary positions, SwiGLU, RMSNorm; untied head),
+// converted by convert_model; llama.cpp continues a prompt greedily as our training forward does,
+// while our top-1 is clear of the runner-up (Q and K reach it in its rotary's row order).
+TEST(LlamaCpp, RunsATrainedLlamaFamilyModelAsWeDo) {
+    if (!fs::exists(kLlamaModules / "node-llama-cpp")) {
+        GTEST_SKIP() << "node-llama-cpp is not installed in " << kLlamaModules
+                     << " (GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh installs it)";
+    }
+    const ScratchDir dir("gpt2-formats-llama-family");
+    test::write_corpus(dir.path() / "corpus.txt", 20000);
+    const auto trained = run_command(
+        test::build_path("train_gpt2") +
+        " --model llama-tiny --n-layer 2 --n-head 4 --n-embd 64 --seq-len 64 --batch-size 4"
+        " --max-steps 60 --lr 1e-2 --threads 1 --val-every 0 --sample-every 0 --data " +
+        (dir / "corpus.txt") + " --out-dir " + (dir / "out"));
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    const fs::path checkpoint = dir.path() / "out" / "model_000060.bin";
+    LoadedModel loaded = load_model_file(checkpoint);
+    // An untied head too: the trained embedding as the head's start, moved a little.
+    ModelConfig untied = loaded.model.config;
+    untied.arch.tied_head = false;
+    Model model(untied);
+    for (const TensorSpec& spec : model.layout.specs()) {
+        const ParamTensor from = spec.id == ParamTensor::lmheadw ? ParamTensor::wte : spec.id;
+        const std::span<const float> values =
+            loaded.model.layout.tensor(loaded.model.weights(), from);
+        std::copy(values.begin(), values.end(),
+                  model.layout.tensor(model.params.span(), spec.id).begin());
+    }
+    for (float& w : model.layout.tensor(model.params.span(), ParamTensor::lmheadw))
+        w *= 1.25f;
+    const auto tokenizer = embedded_tokenizer(loaded);
+    save_checkpoint(dir.path() / "untied.bin", model, loaded.extras);
+    for (const auto& [name, m] :
+         {std::pair<std::string, const Model*>{"model_000060", &loaded.model},
+          {"untied", &model}}) {
+        const fs::path source = name == "untied" ? dir.path() / "untied.bin" : checkpoint;
+        const auto converted = run_command(test::build_path("convert_model") + " " +
+                                           source.string() + " " + (dir / (name + ".gguf")));
+        ASSERT_EQ(converted.exit_code, 0) << converted.output;
+        const std::vector<std::int32_t> prompt = tokenizer->encode("the king ");
+        constexpr int kNew = 40;
+        std::vector<std::int32_t> ours = prompt;
+        Rng rng(1);
+        generate_recompute(*m, ours, kNew, SamplingParams{0.0f, 0, 1.0f}, rng);
+        const std::vector<float> logits = our_logits(*m, ours);
+        const auto V = static_cast<std::size_t>(m->config.vocab_size);
+        std::size_t confident = 0;
+        for (std::size_t row = prompt.size() - 1; row + 1 < ours.size(); ++row, ++confident) {
+            std::vector<float> v(logits.begin() + static_cast<long>(row * V),
+                                 logits.begin() + static_cast<long>((row + 1) * V));
+            std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
+            if (v[0] - v[1] <= 1e-3f) break;
+        }
+        ASSERT_GE(confident, 10u) << name << ": too few confident steps to judge";
+        const json jobs = {{{"model", dir / (name + ".gguf")},
+                            {"mode", "greedy"},
+                            {"ids", prompt},
+                            {"count", kNew}}};
+        const std::vector<std::vector<std::int32_t>> theirs = llama(dir.path(), jobs);
+        ASSERT_EQ(theirs.size(), 1u);
+        const auto n = static_cast<long>(confident);
+        EXPECT_EQ(std::vector<std::int32_t>(theirs[0].begin(), theirs[0].begin() + n),
+                  std::vector<std::int32_t>(ours.begin() + static_cast<long>(prompt.size()),
+                                            ours.begin() + static_cast<long>(prompt.size()) + n))
+            << name;
+    }
+}
+
 // scripts/llama_generate.sh chooses llama.cpp's threads as our programs choose workers: at most
 // one per core it may run on, and one per 50M parameters below that (llama.cpp's threads spin at
 // every operation: a 30M-parameter model decoded 1.4x faster on 1 thread than on 2 of 2 idle cores,

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -64,6 +65,8 @@ struct Tensor {
     TensorType type;
     std::span<const float> values;
     GgufWeights weights;
+    // Values made for the file (llama.cpp's row order of Q and K) that `values` points into.
+    std::shared_ptr<const std::vector<float>> owned;
     [[nodiscard]] std::uint64_t data_bytes() const;
     [[nodiscard]] std::vector<std::uint8_t> data() const;
 };
@@ -125,7 +128,7 @@ Tensor make_tensor(std::string name, std::vector<std::uint64_t> ne, std::span<co
                             : weights == GgufWeights::Bf16 ? TensorType::Bf16
                             : weights == GgufWeights::Q8_0 ? TensorType::Q8_0
                                                            : TensorType::F32;
-    return Tensor{std::move(name), std::move(ne), type, values, weights};
+    return Tensor{std::move(name), std::move(ne), type, values, weights, nullptr};
 }
 
 std::uint64_t Tensor::data_bytes() const {
@@ -193,6 +196,77 @@ std::vector<Tensor> gguf_tensors(const Model& model, GgufWeights weights) {
     return tensors;
 }
 
+// Whether the model is one llama.cpp's llama architecture computes: RMSNorm with gains, rotary
+// positions, SwiGLU, no biases, no QK-norm (tied head or not, any key/value heads).
+bool is_llama_block(const ModelConfig& c) {
+    const Architecture& a = c.arch;
+    return a.norm == NormKind::RmsNorm && a.norm_gains && a.positions == PositionKind::Rotary &&
+           a.mlp == MlpKind::SwiGlu && !a.biases && !a.qk_norm;
+}
+
+// Rows of `heads` heads of head_size (each row `cols` values) in llama.cpp's order: its rotary
+// positions rotate adjacent pairs, Hugging Face's (and ours) the two halves of a head, so each
+// head's rows go from (first half, second half) to interleaved, as convert_hf_to_gguf.py permutes
+// Q and K; the attention scores are the same.
+std::shared_ptr<const std::vector<float>> interleaved_heads(std::span<const float> rows, int heads,
+                                                            int head_size, std::size_t cols) {
+    auto out = std::make_shared<std::vector<float>>(rows.size());
+    const int half = head_size / 2;
+    for (int h = 0; h < heads; ++h) {
+        for (int i = 0; i < half; ++i) {
+            for (int j = 0; j < 2; ++j) {
+                const std::size_t from = static_cast<std::size_t>(h * head_size + j * half + i);
+                const std::size_t to = static_cast<std::size_t>(h * head_size + 2 * i + j);
+                std::copy_n(rows.begin() + static_cast<long>(from * cols), cols,
+                            out->begin() + static_cast<long>(to * cols));
+            }
+        }
+    }
+    return out;
+}
+
+// The Llama family's tensors in llama.cpp's names.
+std::vector<Tensor> gguf_llama_tensors(const Model& model, GgufWeights weights) {
+    const ModelConfig& c = model.config;
+    std::vector<Tensor> tensors;
+    const std::span<const float> params = model.weights();
+    const ParameterLayout& layout = model.layout;
+    const auto add = [&](std::string tensor_name, std::vector<std::uint64_t> ne,
+                         std::span<const float> values,
+                         std::shared_ptr<const std::vector<float>> owned = nullptr) {
+        const GgufWeights w = ne.size() == 2 ? weights : GgufWeights::F32;
+        tensors.push_back(make_tensor(std::move(tensor_name), std::move(ne), values, w));
+        tensors.back().owned = std::move(owned);
+    };
+    const auto C = static_cast<std::uint64_t>(c.channels);
+    const auto V = static_cast<std::uint64_t>(c.vocab_size);
+    const auto KV = static_cast<std::uint64_t>(c.kv_heads() * c.head_size());
+    const auto H = static_cast<std::uint64_t>(c.mlp_hidden());
+    add("token_embd.weight", {C, V}, layout.tensor(params, ParamTensor::wte).first(V * C));
+    add("output_norm.weight", {C}, layout.tensor(params, ParamTensor::lnfw));
+    if (layout.has(ParamTensor::lmheadw)) {
+        add("output.weight", {C, V}, layout.tensor(params, ParamTensor::lmheadw).first(V * C));
+    }
+    for (int l = 0; l < c.num_layers; ++l) {
+        const std::string blk = "blk." + std::to_string(l) + ".";
+        const std::span<const float> qkv = layout.layer(params, ParamTensor::qkvw, l);
+        const std::span<const float> fc = layout.layer(params, ParamTensor::fcw, l);
+        const auto q = interleaved_heads(qkv.first(C * C), c.num_heads, c.head_size(), C);
+        const auto k =
+            interleaved_heads(qkv.subspan(C * C, KV * C), c.kv_heads(), c.head_size(), C);
+        add(blk + "attn_norm.weight", {C}, layout.layer(params, ParamTensor::ln1w, l));
+        add(blk + "attn_q.weight", {C, C}, *q, q);
+        add(blk + "attn_k.weight", {C, KV}, *k, k);
+        add(blk + "attn_v.weight", {C, KV}, qkv.subspan((C + KV) * C, KV * C));
+        add(blk + "attn_output.weight", {C, C}, layout.layer(params, ParamTensor::attprojw, l));
+        add(blk + "ffn_norm.weight", {C}, layout.layer(params, ParamTensor::ln2w, l));
+        add(blk + "ffn_gate.weight", {C, H}, fc.first(H * C));
+        add(blk + "ffn_up.weight", {C, H}, fc.subspan(H * C, H * C));
+        add(blk + "ffn_down.weight", {H, C}, layout.layer(params, ParamTensor::fcprojw, l));
+    }
+    return tensors;
+}
+
 // The id llama.cpp gets as bos and eos: the end-of-text token; for a char tokenizer, which has
 // none, the newline (id 0 without one), the token our generator starts from without a prompt.
 // llama.cpp's gpt2 tokenizer always has an eos (without the key, id 11), at which its front ends
@@ -227,19 +301,28 @@ class KeyValues {
 KeyValues gguf_metadata(const ModelConfig& c, const SpelledBpe& spelled, GgufWeights weights,
                         const std::string& name) {
     const auto C = static_cast<std::uint64_t>(c.channels);
+    const bool llama = !c.is_gpt2();  // write_gguf took only llama's block otherwise
+    const std::string arch = llama ? "llama" : "gpt2";
     KeyValues out;
     Writer& kv = out.kv;
-    out.string("general.architecture", "gpt2");
+    out.string("general.architecture", arch);
     out.string("general.name", name);
     out.u32("general.file_type", file_type(weights));
     out.u32("general.quantization_version", 2);
     out.u32("general.alignment", kAlignment);
-    out.u32("gpt2.context_length", static_cast<std::uint32_t>(c.max_seq_len));
-    out.u32("gpt2.embedding_length", static_cast<std::uint32_t>(C));
-    out.u32("gpt2.feed_forward_length", static_cast<std::uint32_t>(4 * C));
-    out.u32("gpt2.block_count", static_cast<std::uint32_t>(c.num_layers));
-    out.u32("gpt2.attention.head_count", static_cast<std::uint32_t>(c.num_heads));
-    out.f32("gpt2.attention.layer_norm_epsilon", 1e-5f);
+    out.u32(arch + ".context_length", static_cast<std::uint32_t>(c.max_seq_len));
+    out.u32(arch + ".embedding_length", static_cast<std::uint32_t>(C));
+    out.u32(arch + ".feed_forward_length", static_cast<std::uint32_t>(c.mlp_hidden()));
+    out.u32(arch + ".block_count", static_cast<std::uint32_t>(c.num_layers));
+    out.u32(arch + ".attention.head_count", static_cast<std::uint32_t>(c.num_heads));
+    if (llama) {
+        out.u32("llama.attention.head_count_kv", static_cast<std::uint32_t>(c.kv_heads()));
+        out.f32("llama.attention.layer_norm_rms_epsilon", c.arch.norm_eps);
+        out.f32("llama.rope.freq_base", c.arch.rope_theta);
+        out.u32("llama.rope.dimension_count", static_cast<std::uint32_t>(c.head_size()));
+    } else {
+        out.f32("gpt2.attention.layer_norm_epsilon", 1e-5f);
+    }
     out.string("tokenizer.ggml.model", "gpt2");
     out.string("tokenizer.ggml.pre", "gpt-2");
     out.key("tokenizer.ggml.tokens", Value::Array);
@@ -305,10 +388,17 @@ void write_gguf_file(const std::filesystem::path& path, const KeyValues& metadat
 
 void write_gguf(const std::filesystem::path& path, const Model& model, const Tokenizer& tokenizer,
                 GgufWeights weights, const std::string& name) {
-    require_gpt2_block(model.config, path.string());
+    const bool llama = !model.config.is_gpt2();
+    if (llama && !is_llama_block(model.config)) {
+        throw InputError(path.string() +
+                         ": GGUF takes GPT-2 (llama.cpp's gpt2) and the Llama "
+                         "family's block (its llama: RMSNorm with gains, rotary, SwiGLU, no "
+                         "biases), not " +
+                         describe(model.config.arch));
+    }
     const SpelledBpe spelled = checked_tokenizer(path, model, tokenizer, weights);
     write_gguf_file(path, gguf_metadata(model.config, spelled, weights, name),
-                    gguf_tensors(model, weights));
+                    llama ? gguf_llama_tensors(model, weights) : gguf_tensors(model, weights));
 }
 
 void write_gguf_lora(const std::filesystem::path& path, const LoraAdapter& adapter,

@@ -27,7 +27,9 @@ void append_q8_0(std::vector<std::uint8_t>& out, std::span<const float> values);
 // Writes `path` atomically. The tokenizer must have a byte-level BPE form (gpt2, char, or a
 // trained bpe without duplicate spellings): InputError says why otherwise, before anything is
 // written. A char tokenizer has no end-of-text: llama.cpp gets its newline as bos/eos.
-// Q8_0 needs the channel count to be a multiple of 32 (InputError otherwise).
+// Q8_0 needs the channel count to be a multiple of 32 (InputError otherwise). GPT-2 is llama.cpp's
+// gpt2 architecture; the Llama family's block (RMSNorm with gains, rotary, SwiGLU, no biases) its
+// llama, Q and K rows in its rotary's order; another architecture is an InputError.
 void write_gguf(const std::filesystem::path& path, const Model& model, const Tokenizer& tokenizer,
                 GgufWeights weights, const std::string& name);
 
