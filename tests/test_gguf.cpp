@@ -644,6 +644,15 @@ TEST(LlamaCpp, RunsATrainedLlamaFamilyModelAsWeDo) {
                   std::vector<std::int32_t>(ours.begin() + static_cast<long>(prompt.size()),
                                             ours.begin() + static_cast<long>(prompt.size()) + n))
             << name;
+        // build/inference decodes the checkpoint with its KV cache as the training forward does.
+        const auto inference =
+            run_command(test::build_path("inference") + " " + source.string() +
+                        " --prompt 'the king ' --temperature 0 --max-new-tokens " +
+                        std::to_string(confident) + " --no-stream --threads 1 --log-level warn");
+        ASSERT_EQ(inference.exit_code, 0) << inference.output;
+        EXPECT_EQ(inference.output,
+                  tokenizer->decode(std::span(ours).first(prompt.size() + confident)) + "\n")
+            << name;
     }
 }
 

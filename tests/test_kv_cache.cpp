@@ -48,8 +48,8 @@ std::vector<float> training_logits(const Model& model, std::span<const std::int3
     forward_hidden(model, ctx, TokenBatch{tokens, tokens, 1, T});
     std::vector<float> logits(static_cast<std::size_t>(T) * c.padded_vocab_size);
     gemm_nt(T, c.padded_vocab_size, c.channels, 1.0f, ctx.acts.lnf, c.channels,
-            model.layout.tensor(model.weights(), ParamTensor::wte).data(), c.channels, 0.0f,
-            logits.data(), c.padded_vocab_size);
+            model.layout.tensor(model.weights(), head_tensor(model.layout)).data(), c.channels,
+            0.0f, logits.data(), c.padded_vocab_size);
     return logits;
 }
 
@@ -105,6 +105,40 @@ TEST_P(KvCacheThreads, PrefillLogitsMatchTrainingForward) {
     for (int t = 20; t < 25; ++t) {
         const auto logits = session.step(tokens[static_cast<std::size_t>(t)]);
         EXPECT_TRUE(logits_close(logits, row(expected, c, t))) << "step at " << t;
+    }
+}
+
+// The Llama family's block (RMSNorm, rotary positions, grouped-query attention, SwiGLU, no
+// biases, an untied head) and a ReLU^2 variant without gains: decoding, prompts included, follows
+// the training forward at every position, as GPT-2's does.
+TEST_P(KvCacheThreads, TheLlamaFamilysDecodingMatchesTrainingForward) {
+    for (const bool swiglu : {true, false}) {
+        ModelConfig c = small_config();
+        c.arch.norm = NormKind::RmsNorm;
+        c.arch.positions = PositionKind::Rotary;
+        c.arch.biases = false;
+        if (swiglu) {
+            c.arch.mlp = MlpKind::SwiGlu;
+            c.arch.mlp_hidden = 96;
+            c.arch.kv_heads = 2;
+            c.arch.tied_head = false;
+        } else {
+            c.arch.mlp = MlpKind::ReluSquared;
+            c.arch.norm_gains = false;
+            c.arch.rope_theta = 500.0f;
+        }
+        const auto model = random_model(c, 13);
+        const auto tokens = random_tokens(c.max_seq_len, c.vocab_size, 7);
+        const std::vector<float> expected = training_logits(*model, tokens);
+        ThreadPool pool(GetParam());
+        KvCacheSession session(*model, pool);
+        std::span<const float> logits = session.prefill(std::span(tokens).first(5));
+        EXPECT_TRUE(logits_close(logits, row(expected, c, 4))) << "prefill of 5, swiglu " << swiglu;
+        for (int t = 5; t < c.max_seq_len; ++t) {
+            logits = session.step(tokens[static_cast<std::size_t>(t)]);
+            EXPECT_TRUE(logits_close(logits, row(expected, c, t)))
+                << "position " << t << ", swiglu " << swiglu;
+        }
     }
 }
 

@@ -2,6 +2,8 @@
 // the sliding window, generate_kv. The passes themselves: kv_cache_prompt.cpp, kv_cache_token.cpp.
 #include "model/kv_cache.hpp"
 
+#include "model/block_parts.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -75,7 +77,18 @@ Generator::Generator(const Model& model, ThreadPool& pool, const DecodeWeights* 
       barrier_(std::make_unique<WorkerBarrier>(pool.size(), kDecodeBarrierSpins)) {
     const ModelConfig& c = model.config;
     validate_config(c, "Generator");
-    require_gpt2_block(c, "decoding");
+    if (!c.is_gpt2()) {
+        // The Llama family decodes token by token on fp32 weights (prompts too): its prompt
+        // products, batched steps and compact weights are GPT-2's only so far.
+        if (compact != nullptr) {
+            throw InputError("decoding: --weights bf16 and int8 take GPT-2 only so far, not " +
+                             describe(c.arch) + " (decode in fp32)");
+        }
+        if (c.arch.qk_norm) {
+            throw InputError("decoding: QK-norm (" + describe(c.arch) +
+                             ") is not computed by this build yet");
+        }
+    }
     // Every thread of the pool may run prompt products at once (more than OpenBLAS takes: oneDNN).
     choose_gemm_library(pool.size());
     const auto C = static_cast<std::size_t>(c.channels);
@@ -152,6 +165,7 @@ Generator::Generator(const Model& model, ThreadPool& pool, const DecodeWeights* 
 Generator::~Generator() = default;
 
 std::string Generator::prompt_products_name() const {
+    if (!model_.config.is_gpt2()) return "none: the Llama family's prompts run token by token";
     const std::string fp32 = "fp32 GEMM (" + gemm_library_name() + ")";
     if (compact_ == nullptr) return fp32;
     const std::string format(weight_format_name(compact_->format()));
@@ -198,13 +212,18 @@ KvCacheSession::KvCacheSession(std::unique_ptr<Generator> own, Generator* shared
     const auto W = static_cast<std::size_t>(workers_);
     context_.reserve(maxT);
     window_.reserve(maxT);
+    const auto KV = static_cast<std::size_t>(c.kv_heads() * c.head_size());  // C for GPT-2
     if (compact_ != nullptr) {
-        kv_bf16_ = AlignedBuffer<Bf16>(L * 2 * maxT * C);
+        kv_bf16_ = AlignedBuffer<Bf16>(L * 2 * maxT * KV);
     } else {
-        kv_ = AlignedBuffer<float>(L * 2 * maxT * C);
+        kv_ = AlignedBuffer<float>(L * 2 * maxT * KV);
     }
-    const std::size_t x = round_to_line(C), qkv = round_to_line(3 * C), atty = x;
-    const std::size_t fch = round_to_line(4 * C);
+    if (c.arch.positions == PositionKind::Rotary) {
+        rotary_ = rotary_table(c.max_seq_len, c.head_size(), c.arch.rope_theta);
+    }
+    const std::size_t x = round_to_line(C), atty = x;
+    const std::size_t qkv = round_to_line(static_cast<std::size_t>(c.qkv_width()));
+    const std::size_t fch = round_to_line(static_cast<std::size_t>(c.fc_width()));
     const std::size_t logits = round_to_line(static_cast<std::size_t>(c.vocab_size));
     // Each worker's LayerNorm of one row (a token's, a prompt's last) and its statistics, and a
     // token's scores, new key and new value.
@@ -274,7 +293,12 @@ void KvCacheSession::encode_window() {
     for (std::size_t start = 0; start < all.size(); start += chunk) {
         const std::size_t rows = std::min(chunk, all.size() - start);
         const bool last = start + rows == all.size();
-        if (rows == 1) {
+        if (!config().is_gpt2()) {
+            // The Llama family: every position as a token's forward (its prompt products are
+            // GPT-2's only so far).
+            for (const std::int32_t token : all.subspan(start, rows))
+                forward_token(token);
+        } else if (rows == 1) {
             // One position is a token's forward (the same function, matrix-vector products);
             // only the last chunk can be this short, so its logits are wanted.
             forward_token(all[start]);
@@ -288,11 +312,15 @@ void KvCacheSession::embed(std::span<const std::int32_t> tokens, int pos0, float
     const int C = model_.config.channels;
     const std::span<const float> w = model_.weights();
     const float* wte = model_.layout.tensor(w, ParamTensor::wte).data();
-    const float* wpe = model_.layout.tensor(w, ParamTensor::wpe).data();
+    const float* wpe = tensor_or_null(model_.layout, w, ParamTensor::wpe);  // null: rotary
     for (std::size_t i = 0; i < tokens.size(); ++i) {
         const float* te = wte + static_cast<long>(tokens[i]) * C;
-        const float* pe = wpe + static_cast<long>(pos0 + static_cast<int>(i)) * C;
         float* o = out + static_cast<long>(i) * C;
+        if (wpe == nullptr) {
+            std::copy(te, te + C, o);
+            continue;
+        }
+        const float* pe = wpe + static_cast<long>(pos0 + static_cast<int>(i)) * C;
         for (int j = 0; j < C; ++j)
             o[j] = te[j] + pe[j];
     }
@@ -302,13 +330,13 @@ void KvCacheSession::head_logits(int worker, const float* row) {
     const ModelConfig& c = model_.config;
     const int C = c.channels;
     const std::span<const float> w = model_.weights();
-    const float* wte = model_.layout.tensor(w, ParamTensor::wte).data();
+    const float* wte = model_.layout.tensor(w, head_tensor(model_.layout)).data();
     WorkerScratch& ws = worker_scratch_[static_cast<std::size_t>(worker)];
-    layernorm_forward(ws.ln, ws.ln_stats, ws.ln_stats + 1, row,
-                      model_.layout.tensor(w, ParamTensor::lnfw).data(),
-                      model_.layout.tensor(w, ParamTensor::lnfb).data(), 1, C);
-    // The LM head is tied to wte; the padded rows >= V are never predicted, so they are not
-    // computed.
+    norm_forward(c, ws.ln, ws.ln_stats, ws.ln_stats + 1, row,
+                 tensor_or_null(model_.layout, w, ParamTensor::lnfw),
+                 tensor_or_null(model_.layout, w, ParamTensor::lnfb), 1);
+    // The LM head (wte, or its own where untied); the padded rows >= V are never predicted, so
+    // they are not computed.
     const Range r = column_share(static_cast<std::size_t>(c.vocab_size), worker, workers_);
     const auto rows = static_cast<int>(r.end - r.begin);
     weight_rows(compact_, wte + static_cast<long>(r.begin) * C, rows)

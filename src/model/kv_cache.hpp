@@ -15,6 +15,7 @@
 #include "model/decode_weights.hpp"
 #include "model/model.hpp"
 #include "model/sampling.hpp"
+#include "ops/block_kernels.hpp"
 #include "threads/barrier.hpp"
 #include "threads/thread_pool.hpp"
 
@@ -210,15 +211,17 @@ class KvCacheSession {
     int slides_ = 0;
     std::vector<std::int32_t> context_;  // capacity maxT, reserved once
     std::vector<std::int32_t> window_;   // staging for a slide, capacity maxT
-    // [L][keys, values][NH][maxT * hs]: per layer and head, the keys transposed (hs, maxT) and
-    // the values (maxT, hs), so one query reads both as contiguous streams.
+    // [L][keys, values][KVH][maxT * hs]: per layer and key/value head (NH for GPT-2), the keys
+    // transposed (hs, maxT) and the values (maxT, hs), so one query reads both as contiguous
+    // streams.
     AlignedBuffer<float> kv_;       // fp32 weights: the cache in fp32
     AlignedBuffer<Bf16> kv_bf16_;   // compact weights: the same layout in bf16
     AlignedBuffer<float> scratch_;  // the vectors below and the workers' scratch
     float* x_ = nullptr;            // (C) a token's residual stream
-    float* qkv_ = nullptr;          // (3C) its query, key and value
+    float* qkv_ = nullptr;          // (W) its query, key and value
     float* atty_ = nullptr;         // (C) its attention output
-    float* fch_ = nullptr;          // (4C) its MLP hidden, GELU applied in place
+    float* fch_ = nullptr;          // (F) its MLP hidden, the activation applied in place
+    RotaryTable rotary_;            // rotary positions' angles for maxT positions (else empty)
     float* logits_ = nullptr;       // (V)
     std::vector<WorkerScratch> worker_scratch_;
 };

@@ -28,6 +28,12 @@ void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
             throw std::invalid_argument("step_together: sessions of one model, format and pool");
         }
     }
+    if (!lead.config().is_gpt2()) {
+        // The Llama family's batched pass is GPT-2's only so far: each session steps alone.
+        for (std::size_t i = 0; i < sessions.size(); ++i)
+            (void)sessions[i]->step(tokens[i]);
+        return;
+    }
     // A full cache slides, which re-encodes a window: that session steps alone.
     std::vector<KvCacheSession*> batch;
     std::vector<std::int32_t> batch_tokens;

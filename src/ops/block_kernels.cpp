@@ -114,12 +114,14 @@ void rotary_backward(float* dx, const RotaryTable& table, int N, int T, int firs
 void swiglu_forward(float* out, const float* inp, int N, int H) {
     for (int n = 0; n < N; ++n) {
         const float* gate = inp + static_cast<long>(n) * 2 * H;
-        const float* up = gate + H;
-        float* o = out + static_cast<long>(n) * H;
-        for (int i = 0; i < H; ++i) {
-            const float g = gate[i];
-            o[i] = g / (1.0f + vexp(-g)) * up[i];
-        }
+        swiglu_pieces(out + static_cast<long>(n) * H, gate, gate + H, H);
+    }
+}
+
+void swiglu_pieces(float* out, const float* gate, const float* up, int n) {
+    for (int i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + vexp(-g)) * up[i];
     }
 }
 

@@ -40,6 +40,8 @@ void rotary_backward(float* dx, const RotaryTable& table, int N, int T, int firs
 
 // SwiGLU: inp (N, 2H) holds each row's gate then its up-projection; out (N, H) = silu(gate) * up.
 void swiglu_forward(float* out, const float* inp, int N, int H);
+// The same over n values given apart (decoding's share of a row); out may alias gate.
+void swiglu_pieces(float* out, const float* gate, const float* up, int n);
 // dinp (N, 2H) = the gradient of the gate and the up halves (overwritten).
 void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int H);
 
