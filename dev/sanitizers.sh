@@ -27,7 +27,7 @@ asan_compilers=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
 # them, nothing else.
 cmake -S . -B build-tsan "${flags[@]}" -DGPT2_SANITIZE=thread
 cmake --build build-tsan -j "$jobs" --target test_threads test_model_reference test_shared_memory \
-  test_threaded_step test_lora_training test_muon train_gpt2
+  test_threaded_step test_lora_training test_muon test_llama_reference train_gpt2
 # With the CPU's own OpenBLAS kernels, and where it has AVX-512 with the AVX2 family as well: the
 # -O1 build's summation orders differ from the Release build's.
 tsan_families=("")
@@ -36,7 +36,7 @@ for family in "${tsan_families[@]}"; do
   GPT2_OPENBLAS_CORETYPE="$family" \
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
     ctest --test-dir build-tsan --output-on-failure -j "$jobs" \
-    -R "^threads\.|^muon\.|^model_reference\.Workers|^shared_memory\.SharedReplica|^threaded_step\.|^lora_training\.LoraReplica\."
+    -R "^threads\.|^muon\.|^llama_reference\.|^model_reference\.Workers|^shared_memory\.SharedReplica|^threaded_step\.|^lora_training\.LoraReplica\."
 done
 
 # AddressSanitizer + UBSan, with leak checking, over the tests that exercise memory: every test
