@@ -266,6 +266,13 @@ template <typename F>
                         at(ParamTensor::fcb),  at(ParamTensor::fcprojw),  at(ParamTensor::fcprojb)};
 }
 
+// What bounds a model's context, for messages: its position embeddings' rows, or with rotary
+// positions the context it was made for.
+[[nodiscard]] inline const char* block_size_meaning(const ModelConfig& c) {
+    return c.arch.positions == PositionKind::Learned ? "its position embeddings"
+                                                     : "the context it was made for";
+}
+
 // The tensor the LM head multiplies by: its own where untied, else wte.
 [[nodiscard]] inline ParamTensor head_tensor(const ParameterLayout& layout) {
     return layout.has(ParamTensor::lmheadw) ? ParamTensor::lmheadw : ParamTensor::wte;

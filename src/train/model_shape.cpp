@@ -56,8 +56,9 @@ void check_flags_against_start(const TrainOptions& o, const StartPoint& start) {
         if (requested.max_seq_len < o.batch.seq_len) {
             throw UsageError("--seq-len " + std::to_string(o.batch.seq_len) +
                              " exceeds the block size " + std::to_string(requested.max_seq_len) +
-                             " of --model " + o.model.preset +
-                             " (its position embeddings): give a shorter --seq-len, or a "
+                             " of --model " + o.model.preset + " (" +
+                             block_size_meaning(requested) +
+                             "): give a shorter --seq-len, or a "
                              "--block-size of at least " +
                              std::to_string(o.batch.seq_len));
         }
@@ -68,8 +69,8 @@ void check_flags_against_start(const TrainOptions& o, const StartPoint& start) {
     if (loaded.max_seq_len < o.batch.seq_len) {
         throw UsageError("--seq-len " + std::to_string(o.batch.seq_len) +
                          " exceeds the block size " + std::to_string(loaded.max_seq_len) + " of " +
-                         start.source + " (its position embeddings): give a --seq-len of at most " +
-                         std::to_string(loaded.max_seq_len));
+                         start.source + " (" + block_size_meaning(loaded) +
+                         "): give a --seq-len of at most " + std::to_string(loaded.max_seq_len));
     }
     if (start.state_file.empty()) return;
     // Resuming counts the data position in sequences of the checkpoint's length (run_plan refuses

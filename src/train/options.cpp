@@ -88,8 +88,8 @@ void validate_requested_model(const TrainOptions& o) {
     if (o.batch.seq_len > c.max_seq_len) {
         throw InputError("--seq-len " + std::to_string(o.batch.seq_len) +
                          " exceeds the block size " + std::to_string(c.max_seq_len) +
-                         " of --model " + o.model.preset +
-                         " (its position embeddings): give a shorter --seq-len, or a --block-size "
+                         " of --model " + o.model.preset + " (" + block_size_meaning(c) +
+                         "): give a shorter --seq-len, or a --block-size "
                          "of at least " +
                          std::to_string(o.batch.seq_len));
     }
