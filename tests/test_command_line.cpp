@@ -262,9 +262,10 @@ INSTANTIATE_TEST_SUITE_P(
         FlagCase{"log_level_value", "train_gpt2", "--log-level warning",
                  "error: --log-level: unknown log level 'warning' (did you mean warn?); known: "
                  "trace, debug, info, warn, error"},
-        FlagCase{"train_unknown_preset", "train_gpt2", "--model gpt2-125M",
-                 "error: --model: unknown preset 'gpt2-125M' (did you mean gpt2-124M?); known: "
-                 "gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, d6, char-small, llama-135M, llama-tiny"}),
+        FlagCase{
+            "train_unknown_preset", "train_gpt2", "--model gpt2-125M",
+            "error: --model: unknown preset 'gpt2-125M' (did you mean gpt2-124M?); known: "
+            "gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, d6, char-small, llama-135M, llama-tiny"}),
     [](const ::testing::TestParamInfo<FlagCase>& info) { return std::string(info.param.name); });
 
 // --help shows no default for a required flag ("--tokenizer NAME= REQUIRED" before).
