@@ -167,33 +167,41 @@ std::vector<std::uint8_t> Tensor::data() const {
     return bytes;
 }
 
+// Tensors to write: 2-D weights in `weights`' type, 1-D ones in F32; `owned` keeps values made for
+// the file alive.
+struct TensorList {
+    GgufWeights weights;
+    std::vector<Tensor> tensors;
+    void add(std::string name, std::vector<std::uint64_t> ne, std::span<const float> values,
+             std::shared_ptr<const std::vector<float>> owned = nullptr) {
+        const GgufWeights w = ne.size() == 2 ? weights : GgufWeights::F32;
+        tensors.push_back(make_tensor(std::move(name), std::move(ne), values, w));
+        tensors.back().owned = std::move(owned);
+    }
+};
+
 // The model's tensors in llama.cpp's names; 2-D weights in `weights`' type, 1-D ones in F32.
 std::vector<Tensor> gguf_tensors(const Model& model, GgufWeights weights) {
     const ModelConfig& c = model.config;
-    std::vector<Tensor> tensors;
+    TensorList list{weights, {}};
     const std::span<const float> params = model.weights();
     const ParameterLayout& layout = model.layout;
-    const auto add = [&](std::string tensor_name, std::vector<std::uint64_t> ne,
-                         std::span<const float> values) {
-        const GgufWeights w = ne.size() == 2 ? weights : GgufWeights::F32;
-        tensors.push_back(make_tensor(std::move(tensor_name), std::move(ne), values, w));
-    };
     const auto C = static_cast<std::uint64_t>(c.channels);
     const auto V = static_cast<std::uint64_t>(c.vocab_size);
-    add("token_embd.weight", {C, V}, layout.tensor(params, ParamTensor::wte).first(V * C));
-    add("position_embd.weight", {C, static_cast<std::uint64_t>(c.max_seq_len)},
-        layout.tensor(params, ParamTensor::wpe));
-    add("output_norm.weight", {C}, layout.tensor(params, ParamTensor::lnfw));
-    add("output_norm.bias", {C}, layout.tensor(params, ParamTensor::lnfb));
+    list.add("token_embd.weight", {C, V}, layout.tensor(params, ParamTensor::wte).first(V * C));
+    list.add("position_embd.weight", {C, static_cast<std::uint64_t>(c.max_seq_len)},
+             layout.tensor(params, ParamTensor::wpe));
+    list.add("output_norm.weight", {C}, layout.tensor(params, ParamTensor::lnfw));
+    list.add("output_norm.bias", {C}, layout.tensor(params, ParamTensor::lnfb));
     for (int l = 0; l < c.num_layers; ++l) {
         for (const LayerTensor& t : kGgufLayerTensors) {
             const std::span<const float> values = layout.layer(params, t.tensor, l);
             std::vector<std::uint64_t> ne = {C * t.in, C * t.out};
             if (t.in == 0) ne = {values.size()};
-            add(layer_tensor_name(l, t.suffix), std::move(ne), values);
+            list.add(layer_tensor_name(l, t.suffix), std::move(ne), values);
         }
     }
-    return tensors;
+    return std::move(list.tensors);
 }
 
 // Whether the model is one llama.cpp's llama architecture computes: RMSNorm with gains, rotary
@@ -228,24 +236,17 @@ std::shared_ptr<const std::vector<float>> interleaved_heads(std::span<const floa
 // The Llama family's tensors in llama.cpp's names.
 std::vector<Tensor> gguf_llama_tensors(const Model& model, GgufWeights weights) {
     const ModelConfig& c = model.config;
-    std::vector<Tensor> tensors;
+    TensorList list{weights, {}};
     const std::span<const float> params = model.weights();
     const ParameterLayout& layout = model.layout;
-    const auto add = [&](std::string tensor_name, std::vector<std::uint64_t> ne,
-                         std::span<const float> values,
-                         std::shared_ptr<const std::vector<float>> owned = nullptr) {
-        const GgufWeights w = ne.size() == 2 ? weights : GgufWeights::F32;
-        tensors.push_back(make_tensor(std::move(tensor_name), std::move(ne), values, w));
-        tensors.back().owned = std::move(owned);
-    };
     const auto C = static_cast<std::uint64_t>(c.channels);
     const auto V = static_cast<std::uint64_t>(c.vocab_size);
     const auto KV = static_cast<std::uint64_t>(c.kv_heads() * c.head_size());
     const auto H = static_cast<std::uint64_t>(c.mlp_hidden());
-    add("token_embd.weight", {C, V}, layout.tensor(params, ParamTensor::wte).first(V * C));
-    add("output_norm.weight", {C}, layout.tensor(params, ParamTensor::lnfw));
+    list.add("token_embd.weight", {C, V}, layout.tensor(params, ParamTensor::wte).first(V * C));
+    list.add("output_norm.weight", {C}, layout.tensor(params, ParamTensor::lnfw));
     if (layout.has(ParamTensor::lmheadw)) {
-        add("output.weight", {C, V}, layout.tensor(params, ParamTensor::lmheadw).first(V * C));
+        list.add("output.weight", {C, V}, layout.tensor(params, ParamTensor::lmheadw).first(V * C));
     }
     for (int l = 0; l < c.num_layers; ++l) {
         const std::string blk = "blk." + std::to_string(l) + ".";
@@ -254,17 +255,18 @@ std::vector<Tensor> gguf_llama_tensors(const Model& model, GgufWeights weights) 
         const auto q = interleaved_heads(qkv.first(C * C), c.num_heads, c.head_size(), C);
         const auto k =
             interleaved_heads(qkv.subspan(C * C, KV * C), c.kv_heads(), c.head_size(), C);
-        add(blk + "attn_norm.weight", {C}, layout.layer(params, ParamTensor::ln1w, l));
-        add(blk + "attn_q.weight", {C, C}, *q, q);
-        add(blk + "attn_k.weight", {C, KV}, *k, k);
-        add(blk + "attn_v.weight", {C, KV}, qkv.subspan((C + KV) * C, KV * C));
-        add(blk + "attn_output.weight", {C, C}, layout.layer(params, ParamTensor::attprojw, l));
-        add(blk + "ffn_norm.weight", {C}, layout.layer(params, ParamTensor::ln2w, l));
-        add(blk + "ffn_gate.weight", {C, H}, fc.first(H * C));
-        add(blk + "ffn_up.weight", {C, H}, fc.subspan(H * C, H * C));
-        add(blk + "ffn_down.weight", {H, C}, layout.layer(params, ParamTensor::fcprojw, l));
+        list.add(blk + "attn_norm.weight", {C}, layout.layer(params, ParamTensor::ln1w, l));
+        list.add(blk + "attn_q.weight", {C, C}, *q, q);
+        list.add(blk + "attn_k.weight", {C, KV}, *k, k);
+        list.add(blk + "attn_v.weight", {C, KV}, qkv.subspan((C + KV) * C, KV * C));
+        list.add(blk + "attn_output.weight", {C, C},
+                 layout.layer(params, ParamTensor::attprojw, l));
+        list.add(blk + "ffn_norm.weight", {C}, layout.layer(params, ParamTensor::ln2w, l));
+        list.add(blk + "ffn_gate.weight", {C, H}, fc.first(H * C));
+        list.add(blk + "ffn_up.weight", {C, H}, fc.subspan(H * C, H * C));
+        list.add(blk + "ffn_down.weight", {H, C}, layout.layer(params, ParamTensor::fcprojw, l));
     }
-    return tensors;
+    return std::move(list.tensors);
 }
 
 // The id llama.cpp gets as bos and eos: the end-of-text token; for a char tokenizer, which has

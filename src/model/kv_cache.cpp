@@ -89,6 +89,9 @@ Generator::Generator(const Model& model, ThreadPool& pool, const DecodeWeights* 
                              ") is not computed by this build yet");
         }
     }
+    if (c.arch.positions == PositionKind::Rotary) {
+        rotary_ = rotary_table(c.max_seq_len, c.head_size(), c.arch.rope_theta);
+    }
     // Every thread of the pool may run prompt products at once (more than OpenBLAS takes: oneDNN).
     choose_gemm_library(pool.size());
     const auto C = static_cast<std::size_t>(c.channels);
@@ -217,9 +220,6 @@ KvCacheSession::KvCacheSession(std::unique_ptr<Generator> own, Generator* shared
         kv_bf16_ = AlignedBuffer<Bf16>(L * 2 * maxT * KV);
     } else {
         kv_ = AlignedBuffer<float>(L * 2 * maxT * KV);
-    }
-    if (c.arch.positions == PositionKind::Rotary) {
-        rotary_ = rotary_table(c.max_seq_len, c.head_size(), c.arch.rope_theta);
     }
     const std::size_t x = round_to_line(C), atty = x;
     const std::size_t qkv = round_to_line(static_cast<std::size_t>(c.qkv_width()));

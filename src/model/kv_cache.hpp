@@ -88,6 +88,7 @@ class Generator {
     // the fp32 GEMM on a staging copy.
     bool bf16_attention_;
     std::unique_ptr<WorkerBarrier> barrier_;
+    RotaryTable rotary_;  // rotary positions' angles for maxT positions (else empty), shared
     AlignedBuffer<float> scratch_;              // the arrays below and the workers' float scratch
     AlignedBuffer<Bf16> pieces_bf16_;           // a prompt input's bf16 pieces
     AlignedBuffer<std::int8_t> pieces_int8_;    // a prompt input's int8 pieces
@@ -221,7 +222,6 @@ class KvCacheSession {
     float* qkv_ = nullptr;          // (W) its query, key and value
     float* atty_ = nullptr;         // (C) its attention output
     float* fch_ = nullptr;          // (F) its MLP hidden, the activation applied in place
-    RotaryTable rotary_;            // rotary positions' angles for maxT positions (else empty)
     float* logits_ = nullptr;       // (V)
     std::vector<WorkerScratch> worker_scratch_;
 };

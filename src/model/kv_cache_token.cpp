@@ -58,7 +58,7 @@ void KvCacheSession::forward_token(std::int32_t token) {
                 // Its key and value into the cache (rounded to bf16 with compact weights), which
                 // the queries then read.
                 wk.matvec_into(row, ln, hs, C, at(p.qkvb, C + kcol), false);
-                if (rotary) rotary_forward(row, rotary_, 1, 1, pos, 1, hs, hs);
+                if (rotary) rotary_forward(row, gen_.rotary_, 1, 1, pos, 1, hs, hs);
                 if (bf16_cache) {
                     const HeadCache<Bf16> store{kv_bf16_.data() + head,
                                                 kv_bf16_.data() + head + values};
@@ -78,7 +78,7 @@ void KvCacheSession::forward_token(std::int32_t token) {
                     const long col = static_cast<long>(h) * hs;
                     float* q = qkv_ + col;
                     rows_at(p.qkvw + col * C, hs).matvec_into(q, ln, hs, C, at(p.qkvb, col), false);
-                    if (rotary) rotary_forward(q, rotary_, 1, 1, pos, 1, hs, hs);
+                    if (rotary) rotary_forward(q, gen_.rotary_, 1, 1, pos, 1, hs, hs);
                     if (bf16_cache) {
                         attend_one_query(atty_ + col, q, kv_bf16_.data() + head,
                                          kv_bf16_.data() + head + values, ws.scores, pos, hs, maxT);

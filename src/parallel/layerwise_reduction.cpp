@@ -59,11 +59,8 @@ LayerwiseReduction::LayerwiseReduction(const ModelConfig& config,
                   [](const Range& a, const Range& b) { return a.begin < b.begin; });
         return ranges;
     };
-    final_layernorm_ranges_ = present({ParamTensor::lnfw, ParamTensor::lnfb});
-    if (head_tensor(layout_) != ParamTensor::wte) {
-        final_layernorm_ranges_ =
-            present({ParamTensor::lnfw, ParamTensor::lnfb, ParamTensor::lmheadw});
-    }
+    // An untied head is complete with the final norm (a tied one, wte, only with the embeddings).
+    final_layernorm_ranges_ = present({ParamTensor::lnfw, ParamTensor::lnfb, ParamTensor::lmheadw});
     embedding_ranges_ = present({ParamTensor::wte, ParamTensor::wpe});
     lm_head_ranges_ = present({ParamTensor::wte, ParamTensor::wpe, ParamTensor::lnfw,
                                ParamTensor::lnfb, ParamTensor::lmheadw});
