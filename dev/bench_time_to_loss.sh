@@ -14,10 +14,21 @@
 #                data/tinyshakespeare.txt (the largest corpus here: 1.1 MB, 338K tokens, so about
 #                two epochs); needs data/gpt2/encoder.json and vocab.bpe
 #
+# Model variants (--variants, ';'-separated, each NAME or NAME=FLAGS added to the workload's):
+#   gpt2         the workload's model as it is (the default, and the others' target)
+#   speedrun     bpe only: d6's shape with modded-nanogpt's block of 2024-11-03 and its heads of
+#                128 (--model speedrun --n-layer 6 --n-head 3 --n-embd 384 --block-size 256)
+#   NAME=FLAGS   any other, e.g. 'sr-tied=--model speedrun --n-layer 6 --n-head 3 --n-embd 384
+#                --block-size 256 --arch head=tied' (an ablation)
+# Every variant is trained with every optimizer of --optimizers over its sweep; the table then
+# gives each one's seconds to gpt2's best AdamW final validation loss.
+#
 # Usage: dev/bench_time_to_loss.sh [--workloads default,shakespeare,bpe] [--adamw-lrs 3e-3,6e-3]
-#          [--muon-lrs 0.02,0.04] [--steps N] [--threads W] [--out-dir DIR] [--report-only]
+#          [--muon-lrs 0.02,0.04] [--variants 'gpt2;speedrun'] [--optimizers adamw,muon]
+#          [--steps N] [--threads W] [--out-dir DIR] [--report-only]
 #   --adamw-lrs L   AdamW's --lr values (Muon runs keep the workload's --lr for its AdamW part)
 #   --muon-lrs L    Muon's --muon-lr values
+#   --optimizers L  which of adamw, muon to train (default both)
 #   --steps N       every workload N steps (short checks; the schedule spans them)
 #   --threads W     workers (default: train_gpt2's, one per core up to the batch)
 #   --report-only   train nothing: the table and plot again from DIR's recorded runs
@@ -32,11 +43,12 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
   exit 0
 fi
 me=bench_time_to_loss.sh
-usage="usage: dev/bench_time_to_loss.sh [--workloads default,shakespeare,bpe] [--adamw-lrs L] [--muon-lrs L] [--steps N] [--threads W] [--out-dir DIR] [--report-only] (--help: more)"
+usage="usage: dev/bench_time_to_loss.sh [--workloads default,shakespeare,bpe] [--adamw-lrs L] [--muon-lrs L] [--variants V] [--optimizers L] [--steps N] [--threads W] [--out-dir DIR] [--report-only] (--help: more)"
 bad() { echo "$me: $* ($usage)" >&2; exit 2; }
 die() { echo "$me: $*" >&2; exit 1; }
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 workloads="default,shakespeare" adamw_lrs="" muon_lrs="0.02,0.04" steps="" threads="" out_dir=""
+variants="gpt2" optimizers="adamw,muon"
 report_only=0
 while (($#)); do
   if [[ "$1" == --report-only ]]; then report_only=1; shift; continue; fi
@@ -45,6 +57,8 @@ while (($#)); do
     --workloads) workloads=$2 ;;
     --adamw-lrs) adamw_lrs=$2 ;;
     --muon-lrs) muon_lrs=$2 ;;
+    --variants) variants=$2 ;;
+    --optimizers) [[ "$2" =~ ^(adamw|muon)(,(adamw|muon))*$ ]] || bad "--optimizers takes adamw, muon or both"; optimizers=$2 ;;
     --steps) [[ "$2" =~ ^[1-9][0-9]*$ ]] || bad "--steps must be a positive whole number"; steps=$2 ;;
     --threads) [[ "$2" =~ ^[1-9][0-9]*$ ]] || bad "--threads must be a positive whole number"; threads=$2 ;;
     --out-dir) out_dir=$2 ;;
@@ -67,24 +81,40 @@ workload_flags() {
     *) bad "unknown workload '$1' (default, shakespeare, bpe)" ;;
   esac
 }
+# A variant's name and flags for workload $1 from its spec $2.
+variant_flags() {
+  case "$2" in
+    gpt2) echo "" ;;
+    speedrun)
+      [[ "$1" == bpe ]] || bad "the speedrun variant is defined for the bpe workload (give NAME=FLAGS)"
+      echo "--model speedrun --n-layer 6 --n-head 3 --n-embd 384 --block-size 256" ;;
+    *=*) echo "${2#*=}" ;;
+    *) bad "unknown variant '$2' (gpt2, speedrun, or NAME=FLAGS)" ;;
+  esac
+}
+variant_name() { local n="${1%%=*}"; [[ "$n" =~ ^[A-Za-z0-9_.-]+$ ]] || bad "variant name '$n' (letters, digits, . _ -)"; echo "$n"; }
 workload_steps() { case "$1" in default) echo 600 ;; shakespeare) echo 2000 ;; bpe) echo 300 ;; esac; }
 workload_adamw_lrs() { case "$1" in default) echo "3e-3,6e-3" ;; shakespeare) echo "1e-3,2e-3" ;; bpe) echo "1e-3,2e-3" ;; esac; }
 
 echo "run,workload,optimizer,lr,final_val_loss,train_seconds" >"$out_dir/sweep.csv"
 IFS=, read -r -a workload_list <<<"$workloads"
+IFS=';' read -r -a variant_list <<<"$variants"
 ((report_only)) && workload_list=()
 for w in "${workload_list[@]}"; do
-  flags="$(workload_flags "$w")"
   n="${steps:-$(workload_steps "$w")}"
   every=$(( n / 12 > 0 ? n / 12 : 1 ))
   IFS=, read -r -a alrs <<<"${adamw_lrs:-$(workload_adamw_lrs "$w")}"
   IFS=, read -r -a mlrs <<<"$muon_lrs"
   runs=()
-  for lr in "${alrs[@]}"; do runs+=("adamw:$lr"); done
-  for lr in "${mlrs[@]}"; do runs+=("muon:$lr"); done
+  [[ ",$optimizers," == *,adamw,* ]] && for lr in "${alrs[@]}"; do runs+=("adamw:$lr"); done
+  [[ ",$optimizers," == *,muon,* ]] && for lr in "${mlrs[@]}"; do runs+=("muon:$lr"); done
+  for spec in "${variant_list[@]}"; do
+  vname="$(variant_name "$spec")"
+  flags="$(workload_flags "$w") $(variant_flags "$w" "$spec")"
   for run in "${runs[@]}"; do
     opt="${run%%:*}" lr="${run#*:}"
-    name="$w-$opt-$lr"
+    # gpt2's runs keep the names of the runs before variants (their --report-only reads them).
+    if [[ "$vname" == gpt2 ]]; then name="$w-$opt-$lr"; else name="$w.$vname-$opt-$lr"; fi
     extra=(--max-steps "$n" --val-every "$every" --sample-every 0 --checkpoint-every 0
            --out-dir "$out_dir/runs/$name" --metrics-file "$out_dir/runs/$name.jsonl")
     [[ -n "$threads" ]] && extra+=(--threads "$threads")
@@ -101,10 +131,11 @@ for w in "${workload_list[@]}"; do
       die "$name failed: $out_dir/runs/$name.log"
     echo "  $name done"
   done
+  done
 done
 
 /usr/bin/python3 - "$out_dir" "$workloads" <<'PY'
-import glob, json, os, subprocess, sys, datetime
+import glob, json, os, re, subprocess, sys, datetime
 out, workloads = sys.argv[1], sys.argv[2].split(",")
 
 def load(path):
@@ -146,19 +177,43 @@ lines = [f"# Time to the same validation loss: AdamW and Muon", "",
 sweep = [l.strip() for l in open(os.path.join(out, "sweep.csv"))][:1]
 plots = []
 for w in workloads:
-    runs = {}
-    for path in sorted(glob.glob(os.path.join(out, "runs", f"{w}-*.jsonl"))):
+    every, runs = {}, {}  # (variant, optimizer, lr) -> (tokens a step, rows)
+    for path in sorted(glob.glob(os.path.join(out, "runs", f"{w}-*.jsonl")) +
+                       glob.glob(os.path.join(out, "runs", f"{w}.*-*.jsonl"))):
         name = os.path.basename(path)[:-6]
-        _, opt, lr = name.split("-", 2)
+        head, opt, lr = re.match(r"^(.*?)-(adamw|muon)-(.+)$", name).groups()
+        variant = head.split(".", 1)[1] if "." in head else "gpt2"
         tps, rows = load(path)
         if not rows:
             continue
-        runs[(opt, lr)] = (tps, rows)
+        every[(variant, opt, lr)] = (tps, rows)
         sweep.append(f"{name},{w},{opt},{lr},{rows[-1][2]:.4f},{rows[-1][1]:.1f}")
-    best = {}
-    for (opt, lr), (tps, rows) in runs.items():
-        if opt not in best or rows[-1][2] < runs[(opt, best[opt])][1][-1][2]:
-            best[opt] = lr
+    best_of = {}  # (variant, optimizer) -> the lr of the lowest final loss
+    for (variant, opt, lr), (tps, rows) in every.items():
+        key = (variant, opt)
+        if key not in best_of or rows[-1][2] < every[(variant, opt, best_of[key])][1][-1][2]:
+            best_of[key] = lr
+    runs = {(opt, lr): v for (variant, opt, lr), v in every.items() if variant == "gpt2"}
+    best = {opt: lr for (variant, opt), lr in best_of.items() if variant == "gpt2"}
+    if "adamw" in best and any(v != "gpt2" for v, _ in best_of):
+        # The variants against gpt2's best AdamW: seconds to its final loss.
+        base_tps, base = runs[("adamw", best["adamw"])]
+        goal = base[-1][2]
+        base_hit = first_reaching(base, goal)
+        lines += [f"## {w}: model variants", "",
+                  f"target: gpt2 AdamW (lr {best['adamw']})'s final validation loss {goal:.4f}", "",
+                  "| variant | optimizer | best lr (swept) | final val loss | steps to target | seconds to target | s/step | time to target / gpt2 AdamW's |",
+                  "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+        for (variant, opt), lr in sorted(best_of.items(), key=lambda kv: (kv[0][0] != "gpt2", kv[0])):
+            tps, rows = every[(variant, opt, lr)]
+            swept = ", ".join(f"{l} {every[(v, o, l)][1][-1][2]:.4f}" for (v, o, l) in sorted(every)
+                              if v == variant and o == opt)
+            hit = first_reaching(rows, goal)
+            lines.append(f"| {variant} | {opt} | {lr} ({swept}) | {rows[-1][2]:.4f} | "
+                         f"{f'{hit[0]:.0f}' if hit else 'not reached'} | "
+                         f"{f'{hit[1]:.1f}' if hit else '-'} | {rows[-1][1] / rows[-1][0]:.3f} | "
+                         f"{f'{hit[1] / base_hit[1]:.2f}' if hit and base_hit else '-'} |")
+        lines.append("")
     if "adamw" not in best or "muon" not in best:
         continue
     a_tps, a = runs[("adamw", best["adamw"])]

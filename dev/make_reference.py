@@ -44,8 +44,9 @@ them, SwiGLU, ReLU^2): outputs and input (and gain) gradients for a random outpu
 And tests/data/llama_reference.bin: two models of the families after GPT-2 written from their
 definitions in float64 (Hugging Face's LlamaForCausalLM: RMSNorm with gains, rotary positions with
 rotate_half, grouped-query attention by repeating each key/value head for its group, SwiGLU, no
-biases, an untied head; and a variant with ReLU^2, RMSNorm without gains and a tied head), each
-with its parameters in our flat layout, a batch, the loss and the gradient.
+biases, an untied head; a variant with ReLU^2, RMSNorm without gains and a tied head; and
+modded-nanogpt's block of 2024-11-03 with QK-norm and the embeddings' norm), each with its
+parameters in our flat layout, a batch, the loss and the gradient.
 """
 
 import argparse
@@ -451,11 +452,14 @@ def write_llama_fixture(path):
     hs = Cr // NHr
     records = []
     models = [
-        # name, kv heads, hidden, mlp, gains, tied, theta
-        ("llama", 2, 96, "swiglu", True, False, 10000.0),
-        ("relu2", 4, 128, "relu2", False, True, 500.0),
+        # name, kv heads, hidden, mlp, gains, tied, theta, QK-norm and embeddings' norm, eps
+        ("llama", 2, 96, "swiglu", True, False, 10000.0, False, 1e-5),
+        ("relu2", 4, 128, "relu2", False, True, 500.0, False, 1e-5),
+        # modded-nanogpt's block of 2024-11-03 (F.rms_norm's eps: float32's epsilon), here with
+        # two key/value heads for four queries so that q's and k's norms count heads apart.
+        ("speedrun", 2, 128, "relu2", False, False, 10000.0, True, float(np.finfo(np.float32).eps)),
     ]
-    for name, KVH, H, mlp, gains, tied, theta in models:
+    for name, KVH, H, mlp, gains, tied, theta, qk_norm, eps in models:
         KV = KVH * hs
         FW = 2 * H if mlp == "swiglu" else H
 
@@ -486,7 +490,7 @@ def write_llama_fixture(path):
         targets = torch.randint(0, Vr, (Br, Tr), generator=g)
 
         def rms(x, w):
-            y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+            y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
             return y * w if w is not None else y
 
         inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=d) / hs))
@@ -498,6 +502,8 @@ def write_llama_fixture(path):
             return torch.cat((-t[..., hs // 2:], t[..., : hs // 2]), dim=-1)
 
         x = p["wte"][idx]
+        if qk_norm:  # the speedrun's norm of the embeddings
+            x = rms(x, None)
         causal = torch.triu(torch.ones(Tr, Tr, dtype=torch.bool), 1)
         for l in range(Lr):
             h = rms(x, p["ln1w"][l] if gains else None)
@@ -505,6 +511,8 @@ def write_llama_fixture(path):
             q = qkv[..., :Cr].view(Br, Tr, NHr, hs).transpose(1, 2)
             k = qkv[..., Cr:Cr + KV].view(Br, Tr, KVH, hs).transpose(1, 2)
             v = qkv[..., Cr + KV:].view(Br, Tr, KVH, hs).transpose(1, 2)
+            if qk_norm:  # per head, before rotary
+                q, k = rms(q, None), rms(k, None)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
             k = k.repeat_interleave(NHr // KVH, dim=1)
@@ -525,7 +533,7 @@ def write_llama_fixture(path):
         grads = torch.cat([p[n].grad.reshape(-1) for n, _ in specs])
         records += [
             (f"{name}.config", np.array([Tr, Vr, Vpr, Lr, NHr, Cr, KVH, H, Br, Tr], dtype=np.int32)),
-            (f"{name}.theta", np.array([theta], dtype=np.float32)),
+            (f"{name}.theta", np.array([theta, eps], dtype=np.float32)),
             (f"{name}.params", flat.to(torch.float32).numpy()),
             (f"{name}.inputs", idx.to(torch.int32).numpy()),
             (f"{name}.targets", targets.to(torch.int32).numpy()),

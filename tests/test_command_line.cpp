@@ -262,10 +262,16 @@ INSTANTIATE_TEST_SUITE_P(
         FlagCase{"log_level_value", "train_gpt2", "--log-level warning",
                  "error: --log-level: unknown log level 'warning' (did you mean warn?); known: "
                  "trace, debug, info, warn, error"},
+        FlagCase{"arch_bad_value", "train_gpt2", "--arch qk-norm=yes",
+                 "error: --arch: 'qk-norm=yes' takes on or off (keys: norm=layernorm|rmsnorm, "
+                 "norm-gains=on|off, norm-eps=E, positions=learned|rotary, rope-theta=T, "
+                 "mlp=gelu|swiglu|relu2, mlp-hidden=N (0: 4C), biases=on|off, head=tied|untied, "
+                 "kv-heads=N (0: all), qk-norm=on|off, embedding-norm=on|off, zero-init=on|off)"},
         FlagCase{
             "train_unknown_preset", "train_gpt2", "--model gpt2-125M",
             "error: --model: unknown preset 'gpt2-125M' (did you mean gpt2-124M?); known: "
-            "gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, d6, char-small, llama-135M, llama-tiny"}),
+            "gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, d6, char-small, llama-135M, llama-tiny, "
+            "speedrun"}),
     [](const ::testing::TestParamInfo<FlagCase>& info) { return std::string(info.param.name); });
 
 // --help shows no default for a required flag ("--tokenizer NAME= REQUIRED" before).

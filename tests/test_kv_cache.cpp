@@ -109,15 +109,16 @@ TEST_P(KvCacheThreads, PrefillLogitsMatchTrainingForward) {
 }
 
 // The Llama family's block (RMSNorm, rotary positions, grouped-query attention, SwiGLU, no
-// biases, an untied head) and a ReLU^2 variant without gains: decoding, prompts included, follows
-// the training forward at every position, as GPT-2's does.
+// biases, an untied head), a ReLU^2 variant without gains and the speedrun's (QK-norm and the
+// embeddings' norm too): decoding, prompts included, follows the training forward at every
+// position, as GPT-2's does.
 TEST_P(KvCacheThreads, TheLlamaFamilysDecodingMatchesTrainingForward) {
-    for (const bool swiglu : {true, false}) {
+    for (const std::string variant : {"swiglu", "relu2", "speedrun"}) {
         ModelConfig c = small_config();
         c.arch.norm = NormKind::RmsNorm;
         c.arch.positions = PositionKind::Rotary;
         c.arch.biases = false;
-        if (swiglu) {
+        if (variant == "swiglu") {
             c.arch.mlp = MlpKind::SwiGlu;
             c.arch.mlp_hidden = 96;
             c.arch.kv_heads = 2;
@@ -127,17 +128,23 @@ TEST_P(KvCacheThreads, TheLlamaFamilysDecodingMatchesTrainingForward) {
             c.arch.norm_gains = false;
             c.arch.rope_theta = 500.0f;
         }
+        if (variant == "speedrun") {
+            c.arch.qk_norm = true;
+            c.arch.embedding_norm = true;
+            c.arch.tied_head = false;
+            c.arch.kv_heads = 2;
+        }
         const auto model = random_model(c, 13);
         const auto tokens = random_tokens(c.max_seq_len, c.vocab_size, 7);
         const std::vector<float> expected = training_logits(*model, tokens);
         ThreadPool pool(GetParam());
         KvCacheSession session(*model, pool);
         std::span<const float> logits = session.prefill(std::span(tokens).first(5));
-        EXPECT_TRUE(logits_close(logits, row(expected, c, 4))) << "prefill of 5, swiglu " << swiglu;
+        EXPECT_TRUE(logits_close(logits, row(expected, c, 4))) << "prefill of 5, " << variant;
         for (int t = 5; t < c.max_seq_len; ++t) {
             logits = session.step(tokens[static_cast<std::size_t>(t)]);
             EXPECT_TRUE(logits_close(logits, row(expected, c, t)))
-                << "position " << t << ", swiglu " << swiglu;
+                << "position " << t << ", " << variant;
         }
     }
 }

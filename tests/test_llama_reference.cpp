@@ -1,8 +1,9 @@
 // The block of the families after GPT-2 against PyTorch: tests/data/llama_reference.bin
 // (dev/make_reference.py) holds two models written from their definitions in float64 (Hugging
 // Face's Llama: RMSNorm, rotary positions, grouped-query attention, SwiGLU, no biases, an untied
-// head; and ReLU^2 with RMSNorm without gains and a tied head), their weights in our layout, a
-// batch, the loss and every gradient. Ours on 1, 2 and 3 workers: within the GPT-2 reference
+// head; ReLU^2 with RMSNorm without gains and a tied head; modded-nanogpt's block of 2024-11-03:
+// QK-norm and the embeddings' norm, ReLU^2, no gains, an untied head), their weights in our layout,
+// a batch, the loss and every gradient. Ours on 1, 2 and 3 workers: within the GPT-2 reference
 // test's bounds (tests/test_model_reference.cpp: the loss to 1e-5, each gradient element to 1e-3
 // relative plus 2e-6), and --recompute layers the same bits as cheap.
 #include <gtest/gtest.h>
@@ -31,6 +32,7 @@ class LlamaReference : public ::testing::TestWithParam<std::string> {
         a.norm = NormKind::RmsNorm;
         a.positions = PositionKind::Rotary;
         a.rope_theta = at("theta").f32[0];
+        a.norm_eps = at("theta").f32[1];
         a.biases = false;
         a.mlp_hidden = c[7];
         a.kv_heads = c[6] == c[4] ? 0 : c[6];
@@ -40,6 +42,11 @@ class LlamaReference : public ::testing::TestWithParam<std::string> {
         } else {
             a.mlp = MlpKind::ReluSquared;
             a.norm_gains = false;
+        }
+        if (GetParam() == "speedrun") {  // modded-nanogpt's block of 2024-11-03
+            a.tied_head = false;
+            a.qk_norm = true;
+            a.embedding_norm = true;
         }
         config_ = ModelConfig(c[0], c[1], c[2], c[3], c[4], c[5], a);
         B_ = c[8];
@@ -94,7 +101,7 @@ TEST_P(LlamaReference, LossAndEveryGradientMatchPyTorchOnAnySplit) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, LlamaReference, ::testing::Values("llama", "relu2"),
+INSTANTIATE_TEST_SUITE_P(Models, LlamaReference, ::testing::Values("llama", "relu2", "speedrun"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

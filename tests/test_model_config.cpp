@@ -50,6 +50,7 @@ ModelConfig speedrun_tiny() {
     a.biases = false;
     a.tied_head = false;
     a.qk_norm = true;
+    a.embedding_norm = true;
     a.zero_init_projections = true;
     return ModelConfig(32, 70, 128, 2, 4, 32, a);
 }
@@ -114,24 +115,57 @@ TEST(ModelConfigTable, TheSpeedrunsHeadIsItsOwnAndItsProjectionsStartAtZero) {
     ASSERT_TRUE(layout.has(lmheadw));
     EXPECT_EQ(layout.offset(lmheadw) + layout.size(lmheadw), layout.total());  // the last tensor
     const std::span<const float> p = model.params.span();
-    const auto head = layout.tensor(p, lmheadw);
-    const std::size_t real = 70u * 32;
-    EXPECT_TRUE(std::all_of(head.begin() + real, head.end(), [](float v) { return v == 0.0f; }))
-        << "the padded rows of the head";
-    EXPECT_TRUE(std::any_of(head.begin(), head.begin() + real, [](float v) { return v != 0.0f; }));
-    for (const ParamTensor zero : {attprojw, fcprojw}) {
+    // The record of 2024-11-03 starts its untied head at zero with the projections.
+    for (const ParamTensor zero : {attprojw, fcprojw, lmheadw}) {
         const auto w = layout.tensor(p, zero);
         EXPECT_TRUE(std::all_of(w.begin(), w.end(), [](float v) { return v == 0.0f; }))
             << param_tensor_name(zero);
     }
     EXPECT_EQ(layout.size(fcw), 2u * 128 * 32);  // ReLU^2: 4C rows, one block
     EXPECT_TRUE(layout.decays(lmheadw));
-    // Training refuses its QK-norm by name until the block computes it.
-    try {
-        ThreadLocalTrainingContext context(c, 1, 16, Precision::Fp32, Recompute::Cheap);
-        FAIL() << "a speedrun model trained";
-    } catch (const InputError& e) {
-        EXPECT_NE(std::string(e.what()).find("QK-norm"), std::string::npos) << e.what();
+    const auto embedding = layout.tensor(p, ParamTensor::wte);
+    EXPECT_TRUE(std::any_of(embedding.begin(), embedding.end(), [](float v) { return v != 0.0f; }));
+    // Its preset is this block at the record's 124M shape.
+    const ModelConfig preset = preset_config("speedrun", 50257);
+    Architecture expected = c.arch;
+    expected.norm_eps = 1.1920929e-07f;
+    EXPECT_EQ(preset.arch, expected);
+    EXPECT_EQ(preset.head_size(), 128);
+}
+
+TEST(ModelConfigFields, ArchFlagSetsEachFieldAndRefusesWhatItDoesNotKnow) {
+    const Architecture a = with_fields(
+        Architecture{},
+        "norm=rmsnorm,norm-gains=off,norm-eps=1e-6,positions=rotary,rope-theta=500,mlp=relu2,"
+        "mlp-hidden=96,biases=off,head=untied,kv-heads=2,qk-norm=on,embedding-norm=on,zero-init=on",
+        "--arch");
+    Architecture expected;
+    expected.norm = NormKind::RmsNorm;
+    expected.norm_gains = false;
+    expected.norm_eps = 1e-6f;
+    expected.positions = PositionKind::Rotary;
+    expected.rope_theta = 500.0f;
+    expected.mlp = MlpKind::ReluSquared;
+    expected.mlp_hidden = 96;
+    expected.biases = false;
+    expected.tied_head = false;
+    expected.kv_heads = 2;
+    expected.qk_norm = true;
+    expected.embedding_norm = true;
+    expected.zero_init_projections = true;
+    EXPECT_EQ(a, expected);
+    EXPECT_EQ(with_fields(a, "", "--arch"), a);  // nothing given: nothing changed
+    EXPECT_EQ(with_fields(a, "qk-norm=off", "--arch").qk_norm, false);
+    for (const std::string bad :
+         {"qk-norm=yes", "mlp=tanh", "kv-heads=-1", "rope-theta=0.5", "depth=3", "qk-norm",
+          "head=shared", "mlp-hidden=9x", "norm-eps=nan", "norm-eps=inf"}) {
+        try {
+            (void)with_fields(Architecture{}, bad, "--arch");
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const UsageError& e) {
+            const std::string what = e.what();
+            EXPECT_NE(what.find("--arch: '" + bad + "'"), std::string::npos) << what;
+        }
     }
 }
 
@@ -155,12 +189,37 @@ TEST(ModelConfigRecord, RoundTripsEveryFieldAndRefusesWhatItCannotRead) {
             EXPECT_NE(what.find(says), std::string::npos) << what;
         }
     };
-    refused(0, 2, "version 2");
+    refused(0, 3, "version 3");
+    refused(19, 2, "normed embeddings 2");
     refused(7, 5, "norm 5");
     refused(12, -1, "MLP -1");
     refused(14, 2, "biases 2");
     refused(16, 2, "key/value heads must divide");  // 9 heads
     refused(5, 0, "positive");
+}
+
+TEST(ModelConfigRecord, AVersionOneRecordOfNineteenIntegersStillReads) {
+    // What the build before the embeddings' norm wrote: 19 integers, version 1.
+    const ModelConfig c = smollm2_135m();
+    ConfigRecord record = to_config_record(c);
+    record[0] = 1;
+    std::vector<std::uint8_t> bytes(kConfigRecordV1Ints * sizeof(std::int32_t));
+    std::memcpy(bytes.data(), record.data(), bytes.size());
+    EXPECT_EQ(from_config_record(config_record_of_bytes(bytes, "old.bin"), "old.bin"), c);
+    // A length and a version that disagree, or another length, are refused by name.
+    const auto refused = [](std::span<const std::uint8_t> b, const std::string& says) {
+        try {
+            (void)config_record_of_bytes(b, "odd.bin");
+            ADD_FAILURE() << b.size() << " bytes were read";
+        } catch (const InputError& e) {
+            EXPECT_NE(std::string(e.what()).find("odd.bin"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+        }
+    };
+    std::vector<std::uint8_t> v2(sizeof(ConfigRecord));
+    std::memcpy(v2.data(), record.data(), v2.size());  // 20 integers saying version 1
+    refused(v2, "says version 1");
+    refused(std::span(v2).first(72), "72 bytes");
 }
 
 TEST(ModelConfigFiles, ACheckpointOfAnotherArchitectureCarriesItsRecord) {
@@ -237,6 +296,33 @@ TEST(ModelConfigFiles, AResumeStateOfAnotherArchitectureIsForThatArchitectureOnl
                            c.num_heads, c.channels);
     OptimizerState gpt2_state(ParameterLayout(gpt2).total());
     EXPECT_THROW((void)load_resume_state(path, gpt2, gpt2_state), InputError);
+
+    // The previous build's version 7 (a version-1 record of 19 integers) of a model without the
+    // embeddings' norm: the same header less the record's last integer, its own magic and sum.
+    ModelConfig before = c;
+    before.arch.embedding_norm = false;
+    save_resume_state(path, state, before, saved);
+    std::vector<std::uint8_t> bytes = file_bytes(path);
+    const std::size_t floats = 2 * P * sizeof(float);
+    const std::size_t header = bytes.size() - floats - sizeof(std::uint64_t);
+    bytes[7] = '7';
+    const std::size_t record = header - sizeof(ConfigRecord);
+    const std::int32_t version_one = 1;
+    std::memcpy(bytes.data() + record, &version_one, sizeof(version_one));
+    bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(header) - 4,
+                bytes.begin() + static_cast<std::ptrdiff_t>(header));
+    const std::span<const std::uint8_t> all(bytes);
+    const std::size_t moments = P * sizeof(float), start = header - 4;
+    const std::uint64_t sum =  // as save_resume_state sums: header, m, then v
+        checksum64(all.subspan(start + moments, moments),
+                   checksum64(all.subspan(start, moments), checksum64(all.first(start))));
+    std::memcpy(bytes.data() + bytes.size() - sizeof(sum), &sum, sizeof(sum));
+    const auto old_path = dir.path() / "state_v7.bin";
+    write_file_atomically(old_path, std::span<const std::uint8_t>(bytes));
+    OptimizerState old_loaded(P);
+    EXPECT_EQ(load_resume_state(old_path, before, old_loaded).step, 4);
+    EXPECT_EQ(std::memcmp(old_loaded.m.data(), saved.m.data(), P * sizeof(float)), 0);
+    EXPECT_THROW((void)load_resume_state(old_path, c, old_loaded), InputError);  // another model
 }
 
 // The previous version's files: read, and written again byte for byte (a GPT-2 model's files are

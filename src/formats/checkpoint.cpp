@@ -240,12 +240,7 @@ ModelConfig recorded_config(std::span<const std::uint8_t> bytes, const std::stri
     for_each_section(bytes.subspan(offset, bytes.size() - kFooterBytes - offset), name,
                      [&](TrailerTag tag, std::span<const std::uint8_t> section) {
                          if (tag != TrailerTag::ConfigRecord) return;
-                         if (section.size() != sizeof(ConfigRecord)) {
-                             throw InputError(name + ": configuration record of " +
-                                              std::to_string(section.size()) + " bytes (corrupt)");
-                         }
-                         record.emplace();
-                         std::memcpy(record->data(), section.data(), sizeof(ConfigRecord));
+                         record = config_record_of_bytes(section, name);  // version 1 or 2
                      });
     if (!record)
         throw InputError(name + ": a version-30 checkpoint without its configuration record");

@@ -34,6 +34,7 @@ constexpr std::array<char, 8> kStateMagicV4 = {'G', 'P', 'T', '2', 'S', 'T', 'A'
 constexpr std::array<char, 8> kStateMagicV5 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '5'};
 constexpr std::array<char, 8> kStateMagicV6 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '6'};
 constexpr std::array<char, 8> kStateMagicV7 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '7'};
+constexpr std::array<char, 8> kStateMagicV8 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '8'};
 constexpr std::size_t kHeaderBytesV1 = 112;
 constexpr std::size_t kHeaderBytesV2 = 124;
 constexpr std::size_t kWindowBytes = 8 + 8 * SpikeWindow::kWindow;
@@ -42,8 +43,10 @@ constexpr std::size_t kLoraBytes = 4 + 4 + 4 + 4 + 8;  // rank, alpha, targets, 
 constexpr std::size_t kHeaderBytesV4 = kHeaderBytesV3 + kLoraBytes;
 constexpr std::size_t kHeaderBytesV5 = kHeaderBytesV4 + 4;  // the dropout rate
 constexpr std::size_t kHeaderBytesV6 = kHeaderBytesV3 + 4;  // the optimizer's kind
-constexpr std::size_t kHeaderBytesV7 = kHeaderBytesV6 + sizeof(ConfigRecord);
-constexpr std::size_t kLongestHeader = std::max({kHeaderBytesV5, kHeaderBytesV6, kHeaderBytesV7});
+// Version 7 held a version-1 configuration record, version 8 the current one.
+constexpr std::size_t kHeaderBytesV7 = kHeaderBytesV6 + kConfigRecordV1Ints * sizeof(std::int32_t);
+constexpr std::size_t kHeaderBytesV8 = kHeaderBytesV6 + sizeof(ConfigRecord);
+constexpr std::size_t kLongestHeader = std::max({kHeaderBytesV5, kHeaderBytesV6, kHeaderBytesV8});
 
 void put_lora(ByteWriter& out, const LoraRecord& lora) {
     out.put(static_cast<std::int32_t>(lora.config.rank));
@@ -107,7 +110,7 @@ struct StateHeader {
     std::array<std::int32_t, 6> config{};
     std::uint64_t num_params = 0;
     std::int64_t adam_step = 0;
-    std::optional<ConfigRecord> record;  // version 7: the whole configuration; else GPT-2's
+    std::optional<ConfigRecord> record;  // versions 7-8: the whole configuration; else GPT-2's
     std::size_t bytes = 0;               // header size in the file
 };
 
@@ -117,7 +120,8 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
     std::array<char, 8> magic{};
     std::memcpy(magic.data(), bytes.data(), 8);
     const bool v1 = magic == kStateMagicV1;
-    const bool v7 = magic == kStateMagicV7;
+    const bool v8 = magic == kStateMagicV8;
+    const bool v7 = magic == kStateMagicV7 || v8;  // a configuration record
     const bool v6 = magic == kStateMagicV6;
     const bool v5 = magic == kStateMagicV5;
     const bool v4 = magic == kStateMagicV4 || v5;
@@ -156,13 +160,15 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
         h.state.optimizer = *kind;
     }
     if (v7) {
-        const ConfigRecord record = in.get_array<std::int32_t, std::tuple_size_v<ConfigRecord>>(
-            "model configuration record");
-        h.record = record;
-        (void)from_config_record(record, name);  // its version and ranges
+        const std::size_t record_bytes =
+            v8 ? sizeof(ConfigRecord) : kConfigRecordV1Ints * sizeof(std::int32_t);
+        h.record =
+            config_record_of_bytes(in.take(record_bytes, "model configuration record"), name);
+        (void)from_config_record(*h.record, name);  // its ranges
     }
     h.bytes = in.offset();
     if (h.bytes != (v1   ? kHeaderBytesV1
+                    : v8 ? kHeaderBytesV8
                     : v7 ? kHeaderBytesV7
                     : v6 ? kHeaderBytesV6
                     : v5 ? kHeaderBytesV5
@@ -183,7 +189,7 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
     const bool record = !config.is_gpt2();
     if (lora && !adamw) throw std::logic_error("save_resume_state: LoRA trains with AdamW");
     if (lora && record) throw std::logic_error("save_resume_state: LoRA adapts GPT-2 only so far");
-    for (const char c : record  ? kStateMagicV7
+    for (const char c : record  ? kStateMagicV8
                         : lora  ? kStateMagicV5
                         : adamw ? kStateMagicV3
                                 : kStateMagicV6)
@@ -213,7 +219,7 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
 
 std::uintmax_t resume_state_file_bytes(std::size_t moment_floats, bool lora,
                                        OptimizerKind optimizer, bool gpt2) {
-    return (!gpt2                               ? kHeaderBytesV7
+    return (!gpt2                               ? kHeaderBytesV8
             : lora                              ? kHeaderBytesV5
             : optimizer == OptimizerKind::AdamW ? kHeaderBytesV3
                                                 : kHeaderBytesV6) +

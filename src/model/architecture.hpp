@@ -1,6 +1,6 @@
 // The architecture as data: what a model's block is made of (norm, positions, MLP, biases, head,
-// key/value heads, QK-norm) beside its dimensions, and the versioned record of both that
-// checkpoints, resume states and the broadcast carry.
+// key/value heads, QK-norm, a norm on the embeddings) beside its dimensions, and the versioned
+// record of both that checkpoints, resume states and the broadcast carry.
 #pragma once
 
 #include <array>
@@ -31,6 +31,7 @@ struct Architecture {
     bool tied_head = true;  // the LM head is the token embedding
     int kv_heads = 0;       // key/value heads (grouped-query attention); 0: as many as query heads
     bool qk_norm = false;   // queries and keys RMS-normalized per head (no gain) before rotary
+    bool embedding_norm = false;  // the embeddings RMS-normalized (no gain) before the first block
     bool zero_init_projections = false;  // the residual stream's projections start at zero
     friend bool operator==(const Architecture&, const Architecture&) = default;
 };
@@ -45,5 +46,12 @@ struct Architecture {
 // "GPT-2", or the fields that differ from it ("rmsnorm, rotary theta 10000, swiglu 1536, no
 // biases, 3 kv heads, untied head").
 [[nodiscard]] std::string describe(const Architecture& arch);
+
+// The fields `spec` sets over `a`, as --arch takes them: "key=value,..." (architecture_field_keys
+// lists the keys); UsageError naming `flag` and the item for an unknown key or a bad value. The
+// result is checked with the dimensions by validate_config.
+[[nodiscard]] Architecture with_fields(Architecture a, std::string_view spec,
+                                       std::string_view flag);
+[[nodiscard]] std::string_view architecture_field_keys();
 
 }  // namespace gpt2

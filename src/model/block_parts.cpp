@@ -78,4 +78,40 @@ void rotate_qk_backward(const ModelConfig& c, const RotaryTable& table, float* d
     rotary_backward(dqkv + c.channels, table, N, T, 0, c.kv_heads(), c.head_size(), W);
 }
 
+void qk_norm_forward(const ModelConfig& c, float* qkv, float* rstd, int N) {
+    if (!c.arch.qk_norm) return;
+    const int W = c.qkv_width(), NH = c.num_heads, KV = c.kv_heads(), hs = c.head_size();
+    for (int n = 0; n < N; ++n) {
+        float* row = qkv + static_cast<long>(n) * W;
+        float* s = rstd + static_cast<long>(n) * (NH + KV);
+        rmsnorm_forward(row, s, row, nullptr, NH, hs, c.arch.norm_eps, hs);
+        rmsnorm_forward(row + c.channels, s + NH, row + c.channels, nullptr, KV, hs,
+                        c.arch.norm_eps, hs);
+    }
+}
+
+void qk_norm_backward(const ModelConfig& c, float* dqkv, const float* qkv, const float* rstd,
+                      int N) {
+    if (!c.arch.qk_norm) return;
+    const int W = c.qkv_width(), NH = c.num_heads, KV = c.kv_heads(), hs = c.head_size();
+    for (int n = 0; n < N; ++n) {
+        const long at = static_cast<long>(n) * W;
+        const float* s = rstd + static_cast<long>(n) * (NH + KV);
+        rmsnorm_backward_from_output(dqkv + at, dqkv + at, qkv + at, s, NH, hs, hs);
+        rmsnorm_backward_from_output(dqkv + at + c.channels, dqkv + at + c.channels,
+                                     qkv + at + c.channels, s + NH, KV, hs, hs);
+    }
+}
+
+void embedding_norm_forward(const ModelConfig& c, float* encoded, float* rstd, int N) {
+    if (!c.arch.embedding_norm) return;
+    rmsnorm_forward(encoded, rstd, encoded, nullptr, N, c.channels, c.arch.norm_eps, c.channels);
+}
+
+void embedding_norm_backward(const ModelConfig& c, float* dencoded, const float* encoded,
+                             const float* rstd, int N) {
+    if (!c.arch.embedding_norm) return;
+    rmsnorm_backward_from_output(dencoded, dencoded, encoded, rstd, N, c.channels, c.channels);
+}
+
 }  // namespace gpt2

@@ -1,6 +1,7 @@
 // The parts of the block where the architectures differ, each one call over the configuration:
-// the norm (LayerNorm, RMSNorm), the MLP's activation (GELU, SwiGLU, ReLU^2) and the rotation of
-// q and k (rotary positions). The training forward and backward (forward_backward.cpp) call them.
+// the norm (LayerNorm, RMSNorm), the MLP's activation (GELU, SwiGLU, ReLU^2), the rotation of
+// q and k (rotary positions), QK-norm and the embeddings' norm. The training forward and backward
+// (forward_backward.cpp) call them.
 #pragma once
 
 #include "model/model.hpp"
@@ -31,5 +32,19 @@ void activation_backward(const ModelConfig& c, float* dfch, const float* fch, co
 // with learned positions); backward rotates their gradients back.
 void rotate_qk_forward(const ModelConfig& c, const RotaryTable& table, float* qkv, int N, int T);
 void rotate_qk_backward(const ModelConfig& c, const RotaryTable& table, float* dqkv, int N, int T);
+
+// QK-norm: each head of q and of k in a qkv (N, W) RMS-normalized without a gain, in place,
+// before rotary; rstd (N, NH + KV) saved. Nothing without QK-norm.
+void qk_norm_forward(const ModelConfig& c, float* qkv, float* rstd, int N);
+// Its backward on dqkv in place, from the stored qkv (normed, then rotated where rotary: run it
+// before rotate_qk_backward, in the rotated frame, where mean(dy * y) is the same).
+void qk_norm_backward(const ModelConfig& c, float* dqkv, const float* qkv, const float* rstd,
+                      int N);
+
+// The embeddings' norm (RMSNorm without a gain, the speedrun's): `encoded` (N, C) in place, rstd
+// (N) saved; backward on dencoded in place from the normed `encoded`. Nothing without it.
+void embedding_norm_forward(const ModelConfig& c, float* encoded, float* rstd, int N);
+void embedding_norm_backward(const ModelConfig& c, float* dencoded, const float* encoded,
+                             const float* rstd, int N);
 
 }  // namespace gpt2

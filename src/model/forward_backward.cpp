@@ -18,8 +18,8 @@ namespace {
 // Pointers to layer l's slice of every per-layer activation (at the layers level every layer
 // shares one slice, except the layer outputs).
 struct LayerActs {
-    float *ln1_mean, *ln1_rstd, *qkv, *atty, *att_lse, *residual2, *ln2_mean, *ln2_rstd, *fch,
-        *residual3;
+    float *ln1_mean, *ln1_rstd, *qkv, *qk_rstd, *atty, *att_lse, *residual2, *ln2_mean, *ln2_rstd,
+        *fch, *residual3;
     Bf16* qkv_bf16;  // instead of qkv where attention runs in bf16
 };
 
@@ -28,17 +28,19 @@ LayerActs layer_acts(const ThreadLocalTrainingContext& ctx, const ModelConfig& c
     const long C = c.channels, W = c.qkv_width(), F = c.fc_width();
     const long s = std::min(l, ctx.stored_layers() - 1);  // the stored slot
     const auto& a = ctx.acts;
-    return LayerActs{a.ln1_mean + s * N,
-                     a.ln1_rstd + s * N,
-                     a.qkv != nullptr ? a.qkv + s * N * W : nullptr,
-                     a.atty + s * N * C,
-                     a.att_lse + s * N * c.num_heads,
-                     a.residual2 + s * N * C,
-                     a.ln2_mean + s * N,
-                     a.ln2_rstd + s * N,
-                     a.fch + s * N * F,
-                     a.residual3 + l * N * C,
-                     a.qkv_bf16 != nullptr ? a.qkv_bf16 + s * N * 3 * C : nullptr};
+    return LayerActs{
+        a.ln1_mean + s * N,
+        a.ln1_rstd + s * N,
+        a.qkv != nullptr ? a.qkv + s * N * W : nullptr,
+        a.qk_rstd != nullptr ? a.qk_rstd + s * N * (c.num_heads + c.kv_heads()) : nullptr,
+        a.atty + s * N * C,
+        a.att_lse + s * N * c.num_heads,
+        a.residual2 + s * N * C,
+        a.ln2_mean + s * N,
+        a.ln2_rstd + s * N,
+        a.fch + s * N * F,
+        a.residual3 + l * N * C,
+        a.qkv_bf16 != nullptr ? a.qkv_bf16 + s * N * 3 * C : nullptr};
 }
 
 // The model's matrix products in its precision: fp32 through OpenBLAS, or bf16 operands (the
@@ -312,6 +314,7 @@ void qkv_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ctx,
     matmul.forward(qkv, nullptr, ln, p.qkvw, p.qkvb, N, C, W);
     adapter.forward(LoraTarget::CAttn, qkv, ln, N, C, W);
     if (a.qkv_bf16 != nullptr) round_qkv_by_heads(a.qkv_bf16, qkv, N, C, NH);
+    qk_norm_forward(c, qkv, a.qk_rstd, N);        // where QK-norm (never with bf16 attention)
     rotate_qk_forward(c, ctx.rotary, qkv, N, T);  // q and k rotated where they are stored
 }
 
@@ -375,7 +378,8 @@ void layer_backward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& c
     adapter.backward(LoraTarget::AttnCProj, dch, dattn, a.atty, N, C, C);
     matmul.attention_backward(ctx.scratch.dqkv, dch, a.atty, a.att_lse, a, B, T, C, NH,
                               dropout.probabilities, first_keys);
-    rotate_qk_backward(c, ctx.rotary, ctx.scratch.dqkv, N, T);  // where rotary
+    qk_norm_backward(c, ctx.scratch.dqkv, a.qkv, a.qk_rstd, N);  // in the rotated frame
+    rotate_qk_backward(c, ctx.rotary, ctx.scratch.dqkv, N, T);   // where rotary
     norm_recompute(c, ln, residual, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b, N);
     matmul.backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, ln, p.qkvw, N, C, W);
     adapter.backward(LoraTarget::CAttn, dch, ctx.scratch.dqkv, ln, N, C, W);
@@ -416,6 +420,7 @@ void forward_hidden(const Model& model, ThreadLocalTrainingContext& ctx, const T
     const DropoutMask embeddings = dropout_mask(batch, 0, DropoutSite::Embeddings);
     if (embeddings.active())
         apply_dropout(ctx.acts.encoded, B, static_cast<long>(T) * C, embeddings);
+    embedding_norm_forward(c, ctx.acts.encoded, ctx.acts.encoded_rstd, N);  // where normed
     for (int l = 0; l < c.num_layers; ++l) {
         layer_forward(matmul, ctx, layer_acts(ctx, c, l), layer_view(layout, w, l),
                       layer_adapter(model, ctx, l, batch), layer_input(ctx, c, l), B, T, c,
@@ -499,6 +504,7 @@ double forward_backward(const Model& model, ThreadLocalTrainingContext& ctx,
                        first_keys);
         sink.layer_done(l);
     }
+    embedding_norm_backward(c, dres, ctx.acts.encoded, ctx.acts.encoded_rstd, N);
     const DropoutMask embeddings = dropout_mask(batch, 0, DropoutSite::Embeddings);
     if (embeddings.active()) apply_dropout(dres, B, static_cast<long>(T) * C, embeddings);
     sink.embeddings(dres, batch);

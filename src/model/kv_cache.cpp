@@ -84,10 +84,6 @@ Generator::Generator(const Model& model, ThreadPool& pool, const DecodeWeights* 
             throw InputError("decoding: --weights bf16 and int8 take GPT-2 only so far, not " +
                              describe(c.arch) + " (decode in fp32)");
         }
-        if (c.arch.qk_norm) {
-            throw InputError("decoding: QK-norm (" + describe(c.arch) +
-                             ") is not computed by this build yet");
-        }
     }
     if (c.arch.positions == PositionKind::Rotary) {
         rotary_ = rotary_table(c.max_seq_len, c.head_size(), c.arch.rope_theta);
@@ -318,11 +314,13 @@ void KvCacheSession::embed(std::span<const std::int32_t> tokens, int pos0, float
         float* o = out + static_cast<long>(i) * C;
         if (wpe == nullptr) {
             std::copy(te, te + C, o);
-            continue;
+        } else {
+            const float* pe = wpe + static_cast<long>(pos0 + static_cast<int>(i)) * C;
+            for (int j = 0; j < C; ++j)
+                o[j] = te[j] + pe[j];
         }
-        const float* pe = wpe + static_cast<long>(pos0 + static_cast<int>(i)) * C;
-        for (int j = 0; j < C; ++j)
-            o[j] = te[j] + pe[j];
+        float rstd = 0.0f;
+        embedding_norm_forward(model_.config, o, &rstd, 1);  // where the architecture norms them
     }
 }
 

@@ -13,8 +13,8 @@ using namespace kv_cache_detail;
 // Longer than the usual screen, on purpose: it is one thread-pool task whose phases (per layer:
 // LayerNorm, QKV and attention, projections, MLP; then the head) are separated by barriers and
 // share a dozen locals; cut into functions, each would need all of them passed in. The block's
-// variants (the norm, rotary positions, grouped-query heads, the MLP's activation, biases or
-// none) are the training block's (model/block_parts.hpp, ops/block_kernels.hpp).
+// variants (the norm, rotary positions, QK-norm, grouped-query heads, the MLP's activation, biases
+// or none) are the training block's (model/block_parts.hpp, ops/block_kernels.hpp).
 void KvCacheSession::forward_token(std::int32_t token) {
     const ModelConfig& c = model_.config;
     const int pos = length();
@@ -42,6 +42,12 @@ void KvCacheSession::forward_token(std::int32_t token) {
             return ws.ln;
         };
         float* row = ws.scores + maxT;  // hs floats: a new key or value
+        // QK-norm on one head of q or k, where the architecture has it (before rotary).
+        const auto qk_norm = [&](float* head) {
+            float rstd = 0.0f;
+            if (c.arch.qk_norm)
+                rmsnorm_forward(head, &rstd, head, nullptr, 1, hs, c.arch.norm_eps, hs);
+        };
         for (int l = 0; l < c.num_layers; ++l) {
             const LayerView<const float> p = layer_view(model_.layout, model_.weights(), l);
             // qkv and attention, by key/value head: its key and value into the cache, then its
@@ -58,6 +64,7 @@ void KvCacheSession::forward_token(std::int32_t token) {
                 // Its key and value into the cache (rounded to bf16 with compact weights), which
                 // the queries then read.
                 wk.matvec_into(row, ln, hs, C, at(p.qkvb, C + kcol), false);
+                qk_norm(row);
                 if (rotary) rotary_forward(row, gen_.rotary_, 1, 1, pos, 1, hs, hs);
                 if (bf16_cache) {
                     const HeadCache<Bf16> store{kv_bf16_.data() + head,
@@ -78,6 +85,7 @@ void KvCacheSession::forward_token(std::int32_t token) {
                     const long col = static_cast<long>(h) * hs;
                     float* q = qkv_ + col;
                     rows_at(p.qkvw + col * C, hs).matvec_into(q, ln, hs, C, at(p.qkvb, col), false);
+                    qk_norm(q);
                     if (rotary) rotary_forward(q, gen_.rotary_, 1, 1, pos, 1, hs, hs);
                     if (bf16_cache) {
                         attend_one_query(atty_ + col, q, kv_bf16_.data() + head,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -66,13 +67,6 @@ void require_gpt2_block(const ModelConfig& c, std::string_view what) {
     }
 }
 
-void require_trainable(const ModelConfig& c) {
-    if (c.arch.qk_norm) {
-        throw InputError("training: QK-norm (" + describe(c.arch) +
-                         ") is not computed by this build yet");
-    }
-}
-
 ShapeInts to_shape_ints(const ModelConfig& c) {
     return {c.max_seq_len, c.vocab_size, c.padded_vocab_size,
             c.num_layers,  c.num_heads,  c.channels};
@@ -99,7 +93,27 @@ ConfigRecord to_config_record(const ModelConfig& c) {
             a.tied_head ? 1 : 0,
             a.kv_heads,
             a.qk_norm ? 1 : 0,
-            a.zero_init_projections ? 1 : 0};
+            a.zero_init_projections ? 1 : 0,
+            a.embedding_norm ? 1 : 0};
+}
+
+ConfigRecord config_record_of_bytes(std::span<const std::uint8_t> bytes, std::string_view source) {
+    const std::size_t ints = bytes.size() / sizeof(std::int32_t);
+    if (bytes.size() % sizeof(std::int32_t) != 0 ||
+        (ints != kConfigRecordV1Ints && ints != std::tuple_size_v<ConfigRecord>)) {
+        throw InputError(std::string(source) + ": configuration record of " +
+                         std::to_string(bytes.size()) + " bytes (corrupt)");
+    }
+    ConfigRecord record{};  // a version-1 record's missing field: no norm on the embeddings
+    std::memcpy(record.data(), bytes.data(), bytes.size());
+    const std::int32_t version = ints == kConfigRecordV1Ints ? 1 : kConfigRecordVersion;
+    if (record[0] != version) {
+        throw InputError(std::string(source) + ": configuration record of " + std::to_string(ints) +
+                         " integers says version " + std::to_string(record[0]) +
+                         " (corrupt, or written by a newer build)");
+    }
+    record[0] = kConfigRecordVersion;  // read as the current version from here on
+    return record;
 }
 
 ModelConfig from_config_record(const ConfigRecord& r, std::string_view source) {
@@ -131,6 +145,7 @@ ModelConfig from_config_record(const ConfigRecord& r, std::string_view source) {
     a.kv_heads = r[16];
     a.qk_norm = flag(17, "QK-norm");
     a.zero_init_projections = flag(18, "zero-initialized projections");
+    a.embedding_norm = flag(19, "normed embeddings");
     const ModelConfig config(r[1], r[2], r[3], r[4], r[5], r[6], a);
     validate_config(config, source);
     return config;
@@ -190,7 +205,8 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
     table.push_back({fcprojw, C, H, true, true, projection, {C}});  // MLP down-projection
     bias(fcprojb, C);
     norm(lnfw, lnfb, false);  // the final norm
-    if (!a.tied_head) table.push_back({lmheadw, Vp, C, false, true, Normal, {}});
+    // An untied head starts at zero with the projections (modded-nanogpt's record of 2024-11-03).
+    if (!a.tied_head) table.push_back({lmheadw, Vp, C, false, true, projection, {}});
     return table;
 }
 
@@ -296,7 +312,25 @@ constexpr Architecture llama_block(int kv_heads, int hidden, float theta) {
     a.kv_heads = kv_heads;
     return a;
 }
-constexpr std::array<Preset, 8> kPresets = {{
+// modded-nanogpt's block at its record of 2024-11-03 ("untied embed and head", 10.8 minutes):
+// RMSNorm without gains (torch's default eps, float32's epsilon) on the embeddings, before
+// attention and the MLP, on each head of q and k, and before the head; rotary positions; ReLU^2;
+// no biases; an untied head; the projections and the head initialized to zero.
+constexpr Architecture speedrun_block() {
+    Architecture a;
+    a.norm = NormKind::RmsNorm;
+    a.norm_gains = false;
+    a.norm_eps = 1.1920929e-07f;
+    a.positions = PositionKind::Rotary;
+    a.mlp = MlpKind::ReluSquared;
+    a.biases = false;
+    a.tied_head = false;
+    a.qk_norm = true;
+    a.embedding_norm = true;
+    a.zero_init_projections = true;
+    return a;
+}
+constexpr std::array<Preset, 9> kPresets = {{
     {"gpt2-124M", 12, 12, 768, 1024, {}},
     {"gpt2-350M", 24, 16, 1024, 1024, {}},
     {"gpt2-774M", 36, 20, 1280, 1024, {}},
@@ -307,6 +341,8 @@ constexpr std::array<Preset, 8> kPresets = {{
     {"llama-135M", 30, 9, 576, 2048, llama_block(3, 1536, 100000.0f)},
     // A small one of the same block, for CPUs and tests.
     {"llama-tiny", 4, 4, 128, 256, llama_block(2, 352, 10000.0f)},
+    // The record's 124M shape: 12 layers, 6 heads of 128, 768 channels, 1024 positions.
+    {"speedrun", 12, 6, 768, 1024, speedrun_block()},
 }};
 }  // namespace
 

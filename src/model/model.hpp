@@ -63,11 +63,17 @@ using ShapeInts = std::array<std::int32_t, 6>;
 // The whole configuration, dimensions and architecture, as a versioned record of 32-bit integers
 // (floats by their bits): what ranks exchange and what files of a non-GPT-2 model store. Element 0
 // is the record's version (kConfigRecordVersion); a reader refuses other versions by name.
-inline constexpr std::int32_t kConfigRecordVersion = 1;
-using ConfigRecord = std::array<std::int32_t, 19>;
+// Version 1 (19 integers) lacked the last field, the embeddings' norm; it still reads.
+inline constexpr std::int32_t kConfigRecordVersion = 2;
+using ConfigRecord = std::array<std::int32_t, 20>;
+inline constexpr std::size_t kConfigRecordV1Ints = 19;
 [[nodiscard]] ConfigRecord to_config_record(const ModelConfig& config);
 // InputError naming `source` for another version or a field out of range (then validate_config).
 [[nodiscard]] ModelConfig from_config_record(const ConfigRecord& record, std::string_view source);
+// A record as a file stores it: `bytes` of either version (its length says which, the version
+// field must agree); InputError naming `source` otherwise.
+[[nodiscard]] ConfigRecord config_record_of_bytes(std::span<const std::uint8_t> bytes,
+                                                  std::string_view source);
 
 [[nodiscard]] int pad_vocab(int vocab_size, int multiple = 128);
 // Throws InputError naming `source` when the shape is impossible (non-positive, C % NH != 0, ...).
@@ -76,9 +82,6 @@ void validate_config(const ModelConfig& config, std::string_view source);
 // compute and name GPT-2's block only so far (a checkpoint of another architecture still reads and
 // writes, with its configuration record).
 void require_gpt2_block(const ModelConfig& config, std::string_view what);
-// Throws InputError unless training's block computes the architecture: every field but QK-norm
-// (not computed yet).
-void require_trainable(const ModelConfig& config);
 [[nodiscard]] std::string describe(const ModelConfig& config);
 
 // The parameter tensors in llm.c's order, named as llm.c and GPT-2's checkpoints name them (the one

@@ -79,6 +79,7 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
     };
     auto& a = out.acts;
     a.encoded = at("layer inputs", N * C);
+    a.encoded_rstd = c.arch.embedding_norm ? at("layer inputs", N) : nullptr;
     a.residual3 = at("layer inputs", L * N * C);
     // Attention in bf16 only ever reads q, k and v rounded: the qkv product rounds them itself.
     const bool qkv_in_bf16 = attention_in_bf16(c, precision);
@@ -88,6 +89,8 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
     } else {
         a.qkv = at("qkv", S * N * W);
     }
+    const auto qk_heads = static_cast<std::size_t>(c.num_heads + c.kv_heads());
+    a.qk_rstd = c.arch.qk_norm ? at("qkv", S * N * qk_heads) : nullptr;
     a.atty = at("attention output", S * N * C);
     a.att_lse = at("attention log-sum-exp", S * N * static_cast<std::size_t>(c.num_heads));
     a.residual2 = at("residual2", S * N * C);
@@ -134,8 +137,9 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
 
 bool attention_in_bf16(const ModelConfig& c, Precision precision) {
     // The qkv product rounds q, k and v itself, by heads: GPT-2's attention only (no rotation to
-    // apply between the product and the rounding, one key/value head per query head).
-    const bool by_heads = c.kv_heads() == c.num_heads && c.arch.positions == PositionKind::Learned;
+    // apply between the product and the rounding, no QK-norm, one key/value head per query head).
+    const bool by_heads =
+        c.kv_heads() == c.num_heads && c.arch.positions == PositionKind::Learned && !c.arch.qk_norm;
     return precision == Precision::Bf16 && by_heads && bf16_attention_pays();
 }
 
@@ -156,7 +160,6 @@ ThreadLocalTrainingContext::ThreadLocalTrainingContext(const ModelConfig& c, int
                                                        int seq_len, Precision precision,
                                                        Recompute recompute)
     : max_batch_(max_batch), seq_len_(seq_len), recompute_(recompute) {
-    require_trainable(c);
     if (c.arch.positions == PositionKind::Rotary) {
         rotary = rotary_table(seq_len, c.head_size(), c.arch.rope_theta);
     }

@@ -72,12 +72,14 @@ class ThreadLocalTrainingContext {
     // Per-layer activations are [S][max_batch*T][...] with S = stored_layers(); only the first
     // B*T rows are used when a call has fewer sequences. Layer inputs are always kept for all L.
     struct Activations {
-        float* encoded;    // (N, C)
-        float* ln1_mean;   // [S] (N): LayerNorm's (RMSNorm keeps only rstd)
-        float* ln1_rstd;   // [S] (N)
+        float* encoded;       // (N, C): the embeddings (normed, where the architecture norms them)
+        float* encoded_rstd;  // (N): their RMSNorm's, where normed (else null)
+        float* ln1_mean;      // [S] (N): LayerNorm's (RMSNorm keeps only rstd)
+        float* ln1_rstd;      // [S] (N)
         float* qkv;        // [S] (N, W): q, k, v (W = C + 2 KV; GPT-2: 3C), rotated where rotary;
                            // null where attention runs in bf16, which reads:
         Bf16* qkv_bf16;    // [S] (N, 3C) in bf16 where attention runs in bf16 (else null)
+        float* qk_rstd;    // [S] (N, NH + KV): QK-norm's per head of q, then of k (else null)
         float* atty;       // [S] (N, C)
         float* att_lse;    // [S] (B, NH, T): attention's log-sum-exp per query row
         float* residual2;  // [S] (N, C)

@@ -53,6 +53,20 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
     }
 }
 
+void rmsnorm_backward_from_output(float* dinp, const float* dout, const float* out,
+                                  const float* rstd, int N, int C, int stride) {
+    for (int n = 0; n < N; ++n) {
+        const float* d = dout + static_cast<long>(n) * stride;
+        const float* y = out + static_cast<long>(n) * stride;
+        float* dx = dinp + static_cast<long>(n) * stride;
+        const float s = rstd[n];
+        // dx = s (dy - y mean(dy y)) with y = x s: the input's own formula, y given.
+        const float mean = lane_sum(C, [&](int i) { return d[i] * y[i]; }) / static_cast<float>(C);
+        for (int i = 0; i < C; ++i)
+            dx[i] = (d[i] - y[i] * mean) * s;
+    }
+}
+
 RotaryTable rotary_table(int positions, int head_size, float theta) {
     RotaryTable table;
     table.positions = positions;

@@ -19,6 +19,13 @@ void rmsnorm_recompute(float* out, const float* inp, const float* rstd, const fl
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, int N, int C, int stride);
 
+// The gradient through an RMSNorm without a gain from its output y = x * rstd (what the block
+// keeps) instead of its input: dinp = rstd * (dout - y * mean(dout * y)), overwritten (dinp may
+// alias dout). Where y and dout are both rotated by the same orthogonal map (rotary after
+// QK-norm) the result is the rotated gradient: mean(dout * y) is the same in either frame.
+void rmsnorm_backward_from_output(float* dinp, const float* dout, const float* out,
+                                  const float* rstd, int N, int C, int stride);
+
 // Rotary positions' angles for positions [0, positions) and a head of `head_size`, as Hugging
 // Face's LlamaRotaryEmbedding computes them in fp32: inv_freq[i] = 1 / theta^(2i / head_size),
 // angle = position * inv_freq[i]; cos and sin (positions x head_size / 2).

@@ -27,10 +27,14 @@ void check_shape_flags(const TrainOptions& o, const ModelConfig& loaded,
         if (o.was_given("n-layer")) preset.num_layers = o.model.num_layers;
         if (o.was_given("n-head")) preset.num_heads = o.model.num_heads;
         if (o.was_given("n-embd")) preset.channels = o.model.channels;
+        preset.arch = with_fields(preset.arch, o.model.arch, "--arch");
         if (preset.num_layers != loaded.num_layers || preset.num_heads != loaded.num_heads ||
             preset.channels != loaded.channels || preset.arch != loaded.arch) {
             refuse("--model " + o.model.preset, "another shape");
         }
+    }
+    if (o.was_given("arch") && with_fields(loaded.arch, o.model.arch, "--arch") != loaded.arch) {
+        refuse("--arch " + o.model.arch, "another architecture");
     }
     const std::array<std::tuple<const char*, int, int>, 4> dims = {{
         {"n-layer", o.model.num_layers, loaded.num_layers},
@@ -106,7 +110,7 @@ ModelConfig agree_on_model(const TrainOptions& o, const Communicator& comm, cons
             const ModelConfig requested = requested_model(o, vocab);
             if (!o.model.preset.empty()) {
                 std::string overrides;
-                for (const char* flag : {"n-layer", "n-head", "n-embd", "block-size"}) {
+                for (const char* flag : {"n-layer", "n-head", "n-embd", "block-size", "arch"}) {
                     if (o.was_given(flag)) overrides += std::string(" --") + flag;
                 }
                 if (!overrides.empty()) {

@@ -19,13 +19,15 @@ ModelConfig requested_model(const TrainOptions& o, int vocab_size) {
                            pad_vocab(vocab_size),
                            o.model.num_layers,
                            o.model.num_heads,
-                           o.model.channels};
+                           o.model.channels,
+                           with_fields(Architecture{}, o.model.arch, "--arch")};
     }
     ModelConfig c = preset_config(o.model.preset, vocab_size);
     if (o.was_given("n-layer")) c.num_layers = o.model.num_layers;
     if (o.was_given("n-head")) c.num_heads = o.model.num_heads;
     if (o.was_given("n-embd")) c.channels = o.model.channels;
     if (o.model.block_size > 0) c.max_seq_len = o.model.block_size;
+    c.arch = with_fields(c.arch, o.model.arch, "--arch");
     return c;
 }
 

@@ -26,6 +26,7 @@ struct TrainOptions {
         int num_heads = 4;   // --n-head
         int channels = 128;  // --n-embd
         int block_size = 0;  // maxT; 0: the preset's, else the sequence length
+        std::string arch;    // --arch: the block's fields over the preset's (or GPT-2's)
         std::string init_from;
     } model;
 

@@ -186,8 +186,11 @@ void add_model_flags(CLI::App& app, TrainOptions& o) {
                      "GPT-2's tokenizer unless weights or shards bring one), d6, char-small "
                      "(shapes for any --tokenizer), llama-135M, llama-tiny (the Llama family's "
                      "block: RMSNorm, rotary positions, SwiGLU, grouped-query attention, no "
-                     "biases; SmolLM2-135M's shape and a small one, for any --tokenizer); "
-                     "--n-layer/--n-head/--n-embd/--block-size given with it override the preset")
+                     "biases; SmolLM2-135M's shape and a small one, for any --tokenizer), "
+                     "speedrun (modded-nanogpt's block of its 2024-11-03 record at 124M: "
+                     "RMSNorm, rotary, QK-norm, ReLU^2, untied zero-initialized head); "
+                     "--n-layer/--n-head/--n-embd/--block-size/--arch given with it override "
+                     "the preset")
         ->check(app::one_of(preset_names(), "preset"))
         ->type_name("PRESET");
     model
@@ -205,6 +208,11 @@ void add_model_flags(CLI::App& app, TrainOptions& o) {
                      "max context (position embeddings); 0: the preset's with --model, else "
                      "--seq-len")
         ->check(app::at_least(0));
+    model
+        ->add_option("--arch", o.model.arch,
+                     "the block's fields over the preset's (or GPT-2's), key=value,...: " +
+                         std::string(architecture_field_keys()))
+        ->type_name("FIELDS");
     model->add_option("--init-from", o.model.init_from,
                       "start from an llm.c model file, our checkpoint, a Hugging Face GPT-2 "
                       "(directory or model.safetensors) or a GGUF of llama.cpp's gpt2 "
