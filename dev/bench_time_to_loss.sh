@@ -19,7 +19,8 @@
 #   speedrun     bpe only: d6's shape with modded-nanogpt's block of 2024-11-03 and its heads of
 #                128 (--model speedrun --n-layer 6 --n-head 3 --n-embd 384 --block-size 256)
 #   NAME=FLAGS   any other, e.g. 'sr-tied=--model speedrun --n-layer 6 --n-head 3 --n-embd 384
-#                --block-size 256 --arch head=tied' (an ablation)
+#                --block-size 256 --arch head=tied' (an ablation); a flag given here replaces the
+#                workload's (each takes one value)
 # Every variant is trained with every optimizer of --optimizers over its sweep; the table then
 # gives each one's seconds to gpt2's best AdamW final validation loss.
 #
@@ -110,7 +111,12 @@ for w in "${workload_list[@]}"; do
   [[ ",$optimizers," == *,muon,* ]] && for lr in "${mlrs[@]}"; do runs+=("muon:$lr"); done
   for spec in "${variant_list[@]}"; do
   vname="$(variant_name "$spec")"
-  flags="$(workload_flags "$w") $(variant_flags "$w" "$spec")"
+  vflags="$(variant_flags "$w" "$spec")" flags="$(workload_flags "$w")"
+  # A flag the variant gives replaces the workload's (--model d6 -> --model speedrun).
+  for f in $(grep -oE -- '--[a-z0-9-]+' <<<"$vflags" || true); do
+    flags="$(sed -E "s/(^| )$f [^ ]+//" <<<"$flags")"
+  done
+  flags="$flags $vflags"
   for run in "${runs[@]}"; do
     opt="${run%%:*}" lr="${run#*:}"
     # gpt2's runs keep the names of the runs before variants (their --report-only reads them).
@@ -175,7 +181,7 @@ cpu = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p' | head -
 lines = [f"# Time to the same validation loss: AdamW and Muon", "",
          f"{cpu}, {os.cpu_count()} CPUs; {datetime.date.today()}", ""]
 sweep = [l.strip() for l in open(os.path.join(out, "sweep.csv"))][:1]
-plots = []
+plots, variant_curves = [], {}
 for w in workloads:
     every, runs = {}, {}  # (variant, optimizer, lr) -> (tokens a step, rows)
     for path in sorted(glob.glob(os.path.join(out, "runs", f"{w}-*.jsonl")) +
@@ -194,6 +200,9 @@ for w in workloads:
         if key not in best_of or rows[-1][2] < every[(variant, opt, best_of[key])][1][-1][2]:
             best_of[key] = lr
     runs = {(opt, lr): v for (variant, opt, lr), v in every.items() if variant == "gpt2"}
+    variant_curves[w] = [(f"{variant} {opt} lr {lr}", every[(variant, opt, lr)][1],
+                          every[(variant, opt, lr)][0])
+                         for (variant, opt), lr in sorted(best_of.items()) if variant != "gpt2"]
     best = {opt: lr for (variant, opt), lr in best_of.items() if variant == "gpt2"}
     if "adamw" in best and any(v != "gpt2" for v, _ in best_of):
         # The variants against gpt2's best AdamW: seconds to its final loss.
@@ -247,7 +256,9 @@ try:
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(2, max(1, len(plots)), figsize=(6 * max(1, len(plots)), 8), squeeze=False)
     for j, (w, a, m, a_tps, m_tps, best) in enumerate(plots):
-        for label, rows, tps in ((f"AdamW lr {best['adamw']}", a, a_tps), (f"Muon lr {best['muon']}", m, m_tps)):
+        curves = [(f"AdamW lr {best['adamw']}", a, a_tps), (f"Muon lr {best['muon']}", m, m_tps)]
+        curves += variant_curves.get(w, [])
+        for label, rows, tps in curves:
             axes[0][j].plot([r[1] for r in rows], [r[2] for r in rows], marker="o", label=label)
             axes[1][j].plot([r[0] * (tps or 1) for r in rows], [r[2] for r in rows], marker="o", label=label)
         axes[0][j].set_title(w); axes[0][j].set_xlabel("training seconds"); axes[0][j].set_ylabel("val loss")

@@ -47,9 +47,13 @@ rotate_half, grouped-query attention by repeating each key/value head for its gr
 biases, an untied head; a variant with ReLU^2, RMSNorm without gains and a tied head; and
 modded-nanogpt's block of 2024-11-03 with QK-norm and the embeddings' norm), each with its
 parameters in our flat layout, a batch, the loss and the gradient.
+And tests/data/hf_llama_standin/ with hf_llama_standin_logits.bin: a stand-in for a downloaded
+Llama-family Hugging Face directory (config.json, BF16 model.safetensors with Hugging Face's names)
+and the logits LlamaForCausalLM's definition gives for a batch, in float64.
 """
 
 import argparse
+import json
 import math
 import struct
 from pathlib import Path
@@ -544,6 +548,169 @@ def write_llama_fixture(path):
     write_fixture(path, records)
 
 
+def bf16_round(a):
+    """float64 -> the nearest bfloat16 (ties to even), as float64 and as raw uint16."""
+    bits = np.asarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return (rounded.astype(np.uint32) << 16).view(np.float32).astype(np.float64), rounded
+
+
+def write_safetensors(path, tensors):
+    """[(name, uint16 BF16 array)] as a safetensors file, written by hand (no safetensors here)."""
+    header, offset = {}, 0
+    for name, raw in tensors:
+        header[name] = {"dtype": "BF16", "shape": list(raw.shape),
+                        "data_offsets": [offset, offset + raw.nbytes]}
+        offset += raw.nbytes
+    header["__metadata__"] = {"format": "pt"}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for _, raw in tensors:
+            f.write(raw.astype("<u2").tobytes(order="C"))
+
+
+def bytes_to_unicode():
+    """GPT-2's printable spelling of each byte (vocab.json's and merges.txt's alphabet)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    extra = [b for b in range(256) if b not in keep]
+    spelled = {b: chr(b) for b in keep}
+    spelled.update({b: chr(256 + i) for i, b in enumerate(extra)})
+    return spelled
+
+
+def small_byte_level_bpe(text, merges_wanted):
+    """A byte-level BPE as SmolLM2 ships one: <|endoftext|> at id 0, the 256 bytes, then merges
+    learned greedily from `text` (GPT-2-like pre-tokenization, ties to the smallest pair)."""
+    import re
+    spell = bytes_to_unicode()
+    words = {}
+    for w in re.findall(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+", text):
+        key = tuple(spell[b] for b in w.encode())
+        words[key] = words.get(key, 0) + 1
+    vocab = ["<|endoftext|>"] + [spell[b] for b in range(256)]
+    merges = []
+    for _ in range(merges_wanted):
+        pairs = {}
+        for word, n in words.items():
+            for a, b in zip(word, word[1:]):
+                pairs[(a, b)] = pairs.get((a, b), 0) + n
+        a, b = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(f"{a} {b}")
+        vocab.append(a + b)
+        merged = {}
+        for word, n in words.items():
+            out, i = [], 0
+            while i < len(word):
+                if i + 1 < len(word) and word[i] == a and word[i + 1] == b:
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(word[i])
+                    i += 1
+            merged[tuple(out)] = merged.get(tuple(out), 0) + n
+        words = merged
+    return vocab, merges
+
+
+def write_hf_llama_standin(directory, fixture):
+    """A stand-in for a downloaded Llama-family Hugging Face directory (SmolLM2's layout: config.json
+    of LlamaForCausalLM, BF16 model.safetensors with Hugging Face's tensor names, tied embeddings,
+    grouped-query attention), random and tiny; and the logits LlamaForCausalLM's forward gives for a
+    batch, written from its definition in float64 over the BF16 weights."""
+    g = torch.Generator().manual_seed(6060)
+    corpus = (Path(__file__).resolve().parent.parent / "data" / "tinyshakespeare.txt").read_text()
+    vocab, merges = small_byte_level_bpe(corpus[:200000], 43)
+    V, C, L, NH, KVH, H, T, theta, eps = len(vocab), 64, 2, 4, 2, 160, 12, 100000.0, 1e-5
+    hs, KV = C // NH, KVH * C // NH
+    names = [("model.embed_tokens.weight", (V, C))]
+    for l in range(L):
+        q = f"model.layers.{l}."
+        names += [(q + "input_layernorm.weight", (C,)), (q + "self_attn.q_proj.weight", (C, C)),
+                  (q + "self_attn.k_proj.weight", (KV, C)), (q + "self_attn.v_proj.weight", (KV, C)),
+                  (q + "self_attn.o_proj.weight", (C, C)),
+                  (q + "post_attention_layernorm.weight", (C,)),
+                  (q + "mlp.gate_proj.weight", (H, C)), (q + "mlp.up_proj.weight", (H, C)),
+                  (q + "mlp.down_proj.weight", (C, H))]
+    names.append(("model.norm.weight", (C,)))
+    w, raw = {}, []
+    for name, shape in names:
+        norm = name.endswith("norm.weight")
+        t = torch.randn(*shape, generator=g, dtype=torch.float64) * (0.1 if norm else 0.12)
+        value, bits = bf16_round((1.0 + t if norm else t).numpy())
+        w[name] = torch.from_numpy(value)
+        raw.append((name, bits))
+    directory.mkdir(parents=True, exist_ok=True)
+    write_safetensors(directory / "model.safetensors", raw)
+    config = {"architectures": ["LlamaForCausalLM"], "attention_bias": False,
+              "attention_dropout": 0.0, "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "silu",
+              "hidden_size": C, "initializer_range": 0.02, "intermediate_size": H,
+              "max_position_embeddings": 64, "model_type": "llama", "num_attention_heads": NH,
+              "num_hidden_layers": L, "num_key_value_heads": KVH, "pretraining_tp": 1,
+              "rms_norm_eps": eps, "rope_scaling": None, "rope_theta": theta,
+              "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
+              "vocab_size": V}
+    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    # The tokenizer as SmolLM2's directory has it: vocab.json + merges.txt, and tokenizer.json
+    # whose pre-tokenizer splits digits one by one before the byte-level regex.
+    (directory / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}))
+    (directory / "merges.txt").write_text("#version: 0.2\n" + "".join(m + "\n" for m in merges))
+    tokenizer = {
+        "version": "1.0",
+        "added_tokens": [{"id": 0, "content": "<|endoftext|>", "single_word": False,
+                          "lstrip": False, "rstrip": False, "normalized": False,
+                          "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": True},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+             "use_regex": True}]},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+                           "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                    "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False,
+                  "vocab": {t: i for i, t in enumerate(vocab)}, "merges": merges},
+    }
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer, indent=2) + "\n")
+    idx = torch.randint(0, V, (1, T), generator=g)
+
+    def rms(x, weight):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
+    emb = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    emb = torch.cat((emb, emb), dim=-1)
+    cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+
+    def rotate_half(t):
+        return torch.cat((-t[..., hs // 2:], t[..., : hs // 2]), dim=-1)
+
+    x = w["model.embed_tokens.weight"][idx]
+    causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+    for l in range(L):
+        q_ = f"model.layers.{l}."
+        h = rms(x, w[q_ + "input_layernorm.weight"])
+        q = (h @ w[q_ + "self_attn.q_proj.weight"].T).view(1, T, NH, hs).transpose(1, 2)
+        k = (h @ w[q_ + "self_attn.k_proj.weight"].T).view(1, T, KVH, hs).transpose(1, 2)
+        v = (h @ w[q_ + "self_attn.v_proj.weight"].T).view(1, T, KVH, hs).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = k.repeat_interleave(NH // KVH, dim=1), v.repeat_interleave(NH // KVH, dim=1)
+        att = ((q @ k.transpose(-2, -1)) / math.sqrt(hs)).masked_fill(causal, float("-inf"))
+        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(1, T, C)
+        x = x + y @ w[q_ + "self_attn.o_proj.weight"].T
+        h = rms(x, w[q_ + "post_attention_layernorm.weight"])
+        gate, up = h @ w[q_ + "mlp.gate_proj.weight"].T, h @ w[q_ + "mlp.up_proj.weight"].T
+        x = x + (F.silu(gate) * up) @ w[q_ + "mlp.down_proj.weight"].T
+    logits = rms(x, w["model.norm.weight"]) @ w["model.embed_tokens.weight"].T
+    write_fixture(fixture, [("inputs", idx[0].to(torch.int32).numpy()),
+                            ("logits", logits[0].to(torch.float32).numpy())])
+
+
 def write_fixture(path, records):
     """Serialize [(name, np.ndarray)] in the GPT2REF1 format."""
     dtypes = {np.dtype(np.float32): 0, np.dtype(np.int32): 1}
@@ -713,6 +880,8 @@ def main():
     write_muon_fixture(args.output.parent / "gpt2_muon_reference.bin")
     write_block_kernels_fixture(args.output.parent / "block_kernels_reference.bin")
     write_llama_fixture(args.output.parent / "llama_reference.bin")
+    write_hf_llama_standin(args.output.parent / "hf_llama_standin",
+                           args.output.parent / "hf_llama_standin_logits.bin")
     print(f"wrote {args.output} ({args.output.stat().st_size} bytes, {len(records)} records)")
     for name, arr in records:
         print(f"  {name:20s} {'int32' if arr.dtype == np.int32 else 'float32'} {list(arr.shape)}")

@@ -656,6 +656,46 @@ TEST(LlamaCpp, RunsATrainedLlamaFamilyModelAsWeDo) {
     }
 }
 
+// A Llama-family Hugging Face directory (the stand-in of docs/llama.md: SmolLM2's layout, BF16,
+// random weights, 4 query heads over 2 key/value heads) converted to GGUF: llama.cpp continues a
+// prompt greedily as our forward does, over the steps whose choice is clear.
+TEST(LlamaCpp, RunsAHuggingFaceLlamaDirectoryAsWeDo) {
+    if (!fs::exists(kLlamaModules / "node-llama-cpp")) {
+        GTEST_SKIP() << "node-llama-cpp is not installed in " << kLlamaModules
+                     << " (GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh installs it)";
+    }
+    const ScratchDir dir("gpt2-formats-hf-llama");
+    const fs::path standin = fs::path(GPT2_TEST_DATA_DIR) / "hf_llama_standin";
+    const auto converted = run_command(test::build_path("convert_model") + " " + standin.string() +
+                                       " " + (dir / "standin.gguf"));
+    ASSERT_EQ(converted.exit_code, 0) << converted.output;
+    const LoadedModel loaded = load_model_file(standin);
+    const auto tokenizer = embedded_tokenizer(loaded);
+    const std::vector<std::int32_t> prompt = tokenizer->encode("ROMEO: the ");
+    constexpr int kNew = 24;
+    std::vector<std::int32_t> ours = prompt;
+    Rng rng(1);
+    generate_recompute(loaded.model, ours, kNew, SamplingParams{0.0f, 0, 1.0f}, rng);
+    const std::vector<float> logits = our_logits(loaded.model, ours);
+    const auto V = static_cast<std::size_t>(loaded.model.config.vocab_size);
+    std::size_t confident = 0;
+    for (std::size_t row = prompt.size() - 1; row + 1 < ours.size(); ++row, ++confident) {
+        std::vector<float> v(logits.begin() + static_cast<long>(row * V),
+                             logits.begin() + static_cast<long>((row + 1) * V));
+        std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
+        if (v[0] - v[1] <= 1e-3f) break;
+    }
+    ASSERT_GE(confident, 8u) << "too few confident steps to judge";
+    const json jobs = {
+        {{"model", dir / "standin.gguf"}, {"mode", "greedy"}, {"ids", prompt}, {"count", kNew}}};
+    const std::vector<std::vector<std::int32_t>> theirs = llama(dir.path(), jobs);
+    ASSERT_EQ(theirs.size(), 1u);
+    const auto n = static_cast<long>(confident);
+    EXPECT_EQ(std::vector<std::int32_t>(theirs[0].begin(), theirs[0].begin() + n),
+              std::vector<std::int32_t>(ours.begin() + static_cast<long>(prompt.size()),
+                                        ours.begin() + static_cast<long>(prompt.size()) + n));
+}
+
 // scripts/llama_generate.sh chooses llama.cpp's threads as our programs choose workers: at most
 // one per core it may run on, and one per 50M parameters below that (llama.cpp's threads spin at
 // every operation: a 30M-parameter model decoded 1.4x faster on 1 thread than on 2 of 2 idle cores,

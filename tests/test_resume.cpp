@@ -107,6 +107,18 @@ TEST(Resume, ALlamaFamilyRunOfTwoRanksResumesBitwise) {
     expect_bitwise_resume(2, 1, "fp32", "--model llama-tiny");
 }
 
+// The speedrun's block (QK-norm, the embeddings' norm, an untied head starting at zero, its
+// version-8 state) on two ranks, the untied head's gradient through the overlapped exchange, and
+// in bf16: the same.
+TEST(Resume, ASpeedrunRunOfTwoRanksResumesBitwise) {
+    expect_bitwise_resume(2, 1, "fp32",
+                          "--model speedrun --n-layer 2 --n-head 2 --n-embd 64 --block-size 64");
+}
+TEST(Resume, ASpeedrunRunInBf16ResumesBitwise) {
+    expect_bitwise_resume(0, 2, "bf16",
+                          "--model speedrun --n-layer 2 --n-head 2 --n-embd 64 --block-size 64");
+}
+
 TEST(Signals, SigtermStopsAtAStepBoundaryWithACheckpointThatResumes) {
     const ScratchDir dir("gpt2-sigterm");
     test::write_corpus(dir.path() / "corpus.txt", 40000);

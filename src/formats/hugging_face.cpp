@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/file_io.hpp"
+#include "formats/hugging_face_names.hpp"
 #include "formats/safetensors.hpp"
 
 namespace gpt2 {
@@ -18,52 +19,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr std::string_view kPrefix = "transformer.";
-constexpr std::string_view kModelFile = "model.safetensors";
-constexpr std::string_view kIndexFile = "model.safetensors.index.json";
-
-// One of our tensors as Hugging Face names it (after "transformer." and, per layer, "h.N.").
-// Conv1D weights are stored (in, out), the transpose of ours (out, in).
-struct NamedTensor {
-    ParamTensor ours;
-    std::string_view name;
-    bool conv1d;
-};
-constexpr NamedTensor kLayerTensors[] = {
-    {ParamTensor::ln1w, "ln_1.weight", false},
-    {ParamTensor::ln1b, "ln_1.bias", false},
-    {ParamTensor::qkvw, "attn.c_attn.weight", true},
-    {ParamTensor::qkvb, "attn.c_attn.bias", false},
-    {ParamTensor::attprojw, "attn.c_proj.weight", true},
-    {ParamTensor::attprojb, "attn.c_proj.bias", false},
-    {ParamTensor::ln2w, "ln_2.weight", false},
-    {ParamTensor::ln2b, "ln_2.bias", false},
-    {ParamTensor::fcw, "mlp.c_fc.weight", true},
-    {ParamTensor::fcb, "mlp.c_fc.bias", false},
-    {ParamTensor::fcprojw, "mlp.c_proj.weight", true},
-    {ParamTensor::fcprojb, "mlp.c_proj.bias", false},
-};
-
-// The (rows, cols) of one layer's slice of a per-layer tensor in our layout, or (n) for vectors.
-std::vector<std::int64_t> our_layer_shape(ParamTensor t, const ModelConfig& c) {
-    const std::int64_t C = c.channels;
-    switch (t) {
-        case ParamTensor::qkvw:
-            return {3 * C, C};
-        case ParamTensor::qkvb:
-            return {3 * C};
-        case ParamTensor::attprojw:
-            return {C, C};
-        case ParamTensor::fcw:
-            return {4 * C, C};
-        case ParamTensor::fcb:
-            return {4 * C};
-        case ParamTensor::fcprojw:
-            return {C, 4 * C};
-        default:
-            return {C};
-    }
-}
+constexpr std::string_view kPrefix = kHuggingFacePrefix;
+constexpr std::string_view kModelFile = kHuggingFaceModelFile;
+constexpr std::string_view kIndexFile = kHuggingFaceIndexFile;
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
     std::string text = "[";
@@ -100,8 +58,12 @@ ModelConfig read_config(const fs::path& path, HuggingFaceNotes* notes) {
     const auto setting = [&](const std::string& key, const json& fallback) {
         return config.contains(key) ? config[key] : fallback;
     };
-    if (const json type = setting("model_type", "gpt2"); type != "gpt2") {
-        throw fail("model_type", type.dump() + " is not gpt2 (only GPT-2 models are read)");
+    if (const json type = setting("model_type", "gpt2"); type == "llama") {
+        return read_llama_config(config, file);
+    } else if (type != "gpt2") {
+        throw fail("model_type", type.dump() +
+                                     " is not gpt2 or llama (GPT2LMHeadModel and "
+                                     "LlamaForCausalLM are read)");
     }
     const json activation = setting("activation_function", "gelu_new");
     if (activation != "gelu_new" && activation != "gelu_pytorch_tanh") {
@@ -312,10 +274,58 @@ class TensorReader {
     std::set<std::string> used_;
 };
 
+// Every tensor in the files must have been read (or knowingly skipped).
+void refuse_unread(const TensorsByName& by_name, const TensorReader& reader, const ModelConfig& c) {
+    for (const auto& [name, entry] : by_name) {
+        if (!reader.used(name)) {
+            throw InputError(entry.second + ": unexpected tensor " + entry.first->name +
+                             " (not part of " +
+                             (c.is_gpt2() ? "GPT2LMHeadModel" : "LlamaForCausalLM") + " with " +
+                             describe(c) + ")");
+        }
+    }
+}
+
+// The weights of LlamaForCausalLM into `model`, piece by piece (Q, K and V into qkvw's rows,
+// gate and up into fcw's); a tied model's lm_head may only repeat embed_tokens.
+void read_llama_weights(Model& model, const TensorsByName& by_name, TensorReader& reader) {
+    const ModelConfig& c = model.config;
+    std::span<float> params = model.params.span();
+    for (const HuggingFacePiece& p : llama_pieces(c)) {
+        const std::span<float> whole = p.layer < 0 ? model.layout.tensor(params, p.ours)
+                                                   : model.layout.layer(params, p.ours, p.layer);
+        const std::span<float> rows = whole.subspan(static_cast<std::size_t>(p.first_row * p.cols),
+                                                    static_cast<std::size_t>(p.rows * p.cols));
+        reader.take(p.name,
+                    p.vector ? std::vector<std::int64_t>{p.cols}
+                             : std::vector<std::int64_t>{p.rows, p.cols},
+                    rows, false);
+    }
+    for (int l = 0; l < c.num_layers; ++l)  // older exports' rotary buffer: not a weight
+        reader.ignore("model.layers." + std::to_string(l) + ".self_attn.rotary_emb.inv_freq");
+    if (const auto it = by_name.find("lm_head.weight"); c.arch.tied_head && it != by_name.end()) {
+        const std::int64_t V = c.vocab_size, C = c.channels;
+        std::vector<float> head(static_cast<std::size_t>(V * C));
+        reader.take("lm_head.weight", {V, C}, head, false);
+        const std::span<const float> wte =
+            model.layout.tensor(params, ParamTensor::wte).first(static_cast<std::size_t>(V * C));
+        if (!std::equal(head.begin(), head.end(), wte.begin())) {
+            throw InputError(it->second.second +
+                             ": lm_head.weight differs from model.embed_tokens.weight, but "
+                             "config.json says tie_word_embeddings");
+        }
+    }
+    refuse_unread(by_name, reader, c);
+}
+
 // The weights of GPT2LMHeadModel into `model`; an lm_head may only repeat wte, and nothing else
 // may be in the files.
 void read_weights(Model& model, const TensorsByName& by_name, TensorReader& reader) {
     const ModelConfig& c = model.config;
+    if (!c.is_gpt2()) {
+        read_llama_weights(model, by_name, reader);
+        return;
+    }
     std::span<float> params = model.params.span();
     const ParameterLayout& layout = model.layout;
     const std::int64_t C = c.channels, V = c.vocab_size;
@@ -325,8 +335,8 @@ void read_weights(Model& model, const TensorsByName& by_name, TensorReader& read
     reader.take("ln_f.bias", {C}, layout.tensor(params, ParamTensor::lnfb), false);
     for (int l = 0; l < c.num_layers; ++l) {
         const std::string prefix = "h." + std::to_string(l) + ".";
-        for (const NamedTensor& t : kLayerTensors) {
-            std::vector<std::int64_t> shape = our_layer_shape(t.ours, c);
+        for (const Gpt2NamedTensor& t : kGpt2LayerTensors) {
+            std::vector<std::int64_t> shape = gpt2_layer_shape(t.ours, c);
             if (t.conv1d) std::swap(shape[0], shape[1]);
             reader.take(prefix + std::string(t.name), shape, layout.layer(params, t.ours, l),
                         t.conv1d);
@@ -346,12 +356,37 @@ void read_weights(Model& model, const TensorsByName& by_name, TensorReader& read
                              "layer to the token embedding, so an untied head cannot be read");
         }
     }
-    for (const auto& [name, entry] : by_name) {
-        if (!reader.used(name)) {
-            throw InputError(entry.second + ": unexpected tensor " + entry.first->name +
-                             " (not part of GPT2LMHeadModel with " + describe(c) + ")");
-        }
+    refuse_unread(by_name, reader, c);
+}
+
+// What the log says of a tokenizer.json beside the weights: this build reads vocab.json and
+// merges.txt (with GPT-2's pre-tokenizer), not tokenizer.json; where tokenizer.json splits digits
+// one by one before the byte-level regex (SmolLM2's), numbers tokenize differently here.
+std::optional<std::string> tokenizer_json_note(const fs::path& dir, bool read_vocab) {
+    const fs::path path = dir / "tokenizer.json";
+    std::error_code ec;
+    if (!fs::exists(path, ec)) return std::nullopt;
+    if (!read_vocab) {
+        return path.string() +
+               ": not read (this build reads a byte-level BPE from vocab.json and merges.txt); "
+               "give the tokenizer with --tokenizer";
     }
+    json tokenizer;
+    try {
+        tokenizer = json::parse(read_text_file(path));
+    } catch (const json::exception&) {
+        return path.string() + ": not valid JSON; the tokenizer is vocab.json and merges.txt";
+    }
+    const std::string pre = tokenizer.is_object() && tokenizer.contains("pre_tokenizer")
+                                ? tokenizer["pre_tokenizer"].dump()
+                                : "";
+    if (pre.find("\"Digits\"") != std::string::npos) {
+        return path.string() +
+               ": its pre-tokenizer splits digits one by one; this build reads vocab.json and "
+               "merges.txt with GPT-2's pre-tokenizer, which keeps a run of digits together, so "
+               "text with numbers tokenizes differently from transformers";
+    }
+    return std::nullopt;
 }
 
 }  // namespace
@@ -362,7 +397,7 @@ LoadedModel load_hugging_face_model(const fs::path& path, HuggingFaceNotes* note
     std::error_code ec;
     if (!fs::exists(config_path, ec)) {
         throw InputError(config_path.string() +
-                         ": missing; a Hugging Face GPT-2 model needs its "
+                         ": missing; a Hugging Face model needs its "
                          "config.json (the number of heads is only there)");
     }
     const ModelConfig c = read_config(config_path, notes);
@@ -384,200 +419,13 @@ LoadedModel load_hugging_face_model(const fs::path& path, HuggingFaceNotes* note
         }
         loaded.extras = CheckpointExtras{tokenizer->serialize(), ""};
     }
+    if (notes != nullptr) {
+        if (auto line = tokenizer_json_note(sources.dir, loaded.extras.has_value())) {
+            notes->lines.push_back(std::move(*line));
+        }
+    }
     set_precision(loaded.model, Precision::Fp32);
     return loaded;
-}
-
-namespace {
-
-// The files an export writes: a directory holding only these is a previous export.
-constexpr std::string_view kConfigFile = "config.json";
-constexpr std::string_view kGenerationConfigFile = "generation_config.json";
-constexpr std::array<std::string_view, 3> kTokenizerFiles = {"vocab.json", "merges.txt",
-                                                             "tokenizer_config.json"};
-
-bool is_export_file(std::string_view name) {
-    return name == kModelFile || name == kConfigFile || name == kGenerationConfigFile ||
-           std::find(kTokenizerFiles.begin(), kTokenizerFiles.end(), name) != kTokenizerFiles.end();
-}
-
-// config.json of GPT2LMHeadModel for `c`, with no dropout (none was trained with); `eot` null for
-// a tokenizer without end-of-text.
-nlohmann::ordered_json hugging_face_config(const ModelConfig& c, const nlohmann::ordered_json& eot,
-                                           ElementType type) {
-    const char* torch_dtype = type == ElementType::F32   ? "float32"
-                              : type == ElementType::F16 ? "float16"
-                                                         : "bfloat16";
-    return {
-        {"activation_function", "gelu_new"},
-        {"architectures", {"GPT2LMHeadModel"}},
-        {"attn_pdrop", 0.0},
-        {"bos_token_id", eot},
-        {"embd_pdrop", 0.0},
-        {"eos_token_id", eot},
-        {"initializer_range", 0.02},
-        {"layer_norm_epsilon", 1e-05},
-        {"model_type", "gpt2"},
-        {"n_ctx", c.max_seq_len},
-        {"n_embd", c.channels},
-        {"n_head", c.num_heads},
-        {"n_inner", nullptr},
-        {"n_layer", c.num_layers},
-        {"n_positions", c.max_seq_len},
-        {"reorder_and_upcast_attn", false},
-        {"resid_pdrop", 0.0},
-        {"scale_attn_by_inverse_layer_idx", false},
-        {"scale_attn_weights", true},
-        {"tie_word_embeddings", true},
-        {"torch_dtype", torch_dtype},
-        {"use_cache", true},
-        {"vocab_size", c.vocab_size},
-    };
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-    write_file_atomically(
-        path, std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
-}
-
-void write_json(const fs::path& path, const nlohmann::ordered_json& value) {
-    write_text(path, value.dump(2) + "\n");
-}
-
-// The weights as Hugging Face names and lays them out (Conv1D weights transposed), in `type`.
-std::vector<SafetensorsOutput> hugging_face_tensors(const Model& model, ElementType type) {
-    const ModelConfig& c = model.config;
-    const std::span<const float> params = model.weights();
-    const ParameterLayout& layout = model.layout;
-    const std::int64_t C = c.channels, V = c.vocab_size;
-    std::vector<SafetensorsOutput> tensors;
-    // Each tensor's bytes are made as the writer reaches it: one tensor in memory at a time.
-    const auto add = [&](const std::string& name, std::vector<std::int64_t> shape,
-                         std::span<const float> values, bool conv1d) {
-        SafetensorsOutput out{std::string(kPrefix) + name, type, shape, {}, {}};
-        out.make_bytes = [values, conv1d, shape, type] {
-            std::vector<std::uint8_t> bytes;
-            if (!conv1d) {
-                append_elements(bytes, values, type);
-                return bytes;
-            }
-            // ours (out, in) -> Conv1D (in, out)
-            const auto rows = static_cast<std::size_t>(shape[1]),
-                       cols = static_cast<std::size_t>(shape[0]);
-            std::vector<float> transposed(values.size());
-            for (std::size_t r = 0; r < rows; ++r)
-                for (std::size_t k = 0; k < cols; ++k)
-                    transposed[k * rows + r] = values[r * cols + k];
-            append_elements(bytes, transposed, type);
-            return bytes;
-        };
-        tensors.push_back(std::move(out));
-    };
-    add("wte.weight", {V, C}, layout.tensor(params, ParamTensor::wte).first(V * C), false);
-    add("wpe.weight", {c.max_seq_len, C}, layout.tensor(params, ParamTensor::wpe), false);
-    for (int l = 0; l < c.num_layers; ++l) {
-        for (const NamedTensor& t : kLayerTensors) {
-            std::vector<std::int64_t> shape = our_layer_shape(t.ours, c);
-            if (t.conv1d) std::swap(shape[0], shape[1]);
-            add("h." + std::to_string(l) + "." + std::string(t.name), shape,
-                layout.layer(params, t.ours, l), t.conv1d);
-        }
-    }
-    add("ln_f.weight", {C}, layout.tensor(params, ParamTensor::lnfw), false);
-    add("ln_f.bias", {C}, layout.tensor(params, ParamTensor::lnfb), false);
-    return tensors;
-}
-
-// vocab.json and merges.txt; vocab.json in id order, as the Hub's files are (written by hand: an
-// ordered_json object looks each key up linearly, quadratic in 50k tokens).
-void write_gpt2_tokenizer_files(const fs::path& dir, const SpelledBpe& spelled) {
-    std::string vocab_text = "{";
-    for (std::size_t id = 0; id < spelled.tokens.size(); ++id)
-        vocab_text +=
-            (id ? ", " : "") + json(spelled.tokens[id]).dump() + ": " + std::to_string(id);
-    vocab_text += "}";
-    write_text(dir / "vocab.json", vocab_text);
-    std::string merges = "#version: 0.2\n";
-    for (const std::string& merge : spelled.merges)
-        merges += merge + "\n";
-    write_text(dir / "merges.txt", merges);
-}
-
-}  // namespace
-
-std::optional<std::string> hugging_face_output_conflict(const fs::path& dir) {
-    std::error_code ec;
-    const fs::file_status status = fs::status(dir, ec);
-    if (!fs::exists(status)) return std::nullopt;
-    if (!fs::is_directory(status))
-        return "exists and is not a directory (a Hugging Face model is one)";
-    std::vector<std::string> foreign;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-        const std::string name = it->path().filename().string();
-        if (!is_export_file(name) || !it->is_regular_file()) foreign.push_back(name);
-    }
-    if (ec) return "cannot be listed: " + ec.message();
-    if (foreign.empty()) return std::nullopt;
-    std::sort(foreign.begin(), foreign.end());
-    constexpr std::size_t kNamed = 3;
-    std::string names;
-    for (std::size_t i = 0; i < std::min(foreign.size(), kNamed); ++i)
-        names += (i ? ", " : "") + foreign[i];
-    if (foreign.size() > kNamed)
-        names += " and " + std::to_string(foreign.size() - kNamed) + " more";
-    return "holds files a Hugging Face export does not write (" + names + ")";
-}
-
-void write_hugging_face_model(const fs::path& dir, const Model& model, const Tokenizer* tokenizer,
-                              ElementType type) {
-    const ModelConfig& c = model.config;
-    require_gpt2_block(c, dir.string());
-    // Everything that can be refused is decided before the first file is written.
-    if (const auto conflict = hugging_face_output_conflict(dir)) {
-        throw InputError(dir.string() + " " + *conflict + ": " +
-                         std::string(kHuggingFaceOutputAdvice));
-    }
-    std::optional<SpelledBpe> spelled;
-    if (tokenizer != nullptr) {
-        try {
-            spelled = spell_byte_level_bpe(*tokenizer);
-        } catch (const InputError& e) {
-            throw InputError(dir.string() +
-                             ": the tokenizer cannot be written as vocab.json and "
-                             "merges.txt: " +
-                             e.what());
-        }
-    }
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (!fs::is_directory(dir, ec)) {
-        throw InputError(dir.string() + ": cannot create the output directory");
-    }
-    // Without a tokenizer the last id is taken for end-of-text, as in GPT-2's vocabulary; a
-    // tokenizer without one (char) gets null: transformers then generates to max_new_tokens.
-    const nlohmann::ordered_json eot = !spelled          ? nlohmann::ordered_json(c.vocab_size - 1)
-                                       : spelled->eot_id ? nlohmann::ordered_json(*spelled->eot_id)
-                                                         : nlohmann::ordered_json(nullptr);
-    write_safetensors(dir / kModelFile, hugging_face_tensors(model, type), {{"format", "pt"}});
-    write_json(dir / kConfigFile, hugging_face_config(c, eot, type));
-    write_json(dir / kGenerationConfigFile, {{"bos_token_id", eot}, {"eos_token_id", eot}});
-    if (!spelled) {
-        // A previous export's tokenizer files would be read as this model's tokenizer.
-        for (const std::string_view name : kTokenizerFiles)
-            fs::remove(dir / name, ec);
-        return;
-    }
-    write_gpt2_tokenizer_files(dir, *spelled);
-    const nlohmann::ordered_json eot_text =
-        spelled->eot_id
-            ? nlohmann::ordered_json(spelled->tokens[static_cast<std::size_t>(*spelled->eot_id)])
-            : nlohmann::ordered_json(nullptr);
-    write_json(dir / "tokenizer_config.json", {{"add_prefix_space", false},
-                                               {"bos_token", eot_text},
-                                               {"eos_token", eot_text},
-                                               {"unk_token", eot_text},
-                                               {"model_max_length", c.max_seq_len},
-                                               {"tokenizer_class", "GPT2Tokenizer"}});
 }
 
 }  // namespace gpt2

@@ -1,6 +1,7 @@
-// Hugging Face GPT-2 models (GPT2LMHeadModel): a directory of config.json and model.safetensors
-// (or shards named by model.safetensors.index.json), with vocab.json and merges.txt as the
-// tokenizer. Read as the Hub stores them, written as save_pretrained writes them.
+// Hugging Face models, GPT-2 (GPT2LMHeadModel) and the Llama family (LlamaForCausalLM): a
+// directory of config.json and model.safetensors (or shards named by
+// model.safetensors.index.json), with vocab.json and merges.txt as the tokenizer. Read as the Hub
+// stores them, written as save_pretrained writes them.
 #pragma once
 
 #include <filesystem>
@@ -24,15 +25,19 @@ struct HuggingFaceNotes {
     std::vector<std::string> lines;  // e.g. "dropout in config.json not applied: ..."
 };
 
-// Reads a GPT-2 model from a directory, a model.safetensors file (config.json beside it) or an
-// index of shards. Names with or without "transformer.", Conv1D weights (in, out), the attention
-// mask buffers present or not, lm_head.weight absent or equal to wte; F32, F16 and BF16 tensors.
+// Reads a GPT-2 or Llama-family model from a directory, a model.safetensors file (config.json
+// beside it) or an index of shards. GPT-2: names with or without "transformer.", Conv1D weights
+// (in, out), the attention mask buffers present or not, lm_head.weight absent or equal to wte.
+// Llama (model_type "llama"): q/k/v_proj into our qkvw's rows, gate/up_proj into fcw's, lm_head
+// untied or (tie_word_embeddings) absent or equal to embed_tokens. F32, F16 and BF16 tensors.
 // The directory's vocab.json + merges.txt, when present, become the tokenizer in `extras`.
 // InputError naming the file and the field for anything that is not such a model.
 [[nodiscard]] LoadedModel load_hugging_face_model(const std::filesystem::path& path,
                                                   HuggingFaceNotes* notes = nullptr);
 
-// Writes `dir` as save_pretrained would: config.json, generation_config.json, model.safetensors
+// Writes `dir` as save_pretrained would (GPT2LMHeadModel, or LlamaForCausalLM for a Llama-family
+// model; another architecture is refused by name): config.json, generation_config.json,
+// model.safetensors
 // (`type` F32, F16 or BF16; rows of the padded vocabulary dropped) and, when `tokenizer` is given,
 // vocab.json, merges.txt and tokenizer_config.json (a char tokenizer as a BPE without merges, its
 // bos/eos/unk null: it has no end-of-text token). The tokenizer must have a byte-level BPE form

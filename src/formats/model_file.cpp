@@ -83,7 +83,8 @@ std::string write_as_gguf(const ModelOutput& output, const Model& model, const T
     }
     const std::string name = output.name.empty() ? output.path.stem().string() : output.name;
     write_gguf(output.path, model, *tokenizer, gguf_weights(output.dtype), name);
-    return "GGUF v3, llama.cpp architecture gpt2, " + output.dtype + " matrices";
+    return std::string("GGUF v3, llama.cpp architecture ") +
+           (model.config.is_gpt2() ? "gpt2, " : "llama, ") + output.dtype + " matrices";
 }
 
 std::string write_as_hugging_face(const ModelOutput& output, const Model& model,
@@ -93,7 +94,9 @@ std::string write_as_hugging_face(const ModelOutput& output, const Model& model,
                                                      : ElementType::Bf16;
     const bool with_tokenizer = tokenizer != nullptr && !output.weights_only;
     write_hugging_face_model(output.path, model, with_tokenizer ? tokenizer : nullptr, type);
-    return "Hugging Face GPT2LMHeadModel, model.safetensors " + output.dtype +
+    return std::string("Hugging Face ") +
+           (model.config.is_gpt2() ? "GPT2LMHeadModel" : "LlamaForCausalLM") +
+           ", model.safetensors " + output.dtype +
            (with_tokenizer ? ", vocab.json, merges.txt" : ", no tokenizer files");
 }
 

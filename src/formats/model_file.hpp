@@ -1,4 +1,4 @@
-// One entry point for every model file the programs read: a Hugging Face GPT-2 (directory,
+// One entry point for every model file the programs read: a Hugging Face GPT-2 or Llama (directory,
 // model.safetensors or shard index), llm.c's model file, or our checkpoint; and for the formats a
 // model is converted to (convert_model): Hugging Face, GGUF or llm.c's model file, and a LoRA
 // adapter as a GGUF adapter for llama.cpp.

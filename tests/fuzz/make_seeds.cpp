@@ -173,6 +173,18 @@ int main(int argc, char** argv) {
         llama.arch.kv_heads = 1;
         llama.arch.tied_head = false;
         save("llama_L1_C8.bin", char_tok.get(), llama, 11);
+        // The speedrun's block: QK-norm and the embeddings' norm (the record's version 2).
+        // (llama_record_v1_L1_C8.bin, committed beside, is the previous build's version 1.)
+        gpt2::ModelConfig speedrun = config_for(*char_tok, 8, 1, 2, 8);
+        speedrun.arch.norm = gpt2::NormKind::RmsNorm;
+        speedrun.arch.norm_gains = false;
+        speedrun.arch.positions = gpt2::PositionKind::Rotary;
+        speedrun.arch.mlp = gpt2::MlpKind::ReluSquared;
+        speedrun.arch.biases = false;
+        speedrun.arch.tied_head = false;
+        speedrun.arch.qk_norm = true;
+        speedrun.arch.embedding_norm = true;
+        save("speedrun_L1_C8.bin", char_tok.get(), speedrun, 12);
     }
     // load_gguf_model: each tokenizer kind and each tensor type (Q8_0 needs rows of 32)
     {
@@ -226,7 +238,8 @@ int main(int argc, char** argv) {
             state.sample_rng = {1, 2, 3, 4};
             gpt2::save_resume_state(gpt2::state_path(dir, step), state, config, optimizer);
         }
-        // Version 7: the same dimensions of another architecture (the record differs: refused).
+        // Version 8: the same dimensions of another architecture (the record differs: refused).
+        // (state_000011.bin, committed beside, is the previous build's version 7.)
         gpt2::ModelConfig rms = config;
         rms.arch.norm = gpt2::NormKind::RmsNorm;
         rms.arch.biases = false;

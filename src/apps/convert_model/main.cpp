@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
         "llm.c's model file, with a LoRA adapter merged in or as a GGUF adapter",
         "convert_model");
     cli.add_option("IN", o.input,
-                   "a checkpoint, llm.c model file, Hugging Face GPT-2 (directory, "
+                   "a checkpoint, llm.c model file, Hugging Face GPT-2 or Llama (directory, "
                    "model.safetensors or its index), or GGUF of llama.cpp's gpt2 architecture")
         ->required();
     cli.add_option("OUT", o.output,

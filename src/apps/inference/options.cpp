@@ -15,7 +15,7 @@ namespace {
 // The model and what to generate from: --prompt, --prompt-file or none (end-of-text).
 void add_input_flags(CLI::App& app, Options& o) {
     app.add_option("checkpoint", o.checkpoint,
-                   "checkpoint, llm.c model file, Hugging Face GPT-2 (directory or "
+                   "checkpoint, llm.c model file, Hugging Face GPT-2 or Llama (directory or "
                    "model.safetensors), or GGUF of llama.cpp's gpt2 architecture")
         ->required()
         ->type_name("MODEL");

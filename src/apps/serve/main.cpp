@@ -259,8 +259,9 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
         "serve: an OpenAI-compatible HTTP server for a model (completions, chat, "
         "models, health, metrics, a page at /)"};
     app::add_common_flags(cli, o.log_level);
-    cli.add_option("model", o.model_path,
-                   "checkpoint, llm.c model file, Hugging Face GPT-2 or GGUF (as inference)")
+    cli.add_option(
+           "model", o.model_path,
+           "checkpoint, llm.c model file, Hugging Face GPT-2 or Llama or GGUF (as inference)")
         ->required()
         ->type_name("MODEL");
     cli.add_option("--host", o.host, "address to listen on (loopback unless told otherwise)");

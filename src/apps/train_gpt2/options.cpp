@@ -213,10 +213,11 @@ void add_model_flags(CLI::App& app, TrainOptions& o) {
                      "the block's fields over the preset's (or GPT-2's), key=value,...: " +
                          std::string(architecture_field_keys()))
         ->type_name("FIELDS");
-    model->add_option("--init-from", o.model.init_from,
-                      "start from an llm.c model file, our checkpoint, a Hugging Face GPT-2 "
-                      "(directory or model.safetensors) or a GGUF of llama.cpp's gpt2 "
-                      "architecture: its shape and tokenizer");
+    model->add_option(
+        "--init-from", o.model.init_from,
+        "start from an llm.c model file, our checkpoint, a Hugging Face GPT-2 or Llama "
+        "(directory or model.safetensors) or a GGUF of llama.cpp's gpt2 "
+        "architecture: its shape and tokenizer");
 }
 
 void add_data_flags(CLI::App& app, TrainOptions& o) {
