@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/file_io.hpp"
+#include "formats/gguf.hpp"
 #include "formats/hugging_face.hpp"
 #include "model/forward_backward.hpp"
 #include "model/model.hpp"
@@ -149,6 +150,25 @@ TEST(HuggingFaceLlama, WhatItCannotComputeOrWriteIsRefusedByName) {
             << e.what();
     }
     EXPECT_FALSE(std::filesystem::exists(dir.path() / "speedrun" / "model.safetensors"));
+    // Nor as llama.cpp's llama, even where only the embeddings' norm differs from the Llama block.
+    ModelConfig normed = speedrun;
+    normed.arch = Architecture{};
+    normed.arch.norm = NormKind::RmsNorm;
+    normed.arch.positions = PositionKind::Rotary;
+    normed.arch.mlp = MlpKind::SwiGlu;
+    normed.arch.biases = false;
+    normed.arch.embedding_norm = true;
+    const auto tokenizer = make_char_tokenizer(std::string(101, 'a') + "bcdefghij");
+    for (const ModelConfig& c : {speedrun, normed}) {
+        const auto refused_model = test::random_model(c, 5);
+        try {
+            write_gguf(dir.path() / "x.gguf", *refused_model, *tokenizer, GgufWeights::F32, "x");
+            ADD_FAILURE() << describe(c.arch) << " was written as GGUF";
+        } catch (const InputError& e) {
+            EXPECT_NE(std::string(e.what()).find("not " + describe(c.arch)), std::string::npos)
+                << e.what();
+        }
+    }
     // config.json settings our block does not compute, each named.
     const std::string base = read_text_file(kStandIn / "config.json");
     const auto refused = [&](const std::string& from, const std::string& to,

@@ -205,11 +205,12 @@ std::vector<Tensor> gguf_tensors(const Model& model, GgufWeights weights) {
 }
 
 // Whether the model is one llama.cpp's llama architecture computes: RMSNorm with gains, rotary
-// positions, SwiGLU, no biases, no QK-norm (tied head or not, any key/value heads).
+// positions, SwiGLU, no biases, no QK-norm, no norm on the embeddings (tied head or not, any
+// key/value heads).
 bool is_llama_block(const ModelConfig& c) {
     const Architecture& a = c.arch;
     return a.norm == NormKind::RmsNorm && a.norm_gains && a.positions == PositionKind::Rotary &&
-           a.mlp == MlpKind::SwiGlu && !a.biases && !a.qk_norm;
+           a.mlp == MlpKind::SwiGlu && !a.biases && !a.qk_norm && !a.embedding_norm;
 }
 
 // Rows of `heads` heads of head_size (each row `cols` values) in llama.cpp's order: its rotary
