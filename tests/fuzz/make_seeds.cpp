@@ -217,6 +217,13 @@ int main(int argc, char** argv) {
         write_text(config / "hub_minimal.json",
                    R"({"model_type": "gpt2", "n_embd": 8, "n_head": 2, "n_layer": 1, "n_ctx": 8, )"
                    R"("vocab_size": 16, "resid_pdrop": 0.1, "n_inner": null})");
+        // LlamaForCausalLM's keys (the files hold GPT-2's tensors: read up to their names).
+        write_text(config / "llama_minimal.json",
+                   R"({"model_type": "llama", "hidden_size": 8, "intermediate_size": 32, )"
+                   R"("num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 1, )"
+                   R"("vocab_size": 16, "max_position_embeddings": 8, "rms_norm_eps": 1e-05, )"
+                   R"("rope_theta": 10000.0, "tie_word_embeddings": true, "hidden_act": "silu", )"
+                   R"("rope_scaling": null})");
     }
     // load_resume_state for fuzz_resume_state's fixed shape
     {
