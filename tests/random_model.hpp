@@ -3,9 +3,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "core/random.hpp"
+#include "model/forward_backward.hpp"
 #include "model/model.hpp"
+#include "model/training_context.hpp"
+#include "ops/gemm.hpp"
 
 namespace gpt2::test {
 
@@ -39,6 +44,21 @@ inline std::unique_ptr<Model> random_model(const ModelConfig& c, std::uint64_t s
             v = (gain ? 1.0f : 0.0f) + std * rng.normal();
     }
     return model;
+}
+
+// The training forward pass's logits (T x Vp) for one sequence: what decoding and the file readers
+// are checked against.
+inline std::vector<float> training_logits(const Model& model,
+                                          std::span<const std::int32_t> tokens) {
+    const ModelConfig& c = model.config;
+    const int T = static_cast<int>(tokens.size());
+    ThreadLocalTrainingContext ctx(c, 1, T);
+    forward_hidden(model, ctx, TokenBatch{tokens, tokens, 1, T});
+    std::vector<float> logits(static_cast<std::size_t>(T) * c.padded_vocab_size);
+    gemm_nt(T, c.padded_vocab_size, c.channels, 1.0f, ctx.acts.lnf, c.channels,
+            model.layout.tensor(model.weights(), head_tensor(model.layout)).data(), c.channels,
+            0.0f, logits.data(), c.padded_vocab_size);
+    return logits;
 }
 
 }  // namespace gpt2::test

@@ -29,19 +29,6 @@ namespace {
 const std::filesystem::path kStandIn =
     std::filesystem::path(GPT2_TEST_DATA_DIR) / "hf_llama_standin";
 
-// The training forward's logits (T x Vp) for one sequence.
-std::vector<float> forward_logits(const Model& model, std::span<const std::int32_t> tokens) {
-    const ModelConfig& c = model.config;
-    const int T = static_cast<int>(tokens.size());
-    ThreadLocalTrainingContext ctx(c, 1, T);
-    forward_hidden(model, ctx, TokenBatch{tokens, tokens, 1, T});
-    std::vector<float> logits(static_cast<std::size_t>(T) * c.padded_vocab_size);
-    gemm_nt(T, c.padded_vocab_size, c.channels, 1.0f, ctx.acts.lnf, c.channels,
-            model.layout.tensor(model.weights(), head_tensor(model.layout)).data(), c.channels,
-            0.0f, logits.data(), c.padded_vocab_size);
-    return logits;
-}
-
 TEST(HuggingFaceLlama, AStandInDirectoryReadsAndGivesLlamaForCausalLMsLogits) {
     HuggingFaceNotes notes;
     const LoadedModel loaded = load_hugging_face_model(kStandIn, &notes);
@@ -73,7 +60,7 @@ TEST(HuggingFaceLlama, AStandInDirectoryReadsAndGivesLlamaForCausalLMsLogits) {
         std::string(GPT2_TEST_DATA_DIR) + "/hf_llama_standin_logits.bin");
     const std::vector<std::int32_t>& inputs = fixture.at("inputs").i32;
     const std::vector<float>& expected = fixture.at("logits").f32;
-    const std::vector<float> logits = forward_logits(loaded.model, inputs);
+    const std::vector<float> logits = test::training_logits(loaded.model, inputs);
     // The weights are the same BF16 values on both sides; the difference is fp32 arithmetic
     // against float64: relative rounding of about 6e-8 per operation over sums of at most 160
     // terms in 2 layers, a few 1e-5 of logits of order 1 at most: 2e-4 + 1e-4 |x| bounds it with

@@ -31,6 +31,7 @@ namespace {
 
 using test::random_model;
 using test::small_config;
+using test::training_logits;
 
 std::vector<std::int32_t> random_tokens(int count, int vocab, std::uint64_t seed) {
     Rng rng(seed);
@@ -38,19 +39,6 @@ std::vector<std::int32_t> random_tokens(int count, int vocab, std::uint64_t seed
     for (auto& t : tokens)
         t = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(vocab)));
     return tokens;
-}
-
-// The training forward pass's logits (T x Vp) for one sequence.
-std::vector<float> training_logits(const Model& model, std::span<const std::int32_t> tokens) {
-    const ModelConfig& c = model.config;
-    const int T = static_cast<int>(tokens.size());
-    ThreadLocalTrainingContext ctx(c, 1, T);
-    forward_hidden(model, ctx, TokenBatch{tokens, tokens, 1, T});
-    std::vector<float> logits(static_cast<std::size_t>(T) * c.padded_vocab_size);
-    gemm_nt(T, c.padded_vocab_size, c.channels, 1.0f, ctx.acts.lnf, c.channels,
-            model.layout.tensor(model.weights(), head_tensor(model.layout)).data(), c.channels,
-            0.0f, logits.data(), c.padded_vocab_size);
-    return logits;
 }
 
 std::span<const float> row(const std::vector<float>& logits, const ModelConfig& c, int t) {

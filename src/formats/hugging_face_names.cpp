@@ -30,6 +30,10 @@ std::vector<std::int64_t> gpt2_layer_shape(ParamTensor t, const ModelConfig& c) 
     }
 }
 
+const char* torch_dtype_name(ElementType type) {
+    return type == ElementType::F32 ? "float32" : type == ElementType::F16 ? "float16" : "bfloat16";
+}
+
 namespace {
 // A float as config.json shows it: its shortest decimal (1e-05, not 9.999999747378752e-06).
 double shortest_decimal(float value) {
@@ -141,9 +145,6 @@ std::optional<std::string> not_a_llama(const ModelConfig& c) {
 
 nlohmann::ordered_json llama_config_json(const ModelConfig& c, const nlohmann::ordered_json& eot,
                                          ElementType type) {
-    const char* torch_dtype = type == ElementType::F32   ? "float32"
-                              : type == ElementType::F16 ? "float16"
-                                                         : "bfloat16";
     return {
         {"architectures", {"LlamaForCausalLM"}},
         {"attention_bias", false},
@@ -166,7 +167,7 @@ nlohmann::ordered_json llama_config_json(const ModelConfig& c, const nlohmann::o
         {"rope_scaling", nullptr},
         {"rope_theta", shortest_decimal(c.arch.rope_theta)},
         {"tie_word_embeddings", c.arch.tied_head},
-        {"torch_dtype", torch_dtype},
+        {"torch_dtype", torch_dtype_name(type)},
         {"use_cache", true},
         {"vocab_size", c.vocab_size},
     };

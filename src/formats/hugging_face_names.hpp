@@ -43,6 +43,9 @@ inline constexpr Gpt2NamedTensor kGpt2LayerTensors[] = {
 // The (rows, cols) of one layer's slice of a GPT-2 per-layer tensor, or (n) for vectors.
 [[nodiscard]] std::vector<std::int64_t> gpt2_layer_shape(ParamTensor t, const ModelConfig& c);
 
+// config.json's torch_dtype for the weights' type: "float32", "float16" or "bfloat16".
+[[nodiscard]] const char* torch_dtype_name(ElementType type);
+
 // One Hugging Face tensor as rows of ours: rows [first_row, first_row + rows) of `ours` (layer
 // `layer`'s slice, or the whole tensor where layer < 0), each of `cols` values; a vector where
 // `vector` (shape [cols]). Q, K and V are pieces of our qkvw, gate and up of our fcw.

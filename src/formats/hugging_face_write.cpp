@@ -35,9 +35,6 @@ bool is_export_file(std::string_view name) {
 // a tokenizer without end-of-text.
 nlohmann::ordered_json hugging_face_config(const ModelConfig& c, const nlohmann::ordered_json& eot,
                                            ElementType type) {
-    const char* torch_dtype = type == ElementType::F32   ? "float32"
-                              : type == ElementType::F16 ? "float16"
-                                                         : "bfloat16";
     return {
         {"activation_function", "gelu_new"},
         {"architectures", {"GPT2LMHeadModel"}},
@@ -59,7 +56,7 @@ nlohmann::ordered_json hugging_face_config(const ModelConfig& c, const nlohmann:
         {"scale_attn_by_inverse_layer_idx", false},
         {"scale_attn_weights", true},
         {"tie_word_embeddings", true},
-        {"torch_dtype", torch_dtype},
+        {"torch_dtype", torch_dtype_name(type)},
         {"use_cache", true},
         {"vocab_size", c.vocab_size},
     };
