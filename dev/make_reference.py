@@ -505,33 +505,54 @@ def write_llama_fixture(path):
         def rotate_half(t):
             return torch.cat((-t[..., hs // 2:], t[..., : hs // 2]), dim=-1)
 
-        x = p["wte"][idx]
-        if qk_norm:  # the speedrun's norm of the embeddings
-            x = rms(x, None)
-        causal = torch.triu(torch.ones(Tr, Tr, dtype=torch.bool), 1)
-        for l in range(Lr):
-            h = rms(x, p["ln1w"][l] if gains else None)
-            qkv = h @ p["qkvw"][l].T
-            q = qkv[..., :Cr].view(Br, Tr, NHr, hs).transpose(1, 2)
-            k = qkv[..., Cr:Cr + KV].view(Br, Tr, KVH, hs).transpose(1, 2)
-            v = qkv[..., Cr + KV:].view(Br, Tr, KVH, hs).transpose(1, 2)
-            if qk_norm:  # per head, before rotary
-                q, k = rms(q, None), rms(k, None)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
-            k = k.repeat_interleave(NHr // KVH, dim=1)
-            v = v.repeat_interleave(NHr // KVH, dim=1)
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-            att = att.masked_fill(causal, float("-inf")).softmax(-1)
-            y = (att @ v).transpose(1, 2).reshape(Br, Tr, Cr)
-            x = x + y @ p["attprojw"][l].T
-            h = rms(x, p["ln2w"][l] if gains else None)
-            f = h @ p["fcw"][l].T
-            a = F.silu(f[..., :H]) * f[..., H:] if mlp == "swiglu" else torch.relu(f).square()
-            x = x + a @ p["fcprojw"][l].T
-        h = rms(x, p["lnfw"] if gains else None)
-        logits = h @ (p["wte"] if tied else p["lmheadw"]).T
-        loss = F.cross_entropy(logits[..., :Vr].reshape(-1, Vr), targets.reshape(-1))
+        def model_loss(lora=None):
+            """The loss; with `lora` ({target: (A (L, r, in), B (L, out, r))}), PEFT's term
+            scale * B(A(h)) added to each adapted projection's output (q, k and v are the rows of
+            qkv, gate and up those of f)."""
+            def adapted(h, l, names):
+                return torch.cat([LORA_SCALE * (h @ lora[t][0][l].T) @ lora[t][1][l].T
+                                  for t in names], dim=-1)
+
+            x = p["wte"][idx]
+            if qk_norm:  # the speedrun's norm of the embeddings
+                x = rms(x, None)
+            causal = torch.triu(torch.ones(Tr, Tr, dtype=torch.bool), 1)
+            for l in range(Lr):
+                h = rms(x, p["ln1w"][l] if gains else None)
+                qkv = h @ p["qkvw"][l].T
+                if lora is not None:
+                    qkv = qkv + adapted(h, l, ("q_proj", "k_proj", "v_proj"))
+                q = qkv[..., :Cr].view(Br, Tr, NHr, hs).transpose(1, 2)
+                k = qkv[..., Cr:Cr + KV].view(Br, Tr, KVH, hs).transpose(1, 2)
+                v = qkv[..., Cr + KV:].view(Br, Tr, KVH, hs).transpose(1, 2)
+                if qk_norm:  # per head, before rotary
+                    q, k = rms(q, None), rms(k, None)
+                q = q * cos + rotate_half(q) * sin
+                k = k * cos + rotate_half(k) * sin
+                k = k.repeat_interleave(NHr // KVH, dim=1)
+                v = v.repeat_interleave(NHr // KVH, dim=1)
+                att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+                att = att.masked_fill(causal, float("-inf")).softmax(-1)
+                y = (att @ v).transpose(1, 2).reshape(Br, Tr, Cr)
+                out = y @ p["attprojw"][l].T
+                if lora is not None:
+                    out = out + adapted(y, l, ("o_proj",))
+                x = x + out
+                h = rms(x, p["ln2w"][l] if gains else None)
+                f = h @ p["fcw"][l].T
+                if lora is not None:
+                    f = f + adapted(h, l, ("gate_proj", "up_proj") if mlp == "swiglu" else
+                                    ("up_proj",))
+                a = F.silu(f[..., :H]) * f[..., H:] if mlp == "swiglu" else torch.relu(f).square()
+                out = a @ p["fcprojw"][l].T
+                if lora is not None:
+                    out = out + adapted(a, l, ("down_proj",))
+                x = x + out
+            h = rms(x, p["lnfw"] if gains else None)
+            logits = h @ (p["wte"] if tied else p["lmheadw"]).T
+            return logits, F.cross_entropy(logits[..., :Vr].reshape(-1, Vr), targets.reshape(-1))
+
+        logits, loss = model_loss()
         loss.backward()
         flat = torch.cat([p[n].detach().reshape(-1) for n, _ in specs])
         grads = torch.cat([p[n].grad.reshape(-1) for n, _ in specs])
@@ -545,7 +566,41 @@ def write_llama_fixture(path):
             (f"{name}.loss", np.array([loss.item()], dtype=np.float32)),
             (f"{name}.grads", grads.to(torch.float32).numpy()),
         ]
+        if name in ("llama", "relu2"):
+            records += llama_lora_records(name, model_loss, Cr, KV, H, mlp == "swiglu", Lr)
     write_fixture(path, records)
+
+
+def llama_lora_records(name, model_loss, Cr, KV, H, gated, Lr):
+    """An adapter of rank 4 on every projection PEFT's Llama names give (q_proj ... down_proj;
+    no gate_proj without a gated MLP), the base frozen: the adapter in our layout (layer by layer,
+    target by target in src/model/lora.hpp's order, A then B), the loss and the adapter's
+    gradient. A as PEFT draws it, B random (PEFT's zero B would leave A's gradient zero). Drawn
+    from a generator of its own, so the records before these keep their bytes."""
+    d = torch.float64
+    g = torch.Generator().manual_seed(4343 if gated else 4344)
+    targets = [("q_proj", Cr, Cr), ("k_proj", Cr, KV), ("v_proj", Cr, KV), ("o_proj", Cr, Cr)]
+    targets += [("gate_proj", Cr, H)] if gated else []
+    targets += [("up_proj", Cr, H), ("down_proj", H, Cr)]
+    lora = {}
+    for target, fan_in, fan_out in targets:
+        bound = 1.0 / math.sqrt(fan_in)
+        a_mat = (torch.rand(Lr, LORA_RANK, fan_in, generator=g, dtype=d) * 2 - 1) * bound
+        b_mat = torch.randn(Lr, fan_out, LORA_RANK, generator=g, dtype=d) * 0.1
+        lora[target] = (a_mat.requires_grad_(True), b_mat.requires_grad_(True))
+    _, loss = model_loss(lora)
+    loss.backward()
+
+    def layout(pick):
+        return torch.cat([pick(lora[t][k])[l].reshape(-1) for l in range(Lr)
+                          for t, _, _ in targets for k in (0, 1)])
+
+    return [
+        (f"{name}.lora.config", np.array([LORA_RANK, LORA_ALPHA], dtype=np.float32)),
+        (f"{name}.lora", layout(lambda t: t.detach()).to(torch.float32).numpy()),
+        (f"{name}.lora.loss", np.array([loss.item()], dtype=np.float32)),
+        (f"{name}.lora.grads", layout(lambda t: t.grad).to(torch.float32).numpy()),
+    ]
 
 
 def bf16_round(a):

@@ -5,7 +5,9 @@
 // QK-norm and the embeddings' norm, ReLU^2, no gains, an untied head), their weights in our layout,
 // a batch, the loss and every gradient. Ours on 1, 2 and 3 workers: within the GPT-2 reference
 // test's bounds (tests/test_model_reference.cpp: the loss to 1e-5, each gradient element to 1e-3
-// relative plus 2e-6), and --recompute layers the same bits as cheap.
+// relative plus 2e-6), and --recompute layers the same bits as cheap. For the Llama model and the
+// ReLU^2 one, also LoRA with PEFT's Llama names on every projection (the base frozen): the loss
+// and each adapter matrix's gradient within the GPT-2 LoRA test's bounds (the same as above).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "model/forward_backward.hpp"
+#include "model/lora.hpp"
 #include "model/model.hpp"
 #include "parallel/worker_group.hpp"
 #include "reference_fixture.hpp"
@@ -102,6 +105,58 @@ TEST_P(LlamaReference, LossAndEveryGradientMatchPyTorchOnAnySplit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, LlamaReference, ::testing::Values("llama", "relu2", "speedrun"),
+                         [](const auto& info) { return info.param; });
+
+using LlamaLoraReference = LlamaReference;
+
+// PEFT's q_proj ... down_proj on our fused qkvw and fcw: each a row block of the product, its own
+// A and B; the gate's absence without SwiGLU; the order of the adapter's layout (lora.hpp).
+TEST_P(LlamaLoraReference, LossAndEveryAdapterGradientMatchPeftsFormulaInPyTorch) {
+    Model m = model();
+    LoraConfig lora;
+    lora.rank = static_cast<int>(at("lora.config").f32[0]);
+    lora.alpha = at("lora.config").f32[1];
+    lora.targets = all_lora_targets(config_);
+    EXPECT_EQ(lora_target_modules(lora.targets).size(), GetParam() == "llama" ? 7u : 6u);
+    m.lora = std::make_shared<LoraAdapter>(config_, lora);
+    const auto& flat = at("lora").f32;
+    ASSERT_EQ(flat.size(), m.lora->params.size()) << "PyTorch's adapter does not fit our layout";
+    std::copy(flat.begin(), flat.end(), m.lora->params.data());
+    const TokenBatch batch{at("inputs").i32, at("targets").i32, B_, T_};
+    const float dloss = 1.0f / static_cast<float>(B_ * T_);
+    const auto run = [&](Recompute recompute) {
+        ThreadLocalTrainingContext ctx(config_, B_, T_, Precision::Fp32, recompute);
+        ctx.reserve_adapter(lora.rank);
+        std::vector<float> grads(m.lora->layout.total());
+        const double loss = forward_backward_adapter(m, ctx, batch, dloss, grads);
+        return std::pair{loss / (B_ * T_), grads};
+    };
+    const auto [loss, grads] = run(Recompute::Cheap);
+    EXPECT_NEAR(loss, at("lora.loss").f32[0], 1e-5);
+    EXPECT_GT(std::abs(loss - at("loss").f32[0]), 1e-3) << "the adapter changes the loss";
+    const std::vector<float>& expected = at("lora.grads").f32;
+    ASSERT_EQ(grads.size(), expected.size());
+    const LoraLayout& layout = m.lora->layout;
+    for (int l = 0; l < config_.num_layers; ++l) {
+        for (int i = 0; i < kLoraTargets; ++i) {
+            const auto t = static_cast<LoraTarget>(i);
+            if (!lora.adapts(t)) continue;
+            for (const bool b : {false, true}) {
+                const std::size_t offset = b ? layout.b_offset(l, t) : layout.a_offset(l, t);
+                const std::size_t count = b ? layout.b_floats(t) : layout.a_floats(t);
+                EXPECT_TRUE(test::all_close(std::span<const float>(grads).subspan(offset, count),
+                                            std::span<const float>(expected).subspan(offset, count),
+                                            1e-3, 2e-6))
+                    << "layer " << l << ' ' << lora_target_module(t) << (b ? " B" : " A");
+            }
+        }
+    }
+    const auto [layers_loss, layers] = run(Recompute::Layers);
+    EXPECT_EQ(layers_loss, loss);
+    EXPECT_EQ(layers, grads) << "--recompute layers changed the adapter's gradient";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, LlamaLoraReference, ::testing::Values("llama", "relu2"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

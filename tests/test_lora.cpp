@@ -49,7 +49,7 @@ class Lora : public ::testing::Test {
         const auto& lora = fixture_.at("lora.config").f32;
         lora_config_.rank = static_cast<int>(lora[0]);
         lora_config_.alpha = lora[1];
-        lora_config_.targets.fill(true);
+        lora_config_.targets = all_lora_targets(test::fixture_model(fixture_).config);
     }
     // The fixture's base model with its adapter.
     [[nodiscard]] Model adapted_model() const {
@@ -93,7 +93,7 @@ TEST_F(Lora, LossActivationsAndAdapterGradientMatchPyTorch) {
     const std::vector<float>& expected = fixture_.at("lora.grads").f32;
     ASSERT_EQ(grads.size(), expected.size());
     for (int l = 0; l < model.config.num_layers; ++l) {
-        for (int i = 0; i < kLoraTargets; ++i) {
+        for (int i = 0; i < kGpt2LoraTargets; ++i) {
             const auto t = static_cast<LoraTarget>(i);
             const LoraLayout& layout = model.lora->layout;
             for (const auto& [offset, count] :
@@ -140,7 +140,7 @@ TEST_F(Lora, MergedWeightsAreBasePlusScaledBTimesAAndGiveTheAdaptedLoss) {
     // W + (alpha/r) B A written out in double, element by element.
     const double scale = lora_config_.alpha / lora_config_.rank;
     const int r = lora_config_.rank;
-    for (int i = 0; i < kLoraTargets; ++i) {
+    for (int i = 0; i < kGpt2LoraTargets; ++i) {
         const auto t = static_cast<LoraTarget>(i);
         const ProductShape s = lora_product_shape(adapted.config, t);
         for (int l = 0; l < adapted.config.num_layers; ++l) {
@@ -271,20 +271,20 @@ TEST(LoraInputDropout, ForwardAndBackwardAreThoseOfThePlainPathOnTheMaskedInput)
         sv(su.size());
     const LoraInputDropout dropout{mask, sequences, dropped_scratch.data()};
     std::vector<float> out(out0.begin(), out0.end());
-    lora_forward(out.data(), su.data(), inp.data(), A.data(), Bm.data(), scale, N, C, OC, r,
+    lora_forward(out.data(), su.data(), inp.data(), A.data(), Bm.data(), scale, N, C, OC, r, OC,
                  dropout);
     EXPECT_TRUE(all_close(out, ref_out, 1e-5, 1e-6));
     std::vector<float> dinp(inp.size(), 1.0f), dA(A.size()), dB(Bm.size());
     lora_backward(dinp.data(), dA.data(), dB.data(), su.data(), sv.data(), dout.data(), inp.data(),
-                  A.data(), Bm.data(), scale, N, C, OC, r, dropout);
+                  A.data(), Bm.data(), scale, N, C, OC, r, OC, dropout);
     EXPECT_TRUE(all_close(dinp, ref_dinp, 1e-5, 1e-6));
     EXPECT_TRUE(all_close(dA, ref_dA, 1e-5, 1e-6));
     EXPECT_TRUE(all_close(dB, ref_dB, 1e-5, 1e-6));
 
     // An inactive mask is the plain path, bitwise (the scratch untouched).
     std::vector<float> plain(out0.begin(), out0.end()), off(out0.begin(), out0.end());
-    lora_forward(plain.data(), su.data(), inp.data(), A.data(), Bm.data(), scale, N, C, OC, r);
-    lora_forward(off.data(), su.data(), inp.data(), A.data(), Bm.data(), scale, N, C, OC, r,
+    lora_forward(plain.data(), su.data(), inp.data(), A.data(), Bm.data(), scale, N, C, OC, r, OC);
+    lora_forward(off.data(), su.data(), inp.data(), A.data(), Bm.data(), scale, N, C, OC, r, OC,
                  LoraInputDropout{DropoutMask{}, sequences, nullptr});
     EXPECT_EQ(plain, off);
 }
@@ -313,7 +313,7 @@ TEST_F(Lora, InputDropoutGradientMatchesFiniteDifferencesOfTheDroppedLoss) {
     const float eps = 1e-2f;
     int checked = 0;
     for (const int l : {0, model.config.num_layers - 1}) {
-        for (int i = 0; i < kLoraTargets; ++i) {
+        for (int i = 0; i < kGpt2LoraTargets; ++i) {
             const auto t = static_cast<LoraTarget>(i);
             const LoraLayout& layout = adapter->layout;
             for (const auto& [offset, count] :
@@ -338,7 +338,7 @@ TEST_F(Lora, InputDropoutGradientMatchesFiniteDifferencesOfTheDroppedLoss) {
             }
         }
     }
-    EXPECT_EQ(checked, 2 * 2 * kLoraTargets);
+    EXPECT_EQ(checked, 2 * 2 * kGpt2LoraTargets);
 }
 
 TEST_F(Lora, InputDropoutRecomputingLayersGivesTheSameAdapterGradientBitwise) {
@@ -375,22 +375,51 @@ TEST_F(Lora, ZeroInputDropoutIsTheUndroppedPathBitwise) {
 }
 
 TEST(LoraTargets, PeftNamesParseAndUnknownOnesAreRefusedNamingTheFlag) {
-    const auto all = parse_lora_targets("all", "--lora-targets");
+    const auto all = parse_lora_targets("all", "--lora-targets", {});
     EXPECT_EQ(all, (std::array<bool, kLoraTargets>{true, true, true, true}));
-    const auto proj = parse_lora_targets("c_proj", "--lora-targets");
+    const auto proj = parse_lora_targets("c_proj", "--lora-targets", {});
     EXPECT_EQ(proj, (std::array<bool, kLoraTargets>{false, true, false, true}));
-    const auto some = parse_lora_targets("c_attn,mlp.c_proj", "--lora-targets");
+    const auto some = parse_lora_targets("c_attn,mlp.c_proj", "--lora-targets", {});
     EXPECT_EQ(some, (std::array<bool, kLoraTargets>{true, false, false, true}));
     EXPECT_EQ(lora_target_modules(some), (std::vector<std::string>{"c_attn", "mlp.c_proj"}));
     EXPECT_EQ(lora_target_modules(all), (std::vector<std::string>{"c_attn", "c_proj", "c_fc"}));
-    try {
-        (void)parse_lora_targets("c_attn,q_proj", "--lora-targets");
-        FAIL() << "q_proj accepted";
-    } catch (const InputError& e) {
-        EXPECT_NE(std::string(e.what()).find("--lora-targets: unknown projection 'q_proj'"),
-                  std::string::npos)
-            << e.what();
-    }
+    const auto refused = [](std::string_view list, const LoraModules& modules) {
+        try {
+            (void)parse_lora_targets(list, "--lora-targets", modules);
+        } catch (const InputError& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    EXPECT_EQ(refused("c_attn,q_proj", {}),
+              "--lora-targets: 'q_proj' is a projection of the Llama family, not of this model "
+              "(choose from c_attn, attn.c_proj, c_fc, mlp.c_proj, c_proj, all)");
+    EXPECT_EQ(refused("c_attn,qproj", {}),
+              "--lora-targets: unknown projection 'qproj' (choose from c_attn, attn.c_proj, c_fc, "
+              "mlp.c_proj, c_proj, all)");
+
+    // The Llama family's seven, PEFT's names with or without their module's prefix.
+    const LoraModules llama{true, true};
+    const auto seven = parse_lora_targets("all", "--lora-targets", llama);
+    EXPECT_EQ(lora_target_modules(seven),
+              (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                        "up_proj", "down_proj"}));
+    const auto qv = parse_lora_targets("q_proj,self_attn.v_proj", "--lora-targets", llama);
+    EXPECT_EQ(qv, (std::array<bool, kLoraTargets>{false, false, false, false, true, false, true}));
+    EXPECT_EQ(refused("c_attn", llama),
+              "--lora-targets: 'c_attn' is a projection of GPT-2, not of this model (choose from "
+              "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, all)");
+    // Without a gated MLP (the speedrun's ReLU^2) there is no gate_proj, and all leaves it out.
+    const LoraModules ungated{true, false};
+    EXPECT_EQ(
+        lora_target_modules(parse_lora_targets("all", "--lora-targets", ungated)),
+        (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"}));
+    EXPECT_EQ(refused("gate_proj", ungated),
+              "--lora-targets: 'gate_proj' is not a projection of this model: its MLP has no gate "
+              "(choose from q_proj, k_proj, v_proj, o_proj, up_proj, down_proj, all)");
+    // Before the model is known, a name of either family passes; one of neither does not.
+    EXPECT_NO_THROW(check_lora_target_names("c_attn,gate_proj,all", "--lora-targets"));
+    EXPECT_THROW(check_lora_target_names("q_proj,wq", "--lora-targets"), InputError);
 }
 
 TEST(LoraInit, AIsUniformInPeftsBoundAndBIsZeroSoTheAdaptedModelStartsAsTheBase) {
@@ -398,11 +427,11 @@ TEST(LoraInit, AIsUniformInPeftsBoundAndBIsZeroSoTheAdaptedModelStartsAsTheBase)
     LoraConfig c;
     c.rank = 4;
     c.alpha = 8.0f;
-    c.targets.fill(true);
+    c.targets = all_lora_targets(ModelConfig{16, 101, 128, 2, 4, 64});
     LoraAdapter adapter(config, c);
     init_lora(adapter, 7);
     for (int l = 0; l < config.num_layers; ++l) {
-        for (int i = 0; i < kLoraTargets; ++i) {
+        for (int i = 0; i < kGpt2LoraTargets; ++i) {
             const auto t = static_cast<LoraTarget>(i);
             const float bound =
                 1.0f / std::sqrt(static_cast<float>(lora_product_shape(config, t).in));
@@ -431,7 +460,7 @@ TEST(PeftAdapter, WrittenDirectoryReadsBackBitwiseWithPeftsNamesAndConfig) {
     LoraConfig c;
     c.rank = 4;
     c.alpha = 16.0f;
-    c.targets = parse_lora_targets("c_attn,mlp.c_proj", "--lora-targets");
+    c.targets = parse_lora_targets("c_attn,mlp.c_proj", "--lora-targets", {});
     LoraAdapter adapter(config, c);
     init_lora(adapter, 3);
     for (std::size_t i = 0; i < adapter.params.size(); ++i)  // B non-zero too
@@ -460,7 +489,7 @@ TEST(PeftAdapter, AnAdapterForAnotherShapeIsRefusedNamingTheTensor) {
     LoraConfig c;
     c.rank = 2;
     c.alpha = 4.0f;
-    c.targets.fill(true);
+    c.targets = all_lora_targets(ModelConfig{16, 101, 128, 2, 4, 64});
     LoraAdapter adapter(ModelConfig{16, 101, 128, 2, 4, 64}, c);
     (void)write_peft_adapter(dir.path(), adapter, "gpt2");
     try {
@@ -486,7 +515,7 @@ TEST(LoraFlops, ABaseWithoutWeightGradientCountsTwoThirdsOfFullTrainingsProducts
     LoraConfig c;
     c.rank = 16;
     c.alpha = 32.0f;
-    c.targets.fill(true);
+    c.targets = all_lora_targets(ModelConfig{16, 101, 128, 2, 4, 64});
     const double full = training_flops_per_token(config, 1024);
     const double lora = lora_training_flops_per_token(config, 1024, c);
     const double C = 768, L = 12, T = 1024;
@@ -517,7 +546,7 @@ BaseAndAdapter base_and_adapter(const std::string& targets) {
     LoraConfig c;
     c.rank = 3;
     c.alpha = 7.0f;
-    c.targets = parse_lora_targets(targets, "--lora-targets");
+    c.targets = parse_lora_targets(targets, "--lora-targets", {});
     LoraAdapter adapter(config, c);
     init_lora(adapter, 5);
     for (std::size_t i = 0; i < adapter.params.size(); ++i)
@@ -623,7 +652,7 @@ TEST(LoraCheckpoint, TheMemoryPlanCountsOneAdaptedMatrixNotAMergedCopy) {
         LoraConfig lora;
         lora.rank = 16;
         lora.alpha = 32.0f;
-        lora.targets = parse_lora_targets(targets, "--lora-targets");
+        lora.targets = parse_lora_targets(targets, "--lora-targets", {});
         const MemoryNeed need =
             memory_need(config, 1, 1, 256, Precision::Fp32, Recompute::Layers, 1, lora);
         const std::size_t largest = std::string(targets) == "all"      ? 4 * C * C
@@ -693,7 +722,7 @@ TEST(LoraBf16Base, TheMemoryPlanCountsTheFrozenWeightsWithoutTheFp32LayerMatrice
     LoraConfig lora;
     lora.rank = 16;
     lora.alpha = 32.0f;
-    lora.targets = parse_lora_targets("c_attn", "--lora-targets");
+    lora.targets = parse_lora_targets("c_attn", "--lora-targets", {});
     const MemoryNeed both =
         memory_need(config, 1, 1, 1024, Precision::Bf16, Recompute::Layers, 1, lora, false);
     const MemoryNeed bf16 =

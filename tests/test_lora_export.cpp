@@ -33,14 +33,14 @@ const std::string kPeftReference = std::string(GPT2_SOURCE_DIR) + "/tests/peft_l
 const std::string kText = "the king shall speak\nof love and war to thee my lord";
 
 // llama.cpp's names of the base weights each target adapts (its gpt2 architecture).
-const std::array<std::string, kLoraTargets> kGgufNames = {"attn_qkv", "attn_output", "ffn_up",
-                                                          "ffn_down"};
+const std::array<std::string, kGpt2LoraTargets> kGgufNames = {"attn_qkv", "attn_output", "ffn_up",
+                                                              "ffn_down"};
 
 LoraConfig all_four(int rank, float alpha) {
     LoraConfig c;
     c.rank = rank;
     c.alpha = alpha;
-    c.targets.fill(true);
+    c.targets = all_lora_targets(ModelConfig{16, 101, 128, 2, 4, 64});
     return c;
 }
 
@@ -49,7 +49,7 @@ LoraAdapter trained_looking_adapter(const ModelConfig& model, const LoraConfig& 
     LoraAdapter adapter(model, config);
     init_lora(adapter, 11);
     for (int l = 0; l < model.num_layers; ++l) {
-        for (int i = 0; i < kLoraTargets; ++i) {
+        for (int i = 0; i < kGpt2LoraTargets; ++i) {
             const auto t = static_cast<LoraTarget>(i);
             float* B = adapter.params.data() + adapter.layout.b_offset(l, t);
             for (std::size_t k = 0; k < adapter.layout.b_floats(t); ++k)
@@ -125,7 +125,7 @@ TEST_F(LoraExport, MergedOutputsInEveryFormatHoldWPlusScaledBA) {
     const Model llmc = load_model_file(dir_.path() / "merged.bin").model;
     const Model hf = load_model_file(dir_.path() / "merged_hf").model;
     for (int l = 0; l < base_.config.num_layers; ++l) {
-        for (int i = 0; i < kLoraTargets; ++i) {
+        for (int i = 0; i < kGpt2LoraTargets; ++i) {
             const auto t = static_cast<LoraTarget>(i);
             const std::vector<float> expected = expected_merged(base_, adapter_, l, t);
             const auto where =
@@ -159,12 +159,12 @@ TEST_F(LoraExport, TheGgufAdapterHoldsLlamaCppsKeysAndPeftsMatrices) {
     EXPECT_EQ(f.kv.at("general.type"), "adapter");
     EXPECT_EQ(f.kv.at("adapter.type"), "lora");
     EXPECT_EQ(f.kv.at("adapter.lora.alpha"), 16.0f);
-    EXPECT_EQ(f.tensors.size(), 2u * kLoraTargets * base_.config.num_layers);
+    EXPECT_EQ(f.tensors.size(), 2u * kGpt2LoraTargets * base_.config.num_layers);
     const auto C = static_cast<std::uint64_t>(base_.config.channels);
-    const std::array<std::pair<std::uint64_t, std::uint64_t>, kLoraTargets> in_out = {
+    const std::array<std::pair<std::uint64_t, std::uint64_t>, kGpt2LoraTargets> in_out = {
         {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}};
     for (int l = 0; l < base_.config.num_layers; ++l) {
-        for (int i = 0; i < kLoraTargets; ++i) {
+        for (int i = 0; i < kGpt2LoraTargets; ++i) {
             const auto t = static_cast<LoraTarget>(i);
             const std::string name = "blk." + std::to_string(l) + "." +
                                      kGgufNames[static_cast<std::size_t>(i)] + ".weight";

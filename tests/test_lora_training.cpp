@@ -331,7 +331,7 @@ TEST_F(LoraTraining, OneAndTwoRanksTrainTheSameAdapterAndTheMergedCheckpointIsWP
     std::vector<bool> adapted(base.model.params.size(), false);
     const float scale = 8.0f / 4.0f;
     for (int l = 0; l < config.num_layers; ++l) {
-        for (int i = 0; i < kLoraTargets; ++i) {
+        for (int i = 0; i < kGpt2LoraTargets; ++i) {
             const auto t = static_cast<LoraTarget>(i);
             for (const auto& [at, delta] : merged_deltas(*a1, base.model.layout, l, t, scale)) {
                 adapted[at] = true;
@@ -597,6 +597,38 @@ TEST_F(LoraTraining, ALoraRunWithInputDropoutResumesBitwiseAndRefusesAnotherRate
     EXPECT_EQ(read_file_bytes(state), state_bytes);
 }
 
+// The Llama family (docs/llama.md's Hugging Face stand-in: SmolLM2's layout, 4 query heads over 2
+// key/value heads): LoRA on every projection PEFT's Llama names give, with input dropout, on two
+// ranks: 3 + 3 steps equal 6 straight bitwise (the state's version 9: its model's record and the
+// adapter's), and a resume asking for other projections is refused naming them.
+TEST_F(LoraTraining, ALlamaFamilyLoraRunOfTwoRanksResumesBitwise) {
+    const std::string standin = std::string(GPT2_TEST_DATA_DIR) + "/hf_llama_standin";
+    const std::string adapter =
+        "--lora-rank 4 --lora-alpha 8 --lora-targets all --lora-dropout 0.1";
+    expect_bitwise_lora_resume(
+        *dir_, 2,
+        [&](const std::string& name, const std::string& flags) {
+            return six_steps(2, name, flags, standin, adapter);
+        },
+        "llama-");
+    const std::string state = state_path(*dir_ / "llama-resumed2", 3).string();
+    const std::vector<std::uint8_t> bytes = read_file_bytes(state);
+    EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 8), "GPT2STA9");
+    const auto config = nlohmann::json::parse(
+        read_text_file(adapter_path(*dir_ / "llama-straight2", 6) / "adapter_config.json"));
+    EXPECT_EQ(config.at("target_modules"), nlohmann::json({"q_proj", "k_proj", "v_proj", "o_proj",
+                                                           "gate_proj", "up_proj", "down_proj"}));
+    EXPECT_EQ(config.at("fan_in_fan_out"), false);
+    const auto other =
+        six_steps(1, "llama-resumed2", "--resume " + state, standin,
+                  "--lora-rank 4 --lora-alpha 8 --lora-targets q_proj,v_proj --lora-dropout 0.1");
+    EXPECT_EQ(other.exit_code, 2) << other.output;
+    EXPECT_NE(other.output.find("--lora-targets q_proj,v_proj (the state's "
+                                "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)"),
+              std::string::npos)
+        << other.output;
+}
+
 // --lora-base bf16 (the fp32 layer matrices released after the start): 3 + 3 steps equal 6
 // straight, bit for bit, the resume releasing the base it reads again from --init-from alike.
 TEST_F(LoraTraining, ALoraRunWithABf16BaseResumesBitwise) {
@@ -694,7 +726,10 @@ TEST_F(LoraTraining, UnsupportedCombinationsAndBadValuesAreRefusedNamingTheFlags
         {"--lora-rank 4 --bucket-mb 1",
          "error: --lora-rank and --bucket-mb: LoRA's adapter gradient (megabytes) travels in one "
          "allreduce after backward"},
-        {"--lora-rank 4 --lora-targets c_attn,wte", "error: --lora-targets"},
+        {"--lora-rank 4 --lora-targets c_attn,wte",
+         "error: --lora-targets: unknown projection 'wte' (GPT-2's: c_attn, attn.c_proj, c_fc, "
+         "mlp.c_proj, c_proj; the Llama family's: q_proj, k_proj, v_proj, o_proj, gate_proj, "
+         "up_proj, down_proj; or all)"},
         {"--lora-rank -1", "--lora-rank"},
         {"--lora-rank 4 --lora-alpha 0", "--lora-alpha"},
         {"--lora-alpha 16",

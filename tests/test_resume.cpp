@@ -439,7 +439,7 @@ TEST(CheckpointSizes, TheFootprintOfTheRoomCheckIsTheSizeOfTheFilesWritten) {
     for (const bool lora : {false, true}) {
         OptimizerState optimizer(lora ? 999 : ParameterLayout(config).total());
         ResumeState state;
-        if (lora) state.lora = LoraRecord{LoraConfig{4, 8.0f, {true, true, true, true}, 0.0f}};
+        if (lora) state.lora.config = LoraConfig{4, 8.0f, {true, true, true, true}, 0.0f};
         const fs::path state_file = dir.path() / "state_000001.bin";
         save_resume_state(state_file, state, config, optimizer);
         EXPECT_EQ(fs::file_size(state_file), resume_state_file_bytes(optimizer.m.size(), lora));

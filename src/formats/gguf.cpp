@@ -404,46 +404,88 @@ void write_gguf(const std::filesystem::path& path, const Model& model, const Tok
                     llama ? gguf_llama_tensors(model, weights) : gguf_tensors(model, weights));
 }
 
+namespace {
+// The base tensor llama.cpp adds target t's update to, as write_gguf names it: GPT-2's fused
+// products, or the Llama family's per projection.
+std::string gguf_lora_base_name(int l, LoraTarget t) {
+    switch (t) {
+        case LoraTarget::QProj:
+            return layer_tensor_name(l, "attn_q.weight");
+        case LoraTarget::KProj:
+            return layer_tensor_name(l, "attn_k.weight");
+        case LoraTarget::VProj:
+            return layer_tensor_name(l, "attn_v.weight");
+        case LoraTarget::OProj:
+            return layer_tensor_name(l, "attn_output.weight");
+        case LoraTarget::GateProj:
+            return layer_tensor_name(l, "ffn_gate.weight");
+        case LoraTarget::UpProj:
+            return layer_tensor_name(l, "ffn_up.weight");
+        case LoraTarget::DownProj:
+            return layer_tensor_name(l, "ffn_down.weight");
+        default:
+            break;
+    }
+    const ParamTensor weight = lora_target_weight(t);
+    return layer_tensor_name(
+        l,
+        std::find_if(kGgufLayerTensors.begin(), kGgufLayerTensors.end(), [&](const LayerTensor& x) {
+            return x.tensor == weight;
+        })->suffix);
+}
+}  // namespace
+
 void write_gguf_lora(const std::filesystem::path& path, const LoraAdapter& adapter,
                      GgufWeights weights, const std::string& name) {
     if (weights == GgufWeights::Q8_0) {
         throw InputError(path.string() +
                          ": a LoRA adapter's rows are as long as its rank: f32, f16 or bf16");
     }
+    const ModelConfig& c = adapter.layout.model();
+    const bool llama = !c.is_gpt2();
+    if (llama && !is_llama_block(c)) {
+        throw InputError(path.string() +
+                         ": GGUF takes adapters of GPT-2 and the Llama family's "
+                         "block (llama.cpp's llama), not of " +
+                         describe(c.arch));
+    }
     KeyValues metadata;
-    metadata.string("general.architecture", "gpt2");
+    metadata.string("general.architecture", llama ? "llama" : "gpt2");
     metadata.string("general.type", "adapter");
     metadata.string("general.name", name);
     metadata.u32("general.file_type", file_type(weights));
     metadata.u32("general.alignment", kAlignment);
     metadata.string("adapter.type", "lora");
     metadata.f32("adapter.lora.alpha", adapter.config.alpha);
-    std::vector<Tensor> tensors;
+    TensorList tensors{weights, {}};
     const auto r = static_cast<std::uint64_t>(adapter.config.rank);
     const std::span<const float> params = adapter.params.span();
     for (int l = 0; l < adapter.layout.num_layers(); ++l) {
         for (int i = 0; i < kLoraTargets; ++i) {
             const auto target = static_cast<LoraTarget>(i);
             if (!adapter.config.adapts(target)) continue;
-            const ParamTensor weight = lora_target_weight(target);
-            const LayerTensor& base =
-                *std::find_if(kGgufLayerTensors.begin(), kGgufLayerTensors.end(),
-                              [&](const LayerTensor& t) { return t.tensor == weight; });
-            const ProductShape shape = lora_product_shape(adapter.layout.model(), target);
-            const std::string name_in_base = layer_tensor_name(l, base.suffix);
+            const ProductShape shape = lora_product_shape(c, target);
+            const std::string name_in_base = gguf_lora_base_name(l, target);
             // llama.cpp's adapted product is B (A x): A (r, in) row-major is ne {in, r}, B (out, r)
             // is ne {r, out}, PEFT's lora_A and lora_B as they are (the base's ne {in, out}).
-            tensors.push_back(make_tensor(
-                name_in_base + ".lora_a", {static_cast<std::uint64_t>(shape.in), r},
-                params.subspan(adapter.layout.a_offset(l, target), adapter.layout.a_floats(target)),
-                weights));
-            tensors.push_back(make_tensor(
-                name_in_base + ".lora_b", {r, static_cast<std::uint64_t>(shape.out)},
-                params.subspan(adapter.layout.b_offset(l, target), adapter.layout.b_floats(target)),
-                weights));
+            tensors.add(name_in_base + ".lora_a", {static_cast<std::uint64_t>(shape.in), r},
+                        params.subspan(adapter.layout.a_offset(l, target),
+                                       adapter.layout.a_floats(target)));
+            const std::span<const float> b =
+                params.subspan(adapter.layout.b_offset(l, target), adapter.layout.b_floats(target));
+            const std::vector<std::uint64_t> ne = {r, static_cast<std::uint64_t>(shape.out)};
+            if (target == LoraTarget::QProj || target == LoraTarget::KProj) {
+                // B's rows are the update's output rows: in llama.cpp's order of Q's and K's rows.
+                const auto rows =
+                    interleaved_heads(b, target == LoraTarget::QProj ? c.num_heads : c.kv_heads(),
+                                      c.head_size(), adapter.config.rank);
+                tensors.add(name_in_base + ".lora_b", ne, *rows, rows);
+            } else {
+                tensors.add(name_in_base + ".lora_b", ne, b);
+            }
         }
     }
-    write_gguf_file(path, metadata, tensors);
+    write_gguf_file(path, metadata, tensors.tensors);
 }
 
 }  // namespace gpt2

@@ -333,8 +333,10 @@ std::string write_lora_adapter_file(const ModelOutput& output, const LoraAdapter
     }
     const std::string name = output.name.empty() ? output.path.stem().string() : output.name;
     write_gguf_lora(output.path, adapter, gguf_weights(output.dtype), name);
-    return "GGUF v3 LoRA adapter for llama.cpp's gpt2, r=" + std::to_string(adapter.config.rank) +
-           ", alpha " + format_alpha(adapter.config.alpha) + ", " + output.dtype + " tensors";
+    return std::string("GGUF v3 LoRA adapter for llama.cpp's ") +
+           (adapter.layout.model().is_gpt2() ? "gpt2" : "llama") +
+           ", r=" + std::to_string(adapter.config.rank) + ", alpha " +
+           format_alpha(adapter.config.alpha) + ", " + output.dtype + " tensors";
 }
 
 std::string write_model_file(const ModelOutput& output, const Model& model,

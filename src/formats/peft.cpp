@@ -31,8 +31,11 @@ double json_decimal(float value) {
 }  // namespace
 
 std::string peft_tensor_name(int l, LoraTarget t, bool b_matrix) {
-    return "base_model.model.transformer.h." + std::to_string(l) + "." +
-           std::string(lora_target_module(t)) + (b_matrix ? ".lora_B.weight" : ".lora_A.weight");
+    const bool gpt2 = offers(LoraModules{}, t);
+    return std::string(gpt2 ? "base_model.model.transformer.h."
+                            : "base_model.model.model.layers.") +
+           std::to_string(l) + "." + std::string(lora_target_module(t)) +
+           (b_matrix ? ".lora_B.weight" : ".lora_A.weight");
 }
 
 std::filesystem::path write_peft_adapter(const std::filesystem::path& dir,
@@ -42,7 +45,8 @@ std::filesystem::path write_peft_adapter(const std::filesystem::path& dir,
     std::filesystem::create_directories(dir, error);
     if (error) throw InputError(dir.string() + ": cannot create the directory: " + error.message());
     const LoraConfig& c = adapter.config;
-    // PEFT's LoraConfig for GPT-2 (Conv1D weights are stored (in, out): fan_in_fan_out).
+    // PEFT's LoraConfig: GPT-2's Conv1D weights are stored (in, out) (fan_in_fan_out), the Llama
+    // family's nn.Linear (out, in).
     const json config = {{"peft_type", "LORA"},
                          {"task_type", "CAUSAL_LM"},
                          {"base_model_name_or_path", base_model},
@@ -50,7 +54,7 @@ std::filesystem::path write_peft_adapter(const std::filesystem::path& dir,
                          {"lora_alpha", c.alpha},
                          {"lora_dropout", json_decimal(c.dropout)},
                          {"target_modules", lora_target_modules(c.targets)},
-                         {"fan_in_fan_out", true},
+                         {"fan_in_fan_out", !lora_modules(adapter.layout.model()).llama},
                          {"bias", "none"},
                          {"use_rslora", false},
                          {"use_dora", false},
@@ -87,31 +91,27 @@ std::filesystem::path write_peft_adapter(const std::filesystem::path& dir,
 }
 
 namespace {
-// The targets PEFT's target_modules select among GPT-2's four projections (a name matches a module
-// equal to it or ending in "." + it, as PEFT matches a list).
-std::array<bool, kLoraTargets> targets_of(const json& modules, const std::string& where) {
-    std::array<bool, kLoraTargets> targets{};
-    if (!modules.is_array()) {
-        throw InputError(where + ": key 'target_modules' must be a list of module names");
+// The targets PEFT's target_modules select among the model's projections: a list of names (each
+// matches a module equal to it or ending in "." + it, as PEFT matches a list) or "all-linear"
+// (every projection of the blocks, the head excepted, as PEFT's shorthand selects).
+std::array<bool, kLoraTargets> targets_of(const json& modules, const std::string& where,
+                                          const LoraModules& offered) {
+    if (modules.is_string() && modules.get<std::string>() == "all-linear") {
+        return parse_lora_targets("all", "", offered);
     }
+    if (!modules.is_array()) {
+        throw InputError(where +
+                         ": key 'target_modules' must be a list of module names or "
+                         "\"all-linear\" (a regular expression is not read)");
+    }
+    std::string list;
     for (const json& name : modules) {
         if (!name.is_string()) throw InputError(where + ": 'target_modules' holds a non-string");
-        const std::string n = name.get<std::string>();
-        bool matched = false;
-        for (int i = 0; i < kLoraTargets; ++i) {
-            const std::string module(lora_target_module(static_cast<LoraTarget>(i)));
-            if (module == n || module.ends_with("." + n)) {
-                targets[static_cast<std::size_t>(i)] = true;
-                matched = true;
-            }
-        }
-        if (!matched) {
-            throw InputError(where + ": target module '" + n +
-                             "' is not one of GPT-2's projections (c_attn, attn.c_proj, c_fc, "
-                             "mlp.c_proj)");
-        }
+        if (!list.empty()) list += ',';
+        list += name.get<std::string>();
     }
-    return targets;
+    if (list.empty()) throw InputError(where + ": key 'target_modules' is empty");
+    return parse_lora_targets(list, where + ": target module", offered);
 }
 }  // namespace
 
@@ -155,7 +155,14 @@ std::unique_ptr<LoraAdapter> read_peft_adapter(const std::filesystem::path& dir,
     }
     c.rank = need("r").get<int>();
     c.alpha = need("lora_alpha").get<float>();
-    c.targets = targets_of(need("target_modules"), config_path);
+    c.targets = targets_of(need("target_modules"), config_path, lora_modules(model));
+    // PEFT transposes the update of a fan_in_fan_out adapter: right for GPT-2's Conv1D (which PEFT
+    // sets itself), another model for nn.Linear's (out, in) weights.
+    if (lora_modules(model).llama && config.value("fan_in_fan_out", false)) {
+        throw InputError(config_path +
+                         ": key 'fan_in_fan_out' is true, but this model's projections are "
+                         "nn.Linear's (out, in): PEFT would add the transposed update");
+    }
     validate_lora(c, config_path);
 
     const SafetensorsFile file = SafetensorsFile::read(dir / kWeightsFile);

@@ -17,16 +17,18 @@
 namespace gpt2 {
 
 namespace {
-// Version 7 (a model that is not GPT-2, ModelConfig::is_gpt2) is version 3's header, the
-// optimizer's kind (AdamW too) and the model's configuration record; GPT-2 runs keep writing 3
-// or 6. Version 6 (full training with an optimizer other than AdamW) adds the optimizer's kind
-// after version 3's header; AdamW runs keep writing version 3, which earlier builds read. Version 5
-// (LoRA runs only) adds LoRA's input dropout rate after version 4's LoRA record; a version 4 state
-// is of a run without it (rate 0). Version 4 (LoRA runs only) adds the adapter's configuration and
-// the base's fingerprint. Version 3 adds the loss-spike windows (SpikeGuard) to the header. Version
-// 2 writes its header field by field and adds the lineage and the schedule length. Version 1 was
-// the raw bytes of a struct (4 padding bytes after the model shape); it is still read, field by
-// field, so checkpoints of earlier builds resume.
+// Version 9 (a LoRA run on a model that is not GPT-2) is version 8's header with version 5's LoRA
+// record after the spike windows, where version 5 has it. Version 7 (a model that is not GPT-2,
+// ModelConfig::is_gpt2) is version 3's header, the optimizer's kind (AdamW too) and the model's
+// configuration record; GPT-2 runs keep writing 3 or 6. Version 6 (full training with an optimizer
+// other than AdamW) adds the optimizer's kind after version 3's header; AdamW runs keep writing
+// version 3, which earlier builds read. Version 5 (LoRA runs only) adds LoRA's input dropout rate
+// after version 4's LoRA record; a version 4 state is of a run without it (rate 0). Version 4 (LoRA
+// runs only) adds the adapter's configuration and the base's fingerprint. Version 3 adds the
+// loss-spike windows (SpikeGuard) to the header. Version 2 writes its header field by field and
+// adds the lineage and the schedule length. Version 1 was the raw bytes of a struct (4 padding
+// bytes after the model shape); it is still read, field by field, so checkpoints of earlier builds
+// resume.
 constexpr std::array<char, 8> kStateMagicV1 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '1'};
 constexpr std::array<char, 8> kStateMagicV2 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '2'};
 constexpr std::array<char, 8> kStateMagicV3 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '3'};
@@ -35,6 +37,7 @@ constexpr std::array<char, 8> kStateMagicV5 = {'G', 'P', 'T', '2', 'S', 'T', 'A'
 constexpr std::array<char, 8> kStateMagicV6 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '6'};
 constexpr std::array<char, 8> kStateMagicV7 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '7'};
 constexpr std::array<char, 8> kStateMagicV8 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '8'};
+constexpr std::array<char, 8> kStateMagicV9 = {'G', 'P', 'T', '2', 'S', 'T', 'A', '9'};
 constexpr std::size_t kHeaderBytesV1 = 112;
 constexpr std::size_t kHeaderBytesV2 = 124;
 constexpr std::size_t kWindowBytes = 8 + 8 * SpikeWindow::kWindow;
@@ -46,7 +49,9 @@ constexpr std::size_t kHeaderBytesV6 = kHeaderBytesV3 + 4;  // the optimizer's k
 // Version 7 held a version-1 configuration record, version 8 the current one.
 constexpr std::size_t kHeaderBytesV7 = kHeaderBytesV6 + kConfigRecordV1Ints * sizeof(std::int32_t);
 constexpr std::size_t kHeaderBytesV8 = kHeaderBytesV6 + sizeof(ConfigRecord);
-constexpr std::size_t kLongestHeader = std::max({kHeaderBytesV5, kHeaderBytesV6, kHeaderBytesV8});
+constexpr std::size_t kHeaderBytesV9 = kHeaderBytesV8 + kLoraBytes + 4;
+constexpr std::size_t kLongestHeader =
+    std::max({kHeaderBytesV5, kHeaderBytesV6, kHeaderBytesV8, kHeaderBytesV9});
 
 void put_lora(ByteWriter& out, const LoraRecord& lora) {
     out.put(static_cast<std::int32_t>(lora.config.rank));
@@ -120,10 +125,11 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
     std::array<char, 8> magic{};
     std::memcpy(magic.data(), bytes.data(), 8);
     const bool v1 = magic == kStateMagicV1;
-    const bool v8 = magic == kStateMagicV8;
+    const bool v9 = magic == kStateMagicV9;        // a LoRA record and a configuration record
+    const bool v8 = magic == kStateMagicV8 || v9;  // the current configuration record
     const bool v7 = magic == kStateMagicV7 || v8;  // a configuration record
     const bool v6 = magic == kStateMagicV6;
-    const bool v5 = magic == kStateMagicV5;
+    const bool v5 = magic == kStateMagicV5 || v9;
     const bool v4 = magic == kStateMagicV4 || v5;
     const bool v3 = magic == kStateMagicV3 || v4 || v6 || v7;
     if (!v1 && !v3 && magic != kStateMagicV2) {
@@ -164,10 +170,12 @@ StateHeader parse_header(std::span<const std::uint8_t> bytes, const std::string&
             v8 ? sizeof(ConfigRecord) : kConfigRecordV1Ints * sizeof(std::int32_t);
         h.record =
             config_record_of_bytes(in.take(record_bytes, "model configuration record"), name);
-        (void)from_config_record(*h.record, name);  // its ranges
+        const ModelConfig model = from_config_record(*h.record, name);  // its ranges
+        h.state.lora.modules = lora_modules(model);
     }
     h.bytes = in.offset();
     if (h.bytes != (v1   ? kHeaderBytesV1
+                    : v9 ? kHeaderBytesV9
                     : v8 ? kHeaderBytesV8
                     : v7 ? kHeaderBytesV7
                     : v6 ? kHeaderBytesV6
@@ -188,11 +196,11 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
     const bool adamw = state.optimizer == OptimizerKind::AdamW;
     const bool record = !config.is_gpt2();
     if (lora && !adamw) throw std::logic_error("save_resume_state: LoRA trains with AdamW");
-    if (lora && record) throw std::logic_error("save_resume_state: LoRA adapts GPT-2 only so far");
-    for (const char c : record  ? kStateMagicV8
-                        : lora  ? kStateMagicV5
-                        : adamw ? kStateMagicV3
-                                : kStateMagicV6)
+    for (const char c : record&& lora ? kStateMagicV9
+                        : record      ? kStateMagicV8
+                        : lora        ? kStateMagicV5
+                        : adamw       ? kStateMagicV3
+                                      : kStateMagicV6)
         out.put(c);
     out.put(state.step);
     out.put(state.seed);
@@ -219,7 +227,8 @@ void save_resume_state(const std::filesystem::path& path, const ResumeState& sta
 
 std::uintmax_t resume_state_file_bytes(std::size_t moment_floats, bool lora,
                                        OptimizerKind optimizer, bool gpt2) {
-    return (!gpt2                               ? kHeaderBytesV8
+    return (!gpt2 && lora                       ? kHeaderBytesV9
+            : !gpt2                             ? kHeaderBytesV8
             : lora                              ? kHeaderBytesV5
             : optimizer == OptimizerKind::AdamW ? kHeaderBytesV3
                                                 : kHeaderBytesV6) +
@@ -340,7 +349,8 @@ bool is_resume_state_file(const std::filesystem::path& path) {
     std::ifstream in(path, std::ios::binary);
     return in.read(magic.data(), magic.size()) &&
            (magic == kStateMagicV1 || magic == kStateMagicV2 || magic == kStateMagicV3 ||
-            magic == kStateMagicV4 || magic == kStateMagicV5);
+            magic == kStateMagicV4 || magic == kStateMagicV5 || magic == kStateMagicV6 ||
+            magic == kStateMagicV7 || magic == kStateMagicV8 || magic == kStateMagicV9);
 }
 
 std::filesystem::path model_path(const std::filesystem::path& dir, std::int64_t step) {

@@ -19,13 +19,15 @@
 namespace gpt2 {
 
 // What a LoRA run's state records beside the adapter's moments (version 5, version 4 without the
-// dropout rate; full training writes version 3, without it): the adapter's configuration with its
+// dropout rate, version 9 for a model that is not GPT-2; full training writes version 3, without
+// it): the adapter's configuration with its
 // input dropout and the frozen base it adapted, which a resume loads again (the checkpoint's model
 // file holds the merged weights, not the base).
 struct LoraRecord {
     LoraConfig config;                   // rank 0: full training
     bool base_from_file = false;         // the base came from --init-from (else from --seed)
     std::uint64_t base_fingerprint = 0;  // lora_base_fingerprint of the base's fp32 weights
+    LoraModules modules;  // the projections the model offers (read from the header's model)
 };
 
 struct ResumeState {

@@ -180,7 +180,8 @@ class LayerAdapter {
     LayerAdapter() = default;
     LayerAdapter(const Model& model, ThreadLocalTrainingContext& ctx, int l,
                  const TokenBatch& batch, std::span<float> adapter_grads)
-        : scale_(model.lora->config.scale()),
+        : config_(&model.config),
+          scale_(model.lora->config.scale()),
           rank_(model.lora->config.rank),
           sequences_(batch.B),
           weights_(model.lora->layer(l)) {
@@ -200,29 +201,47 @@ class LayerAdapter {
             }
         }
     }
-    [[nodiscard]] bool adapts(LoraTarget t) const {
-        return weights_.a[static_cast<std::size_t>(t)] != nullptr;
+    // Whether any adapter adds to the product of base weight `weight`.
+    [[nodiscard]] bool adapts(ParamTensor weight) const {
+        for (int i = 0; i < kLoraTargets; ++i) {
+            const auto t = static_cast<LoraTarget>(i);
+            if (weights_.a[static_cast<std::size_t>(i)] != nullptr &&
+                lora_target_weight(t) == weight)
+                return true;
+        }
+        return false;
     }
-    // out (N, OC) += the adapter's term for the product of `inp` (N, C).
-    void forward(LoraTarget t, float* out, const float* inp, int N, int C, int OC) const {
-        const auto i = static_cast<std::size_t>(t);
-        if (weights_.a[i] == nullptr) return;
-        lora_forward(out, u_, inp, weights_.a[i], weights_.b[i], scale_, N, C, OC, rank_,
-                     input_dropout(t));
+    // out (N, OC) += the adapters' terms for the product of `inp` (N, C) with `weight`: each
+    // target's on its rows of the product (all of them, or a row block as q_proj's of qkvw).
+    void forward(ParamTensor weight, float* out, const float* inp, int N, int C, int OC) const {
+        for (int i = 0; i < kLoraTargets; ++i) {
+            const auto t = static_cast<LoraTarget>(i);
+            const auto k = static_cast<std::size_t>(i);
+            if (weights_.a[k] == nullptr || lora_target_weight(t) != weight) continue;
+            const ProductShape s = lora_product_shape(*config_, t);
+            lora_forward(out + s.first_row, u_, inp, weights_.a[k], weights_.b[k], scale_, N, C,
+                         s.out, rank_, OC, input_dropout(t));
+        }
     }
-    // dinp += the adapter's part of the input gradient; the adapter's gradients accumulated.
-    void backward(LoraTarget t, float* dinp, const float* dout, const float* inp, int N, int C,
-                  int OC) const {
-        const auto i = static_cast<std::size_t>(t);
-        if (weights_.a[i] == nullptr) return;
-        lora_backward(dinp, grads_.a[i], grads_.b[i], u_, v_, dout, inp, weights_.a[i],
-                      weights_.b[i], scale_, N, C, OC, rank_, input_dropout(t));
+    // dinp += the adapters' part of the input gradient; their gradients accumulated.
+    void backward(ParamTensor weight, float* dinp, const float* dout, const float* inp, int N,
+                  int C, int OC) const {
+        for (int i = 0; i < kLoraTargets; ++i) {
+            const auto t = static_cast<LoraTarget>(i);
+            const auto k = static_cast<std::size_t>(i);
+            if (weights_.a[k] == nullptr || lora_target_weight(t) != weight) continue;
+            const ProductShape s = lora_product_shape(*config_, t);
+            lora_backward(dinp, grads_.a[k], grads_.b[k], u_, v_, dout + s.first_row, inp,
+                          weights_.a[k], weights_.b[k], scale_, N, C, s.out, rank_, OC,
+                          input_dropout(t));
+        }
     }
 
   private:
     [[nodiscard]] LoraInputDropout input_dropout(LoraTarget t) const {
         return LoraInputDropout{masks_[static_cast<std::size_t>(t)], sequences_, dropped_};
     }
+    const ModelConfig* config_ = nullptr;
     float scale_ = 0.0f;
     int rank_ = 0;
     int sequences_ = 0;
@@ -274,7 +293,7 @@ LayerDropout layer_dropout(const TokenBatch& batch, int l) {
 void residual_product(const PrecisionMatmul& matmul, float* out, const float* residual,
                       const float* inp, const float* weight, const float* bias, int B, int T, int C,
                       int OC, const DropoutMask& dropout, const LayerAdapter& adapter,
-                      LoraTarget target) {
+                      ParamTensor target) {
     const int N = B * T;
     if (!dropout.active()) {
         matmul.forward(out, residual, inp, weight, bias, N, C, OC);
@@ -306,13 +325,13 @@ void qkv_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ctx,
                  const LayerView<const float>& p, const LayerAdapter& adapter, const float* ln,
                  int T, int N, const ModelConfig& c) {
     const int C = c.channels, NH = c.num_heads, W = c.qkv_width();
-    if (a.qkv_bf16 != nullptr && !adapter.adapts(LoraTarget::CAttn)) {
+    if (a.qkv_bf16 != nullptr && !adapter.adapts(ParamTensor::qkvw)) {
         matmul.qkv_forward_by_heads(a.qkv_bf16, ln, p.qkvw, p.qkvb, N, C, NH);
         return;
     }
     float* qkv = a.qkv_bf16 != nullptr ? ctx.scratch.dqkv : a.qkv;
     matmul.forward(qkv, nullptr, ln, p.qkvw, p.qkvb, N, C, W);
-    adapter.forward(LoraTarget::CAttn, qkv, ln, N, C, W);
+    adapter.forward(ParamTensor::qkvw, qkv, ln, N, C, W);
     if (a.qkv_bf16 != nullptr) round_qkv_by_heads(a.qkv_bf16, qkv, N, C, NH);
     qk_norm_forward(c, qkv, a.qk_rstd, N);        // where QK-norm (never with bf16 attention)
     rotate_qk_forward(c, ctx.rotary, qkv, N, T);  // q and k rotated where they are stored
@@ -333,14 +352,14 @@ void layer_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ct
     qkv_forward(matmul, ctx, a, p, adapter, ln, T, N, c);
     matmul.attention_forward(a.atty, a.att_lse, a, B, T, C, NH, dropout.probabilities, first_keys);
     residual_product(matmul, a.residual2, residual, a.atty, p.attprojw, p.attprojb, B, T, C, C,
-                     dropout.attention_output, adapter, LoraTarget::AttnCProj);
+                     dropout.attention_output, adapter, ParamTensor::attprojw);
     norm_forward(c, ln, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N);
     matmul.forward(a.fch, nullptr, ln, p.fcw, p.fcb, N, C, F);
-    adapter.forward(LoraTarget::CFc, a.fch, ln, N, C, F);
+    adapter.forward(ParamTensor::fcw, a.fch, ln, N, C, F);
     if (output) {  // the activation feeds only the last product; backward recomputes it itself
         activation_forward(c, act, a.fch, N);
         residual_product(matmul, a.residual3, a.residual2, act, p.fcprojw, p.fcprojb, B, T, H, C,
-                         dropout.mlp_output, adapter, LoraTarget::MlpCProj);
+                         dropout.mlp_output, adapter, ParamTensor::fcprojw);
     }
 }
 
@@ -366,23 +385,23 @@ void layer_backward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& c
     // apart (SwiGLU: F = 2H).
     float* dact = c.arch.mlp == MlpKind::SwiGlu ? ctx.scratch.dact : dfch;
     matmul.backward(dact, d.fcprojw, d.fcprojb, dmlp, act, p.fcprojw, N, H, C);
-    adapter.backward(LoraTarget::MlpCProj, dact, dmlp, act, N, H, C);
+    adapter.backward(ParamTensor::fcprojw, dact, dmlp, act, N, H, C);
     activation_backward(c, dfch, a.fch, dact, N);
     norm_recompute(c, ln, a.residual2, a.ln2_mean, a.ln2_rstd, p.ln2w, p.ln2b, N);
     matmul.backward(dch, d.fcw, d.fcb, dfch, ln, p.fcw, N, C, F);
-    adapter.backward(LoraTarget::CFc, dch, dfch, ln, N, C, F);
+    adapter.backward(ParamTensor::fcw, dch, dfch, ln, N, C, F);
     norm_backward(c, dres, d.ln2w, d.ln2b, dch, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, N);
     // Attention: residual2 = residual + dropout(attproj(attention(qkv(ln1(residual))))).
     const float* dattn = dropped_gradient(dres, dfch, B, T, C, dropout.attention_output);
     matmul.backward(dch, d.attprojw, d.attprojb, dattn, a.atty, p.attprojw, N, C, C);
-    adapter.backward(LoraTarget::AttnCProj, dch, dattn, a.atty, N, C, C);
+    adapter.backward(ParamTensor::attprojw, dch, dattn, a.atty, N, C, C);
     matmul.attention_backward(ctx.scratch.dqkv, dch, a.atty, a.att_lse, a, B, T, C, NH,
                               dropout.probabilities, first_keys);
     qk_norm_backward(c, ctx.scratch.dqkv, a.qkv, a.qk_rstd, N);  // in the rotated frame
     rotate_qk_backward(c, ctx.rotary, ctx.scratch.dqkv, N, T);   // where rotary
     norm_recompute(c, ln, residual, a.ln1_mean, a.ln1_rstd, p.ln1w, p.ln1b, N);
     matmul.backward(dch, d.qkvw, d.qkvb, ctx.scratch.dqkv, ln, p.qkvw, N, C, W);
-    adapter.backward(LoraTarget::CAttn, dch, ctx.scratch.dqkv, ln, N, C, W);
+    adapter.backward(ParamTensor::qkvw, dch, ctx.scratch.dqkv, ln, N, C, W);
     norm_backward(c, dres, d.ln1w, d.ln1b, dch, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, N);
 }
 

@@ -11,61 +11,139 @@
 
 namespace gpt2 {
 
-std::string_view lora_target_module(LoraTarget t) {
-    switch (t) {
-        case LoraTarget::CAttn:
-            return "attn.c_attn";
-        case LoraTarget::AttnCProj:
-            return "attn.c_proj";
-        case LoraTarget::CFc:
-            return "mlp.c_fc";
-        case LoraTarget::MlpCProj:
-            return "mlp.c_proj";
-    }
-    return "?";
+namespace {
+struct TargetNames {
+    LoraTarget target;
+    std::string_view module;  // PEFT's module under the layer
+    ParamTensor weight;
+};
+constexpr std::array<TargetNames, kLoraTargets> kTargets = {{
+    {LoraTarget::CAttn, "attn.c_attn", ParamTensor::qkvw},
+    {LoraTarget::AttnCProj, "attn.c_proj", ParamTensor::attprojw},
+    {LoraTarget::CFc, "mlp.c_fc", ParamTensor::fcw},
+    {LoraTarget::MlpCProj, "mlp.c_proj", ParamTensor::fcprojw},
+    {LoraTarget::QProj, "self_attn.q_proj", ParamTensor::qkvw},
+    {LoraTarget::KProj, "self_attn.k_proj", ParamTensor::qkvw},
+    {LoraTarget::VProj, "self_attn.v_proj", ParamTensor::qkvw},
+    {LoraTarget::OProj, "self_attn.o_proj", ParamTensor::attprojw},
+    {LoraTarget::GateProj, "mlp.gate_proj", ParamTensor::fcw},
+    {LoraTarget::UpProj, "mlp.up_proj", ParamTensor::fcw},
+    {LoraTarget::DownProj, "mlp.down_proj", ParamTensor::fcprojw},
+}};
+
+const TargetNames& names_of(LoraTarget t) {
+    const auto i = static_cast<std::size_t>(t);
+    if (i >= kTargets.size()) throw std::invalid_argument("LoRA: unknown target");
+    return kTargets[i];
 }
 
-ParamTensor lora_target_weight(LoraTarget t) {
-    switch (t) {
-        case LoraTarget::CAttn:
-            return ParamTensor::qkvw;
-        case LoraTarget::AttnCProj:
-            return ParamTensor::attprojw;
-        case LoraTarget::CFc:
-            return ParamTensor::fcw;
-        case LoraTarget::MlpCProj:
-            return ParamTensor::fcprojw;
-    }
-    throw std::invalid_argument("lora_target_weight: unknown target");
+bool is_llama_target(LoraTarget t) {
+    return static_cast<int>(t) >= static_cast<int>(LoraTarget::QProj);
 }
 
-std::array<bool, kLoraTargets> parse_lora_targets(std::string_view list, std::string_view flag) {
+// The names a list may give for `modules`' projections (each a module or its suffix after a '.').
+std::string modules_choice(const LoraModules& modules) {
+    return modules.llama ? (modules.gated ? "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                                            "down_proj, all"
+                                          : "q_proj, k_proj, v_proj, o_proj, up_proj, down_proj, "
+                                            "all")
+                         : "c_attn, attn.c_proj, c_fc, mlp.c_proj, c_proj, all";
+}
+
+// The targets one name selects among `modules`' (a module equal to it or ending in "." + it, as
+// PEFT matches a target_modules list); empty when none.
+std::array<bool, kLoraTargets> matching(std::string_view name, const LoraModules& modules) {
     std::array<bool, kLoraTargets> targets{};
-    const auto set = [&](LoraTarget t) { targets[static_cast<std::size_t>(t)] = true; };
+    for (const TargetNames& t : kTargets) {
+        if (!offers(modules, t.target)) continue;
+        const std::string_view m = t.module;
+        const bool suffix =
+            m.size() > name.size() && m.ends_with(name) && m[m.size() - name.size() - 1] == '.';
+        if (name == "all" || m == name || suffix)
+            targets[static_cast<std::size_t>(t.target)] = true;
+    }
+    return targets;
+}
+
+bool any_of(const std::array<bool, kLoraTargets>& targets) {
+    return std::find(targets.begin(), targets.end(), true) != targets.end();
+}
+
+// Calls `each` with every comma-separated name of `list`.
+template <typename F>
+void for_each_name(std::string_view list, F&& each) {
     std::size_t start = 0;
     while (start <= list.size()) {
         const std::size_t comma = std::min(list.find(',', start), list.size());
-        const std::string_view name = list.substr(start, comma - start);
-        if (name == "c_attn" || name == "attn.c_attn") {
-            set(LoraTarget::CAttn);
-        } else if (name == "attn.c_proj") {
-            set(LoraTarget::AttnCProj);
-        } else if (name == "c_fc" || name == "mlp.c_fc") {
-            set(LoraTarget::CFc);
-        } else if (name == "mlp.c_proj") {
-            set(LoraTarget::MlpCProj);
-        } else if (name == "c_proj") {
-            set(LoraTarget::AttnCProj);
-            set(LoraTarget::MlpCProj);
-        } else if (name == "all") {
-            targets.fill(true);
-        } else {
-            throw InputError(std::string(flag) + ": unknown projection '" + std::string(name) +
-                             "' (choose from c_attn, attn.c_proj, c_fc, mlp.c_proj, c_proj, all)");
-        }
+        each(list.substr(start, comma - start));
         start = comma + 1;
     }
+}
+}  // namespace
+
+LoraModules lora_modules(const ModelConfig& config) {
+    return LoraModules{!config.is_gpt2(), config.arch.mlp == MlpKind::SwiGlu};
+}
+
+bool offers(const LoraModules& modules, LoraTarget t) {
+    if (!is_llama_target(t)) return !modules.llama;
+    return modules.llama && (t != LoraTarget::GateProj || modules.gated);
+}
+
+std::string_view lora_target_module(LoraTarget t) {
+    return names_of(t).module;
+}
+
+std::string_view lora_target_short_name(LoraTarget t) {
+    const std::string_view m = names_of(t).module;
+    return m.substr(m.find('.') + 1);
+}
+
+ParamTensor lora_target_weight(LoraTarget t) {
+    return names_of(t).weight;
+}
+
+std::array<bool, kLoraTargets> parse_lora_targets(std::string_view list, std::string_view flag,
+                                                  const LoraModules& modules) {
+    std::array<bool, kLoraTargets> targets{};
+    for_each_name(list, [&](std::string_view name) {
+        const std::array<bool, kLoraTargets> named = matching(name, modules);
+        if (!any_of(named)) {
+            std::string message(flag);
+            if (any_of(matching(name, {!modules.llama, true}))) {
+                message.append(": '").append(name).append("' is a projection of ");
+                message.append(modules.llama ? "GPT-2" : "the Llama family");
+                message.append(", not of this model");
+            } else if (any_of(matching(name, {modules.llama, true}))) {
+                message.append(": '").append(name);
+                message.append("' is not a projection of this model: its MLP has no gate");
+            } else {
+                message.append(": unknown projection '").append(name).append("'");
+            }
+            throw InputError(message + " (choose from " + modules_choice(modules) + ")");
+        }
+        for (std::size_t i = 0; i < targets.size(); ++i)
+            targets[i] = targets[i] || named[i];
+    });
     return targets;
+}
+
+void check_lora_target_names(std::string_view list, std::string_view flag) {
+    for_each_name(list, [&](std::string_view name) {
+        if (!any_of(matching(name, {false, false})) && !any_of(matching(name, {true, true}))) {
+            std::string message(flag);
+            message.append(": unknown projection '").append(name);
+            message.append(
+                "' (GPT-2's: c_attn, attn.c_proj, c_fc, mlp.c_proj, c_proj; the Llama "
+                "family's: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                "down_proj; or all)");
+            throw InputError(message);
+        }
+    });
+}
+
+std::array<bool, kLoraTargets> all_lora_targets(const ModelConfig& config) {
+    return parse_lora_targets("all", "all_lora_targets", lora_modules(config));
 }
 
 std::vector<std::string> lora_target_modules(const std::array<bool, kLoraTargets>& targets) {
@@ -80,29 +158,51 @@ std::vector<std::string> lora_target_modules(const std::array<bool, kLoraTargets
         modules.emplace_back("mlp.c_proj");
     }
     if (has(LoraTarget::CFc)) modules.emplace_back("c_fc");
+    for (int i = static_cast<int>(LoraTarget::QProj); i < kLoraTargets; ++i) {
+        const auto t = static_cast<LoraTarget>(i);
+        if (has(t)) modules.emplace_back(lora_target_short_name(t));
+    }
     return modules;
 }
 
 ProductShape lora_product_shape(const ModelConfig& config, LoraTarget t) {
-    const int C = config.channels;
+    const int C = config.channels, H = config.mlp_hidden();
+    const int KV = config.kv_heads() * config.head_size();
+    const bool gated = config.arch.mlp == MlpKind::SwiGlu;
     switch (t) {
         case LoraTarget::CAttn:
-            return {C, 3 * C};
+            return {C, config.qkv_width(), 0};
         case LoraTarget::AttnCProj:
-            return {C, C};
+        case LoraTarget::OProj:
+            return {C, C, 0};
         case LoraTarget::CFc:
-            return {C, 4 * C};
+            return {C, config.fc_width(), 0};
         case LoraTarget::MlpCProj:
-            return {4 * C, C};
+        case LoraTarget::DownProj:
+            return {H, C, 0};
+        case LoraTarget::QProj:
+            return {C, C, 0};
+        case LoraTarget::KProj:
+            return {C, KV, C};
+        case LoraTarget::VProj:
+            return {C, KV, C + KV};
+        case LoraTarget::GateProj:
+            return {C, H, 0};
+        case LoraTarget::UpProj:
+            return {C, H, gated ? H : 0};  // up after gate in fcw; all of it without a gate
     }
     throw std::invalid_argument("lora_product_shape: unknown target");
 }
 
 LoraLayout::LoraLayout(const ModelConfig& model, const LoraConfig& lora)
     : model_(model), lora_(lora) {
-    require_gpt2_block(model, "LoRA");  // GPT-2's targets and their shapes
+    const LoraModules modules = lora_modules(model);
     for (int i = 0; i < kLoraTargets; ++i) {
         const auto t = static_cast<LoraTarget>(i);
+        if (lora.adapts(t) && !offers(modules, t)) {
+            throw InputError("LoRA: " + std::string(lora_target_short_name(t)) +
+                             " is not a projection of this model (" + describe(model.arch) + ")");
+        }
         within_layer_[static_cast<std::size_t>(i)] = per_layer_;
         if (lora.adapts(t)) per_layer_ += a_floats(t) + b_floats(t);
     }
@@ -127,8 +227,12 @@ std::size_t LoraLayout::offset(int l, LoraTarget t) const {
 double lora_training_flops_per_token(const ModelConfig& config, int seq_len,
                                      const LoraConfig& lora) {
     const double C = config.channels, L = config.num_layers, T = seq_len;
-    const double matmul_params =
-        L * 12.0 * C * C + static_cast<double>(config.padded_vocab_size) * C;
+    double matmul_params = static_cast<double>(config.padded_vocab_size) * C;  // the head
+    for (const TensorSpec& spec : tensor_table(config)) {
+        if (spec.per_layer && spec.rows > 1) {
+            matmul_params += L * static_cast<double>(spec.rows) * static_cast<double>(spec.cols);
+        }
+    }
     const double attention = L * 2.0 * 2.0 * T * C;  // QK^T and PV forward, as training counts it
     double adapter = 0.0;
     for (int i = 0; i < kLoraTargets; ++i) {
@@ -177,25 +281,37 @@ void init_lora(LoraAdapter& adapter, std::uint64_t seed) {
 }
 
 namespace {
-// Layer l's matrix of target t (its base weight, (out, in)) += scale * B (out, r) @ A (r, in):
+// Layer l's rows of target t in its base weight (out, in) += scale * B (out, r) @ A (r, in):
 // merge_lora's one product, shared with merged_lora_pieces so that both give bitwise the same.
+// `weight` is layer l's whole base weight (a row block's rows start at its first_row).
 void add_lora_update(float* weight, const LoraAdapter& adapter, const ModelConfig& config, int l,
                      LoraTarget t) {
     const auto i = static_cast<std::size_t>(t);
     const LoraLayerView<const float> view = adapter.layer(l);
     const ProductShape s = lora_product_shape(config, t);
     const int r = adapter.config.rank;
-    gemm_nn(s.out, s.in, r, adapter.config.scale(), view.b[i], r, view.a[i], s.in, 1.0f, weight,
-            s.in);
+    gemm_nn(s.out, s.in, r, adapter.config.scale(), view.b[i], r, view.a[i], s.in, 1.0f,
+            weight + static_cast<std::size_t>(s.first_row) * static_cast<std::size_t>(s.in), s.in);
 }
 
-// The adapted target whose base weight is `tensor`, if any.
-std::optional<LoraTarget> adapted_target(const LoraConfig& config, ParamTensor tensor) {
+// Layer l's base weight `tensor` += every adapted target's update on it, in the targets' order.
+void add_lora_updates(float* weight, const LoraAdapter& adapter, const ModelConfig& config, int l,
+                      ParamTensor tensor) {
     for (int i = 0; i < kLoraTargets; ++i) {
         const auto t = static_cast<LoraTarget>(i);
-        if (config.adapts(t) && lora_target_weight(t) == tensor) return t;
+        if (adapter.config.adapts(t) && lora_target_weight(t) == tensor) {
+            add_lora_update(weight, adapter, config, l, t);
+        }
     }
-    return std::nullopt;
+}
+
+// Whether any adapted target's base weight is `tensor`.
+bool adapts_weight(const LoraConfig& config, ParamTensor tensor) {
+    for (int i = 0; i < kLoraTargets; ++i) {
+        const auto t = static_cast<LoraTarget>(i);
+        if (config.adapts(t) && lora_target_weight(t) == tensor) return true;
+    }
+    return false;
 }
 }  // namespace
 
@@ -216,13 +332,13 @@ std::size_t merge_buffer_floats(const ModelConfig& config, const std::optional<L
                                 bool layer_matrices_bf16_only) {
     std::size_t largest = 0;
     if (!lora) return largest;
-    for (int i = 0; i < kLoraTargets; ++i) {
-        const auto t = static_cast<LoraTarget>(i);
+    for (const TensorSpec& spec : tensor_table(config)) {
         // A bf16-only base converts every layer matrix, adapted or not, in the buffer.
-        if (!lora->adapts(t) && !layer_matrices_bf16_only) continue;
-        const ProductShape s = lora_product_shape(config, t);
-        largest =
-            std::max(largest, static_cast<std::size_t>(s.in) * static_cast<std::size_t>(s.out));
+        const bool in_buffer =
+            adapts_weight(*lora, spec.id) || (layer_matrices_bf16_only && is_layer_matrix(spec.id));
+        if (!in_buffer || !spec.per_layer) continue;
+        largest = std::max(
+            largest, static_cast<std::size_t>(spec.rows) * static_cast<std::size_t>(spec.cols));
     }
     return largest;
 }
@@ -234,9 +350,9 @@ void merged_lora_pieces(const Model& base, const LoraAdapter& adapter,
     AlignedBuffer<float> matrix(merge_buffer_floats(base.config, adapter.config, bf16_only));
     for (const TensorSpec& spec : base.layout.specs()) {
         const ParamTensor tensor = spec.id;
-        const std::optional<LoraTarget> target = adapted_target(adapter.config, tensor);
+        const bool adapted = adapts_weight(adapter.config, tensor);
         const bool from_twin = bf16_only && is_layer_matrix(tensor);
-        if (!target && !from_twin) {
+        if (!adapted && !from_twin) {
             emit(base.layout.tensor(w, tensor));
             continue;
         }
@@ -249,26 +365,26 @@ void merged_lora_pieces(const Model& base, const LoraAdapter& adapter,
             } else {
                 std::copy(layer.begin(), layer.end(), merged.begin());
             }
-            if (target) add_lora_update(merged.data(), adapter, base.config, l, *target);
+            if (adapted) add_lora_updates(merged.data(), adapter, base.config, l, tensor);
             emit(merged);
         }
     }
 }
 
 void lora_forward(float* out, float* u, const float* inp, const float* A, const float* B,
-                  float scale, int N, int C, int OC, int r) {
-    gemm_nt(N, r, C, 1.0f, inp, C, A, C, 0.0f, u, r);     // u = inp @ A^T
-    gemm_nt(N, OC, r, scale, u, r, B, r, 1.0f, out, OC);  // out += scale * u @ B^T
+                  float scale, int N, int C, int OC, int r, int ldo) {
+    gemm_nt(N, r, C, 1.0f, inp, C, A, C, 0.0f, u, r);      // u = inp @ A^T
+    gemm_nt(N, OC, r, scale, u, r, B, r, 1.0f, out, ldo);  // out += scale * u @ B^T
 }
 
 void lora_backward(float* dinp, float* dA, float* dB, float* u, float* v, const float* dout,
                    const float* inp, const float* A, const float* B, float scale, int N, int C,
-                   int OC, int r) {
-    gemm_nt(N, r, C, 1.0f, inp, C, A, C, 0.0f, u, r);      // u = inp @ A^T (as forward)
-    gemm_nn(N, r, OC, scale, dout, OC, B, r, 0.0f, v, r);  // v = scale * dout @ B
+                   int OC, int r, int ldo) {
+    gemm_nt(N, r, C, 1.0f, inp, C, A, C, 0.0f, u, r);       // u = inp @ A^T (as forward)
+    gemm_nn(N, r, OC, scale, dout, ldo, B, r, 0.0f, v, r);  // v = scale * dout @ B
     if (dinp != nullptr) gemm_nn(N, C, r, 1.0f, v, r, A, C, 1.0f, dinp, C);  // dinp += v @ A
     gemm_tn(r, C, N, 1.0f, v, r, inp, C, 1.0f, dA, C);                       // dA += v^T @ inp
-    gemm_tn(OC, r, N, scale, dout, OC, u, r, 1.0f, dB, r);  // dB += scale * dout^T @ u
+    gemm_tn(OC, r, N, scale, dout, ldo, u, r, 1.0f, dB, r);  // dB += scale * dout^T @ u
 }
 
 namespace {
@@ -286,24 +402,25 @@ float* dropped_input(const float* inp, int N, int C, const LoraInputDropout& dro
 }  // namespace
 
 void lora_forward(float* out, float* u, const float* inp, const float* A, const float* B,
-                  float scale, int N, int C, int OC, int r, const LoraInputDropout& dropout) {
+                  float scale, int N, int C, int OC, int r, int ldo,
+                  const LoraInputDropout& dropout) {
     if (!dropout.mask.active()) {
-        lora_forward(out, u, inp, A, B, scale, N, C, OC, r);
+        lora_forward(out, u, inp, A, B, scale, N, C, OC, r, ldo);
         return;
     }
-    lora_forward(out, u, dropped_input(inp, N, C, dropout), A, B, scale, N, C, OC, r);
+    lora_forward(out, u, dropped_input(inp, N, C, dropout), A, B, scale, N, C, OC, r, ldo);
 }
 
 void lora_backward(float* dinp, float* dA, float* dB, float* u, float* v, const float* dout,
                    const float* inp, const float* A, const float* B, float scale, int N, int C,
-                   int OC, int r, const LoraInputDropout& dropout) {
+                   int OC, int r, int ldo, const LoraInputDropout& dropout) {
     if (!dropout.mask.active()) {
-        lora_backward(dinp, dA, dB, u, v, dout, inp, A, B, scale, N, C, OC, r);
+        lora_backward(dinp, dA, dB, u, v, dout, inp, A, B, scale, N, C, OC, r, ldo);
         return;
     }
     // Regenerated rather than stored: the mask is a function of its key, so this is forward's.
     float* dropped = dropped_input(inp, N, C, dropout);
-    lora_backward(nullptr, dA, dB, u, v, dout, dropped, A, B, scale, N, C, OC, r);
+    lora_backward(nullptr, dA, dB, u, v, dout, dropped, A, B, scale, N, C, OC, r, ldo);
     if (dinp == nullptr) return;
     // The input's gradient through the mask: dropout's backward is the same mask applied to v @ A
     // (computed into the scratch, whose dropped input dA and dB no longer need).

@@ -1,8 +1,9 @@
-// LoRA (low-rank adaptation, as Hugging Face PEFT defines it) on GPT-2's four projections: the
-// adapter's shape and flat buffer with named views, its initialisation, merging it into the base
-// weights, and the forward and backward of one adapted product over raw arrays.
+// LoRA (low-rank adaptation, as Hugging Face PEFT defines it) on GPT-2's four projections or the
+// Llama family's seven: the adapter's shape and flat buffer with named views, its initialisation,
+// merging it into the base weights, and the forward and backward of one adapted product.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -19,18 +20,54 @@
 
 namespace gpt2 {
 
-// The projections LoRA can adapt, named as PEFT names GPT-2's modules (transformer.h.<l>.<name>).
-enum class LoraTarget : int { CAttn, AttnCProj, CFc, MlpCProj };
-inline constexpr int kLoraTargets = 4;
-// "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj".
+// The projections LoRA can adapt, as PEFT names their modules: GPT-2's four (transformer.h.<l>.
+// <name>) and the Llama family's seven (model.layers.<l>.<name>). Our block fuses some of them:
+// GPT-2's c_attn is all of qkvw, Llama's q_proj, k_proj and v_proj are row blocks of it, gate_proj
+// and up_proj of fcw; an adapter on a row block adds its update to those rows only.
+enum class LoraTarget : int {
+    CAttn,
+    AttnCProj,
+    CFc,
+    MlpCProj,  // GPT-2's
+    QProj,
+    KProj,
+    VProj,
+    OProj,
+    GateProj,
+    UpProj,
+    DownProj  // the Llama family's
+};
+inline constexpr int kLoraTargets = 11;
+inline constexpr int kGpt2LoraTargets = 4;  // GPT-2's are the first four
+
+// The projections a model offers: GPT-2's for GPT-2's block, the Llama family's for any other
+// (gate_proj only where the MLP is gated: SwiGLU).
+struct LoraModules {
+    bool llama = false;
+    bool gated = false;
+    friend bool operator==(const LoraModules&, const LoraModules&) = default;
+};
+[[nodiscard]] LoraModules lora_modules(const ModelConfig& config);
+[[nodiscard]] bool offers(const LoraModules& modules, LoraTarget t);
+
+// "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"; "self_attn.q_proj" ... "mlp.down_proj".
 [[nodiscard]] std::string_view lora_target_module(LoraTarget t);
-// The base weight a target adapts (qkvw, attprojw, fcw, fcprojw).
+// The module's last name: "c_attn", "c_proj", ..., "q_proj", "down_proj".
+[[nodiscard]] std::string_view lora_target_short_name(LoraTarget t);
+// The base weight a target adapts (qkvw, attprojw, fcw or fcprojw).
 [[nodiscard]] ParamTensor lora_target_weight(LoraTarget t);
-// Parses a comma-separated list of PEFT's GPT-2 names: c_attn, attn.c_proj, c_fc, mlp.c_proj,
-// c_proj (both projections, as PEFT matches a name by suffix) and all. Throws InputError naming
-// `flag` and the unknown name.
+// Parses a comma-separated list of PEFT's names for the projections `modules` offers: GPT-2's
+// c_attn, attn.c_proj, c_fc, mlp.c_proj, c_proj (both projections, as PEFT matches a name by
+// suffix); the Llama family's q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (with
+// or without self_attn./mlp.); all. Throws InputError naming `flag` and the unknown name.
 [[nodiscard]] std::array<bool, kLoraTargets> parse_lora_targets(std::string_view list,
-                                                                std::string_view flag);
+                                                                std::string_view flag,
+                                                                const LoraModules& modules);
+// Throws InputError naming `flag` and the name when a name is of neither family (checks flags
+// before the model is known).
+void check_lora_target_names(std::string_view list, std::string_view flag);
+// Every projection the model offers (--lora-targets all).
+[[nodiscard]] std::array<bool, kLoraTargets> all_lora_targets(const ModelConfig& config);
 // The targets as PEFT's target_modules (the shortest names that match exactly these modules).
 [[nodiscard]] std::vector<std::string> lora_target_modules(
     const std::array<bool, kLoraTargets>& targets);
@@ -49,10 +86,12 @@ struct LoraConfig {
     friend bool operator==(const LoraConfig&, const LoraConfig&) = default;
 };
 
-// A target's product in the base model: out (N, OC) = inp (N, C) @ W (OC, C)^T.
+// A target's product in the base model: out (N, OC) = inp (N, C) @ W (OC, C)^T, where W is rows
+// [first_row, first_row + OC) of its base weight.
 struct ProductShape {
-    int in = 0;   // C
-    int out = 0;  // OC
+    int in = 0;         // C
+    int out = 0;        // OC
+    int first_row = 0;  // where a row block (q/k/v_proj in qkvw, gate/up_proj in fcw) starts
 };
 [[nodiscard]] ProductShape lora_product_shape(const ModelConfig& config, LoraTarget t);
 
@@ -148,23 +187,24 @@ void merged_lora_pieces(const Model& base, const LoraAdapter& adapter,
                                               bool layer_matrices_bf16_only = false);
 
 // out (N, OC) += scale * (inp (N, C) @ A (r, C)^T) @ B (OC, r)^T; `u` (N, r) receives inp @ A^T.
+// `ldo`: the distance between out's rows (OC, or the fused product's width for a row block).
 void lora_forward(float* out, float* u, const float* inp, const float* A, const float* B,
-                  float scale, int N, int C, int OC, int r);
-// The adapter's part of the product's backward, for dout (N, OC):
+                  float scale, int N, int C, int OC, int r, int ldo);
+// The adapter's part of the product's backward, for dout (N, OC) (rows ldo apart):
 //   v = scale * dout @ B (N, r);  dinp += v @ A;  dA += v^T @ inp;  dB += scale * dout^T @ u
 // where u = inp @ A^T is recomputed here (N*r scratch each for u and v). dinp may be null.
 void lora_backward(float* dinp, float* dA, float* dB, float* u, float* v, const float* dout,
                    const float* inp, const float* A, const float* B, float scale, int N, int C,
-                   int OC, int r);
+                   int OC, int r, int ldo);
 
 // PEFT's lora_dropout on one adapted product's input: the adapter reads dropout(inp), the base
 // product inp itself. The mask spans the batch's `sequences` sequences of N / sequences rows each
 // (ops/dropout.hpp); `dropped` (N, C) is scratch that receives the masked input, made again from
 // the mask in backward rather than kept from forward. An inactive mask is the plain path, bitwise.
 // Channels of scratch per token LoRA's input dropout at `rate` needs: the widest input an adapted
-// product reads (mlp.c_proj's 4C), or 0 without dropout.
+// product reads (the MLP's hidden width, GPT-2's 4C), or 0 without dropout.
 [[nodiscard]] inline int lora_dropout_channels(const ModelConfig& config, float rate) {
-    return rate > 0.0f ? 4 * config.channels : 0;
+    return rate > 0.0f ? std::max(config.channels, config.mlp_hidden()) : 0;
 }
 struct LoraInputDropout {
     DropoutMask mask;
@@ -173,11 +213,12 @@ struct LoraInputDropout {
 };
 // lora_forward on dropout(inp): out += scale * (dropout(inp) @ A^T) @ B^T.
 void lora_forward(float* out, float* u, const float* inp, const float* A, const float* B,
-                  float scale, int N, int C, int OC, int r, const LoraInputDropout& dropout);
+                  float scale, int N, int C, int OC, int r, int ldo,
+                  const LoraInputDropout& dropout);
 // lora_backward on dropout(inp): dA += v^T @ dropout(inp), dB as without dropout, and
 // dinp += dropout's backward of v @ A (the same mask and 1 / (1 - p) applied to it).
 void lora_backward(float* dinp, float* dA, float* dB, float* u, float* v, const float* dout,
                    const float* inp, const float* A, const float* B, float scale, int N, int C,
-                   int OC, int r, const LoraInputDropout& dropout);
+                   int OC, int r, int ldo, const LoraInputDropout& dropout);
 
 }  // namespace gpt2

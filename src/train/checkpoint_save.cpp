@@ -50,8 +50,8 @@ void TrainingLoop::save(std::int64_t completed) {
     state.optimizer = replica_.optimizer->kind();
     if (const std::shared_ptr<LoraAdapter>& adapter = replica_.model.lora) {
         // What a resume must give again: the same adapter on the same base.
-        state.lora =
-            LoraRecord{adapter->config, !o_.model.init_from.empty(), replica_.base_fingerprint};
+        state.lora = LoraRecord{adapter->config, !o_.model.init_from.empty(),
+                                replica_.base_fingerprint, lora_modules(replica_.model.config)};
     }
     save_resume_state(state_path(out_dir, completed), state, replica_.model.config, optimizer);
     last_checkpoint_ = path;

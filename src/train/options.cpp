@@ -114,7 +114,7 @@ void validate_lora_options(const TrainOptions& o) {
     if (!(lora.dropout >= 0.0f && lora.dropout < 1.0f)) {
         throw InputError("--lora-dropout must be in [0, 1)");
     }
-    (void)parse_lora_targets(lora.targets, "--lora-targets");
+    check_lora_target_names(lora.targets, "--lora-targets");
     if (lora.bf16_base && o.compute.precision != Precision::Bf16) {
         throw InputError(
             "--lora-base bf16 needs --precision bf16: in fp32 the products read the fp32 base");

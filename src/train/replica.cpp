@@ -38,8 +38,8 @@ std::size_t bucket_floats(double bucket_mb) {
 // is one (on every rank).
 bool agree_on_lora(const TrainOptions& o, const Communicator& comm, const ModelConfig& config,
                    const StartPoint& start, LoraConfig& lora, std::unique_ptr<LoraAdapter>& from) {
-    lora =
-        LoraConfig{o.lora.rank, o.lora.alpha, parse_lora_targets(o.lora.targets, "--lora-targets")};
+    lora = LoraConfig{o.lora.rank, o.lora.alpha,
+                      parse_lora_targets(o.lora.targets, "--lora-targets", lora_modules(config))};
     const std::filesystem::path dir =
         !o.lora.from.empty() ? std::filesystem::path(o.lora.from) : start.adapter_dir;
     const std::string named =
@@ -256,11 +256,10 @@ std::string describe_lora(const Model& model) {
     for (int i = 0; i < kLoraTargets; ++i) {
         const auto t = static_cast<LoraTarget>(i);
         if (!c.adapts(t)) continue;
-        // c_attn and c_fc are unambiguous; the two c_proj keep their module's prefix.
-        const std::string_view module = lora_target_module(t);
-        names.emplace_back(t == LoraTarget::CAttn || t == LoraTarget::CFc
-                               ? module.substr(module.find('.') + 1)
-                               : module);
+        // GPT-2's two c_proj keep their module's prefix; every other name is unambiguous.
+        names.emplace_back(t == LoraTarget::AttnCProj || t == LoraTarget::MlpCProj
+                               ? lora_target_module(t)
+                               : lora_target_short_name(t));
     }
     const auto trained = static_cast<double>(model.lora->layout.total());
     const auto total = static_cast<double>(model.layout.total());

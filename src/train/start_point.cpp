@@ -207,7 +207,8 @@ void resume_lora_on_its_base(const TrainOptions& o, StartPoint& start) {
                          (saved.base_from_file ? " and the --init-from base it adapted" : ""));
     }
     const LoraConfig asked{o.lora.rank, o.lora.alpha,
-                           parse_lora_targets(o.lora.targets, "--lora-targets"), o.lora.dropout};
+                           parse_lora_targets(o.lora.targets, "--lora-targets", saved.modules),
+                           o.lora.dropout};
     std::vector<std::string> differs;
     if (asked.rank != saved.config.rank) {
         differs.push_back(

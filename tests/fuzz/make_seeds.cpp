@@ -254,6 +254,14 @@ int main(int argc, char** argv) {
         gpt2::ResumeState state;
         state.step = 5;
         gpt2::save_resume_state(gpt2::state_path(dir, 5), state, rms, rms_optimizer);
+        // Version 9: a LoRA run on that architecture (q_proj and v_proj, with input dropout).
+        gpt2::ResumeState lora;
+        lora.step = 9;
+        lora.lora.config = {2, 4.0f, gpt2::parse_lora_targets("q_proj,v_proj", "seed", {true}),
+                            0.1f};
+        lora.lora.base_fingerprint = 0x1234;
+        gpt2::OptimizerState adapter_optimizer(gpt2::LoraLayout(rms, lora.lora.config).total());
+        gpt2::save_resume_state(gpt2::state_path(dir, 9), lora, rms, adapter_optimizer);
     }
     // MappedShard
     {

@@ -336,8 +336,10 @@ void add_lora_flags(CLI::App& app, TrainOptions& o) {
     lora->add_option("--lora-alpha", o.lora.alpha, "LoRA's alpha: the update is (alpha / rank) B A")
         ->check(app::positive());
     lora->add_option("--lora-targets", o.lora.targets,
-                     "the projections adapted, PEFT's names: c_attn, attn.c_proj, c_fc, "
-                     "mlp.c_proj, c_proj (both projections) or all, comma-separated")
+                     "the projections adapted, PEFT's names, comma-separated: GPT-2's c_attn, "
+                     "attn.c_proj, c_fc, mlp.c_proj, c_proj (both projections); the Llama "
+                     "family's q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; or "
+                     "all")
         ->type_name("LIST");
     lora->add_option("--lora-dropout", o.lora.dropout,
                      "dropout rate, in [0, 1), on each adapter's input (PEFT's lora_dropout; "
