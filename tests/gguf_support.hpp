@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "core/file_io.hpp"
+#include "formats/element_type.hpp"
+#include "formats/gguf.hpp"
 #include "formats_support.hpp"
 
 namespace gpt2::formats_test {
@@ -177,6 +179,36 @@ inline std::string llama_cpp_missing() {
     if (fs::exists(kLlamaModules / "node-llama-cpp")) return {};
     return "node-llama-cpp is not installed in " + kLlamaModules.string() +
            " (GPT2_WITH_LLAMA_CPP=1 scripts/setup.sh installs it)";
+}
+
+// What a GGUF file of `type` stores of `values`, read back: the values as that type rounds them.
+inline std::vector<float> rounded_as(std::span<const float> values, GgufWeights type) {
+    std::vector<std::uint8_t> bytes;
+    std::vector<float> out(values.size());
+    switch (type) {
+        case GgufWeights::F32:
+            return {values.begin(), values.end()};
+        case GgufWeights::F16:
+            append_elements(bytes, values, ElementType::F16);
+            read_elements(out, bytes, ElementType::F16);
+            return out;
+        case GgufWeights::Bf16:
+            append_elements(bytes, values, ElementType::Bf16);
+            read_elements(out, bytes, ElementType::Bf16);
+            return out;
+        case GgufWeights::Q8_0:
+            append_q8_0(bytes, values);
+            for (std::size_t b = 0; b * 32 < values.size(); ++b) {
+                std::uint16_t d_bits;
+                std::memcpy(&d_bits, bytes.data() + b * 34, 2);
+                for (std::size_t i = 0; i < 32; ++i)
+                    out[b * 32 + i] =
+                        half_to_float(d_bits) *
+                        static_cast<float>(static_cast<std::int8_t>(bytes[b * 34 + 2 + i]));
+            }
+            return out;
+    }
+    return out;
 }
 
 }  // namespace gpt2::formats_test

@@ -110,36 +110,6 @@ TEST(Gguf, ACharTokenizerIsEmbeddedAsABpeWithoutMerges) {
 
 // ---- Reading GGUF ------------------------------------------------------------------------------
 
-// What a GGUF file of `type` stores of `values`, read back: the values as that type rounds them.
-std::vector<float> rounded_as(std::span<const float> values, GgufWeights type) {
-    std::vector<std::uint8_t> bytes;
-    std::vector<float> out(values.size());
-    switch (type) {
-        case GgufWeights::F32:
-            return {values.begin(), values.end()};
-        case GgufWeights::F16:
-            append_elements(bytes, values, ElementType::F16);
-            read_elements(out, bytes, ElementType::F16);
-            return out;
-        case GgufWeights::Bf16:
-            append_elements(bytes, values, ElementType::Bf16);
-            read_elements(out, bytes, ElementType::Bf16);
-            return out;
-        case GgufWeights::Q8_0:
-            append_q8_0(bytes, values);
-            for (std::size_t b = 0; b * 32 < values.size(); ++b) {
-                std::uint16_t d_bits;
-                std::memcpy(&d_bits, bytes.data() + b * 34, 2);
-                for (std::size_t i = 0; i < 32; ++i)
-                    out[b * 32 + i] =
-                        half_to_float(d_bits) *
-                        static_cast<float>(static_cast<std::int8_t>(bytes[b * 34 + 2 + i]));
-            }
-            return out;
-    }
-    return out;
-}
-
 // Every model written as GGUF reads back as the weights its type holds (F32 bitwise; F16, BF16
 // and Q8_0 as those types round them; 1-D tensors and wpe stay as written), with the same
 // tokenizer (char, trained BPE and GPT-2's), so every program that reads a model reads GGUF.
@@ -338,8 +308,8 @@ std::string gguf_with_keys(const std::vector<std::pair<std::string, std::string>
 // named; a truncated GGUF is damaged. inference, convert_model and --init-from alike.
 TEST(GgufImport, AFileThatIsNoModelOfOursIsNamedForWhatItIs) {
     const ScratchDir dir("gpt2-gguf-not-ours");
-    test::write_bytes(dir.path() / "llama.gguf",
-                      gguf_with_keys({{"general.architecture", "llama"}}));
+    test::write_bytes(dir.path() / "qwen2.gguf",
+                      gguf_with_keys({{"general.architecture", "qwen2"}}));
     test::write_bytes(dir.path() / "adapter.gguf", gguf_with_keys({{"general.architecture", "gpt2"},
                                                                    {"general.type", "adapter"},
                                                                    {"adapter.type", "lora"}}));
@@ -367,9 +337,9 @@ TEST(GgufImport, AFileThatIsNoModelOfOursIsNamedForWhatItIs) {
     truncated.resize(truncated.size() - 100);
     test::write_bytes(dir.path() / "truncated.gguf", truncated);
     const std::vector<std::pair<std::string, std::string>> cases = {
-        {"llama.gguf",
-         " is a GGUF model of llama.cpp's 'llama' architecture: the programs read "
-         "its 'gpt2' architecture"},
+        {"qwen2.gguf",
+         " is a GGUF model of llama.cpp's 'qwen2' architecture: the programs read "
+         "its 'gpt2' and 'llama' architectures"},
         {"adapter.gguf",
          " is a GGUF lora adapter for llama.cpp's 'gpt2' architecture, not a "
          "model"},
@@ -396,9 +366,9 @@ TEST(GgufImport, AFileThatIsNoModelOfOursIsNamedForWhatItIs) {
         }
     }
     const auto init = run_command(test::build_path("train_gpt2") + " --init-from " +
-                                  (dir / "llama.gguf") + " --max-steps 1 --out-dir " + (dir / "o"));
+                                  (dir / "qwen2.gguf") + " --max-steps 1 --out-dir " + (dir / "o"));
     EXPECT_EQ(init.exit_code, 1) << init.output;
-    EXPECT_NE(init.output.find("is a GGUF model of llama.cpp's 'llama' architecture"),
+    EXPECT_NE(init.output.find("is a GGUF model of llama.cpp's 'qwen2' architecture"),
               std::string::npos)
         << init.output;
 }

@@ -1,5 +1,5 @@
-// Reading GGUF: llama.cpp's gpt2 architecture (F32, F16, BF16, Q8_0) and its embedded tokenizer,
-// as every program that reads a model reads it (load_model_file).
+// Reading GGUF: llama.cpp's gpt2 and llama architectures (F32, F16, BF16, Q8_0) and the embedded
+// tokenizer, as every program that reads a model reads it (load_model_file).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -212,6 +212,163 @@ void widen(std::span<float> out, std::span<const std::uint8_t> bytes, std::uint3
     throw std::logic_error("widen: a tensor type the reader does not take");
 }
 
+// A tensor the shape calls for and where it goes in the flat parameters.
+struct Wanted {
+    std::string name;
+    std::vector<std::uint64_t> ne;
+    std::size_t offset = 0;
+    std::size_t count = 0;
+    int rotary_heads = 0;  // Q or K: rows of this many heads in llama.cpp's rotary order
+};
+
+// llama.cpp's gpt2 architecture's tensors.
+std::vector<Wanted> gpt2_tensors(const ModelConfig& c, const ParameterLayout& layout) {
+    const auto uC = static_cast<std::uint64_t>(c.channels);
+    const auto uV = static_cast<std::uint64_t>(c.vocab_size);
+    std::vector<Wanted> wanted = {
+        {"token_embd.weight", {uC, uV}, layout.offset(ParamTensor::wte), uV * uC},
+        {"position_embd.weight",
+         {uC, static_cast<std::uint64_t>(c.max_seq_len)},
+         layout.offset(ParamTensor::wpe),
+         layout.size(ParamTensor::wpe)},
+        {"output_norm.weight", {uC}, layout.offset(ParamTensor::lnfw), uC},
+        {"output_norm.bias", {uC}, layout.offset(ParamTensor::lnfb), uC}};
+    for (int l = 0; l < c.num_layers; ++l) {
+        for (const LayerTensor& t : kGgufLayerTensors) {
+            const std::size_t per_layer =
+                layout.size(t.tensor) / static_cast<std::size_t>(c.num_layers);
+            std::vector<std::uint64_t> ne = {uC * t.in, uC * t.out};
+            if (t.in == 0) ne = {per_layer};
+            wanted.push_back({layer_tensor_name(l, t.suffix), std::move(ne),
+                              layout.offset(t.tensor) + per_layer * static_cast<std::size_t>(l),
+                              per_layer});
+        }
+    }
+    return wanted;
+}
+
+// llama.cpp's llama architecture's tensors (write_gguf's gguf_llama_tensors read back): Q, K and
+// V into the rows of our qkvw, gate and up into those of fcw, the head where untied.
+std::vector<Wanted> llama_tensors(const ModelConfig& c, const ParameterLayout& layout) {
+    const auto C = static_cast<std::uint64_t>(c.channels);
+    const auto V = static_cast<std::uint64_t>(c.vocab_size);
+    const auto KV = static_cast<std::uint64_t>(c.kv_heads() * c.head_size());
+    const auto H = static_cast<std::uint64_t>(c.mlp_hidden());
+    const auto W = static_cast<std::uint64_t>(c.qkv_width());
+    std::vector<Wanted> wanted = {
+        {"token_embd.weight", {C, V}, layout.offset(ParamTensor::wte), V * C},
+        {"output_norm.weight", {C}, layout.offset(ParamTensor::lnfw), C}};
+    if (!c.arch.tied_head) {
+        wanted.push_back({"output.weight", {C, V}, layout.offset(ParamTensor::lmheadw), V * C});
+    }
+    const auto at = [&](ParamTensor t, int l, std::uint64_t per_layer, std::uint64_t within = 0) {
+        return layout.offset(t) +
+               static_cast<std::size_t>(per_layer * static_cast<std::uint64_t>(l) + within);
+    };
+    for (int l = 0; l < c.num_layers; ++l) {
+        const auto blk = [&](const char* suffix) { return layer_tensor_name(l, suffix); };
+        wanted.push_back({blk("attn_norm.weight"), {C}, at(ParamTensor::ln1w, l, C), C});
+        wanted.push_back(
+            {blk("attn_q.weight"), {C, C}, at(ParamTensor::qkvw, l, W * C), C * C, c.num_heads});
+        wanted.push_back({blk("attn_k.weight"),
+                          {C, KV},
+                          at(ParamTensor::qkvw, l, W * C, C * C),
+                          KV * C,
+                          c.kv_heads()});
+        wanted.push_back(
+            {blk("attn_v.weight"), {C, KV}, at(ParamTensor::qkvw, l, W * C, (C + KV) * C), KV * C});
+        wanted.push_back(
+            {blk("attn_output.weight"), {C, C}, at(ParamTensor::attprojw, l, C * C), C * C});
+        wanted.push_back({blk("ffn_norm.weight"), {C}, at(ParamTensor::ln2w, l, C), C});
+        wanted.push_back(
+            {blk("ffn_gate.weight"), {C, H}, at(ParamTensor::fcw, l, 2 * H * C), H * C});
+        wanted.push_back(
+            {blk("ffn_up.weight"), {C, H}, at(ParamTensor::fcw, l, 2 * H * C, H * C), H * C});
+        wanted.push_back(
+            {blk("ffn_down.weight"), {H, C}, at(ParamTensor::fcprojw, l, H * C), H * C});
+    }
+    return wanted;
+}
+
+// Rows of `heads` heads (each row `cols` values) from llama.cpp's rotary order (a head's rows
+// interleaved: its rotary pairs adjacent channels) back to ours and Hugging Face's (the two halves
+// of a head), in place: write_gguf's interleaved_heads undone.
+void halves_from_interleaved(std::span<float> rows, int heads, int head_size, std::uint64_t cols) {
+    const std::vector<float> stored(rows.begin(), rows.end());
+    const int half = head_size / 2;
+    const auto n = static_cast<std::size_t>(cols);
+    for (int h = 0; h < heads; ++h) {
+        for (int i = 0; i < half; ++i) {
+            for (int j = 0; j < 2; ++j) {
+                const auto ours = static_cast<std::size_t>(h * head_size + j * half + i);
+                const auto theirs = static_cast<std::size_t>(h * head_size + 2 * i + j);
+                std::copy_n(stored.begin() + static_cast<long>(theirs * n), n,
+                            rows.begin() + static_cast<long>(ours * n));
+            }
+        }
+    }
+}
+
+// The Llama family's block from llama.*'s keys, every setting it cannot compute refused by key.
+Architecture llama_architecture(const std::map<std::string, Metadata>& metadata,
+                                const std::string& name, int C, int NH, bool tied) {
+    const auto number = [&](const std::string& key, std::optional<double> absent) -> double {
+        const auto it = metadata.find(key);
+        if (it == metadata.end() || it->second.type == ValueType::String ||
+            it->second.type == ValueType::Array) {
+            if (absent) return *absent;
+            throw InputError(name + ": a GGUF llama model without the number " + key);
+        }
+        return it->second.number;
+    };
+    const auto whole = [&](const std::string& key, std::optional<double> absent) {
+        const double value = number(key, absent);
+        if (!(value >= 1.0 && value <= 1e9) || value != std::floor(value)) {
+            throw InputError(name + ": " + key + " is " + std::to_string(value) +
+                             ", not a positive whole number");
+        }
+        return static_cast<int>(value);
+    };
+    Architecture a;
+    a.norm = NormKind::RmsNorm;
+    a.positions = PositionKind::Rotary;
+    a.mlp = MlpKind::SwiGlu;
+    a.biases = false;
+    a.tied_head = tied;
+    a.mlp_hidden = whole("llama.feed_forward_length", std::nullopt);
+    const int kv = whole("llama.attention.head_count_kv", NH);
+    a.kv_heads = kv == NH ? 0 : kv;
+    a.norm_eps = static_cast<float>(number("llama.attention.layer_norm_rms_epsilon", std::nullopt));
+    a.rope_theta = static_cast<float>(number("llama.rope.freq_base", 10000.0));
+    if (!(a.norm_eps > 0.0f) || !(a.rope_theta > 0.0f) || !std::isfinite(a.rope_theta)) {
+        throw InputError(name +
+                         ": llama.attention.layer_norm_rms_epsilon and llama.rope.freq_base "
+                         "must be positive");
+    }
+    const int head_size = NH > 0 && C % NH == 0 ? C / NH : 0;
+    for (const char* key : {"llama.rope.dimension_count", "llama.attention.key_length",
+                            "llama.attention.value_length"}) {
+        if (metadata.count(key) != 0 && whole(key, std::nullopt) != head_size) {
+            throw InputError(name + ": " + key + " is " + std::to_string(whole(key, std::nullopt)) +
+                             ", not the head size " + std::to_string(head_size) +
+                             " (the programs' rotary turns every channel of a head)");
+        }
+    }
+    if (number("llama.expert_count", 0.0) > 0.0) {
+        throw InputError(name +
+                         ": llama.expert_count: a mixture of experts, which the programs "
+                         "do not compute");
+    }
+    if (const auto it = metadata.find("llama.rope.scaling.type");
+        it != metadata.end() &&
+        !(it->second.type == ValueType::String && it->second.text == "none")) {
+        throw InputError(name +
+                         ": llama.rope.scaling.type: scaled rotary positions are not "
+                         "computed by the programs");
+    }
+    return a;
+}
+
 }  // namespace
 
 LoadedModel load_gguf_model(const std::filesystem::path& path) {
@@ -261,11 +418,13 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
                          "' architecture, not a model: llama.cpp applies it to its base model "
                          "(--lora); the programs read a PEFT adapter directory (--lora-from)");
     }
-    if (architecture != "gpt2") {
+    if (architecture != "gpt2" && architecture != "llama") {
         throw InputError(name + " is a GGUF model of llama.cpp's '" + architecture +
-                         "' architecture: the programs read its 'gpt2' architecture (GPT-2's "
-                         "shape, as convert_model writes it)");
+                         "' architecture: the programs read its 'gpt2' and 'llama' architectures "
+                         "(GPT-2 and the Llama family, as convert_model writes them)");
     }
+    const bool llama = architecture == "llama";
+    const std::string key = architecture + ".";  // the architecture's own keys
     const auto whole = [&](const std::string& key) {
         const double value = number(key);
         if (!(value >= 1.0 && value <= 1e9) || value != std::floor(value)) {
@@ -274,18 +433,18 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
         }
         return static_cast<int>(value);
     };
-    const int C = whole("gpt2.embedding_length");
-    const int L = whole("gpt2.block_count");
-    const int NH = whole("gpt2.attention.head_count");
-    const int maxT = whole("gpt2.context_length");
-    if (metadata.count("gpt2.feed_forward_length") != 0 &&
+    const int C = whole(key + "embedding_length");
+    const int L = whole(key + "block_count");
+    const int NH = whole(key + "attention.head_count");
+    const int maxT = whole(key + "context_length");
+    if (!llama && metadata.count("gpt2.feed_forward_length") != 0 &&
         whole("gpt2.feed_forward_length") != 4 * std::int64_t{C}) {
         throw InputError(name + ": gpt2.feed_forward_length " +
                          std::to_string(whole("gpt2.feed_forward_length")) +
                          " is not 4 x gpt2.embedding_length (" +
                          std::to_string(4 * std::int64_t{C}) + "), GPT-2's MLP");
     }
-    if (metadata.count("gpt2.attention.layer_norm_epsilon") != 0 &&
+    if (!llama && metadata.count("gpt2.attention.layer_norm_epsilon") != 0 &&
         std::abs(number("gpt2.attention.layer_norm_epsilon") - 1e-5) > 1e-9) {
         throw InputError(name + ": gpt2.attention.layer_norm_epsilon " +
                          std::to_string(number("gpt2.attention.layer_norm_epsilon")) +
@@ -312,8 +471,6 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
         tokenizer_from_spelling(spelled, name + " (tokenizer.ggml)");
 
     const int V = static_cast<int>(spelled.tokens.size());
-    const ModelConfig config{maxT, V, pad_vocab(V), L, NH, C};
-    validate_config(config, name);
 
     // The tensors' descriptions, then their data (aligned).
     std::map<std::string, TensorInfo> tensors;
@@ -328,6 +485,13 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
         info.offset = in.get<std::uint64_t>("tensor offset");
         tensors.insert_or_assign(std::move(tensor_name), std::move(info));
     }
+    // The Llama family's block from llama.*; its head is untied where the file has output.weight.
+    const ModelConfig config =
+        llama ? ModelConfig(
+                    maxT, V, pad_vocab(V), L, NH, C,
+                    llama_architecture(metadata, name, C, NH, tensors.count("output.weight") == 0))
+              : ModelConfig{maxT, V, pad_vocab(V), L, NH, C};
+    validate_config(config, name);
     double alignment_value = kAlignment;
     if (metadata.count("general.alignment") != 0) alignment_value = number("general.alignment");
     if (!(alignment_value >= 1 && alignment_value <= 65536)) in.fail("general.alignment");
@@ -341,8 +505,8 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
                                    const std::vector<std::uint64_t>& ne) {
         const auto it = tensors.find(tensor_name);
         if (it == tensors.end()) {
-            throw InputError(name + ": no tensor " + tensor_name + " (llama.cpp's gpt2 model of " +
-                             describe(config) + " has one)");
+            throw InputError(name + ": no tensor " + tensor_name + " (llama.cpp's " + architecture +
+                             " model of " + describe(config) + " has one)");
         }
         const TensorInfo& info = it->second;
         if (info.ne != ne) {
@@ -352,7 +516,7 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
             for (const std::uint64_t d : ne)
                 expected += (expected.empty() ? "" : " x ") + std::to_string(d);
             throw InputError(name + ": tensor " + tensor_name + " is " + shape + ", expected " +
-                             expected + " for the shape gpt2.* gives");
+                             expected + " for the shape " + key + "* gives");
         }
         const std::optional<std::uint64_t> count = element_count(info.ne);
         std::optional<std::uint64_t> size = count ? stored_bytes(info.type, *count) : std::nullopt;
@@ -381,42 +545,20 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
     const ParameterLayout layout(config);
     const auto uC = static_cast<std::uint64_t>(C);
     const auto uV = static_cast<std::uint64_t>(V);
-    struct Wanted {
-        std::string name;
-        std::vector<std::uint64_t> ne;
-        std::size_t offset = 0;  // in the flat parameters
-        std::size_t count = 0;
-    };
-    std::vector<Wanted> wanted = {
-        {"token_embd.weight", {uC, uV}, layout.offset(ParamTensor::wte), uV * uC},
-        {"position_embd.weight",
-         {uC, static_cast<std::uint64_t>(maxT)},
-         layout.offset(ParamTensor::wpe),
-         layout.size(ParamTensor::wpe)},
-        {"output_norm.weight", {uC}, layout.offset(ParamTensor::lnfw), uC},
-        {"output_norm.bias", {uC}, layout.offset(ParamTensor::lnfb), uC}};
-    for (int l = 0; l < L; ++l) {
-        for (const LayerTensor& t : kGgufLayerTensors) {
-            const std::size_t per_layer = layout.size(t.tensor) / static_cast<std::size_t>(L);
-            std::vector<std::uint64_t> ne = {uC * t.in, uC * t.out};
-            if (t.in == 0) ne = {per_layer};
-            wanted.push_back({layer_tensor_name(l, t.suffix), std::move(ne),
-                              layout.offset(t.tensor) + per_layer * static_cast<std::size_t>(l),
-                              per_layer});
-        }
-    }
+    std::vector<Wanted> wanted =
+        llama ? llama_tensors(config, layout) : gpt2_tensors(config, layout);
     std::vector<std::pair<std::span<const std::uint8_t>, std::uint32_t>> stored;
     for (const Wanted& w : wanted)
         stored.push_back(stored_tensor(w.name, w.ne));
     // llama.cpp's converter writes GPT-2's tied head again as output.weight: it must be that copy
     // (within the rounding of its own type, where it was stored otherwise).
-    const bool has_head = tensors.count("output.weight") != 0;
+    const bool has_head = !llama && tensors.count("output.weight") != 0;
     std::pair<std::span<const std::uint8_t>, std::uint32_t> head_stored;
     if (has_head) head_stored = stored_tensor("output.weight", {uC, uV});
     for (const auto& [tensor_name, info] : tensors) {
         if (used.count(tensor_name) == 0) {
-            throw InputError(name + ": tensor " + tensor_name +
-                             " is not one of llama.cpp's gpt2 architecture's");
+            throw InputError(name + ": tensor " + tensor_name + " is not one of llama.cpp's " +
+                             architecture + " architecture's");
         }
     }
 
@@ -424,8 +566,12 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
     const std::span<float> params = loaded.model.params.span();
     std::fill(params.begin(), params.end(), 0.0f);
     for (std::size_t i = 0; i < wanted.size(); ++i) {
-        widen(params.subspan(wanted[i].offset, wanted[i].count), stored[i].first, stored[i].second);
+        const std::span<float> into = params.subspan(wanted[i].offset, wanted[i].count);
+        widen(into, stored[i].first, stored[i].second);
         file.release(stored[i].first);
+        if (wanted[i].rotary_heads > 0) {
+            halves_from_interleaved(into, wanted[i].rotary_heads, config.head_size(), uC);
+        }
     }
     if (has_head) {
         std::vector<float> head(uV * uC);

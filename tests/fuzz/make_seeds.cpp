@@ -198,6 +198,17 @@ int main(int argc, char** argv) {
         write("char_q8_0.gguf", *char_tok, 32, gpt2::GgufWeights::Q8_0, 8);
         write("bpe_f16.gguf", *bpe_tok, 4, gpt2::GgufWeights::F16, 9);
         write("bpe_bf16.gguf", *bpe_tok, 4, gpt2::GgufWeights::Bf16, 10);
+        // llama.cpp's llama architecture: 2 query heads over 1 key/value head of 4, untied.
+        gpt2::ModelConfig llama = config_for(*bpe_tok, 4, 1, 2, 8);
+        llama.arch.norm = gpt2::NormKind::RmsNorm;
+        llama.arch.positions = gpt2::PositionKind::Rotary;
+        llama.arch.mlp = gpt2::MlpKind::SwiGlu;
+        llama.arch.mlp_hidden = 12;
+        llama.arch.biases = false;
+        llama.arch.kv_heads = 1;
+        llama.arch.tied_head = false;
+        gpt2::write_gguf(dir / "llama_f32.gguf", make_model(llama, 11), *bpe_tok,
+                         gpt2::GgufWeights::F32, "llama");
     }
     // SafetensorsFile::parse and the Hugging Face config reader (fuzz_hf_config's fixed shape)
     {
