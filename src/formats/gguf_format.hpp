@@ -1,12 +1,16 @@
 // GGUF's numbers that the writer (gguf.cpp) and the reader (gguf_read.cpp) share: the metadata
 // value types (gguf.h), the ggml tensor types the programs write and read (ggml.h), the names of
-// a layer's tensors in llama.cpp's gpt2 architecture, the alignment.
+// a layer's tensors in llama.cpp's gpt2 architecture, the alignment, and Q's and K's rows from
+// llama.cpp's rotary order back to ours.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "model/model.hpp"
 
@@ -54,6 +58,26 @@ constexpr std::array kGgufLayerTensors = {
 };
 inline std::string layer_tensor_name(int l, std::string_view suffix) {
     return "blk." + std::to_string(l) + "." + std::string(suffix);
+}
+
+// Rows of `heads` heads (each row `cols` values) from llama.cpp's rotary order (a head's rows
+// interleaved: its rotary pairs adjacent channels) back to ours and Hugging Face's (the two halves
+// of a head), in place: write_gguf's interleaved_heads undone.
+inline void halves_from_interleaved(std::span<float> rows, int heads, int head_size,
+                                    std::uint64_t cols) {
+    const std::vector<float> stored(rows.begin(), rows.end());
+    const int half = head_size / 2;
+    const auto n = static_cast<std::size_t>(cols);
+    for (int h = 0; h < heads; ++h) {
+        for (int i = 0; i < half; ++i) {
+            for (int j = 0; j < 2; ++j) {
+                const auto ours = static_cast<std::size_t>(h * head_size + j * half + i);
+                const auto theirs = static_cast<std::size_t>(h * head_size + 2 * i + j);
+                std::copy_n(stored.begin() + static_cast<long>(theirs * n), n,
+                            rows.begin() + static_cast<long>(ours * n));
+            }
+        }
+    }
 }
 
 // The data section's alignment when general.alignment does not say.

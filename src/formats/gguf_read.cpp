@@ -290,25 +290,6 @@ std::vector<Wanted> llama_tensors(const ModelConfig& c, const ParameterLayout& l
     return wanted;
 }
 
-// Rows of `heads` heads (each row `cols` values) from llama.cpp's rotary order (a head's rows
-// interleaved: its rotary pairs adjacent channels) back to ours and Hugging Face's (the two halves
-// of a head), in place: write_gguf's interleaved_heads undone.
-void halves_from_interleaved(std::span<float> rows, int heads, int head_size, std::uint64_t cols) {
-    const std::vector<float> stored(rows.begin(), rows.end());
-    const int half = head_size / 2;
-    const auto n = static_cast<std::size_t>(cols);
-    for (int h = 0; h < heads; ++h) {
-        for (int i = 0; i < half; ++i) {
-            for (int j = 0; j < 2; ++j) {
-                const auto ours = static_cast<std::size_t>(h * head_size + j * half + i);
-                const auto theirs = static_cast<std::size_t>(h * head_size + 2 * i + j);
-                std::copy_n(stored.begin() + static_cast<long>(theirs * n), n,
-                            rows.begin() + static_cast<long>(ours * n));
-            }
-        }
-    }
-}
-
 // The Llama family's block from llama.*'s keys, every setting it cannot compute refused by key.
 Architecture llama_architecture(const std::map<std::string, Metadata>& metadata,
                                 const std::string& name, int C, int NH, bool tied) {
@@ -570,7 +551,8 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
         widen(into, stored[i].first, stored[i].second);
         file.release(stored[i].first);
         if (wanted[i].rotary_heads > 0) {
-            halves_from_interleaved(into, wanted[i].rotary_heads, config.head_size(), uC);
+            gguf_format::halves_from_interleaved(into, wanted[i].rotary_heads, config.head_size(),
+                                                 uC);
         }
     }
     if (has_head) {
