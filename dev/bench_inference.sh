@@ -52,6 +52,14 @@ if [[ ! -f $model ]]; then
     "$python" "$root/dev/bench_inference_pytorch.py" --write-random "$model"
 fi
 ninja -C "$build" inference convert_model >/dev/null
+# GPT-2's tokenizer files for a model file without a tokenizer (the random llm.c file); a
+# checkpoint of train_gpt2 (any architecture: MODEL=out/model_000001.bin of --model llama-135M
+# --tokenizer gpt2) carries its own.
+tokenizer_flags=(--tokenizer gpt2 --tokenizer-dir "$tokenizer_dir")
+if "$build/inference" "$model" --prompt " the" --max-new-tokens 1 --threads 1 --log-level error \
+    >/dev/null 2>&1; then
+    tokenizer_flags=()
+fi
 if [[ $llama == 1 ]]; then
     if ! command -v node >/dev/null || [[ ! -d $llama_modules/node-llama-cpp ]]; then
         echo "bench_inference: node or node-llama-cpp (in $llama_modules) is missing: set" \
@@ -66,7 +74,7 @@ if [[ $llama == 1 ]]; then
         if [[ ! -f $gguf ]]; then
             echo "writing $gguf" >&2
             "$build/convert_model" "$model" "$gguf" --dtype "$dtype" \
-                --tokenizer-dir "$tokenizer_dir" >/dev/null 2>"$work/convert.err" ||
+                "${tokenizer_flags[@]:2}" >/dev/null 2>"$work/convert.err" ||
                 { cat "$work/convert.err" >&2; exit 1; }
         fi
     done
@@ -83,7 +91,7 @@ for rep in $(seq "$reps"); do
     [[ $pytorch == 1 ]] || break
     for ctx in $contexts; do
         echo "run $rep/$reps, context $ctx: ours" >&2
-        "$build/inference" "$model" --tokenizer gpt2 --tokenizer-dir "$tokenizer_dir" \
+        "$build/inference" "$model" "${tokenizer_flags[@]}" \
             --prompt-file "$work/prompt_$ctx.txt" --max-new-tokens "$new_tokens" \
             --temperature 0 --threads "$threads" --no-stream >"$work/ours_$ctx.out" \
             2>"$work/ours.err"
@@ -92,7 +100,7 @@ for rep in $(seq "$reps"); do
         for fmt in $weights; do
             [[ $fmt == fp32 ]] && continue
             echo "run $rep/$reps, context $ctx: ours --weights $fmt" >&2
-            "$build/inference" "$model" --tokenizer gpt2 --tokenizer-dir "$tokenizer_dir" \
+            "$build/inference" "$model" "${tokenizer_flags[@]}" \
                 --prompt-file "$work/prompt_$ctx.txt" --max-new-tokens "$new_tokens" \
                 --temperature 0 --threads "$threads" --no-stream --weights "$fmt" \
                 >"$work/ours_${fmt}_$ctx.out" 2>"$work/ours.err"
@@ -200,7 +208,7 @@ for rep in $(seq "$reps"); do
         for fmt in $weights; do
             case $fmt in fp32) dtype=f32 ;; bf16) dtype=bf16 ;; int8) dtype=q8_0 ;; esac
             echo "run $rep/$reps, context $ctx: ours --weights $fmt, llama.cpp $dtype" >&2
-            "$build/inference" "$model" --tokenizer gpt2 --tokenizer-dir "$tokenizer_dir" \
+            "$build/inference" "$model" "${tokenizer_flags[@]}" \
                 --prompt-file "$work/prompt_$ctx.txt" --max-new-tokens "$new_tokens" \
                 --temperature 0 --threads "$threads" --no-stream --weights "$fmt" \
                 --num-samples 3 >/dev/null 2>"$work/ours.err"

@@ -189,6 +189,56 @@ TEST(DecodeWeights, LongPromptsAgreeWithTheTokenPathInEveryWayAndThreadCount) {
     }
 }
 
+// The Llama family's block (SwiGLU, grouped-query heads, an untied head, whose rows are compact
+// too) and the speedrun's (QK-norm, the embeddings' norm, ReLU^2) decode with compact weights as
+// GPT-2 does: the prompt path, both ways, within compact_prompt_bound of the token path (RMSNorm
+// renormalises as LayerNorm does), and the logits within the 124M test's tolerances of fp32's.
+TEST(DecodeWeights, TheLlamaFamilysCompactDecodingFollowsFp32AndItsTokenPath) {
+    for (const bool speedrun : {false, true}) {
+        Architecture a;
+        a.norm = NormKind::RmsNorm;
+        a.positions = PositionKind::Rotary;
+        a.biases = false;
+        a.tied_head = false;
+        a.kv_heads = 2;
+        a.mlp = speedrun ? MlpKind::ReluSquared : MlpKind::SwiGlu;
+        a.mlp_hidden = 96;
+        a.norm_gains = !speedrun;
+        a.qk_norm = speedrun;
+        a.embedding_norm = speedrun;
+        Model model(ModelConfig(64, 97, 128, 2, 4, 64, a));
+        init_parameters(model, 7);
+        std::vector<std::int32_t> tokens;
+        for (int i = 0; i < 20; ++i)
+            tokens.push_back((i * 31 + 3) % 97);
+        const auto fp32 = decode_logits(model, nullptr, std::span(tokens).first(1),
+                                        std::span(tokens).subspan(1), 2);
+        const double tolerance[2] = {1e-2, 4e-2};
+        const WeightFormat formats[2] = {WeightFormat::Bf16, WeightFormat::Int8};
+        for (int f = 0; f < 2; ++f) {
+            const std::string name =
+                std::string(weight_format_name(formats[f])) + (speedrun ? ", speedrun" : ", llama");
+            const DecodeWeights compact(model, formats[f]);
+            const auto stepped = decode_logits(model, &compact, std::span(tokens).first(1),
+                                               std::span(tokens).subspan(1), 2);
+            double worst = 0.0;
+            for (std::size_t i = 0; i < fp32.size(); ++i)
+                worst = std::max(worst, relative_error(stepped[i], fp32[i]));
+            EXPECT_LT(worst, tolerance[f]) << name;
+            EXPECT_GT(worst, 0.0) << name << ": logits identical to fp32";
+            for (const PromptProducts products :
+                 {PromptProducts::Widened, PromptProducts::Pieces}) {
+                ThreadPool pool(2);
+                KvCacheSession session(model, pool, 0, &compact, products);
+                const auto prefilled = session.prefill(tokens);
+                EXPECT_LT(relative_error(prefilled, stepped.back()),
+                          compact_prompt_bound(static_cast<int>(tokens.size()), 64))
+                    << name << ", " << (products == PromptProducts::Pieces ? "pieces" : "widened");
+            }
+        }
+    }
+}
+
 TEST(DecodeWeights, MoreWorkersThanCacheLinesOfColumnsStillDecode) {
     // C = 32 is two cache lines of columns and V = Vp = 128 eight: with 3 and 9 workers some
     // workers' shares of the projections (and, with 9, of the LM head) are empty and start at

@@ -1,11 +1,14 @@
 // KvCacheSession::step_together: sessions stepped in one pass give each the bits its own step()
-// gives, in fp32, bf16 and int8, on 1-3 threads, with prompts of different lengths and a session
+// gives, in fp32, bf16 and int8, for GPT-2's block, the Llama family's (SwiGLU, grouped-query
+// heads, an untied head) and the speedrun's (QK-norm, the embeddings' norm, ReLU^2), on 1-3
+// threads, with prompts of different lengths and a session
 // whose full cache slides; the sessions stepped together share one Generator (its prompt scratch
 // used by each prefill and slide in turn), those stepped alone have each their own; ten of them,
 // so that the products take a pass of eight vectors and one of two.
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/decode_weights.hpp"
@@ -19,8 +22,31 @@ std::vector<float> copy(std::span<const float> s) {
     return {s.begin(), s.end()};
 }
 
-TEST(KvBatch, SessionsSteppedTogetherGiveTheirOwnStepsBits) {
-    const ModelConfig c = test::small_config(24);
+// The small test model's shape with the block `variant` names: GPT-2's, "llama" or "speedrun".
+ModelConfig config_of(const std::string& variant) {
+    ModelConfig c = test::small_config(24);
+    if (variant == "gpt2") return c;
+    c.arch.norm = NormKind::RmsNorm;
+    c.arch.positions = PositionKind::Rotary;
+    c.arch.biases = false;
+    c.arch.tied_head = false;
+    c.arch.kv_heads = 2;
+    if (variant == "llama") {
+        c.arch.mlp = MlpKind::SwiGlu;
+        c.arch.mlp_hidden = 96;
+    } else {
+        c.arch.mlp = MlpKind::ReluSquared;
+        c.arch.norm_gains = false;
+        c.arch.qk_norm = true;
+        c.arch.embedding_norm = true;
+    }
+    return c;
+}
+
+class KvBatch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KvBatch, SessionsSteppedTogetherGiveTheirOwnStepsBits) {
+    const ModelConfig c = config_of(GetParam());
     const auto model = test::random_model(c, 9, 1.0f);
     for (const WeightFormat format : {WeightFormat::Fp32, WeightFormat::Bf16, WeightFormat::Int8}) {
         std::unique_ptr<DecodeWeights> compact;
@@ -71,6 +97,9 @@ TEST(KvBatch, SessionsSteppedTogetherGiveTheirOwnStepsBits) {
         }
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(Blocks, KvBatch, ::testing::Values("gpt2", "llama", "speedrun"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace gpt2

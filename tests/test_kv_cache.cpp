@@ -173,22 +173,39 @@ ModelConfig long_context_config() {
 }
 
 // Prompts around the edges of the prompt forward's blocks (attention's 64 query rows, the 16-row
-// padding of compact products) and over several chunks (1000 tokens), then steps after one.
+// padding of compact products) and over several chunks (1000 tokens: the later chunks' rotary
+// positions start past 0), then steps after one; GPT-2 and the Llama family's block (SwiGLU,
+// grouped-query heads, QK-norm, an untied head), whose prompts run as the same products.
 TEST_P(KvCacheThreads, PrefillOfLongPromptsMatchesTrainingForward) {
-    const ModelConfig c = long_context_config();
-    const auto model = random_model(c, 14);
-    const auto tokens = random_tokens(1002, c.vocab_size, 9);
-    const std::vector<float> expected = training_logits(*model, tokens);
-    ThreadPool pool(GetParam());
-    KvCacheSession session(*model, pool);
-    for (const int n : {1, 63, 64, 65, 1000}) {
-        const auto logits = session.prefill(std::span(tokens).first(static_cast<std::size_t>(n)));
-        EXPECT_TRUE(logits_close(logits, row(expected, c, n - 1))) << "prefill of " << n;
-        EXPECT_EQ(session.length(), n);
-    }
-    for (int t = 1000; t < 1002; ++t) {
-        const auto logits = session.step(tokens[static_cast<std::size_t>(t)]);
-        EXPECT_TRUE(logits_close(logits, row(expected, c, t))) << "step at " << t;
+    for (const bool llama : {false, true}) {
+        ModelConfig c = long_context_config();
+        if (llama) {
+            c.arch.norm = NormKind::RmsNorm;
+            c.arch.positions = PositionKind::Rotary;
+            c.arch.biases = false;
+            c.arch.mlp = MlpKind::SwiGlu;
+            c.arch.mlp_hidden = 48;
+            c.arch.kv_heads = 1;
+            c.arch.qk_norm = true;
+            c.arch.tied_head = false;
+        }
+        const auto model = random_model(c, 14);
+        const auto tokens = random_tokens(1002, c.vocab_size, 9);
+        const std::vector<float> expected = training_logits(*model, tokens);
+        ThreadPool pool(GetParam());
+        KvCacheSession session(*model, pool);
+        const std::string which = llama ? "llama, " : "gpt2, ";
+        for (const int n : {1, 63, 64, 65, 1000}) {
+            const auto logits =
+                session.prefill(std::span(tokens).first(static_cast<std::size_t>(n)));
+            EXPECT_TRUE(logits_close(logits, row(expected, c, n - 1)))
+                << which << "prefill of " << n;
+            EXPECT_EQ(session.length(), n);
+        }
+        for (int t = 1000; t < 1002; ++t) {
+            const auto logits = session.step(tokens[static_cast<std::size_t>(t)]);
+            EXPECT_TRUE(logits_close(logits, row(expected, c, t))) << which << "step at " << t;
+        }
     }
 }
 

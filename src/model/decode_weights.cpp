@@ -25,8 +25,8 @@ std::string_view weight_format_name(WeightFormat format) {
 }
 
 bool is_decode_matrix(ParamTensor t) {
-    return t == ParamTensor::wte || t == ParamTensor::qkvw || t == ParamTensor::attprojw ||
-           t == ParamTensor::fcw || t == ParamTensor::fcprojw;
+    return t == ParamTensor::wte || t == ParamTensor::lmheadw || t == ParamTensor::qkvw ||
+           t == ParamTensor::attprojw || t == ParamTensor::fcw || t == ParamTensor::fcprojw;
 }
 
 std::size_t decode_matrix_count(const Model& model) {
@@ -39,7 +39,7 @@ std::size_t decode_matrix_count(const Model& model) {
 }
 
 int matrix_row_length(const ModelConfig& config, ParamTensor t) {
-    return t == ParamTensor::fcprojw ? 4 * config.channels : config.channels;
+    return t == ParamTensor::fcprojw ? config.mlp_hidden() : config.channels;
 }
 
 DecodeWeights::DecodeWeights(const Model& model, WeightFormat format)

@@ -49,9 +49,11 @@ class DecodeWeights {
     std::array<AlignedBuffer<float>, kNumParamTensors> scales_;
 };
 
-// The row length (K) of a matrix tensor's rows: C, or 4C for fcprojw.
+// The row length (K) of a matrix tensor's rows: C, or the MLP's hidden width (GPT-2's 4C) for
+// fcprojw.
 [[nodiscard]] int matrix_row_length(const ModelConfig& config, ParamTensor t);
-// Whether decoding stores tensor t in the compact format (the five matrices).
+// Whether decoding stores tensor t in the compact format (the matrices: wte, the untied head and
+// the four of a layer).
 [[nodiscard]] bool is_decode_matrix(ParamTensor t);
 // Parameters in those matrices.
 [[nodiscard]] std::size_t decode_matrix_count(const Model& model);

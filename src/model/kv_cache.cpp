@@ -77,14 +77,6 @@ Generator::Generator(const Model& model, ThreadPool& pool, const DecodeWeights* 
       barrier_(std::make_unique<WorkerBarrier>(pool.size(), kDecodeBarrierSpins)) {
     const ModelConfig& c = model.config;
     validate_config(c, "Generator");
-    if (!c.is_gpt2()) {
-        // The Llama family decodes token by token on fp32 weights (prompts too): its prompt
-        // products, batched steps and compact weights are GPT-2's only so far.
-        if (compact != nullptr) {
-            throw InputError("decoding: --weights bf16 and int8 take GPT-2 only so far, not " +
-                             describe(c.arch) + " (decode in fp32)");
-        }
-    }
     if (c.arch.positions == PositionKind::Rotary) {
         rotary_ = rotary_table(c.max_seq_len, c.head_size(), c.arch.rope_theta);
     }
@@ -96,7 +88,9 @@ Generator::Generator(const Model& model, ThreadPool& pool, const DecodeWeights* 
     const auto W = static_cast<std::size_t>(pool.size());
 
     const std::size_t x = round_to_line(rows * C), qkv = round_to_line(rows * 3 * C), atty = x;
-    const std::size_t fch = round_to_line(rows * 4 * C);
+    // The MLP's first product: GPT-2's 4C, a gated MLP's gate and up (which may be wider).
+    const std::size_t fch =
+        round_to_line(rows * std::max(4 * C, static_cast<std::size_t>(c.fc_width())));
     const std::size_t ln = x, ln_stats = round_to_line(2 * rows);
     // Attention scores of a prompt block: (kPromptScoreRows, maxT).
     const std::size_t scores = round_to_line(kPromptScoreRows * maxT);
@@ -104,7 +98,9 @@ Generator::Generator(const Model& model, ThreadPool& pool, const DecodeWeights* 
     const bool pieces = compact != nullptr && prompt_products_ == PromptProducts::Pieces;
     const bool int8 = compact != nullptr && compact->format() == WeightFormat::Int8;
     // Compact weights: rows copied to fp32 for the prompts' GEMMs.
-    const std::size_t weight_rows = widened ? round_to_line(kFp32RowsPerGemm * 4 * C) : 0;
+    // The longest input a product reads: GPT-2's 4C, or the MLP's hidden width.
+    const std::size_t longest = std::max(4 * C, static_cast<std::size_t>(c.mlp_hidden()));
+    const std::size_t weight_rows = widened ? round_to_line(kFp32RowsPerGemm * longest) : 0;
     // bf16 cache: an fp32 staging copy of one head's cache for prompts (keys and values), or the
     // bf16 attention's scratch.
     const int hs = c.head_size();
@@ -114,7 +110,7 @@ Generator::Generator(const Model& model, ThreadPool& pool, const DecodeWeights* 
         bf16_attention_ ? round_to_line(prompt_attention_scratch_floats(hs, c.max_seq_len)) : 0;
     const std::size_t attention_pieces =
         bf16_attention_ ? round_to_line(prompt_attention_scratch_pieces(hs, c.max_seq_len)) : 0;
-    // Pieces: the activations' pieces (inputs at most 4C long) and their scales, shared; each
+    // Pieces: the activations' pieces (inputs at most `longest`) and their scales, shared; each
     // worker's partial products.
     const std::size_t piece_count = int8 ? kInt8Pieces : kBf16Pieces;
     const std::size_t piece_rows = (rows + kPiecesRowMultiple - 1) / kPiecesRowMultiple *
@@ -127,9 +123,9 @@ Generator::Generator(const Model& model, ThreadPool& pool, const DecodeWeights* 
         AlignedBuffer<float>(x + qkv + atty + fch + ln + ln_stats + piece_scales +
                              W * (scores + weight_rows + stage + attention_floats + products_f32));
     // The activations' bf16 pieces, then each worker's attention pieces.
-    const std::size_t bf16_pieces = pieces && !int8 ? piece_count * piece_rows * 4 * C : 0;
+    const std::size_t bf16_pieces = pieces && !int8 ? piece_count * piece_rows * longest : 0;
     if (pieces && int8) {
-        pieces_int8_ = AlignedBuffer<std::int8_t>(piece_count * piece_rows * 4 * C);
+        pieces_int8_ = AlignedBuffer<std::int8_t>(piece_count * piece_rows * longest);
         products_s32_ = AlignedBuffer<std::int32_t>(W * products);
     }
     if (bf16_pieces + W * attention_pieces > 0)
@@ -164,7 +160,6 @@ Generator::Generator(const Model& model, ThreadPool& pool, const DecodeWeights* 
 Generator::~Generator() = default;
 
 std::string Generator::prompt_products_name() const {
-    if (!model_.config.is_gpt2()) return "none: the Llama family's prompts run token by token";
     const std::string fp32 = "fp32 GEMM (" + gemm_library_name() + ")";
     if (compact_ == nullptr) return fp32;
     const std::string format(weight_format_name(compact_->format()));
@@ -289,12 +284,7 @@ void KvCacheSession::encode_window() {
     for (std::size_t start = 0; start < all.size(); start += chunk) {
         const std::size_t rows = std::min(chunk, all.size() - start);
         const bool last = start + rows == all.size();
-        if (!config().is_gpt2()) {
-            // The Llama family: every position as a token's forward (its prompt products are
-            // GPT-2's only so far).
-            for (const std::int32_t token : all.subspan(start, rows))
-                forward_token(token);
-        } else if (rows == 1) {
+        if (rows == 1) {
             // One position is a token's forward (the same function, matrix-vector products);
             // only the last chunk can be this short, so its logits are wanted.
             forward_token(all[start]);

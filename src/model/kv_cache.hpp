@@ -71,7 +71,7 @@ class Generator {
     // compact weights need.
     struct WorkerScratch {
         float* scores = nullptr;               // (kPromptScoreRows, maxT)
-        float* weight_rows = nullptr;          // Widened: (kFp32RowsPerGemm, 4C) rows in fp32
+        float* weight_rows = nullptr;          // Widened: (kFp32RowsPerGemm, 4C or H) rows in fp32
         float* stage = nullptr;                // bf16 cache: (2, maxT * hs) a head's cache in fp32
         float* attention_floats = nullptr;     // bf16 attention: its scores and outputs
         Bf16* attention_pieces = nullptr;      // bf16 attention: its pieces
@@ -96,9 +96,9 @@ class Generator {
     float* x_ = nullptr;                        // (rows, C) residual stream
     float* qkv_ = nullptr;                      // (rows, 3C) queries, keys and values
     float* atty_ = nullptr;                     // (rows, C) attention outputs
-    float* fch_ = nullptr;                      // (rows, 4C) MLP hidden, GELU applied in place
-    float* ln_ = nullptr;                       // (rows, C) LayerNorm output
-    float* ln_stats_ = nullptr;                 // (2 * rows) its means and rstds
+    float* fch_ = nullptr;       // (rows, F) MLP hidden, its activation applied in place
+    float* ln_ = nullptr;        // (rows, C) LayerNorm output
+    float* ln_stats_ = nullptr;  // (2 * rows) its means and rstds
     // Pieces, int8: the scales of the pieces (kInt8Pieces * rows); the pieces themselves, of an
     // input at most 4C long, are in pieces_bf16_ or pieces_int8_.
     float* piece_scales_ = nullptr;

@@ -3,9 +3,12 @@
 // (matvec_many: each row's pieces multiply every session's vector while in registers). A decode
 // step is bound by how fast the weights stream in, so N sequences cost far less than N steps. Each
 // session computes exactly what its own step() computes (matvec_many's rows are matvec's, split
-// over the workers the same way), so results do not depend on which sequences share a round.
+// over the workers the same way), so results do not depend on which sequences share a round. The
+// block's variants (the norm, rotary positions, QK-norm, grouped-query heads, the MLP's activation,
+// biases or none) are the training block's (model/block_parts.hpp), as in the token pass.
 #include <stdexcept>
 
+#include "model/block_parts.hpp"
 #include "model/kv_cache.hpp"
 #include "model/kv_cache_passes.hpp"
 #include "ops/decode_attention.hpp"
@@ -28,12 +31,6 @@ void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
             throw std::invalid_argument("step_together: sessions of one model, format and pool");
         }
     }
-    if (!lead.config().is_gpt2()) {
-        // The Llama family's batched pass is GPT-2's only so far: each session steps alone.
-        for (std::size_t i = 0; i < sessions.size(); ++i)
-            (void)sessions[i]->step(tokens[i]);
-        return;
-    }
     // A full cache slides, which re-encodes a window: that session steps alone.
     std::vector<KvCacheSession*> batch;
     std::vector<std::int32_t> batch_tokens;
@@ -51,7 +48,10 @@ void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
     if (batch.empty()) return;
 
     const ModelConfig& c = lead.model_.config;
-    const int C = c.channels, NH = c.num_heads, hs = c.head_size(), maxT = c.max_seq_len;
+    const int C = c.channels, hs = c.head_size(), maxT = c.max_seq_len;
+    const int KVH = c.kv_heads(), group = c.num_heads / KVH, KV = KVH * hs;
+    const int H = c.mlp_hidden();
+    const bool rotary = c.arch.positions == PositionKind::Rotary;
     const int W = lead.workers_;
     const bool bf16_cache = lead.kv_bf16_.size() > 0;
     const auto rows_at = [&](const float* weight, long count) {
@@ -75,45 +75,52 @@ void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
             .matvec_many_into(ys, xs, count, K, bias != nullptr ? bias + first : nullptr,
                               accumulate);
     };
+    const std::span<const float> w = lead.model_.weights();
     lead.run_workers([&](int worker) {
-        // Each session's LayerNorm of its row lands in that session's scratch of this worker.
-        const auto layernorm = [&](KvCacheSession& s, const float* weight, const float* bias) {
+        // Each session's norm of its row lands in that session's scratch of this worker.
+        const auto norm = [&](KvCacheSession& s, const float* weight, const float* bias) {
             WorkerScratch& ws = s.worker_scratch_[static_cast<std::size_t>(worker)];
-            layernorm_forward(ws.ln, ws.ln_stats, ws.ln_stats + 1, s.x_, weight, bias, 1, C);
+            norm_forward(c, ws.ln, ws.ln_stats, ws.ln_stats + 1, s.x_, weight, bias, 1);
         };
         const auto ln_of = [&](KvCacheSession& s) {
             return s.worker_scratch_[static_cast<std::size_t>(worker)].ln;
         };
+        // QK-norm (where the architecture has it) and rotary positions on one head of q or k at
+        // the session's position.
+        const auto position_head = [&](float* head, int pos) {
+            float rstd = 0.0f;
+            if (c.arch.qk_norm)
+                rmsnorm_forward(head, &rstd, head, nullptr, 1, hs, c.arch.norm_eps, hs);
+            if (rotary) rotary_forward(head, lead.gen_.rotary_, 1, 1, pos, 1, hs, hs);
+        };
         for (int l = 0; l < c.num_layers; ++l) {
-            const LayerView<const float> p =
-                layer_view(lead.model_.layout, lead.model_.weights(), l);
+            const LayerView<const float> p = layer_view(lead.model_.layout, w, l);
             for (KvCacheSession* s : batch)
-                layernorm(*s, p.ln1w, p.ln1b);
-            const Range heads = split_range(static_cast<std::size_t>(NH), worker, W);
-            for (auto h = static_cast<int>(heads.begin); h < static_cast<int>(heads.end); ++h) {
-                const long col = static_cast<long>(h) * hs;
-                const long head = (static_cast<long>(l) * 2 * NH + h) * maxT * hs;
-                const long values = static_cast<long>(NH) * maxT * hs;
-                // The head's q, k and v for every session (k and v into the session's scratch of
-                // this worker), then each session's cache and attention.
-                products(
-                    p.qkvw, col, hs, C, p.qkvb, false,
-                    [&](KvCacheSession& s) { return s.qkv_ + col; }, ln_of, worker);
+                norm(*s, p.ln1w, p.ln1b);
+            const Range kv_heads = split_range(static_cast<std::size_t>(KVH), worker, W);
+            for (auto g = static_cast<int>(kv_heads.begin); g < static_cast<int>(kv_heads.end);
+                 ++g) {
+                const long kcol = static_cast<long>(g) * hs;
+                const long head = (static_cast<long>(l) * 2 * KVH + g) * maxT * hs;
+                const long values = static_cast<long>(KVH) * maxT * hs;
+                // The key/value head's k and v for every session (into the session's scratch of
+                // this worker) and into each session's cache, then its group's queries (one for
+                // GPT-2) and each session's attention.
                 const auto key_row = [&](KvCacheSession& s) {
                     return s.worker_scratch_[static_cast<std::size_t>(worker)].scores + maxT;
                 };
                 const auto value_row = [&](KvCacheSession& s) {
                     return s.worker_scratch_[static_cast<std::size_t>(worker)].scores + 2 * maxT;
                 };
-                products(p.qkvw, C + col, hs, C, p.qkvb, false, key_row, ln_of, worker);
-                products(p.qkvw, 2 * C + col, hs, C, p.qkvb, false, value_row, ln_of, worker);
+                products(p.qkvw, C + kcol, hs, C, p.qkvb, false, key_row, ln_of, worker);
+                products(p.qkvw, C + KV + kcol, hs, C, p.qkvb, false, value_row, ln_of, worker);
                 for (KvCacheSession* sp : batch) {
                     KvCacheSession& s = *sp;
                     WorkerScratch& ws = s.worker_scratch_[static_cast<std::size_t>(worker)];
                     const int pos = s.length();
-                    const float* q = s.qkv_ + col;
-                    const float* key = ws.scores + maxT;
+                    float* key = ws.scores + maxT;
                     const float* value = ws.scores + 2 * maxT;
+                    position_head(key, pos);
                     if (bf16_cache) {
                         const HeadCache<Bf16> store{s.kv_bf16_.data() + head,
                                                     s.kv_bf16_.data() + head + values};
@@ -121,16 +128,34 @@ void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
                             store.keys_t[static_cast<long>(d) * maxT + pos] = to_bf16(key[d]);
                         convert_to_bf16(store.values + static_cast<long>(pos) * hs, value,
                                         static_cast<std::size_t>(hs));
-                        attend_one_query(s.atty_ + col, q, store.keys_t, store.values, ws.scores,
-                                         pos, hs, maxT);
                     } else {
                         const HeadCache<float> cache{s.kv_.data() + head,
                                                      s.kv_.data() + head + values};
                         for (int d = 0; d < hs; ++d)
                             cache.keys_t[static_cast<long>(d) * maxT + pos] = key[d];
                         std::copy(value, value + hs, cache.values + static_cast<long>(pos) * hs);
-                        attend_one_query(s.atty_ + col, q, cache.keys_t, cache.values, ws.scores,
-                                         pos, hs, maxT);
+                    }
+                }
+                for (int h = g * group; h < (g + 1) * group; ++h) {
+                    const long col = static_cast<long>(h) * hs;
+                    products(
+                        p.qkvw, col, hs, C, p.qkvb, false,
+                        [&](KvCacheSession& s) { return s.qkv_ + col; }, ln_of, worker);
+                    for (KvCacheSession* sp : batch) {
+                        KvCacheSession& s = *sp;
+                        WorkerScratch& ws = s.worker_scratch_[static_cast<std::size_t>(worker)];
+                        const int pos = s.length();
+                        float* q = s.qkv_ + col;
+                        position_head(q, pos);
+                        if (bf16_cache) {
+                            attend_one_query(s.atty_ + col, q, s.kv_bf16_.data() + head,
+                                             s.kv_bf16_.data() + head + values, ws.scores, pos, hs,
+                                             maxT);
+                        } else {
+                            attend_one_query(s.atty_ + col, q, s.kv_.data() + head,
+                                             s.kv_.data() + head + values, ws.scores, pos, hs,
+                                             maxT);
+                        }
                     }
                 }
             }
@@ -142,35 +167,48 @@ void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
                 p.attprojw, b, n, C, p.attprojb, true, [&](KvCacheSession& s) { return s.x_ + b; },
                 [](KvCacheSession& s) { return s.atty_; }, worker);
             lead.barrier_->arrive_and_wait();
+            // The MLP's first product and its activation by hidden column (SwiGLU: the gate's
+            // and the up-projection's columns, the activation into the gate's).
             for (KvCacheSession* s : batch)
-                layernorm(*s, p.ln2w, p.ln2b);
-            const Range r4 = column_share(4 * static_cast<std::size_t>(C), worker, W);
-            const auto b4 = static_cast<long>(r4.begin);
-            const int n4 = static_cast<int>(r4.end - r4.begin);
+                norm(*s, p.ln2w, p.ln2b);
+            const Range rh = column_share(static_cast<std::size_t>(H), worker, W);
+            const auto bh = static_cast<long>(rh.begin);
+            const int nh = static_cast<int>(rh.end - rh.begin);
             products(
-                p.fcw, b4, n4, C, p.fcb, false, [&](KvCacheSession& s) { return s.fch_ + b4; },
+                p.fcw, bh, nh, C, p.fcb, false, [&](KvCacheSession& s) { return s.fch_ + bh; },
                 ln_of, worker);
-            for (KvCacheSession* s : batch)
-                gelu_forward(s->fch_ + b4, s->fch_ + b4, n4);
+            if (c.arch.mlp == MlpKind::SwiGlu) {
+                products(
+                    p.fcw, H + bh, nh, C, p.fcb, false,
+                    [&](KvCacheSession& s) { return s.fch_ + H + bh; }, ln_of, worker);
+            }
+            for (KvCacheSession* s : batch) {
+                float* hidden = s->fch_ + bh;
+                if (c.arch.mlp == MlpKind::SwiGlu) {
+                    swiglu_pieces(hidden, hidden, hidden + H, nh);
+                } else if (c.arch.mlp == MlpKind::ReluSquared) {
+                    relu2_forward(hidden, hidden, nh);
+                } else {
+                    gelu_forward(hidden, hidden, nh);
+                }
+            }
             lead.barrier_->arrive_and_wait();
             products(
-                p.fcprojw, b, n, 4 * C, p.fcprojb, true,
-                [&](KvCacheSession& s) { return s.x_ + b; },
+                p.fcprojw, b, n, H, p.fcprojb, true, [&](KvCacheSession& s) { return s.x_ + b; },
                 [](KvCacheSession& s) { return s.fch_; }, worker);
             lead.barrier_->arrive_and_wait();
         }
-        // The head: each session's final LayerNorm, then the vocabulary rows once for all.
-        const std::span<const float> w = lead.model_.weights();
-        const float* wte = lead.model_.layout.tensor(w, ParamTensor::wte).data();
+        // The head: each session's final norm, then the vocabulary rows once for all.
+        const float* head = lead.model_.layout.tensor(w, head_tensor(lead.model_.layout)).data();
         for (KvCacheSession* s : batch) {
             WorkerScratch& ws = s->worker_scratch_[static_cast<std::size_t>(worker)];
-            layernorm_forward(ws.ln, ws.ln_stats, ws.ln_stats + 1, s->x_,
-                              lead.model_.layout.tensor(w, ParamTensor::lnfw).data(),
-                              lead.model_.layout.tensor(w, ParamTensor::lnfb).data(), 1, C);
+            norm_forward(c, ws.ln, ws.ln_stats, ws.ln_stats + 1, s->x_,
+                         tensor_or_null(lead.model_.layout, w, ParamTensor::lnfw),
+                         tensor_or_null(lead.model_.layout, w, ParamTensor::lnfb), 1);
         }
         const Range rv = column_share(static_cast<std::size_t>(c.vocab_size), worker, W);
         products(
-            wte, static_cast<long>(rv.begin), static_cast<int>(rv.end - rv.begin), C, nullptr,
+            head, static_cast<long>(rv.begin), static_cast<int>(rv.end - rv.begin), C, nullptr,
             false, [&](KvCacheSession& s) { return s.logits_ + rv.begin; }, ln_of, worker);
     });
     for (std::size_t i = 0; i < batch.size(); ++i)

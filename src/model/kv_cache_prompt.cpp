@@ -1,8 +1,11 @@
 // The prompt pass of a KvCacheSession: a chunk of prompt positions as matrix products (fp32 GEMM,
 // widened compact rows or bf16/int8 pieces), their keys and values written to the cache on the way.
+// The block's variants (the norm, rotary positions, QK-norm, grouped-query heads, the MLP's
+// activation, biases or none) are the training block's (model/block_parts.hpp).
 #include <algorithm>
 #include <cstring>
 
+#include "model/block_parts.hpp"
 #include "model/kv_cache.hpp"
 #include "model/kv_cache_passes.hpp"
 #include "ops/decode_attention.hpp"
@@ -19,8 +22,9 @@ namespace {
 // The input of a prompt's products: M rows of K activations, and, for products with pieces, the
 // same split into them (rows padded to Mp).
 struct PromptInput {
-    const float* x = nullptr;  // (M, K), rows K apart
+    const float* x = nullptr;  // (M, K), rows lda apart
     int M = 0, K = 0, Mp = 0;
+    int lda = 0;
     const Bf16* bf16 = nullptr;         // (kBf16Pieces * Mp, K)
     const std::int8_t* int8 = nullptr;  // (kInt8Pieces * Mp, K)
     const float* scales = nullptr;      // (kInt8Pieces * Mp)
@@ -34,9 +38,10 @@ struct ProductScratch {
 };
 
 // out[i, 0:n] (row stride ldo) = (accumulate ? out : 0) + bias[0:n] + in[i, 0:K] @ weight(n, K)^T
-// for i < M: a slice of a linear layer. fp32 weights: the bias first, then the product added onto
-// it by the fp32 GEMM (the order of matmul_forward and matmul_residual_forward). Compact weights:
-// the pieces products when `in` carries pieces, else the rows widened to fp32 for the same GEMM.
+// for i < M: a slice of a linear layer (bias null: none). fp32 weights: the bias first, then the
+// product added onto it by the fp32 GEMM (the order of matmul_forward and
+// matmul_residual_forward). Compact weights (GPT-2's only, with biases): the pieces products when
+// `in` carries pieces, else the rows widened to fp32 for the same GEMM.
 void linear_rows(float* out, int ldo, const PromptInput& in, const WeightRows& weight,
                  const float* bias, int n, bool accumulate, const ProductScratch& scratch) {
     if (n <= 0) return;
@@ -45,8 +50,8 @@ void linear_rows(float* out, int ldo, const PromptInput& in, const WeightRows& w
         for (int j0 = 0; j0 < n; j0 += kPiecesColumns) {
             const int cols = std::min(kPiecesColumns, n - j0);
             pieces_product(out + j0, ldo, in.bf16, M, in.Mp, K,
-                           weight.compact.bf16 + static_cast<long>(j0) * K, cols, bias + j0,
-                           accumulate, scratch.f32);
+                           weight.compact.bf16 + static_cast<long>(j0) * K, cols,
+                           bias != nullptr ? bias + j0 : nullptr, accumulate, scratch.f32);
         }
         return;
     }
@@ -55,13 +60,16 @@ void linear_rows(float* out, int ldo, const PromptInput& in, const WeightRows& w
             const int cols = std::min(kPiecesColumns, n - j0);
             pieces_product(out + j0, ldo, in.int8, in.scales, M, in.Mp, K,
                            weight.compact.int8 + static_cast<long>(j0) * K,
-                           weight.compact.scales + j0, cols, bias + j0, accumulate, scratch.s32);
+                           weight.compact.scales + j0, cols, bias != nullptr ? bias + j0 : nullptr,
+                           accumulate, scratch.s32);
         }
         return;
     }
     for (int i = 0; i < M; ++i) {
         float* o = out + static_cast<long>(i) * ldo;
-        if (accumulate) {
+        if (bias == nullptr) {
+            if (!accumulate) std::fill(o, o + n, 0.0f);
+        } else if (accumulate) {
             for (int j = 0; j < n; ++j)
                 o[j] += bias[j];
         } else {
@@ -72,7 +80,7 @@ void linear_rows(float* out, int ldo, const PromptInput& in, const WeightRows& w
     const int block = widened ? kFp32RowsPerGemm : n;
     for (int j0 = 0; j0 < n; j0 += block) {
         const int rows = std::min(block, n - j0);
-        gemm_nt(M, rows, K, 1.0f, in.x, K, weight.as_fp32(j0, rows, K, scratch.weight_rows), K,
+        gemm_nt(M, rows, K, 1.0f, in.x, in.lda, weight.as_fp32(j0, rows, K, scratch.weight_rows), K,
                 1.0f, out + j0, ldo);
     }
 }
@@ -130,7 +138,10 @@ void KvCacheSession::forward_prompt(std::span<const std::int32_t> tokens, bool l
     const ModelConfig& c = model_.config;
     const int M = static_cast<int>(tokens.size());
     const int pos0 = length();
-    const int C = c.channels, NH = c.num_heads, hs = c.head_size(), maxT = c.max_seq_len;
+    const int C = c.channels, hs = c.head_size(), maxT = c.max_seq_len;
+    const int KVH = c.kv_heads(), group = c.num_heads / KVH, KV = KVH * hs;
+    const int QKV = c.qkv_width(), H = c.mlp_hidden(), F = c.fc_width();
+    const bool rotary = c.arch.positions == PositionKind::Rotary;
     const int W = workers_;
     const bool bf16_cache = kv_bf16_.size() > 0;
     const bool pieces = compact_ != nullptr && g.prompt_products_ == PromptProducts::Pieces;
@@ -140,6 +151,10 @@ void KvCacheSession::forward_prompt(std::span<const std::int32_t> tokens, bool l
     embed(tokens, pos0, g.x_);
     const auto rows_at = [&](const float* weight, long count) {
         return weight_rows(compact_, weight, count);
+    };
+    // A bias at `offset`, or none where the model has no biases.
+    const auto at = [](const float* bias, long offset) {
+        return bias != nullptr ? bias + offset : nullptr;
     };
     // One pool.run per chunk; the phases inside are separated by barriers (7 per layer, 9 with
     // pieces). Each phase writes only its worker's share (of rows, columns or heads), and the next
@@ -151,16 +166,18 @@ void KvCacheSession::forward_prompt(std::span<const std::int32_t> tokens, bool l
         // padding rows too), where the products take pieces.
         const Range rows = split_range(static_cast<std::size_t>(Mp), worker, W);
         const auto i0 = static_cast<int>(rows.begin), i1 = static_cast<int>(rows.end);
-        const auto split_rows = [&](const float* x, int K) {
+        // x: K values a row, rows ldx apart.
+        const auto split_rows = [&](const float* x, int K, int ldx) {
             if (int8_pieces) {
-                split_into_int8_pieces(g.pieces_int8_.data(), g.piece_scales_, x, K, M, Mp, K, i0,
+                split_into_int8_pieces(g.pieces_int8_.data(), g.piece_scales_, x, ldx, M, Mp, K, i0,
                                        i1);
             } else if (pieces) {
-                split_into_bf16_pieces(g.pieces_bf16_.data(), x, K, M, Mp, K, i0, i1);
+                split_into_bf16_pieces(g.pieces_bf16_.data(), x, ldx, M, Mp, K, i0, i1);
             }
         };
-        const auto input = [&](const float* x, int K) {
-            PromptInput in{x, M, K, Mp};
+        // An input of K values a row, rows lda apart.
+        const auto input = [&](const float* x, int K, int lda) {
+            PromptInput in{x, M, K, Mp, lda};
             if (int8_pieces) {
                 in.int8 = g.pieces_int8_.data();
                 in.scales = g.piece_scales_;
@@ -169,50 +186,67 @@ void KvCacheSession::forward_prompt(std::span<const std::int32_t> tokens, bool l
             }
             return in;
         };
-        // The worker's rows of a LayerNorm of the residual stream into the generator's ln_, and
-        // their pieces.
-        const auto layernorm_rows = [&](const float* weight, const float* bias) {
+        // The worker's rows of the block's norm of the residual stream into the generator's ln_,
+        // and their pieces.
+        const auto norm_rows = [&](const float* weight, const float* bias) {
             const int real_end = std::min(i1, M);
             if (real_end > i0) {
-                layernorm_forward(g.ln_ + static_cast<long>(i0) * C, g.ln_stats_ + i0,
-                                  g.ln_stats_ + g.chunk_rows_ + i0,
-                                  g.x_ + static_cast<long>(i0) * C, weight, bias, real_end - i0, C);
+                norm_forward(c, g.ln_ + static_cast<long>(i0) * C, g.ln_stats_ + i0,
+                             g.ln_stats_ + g.chunk_rows_ + i0, g.x_ + static_cast<long>(i0) * C,
+                             weight, bias, real_end - i0);
             }
-            split_rows(g.ln_, C);
+            split_rows(g.ln_, C, C);
         };
-        const Range r3 = column_share(3 * static_cast<std::size_t>(C), worker, W);
+        // QK-norm and rotary positions on one head of q or k in the M rows (rows QKV apart).
+        const auto position_head = [&](float* head) {
+            if (c.arch.qk_norm) {
+                for (int i = 0; i < M; ++i) {
+                    float rstd = 0.0f;
+                    float* x = head + static_cast<long>(i) * QKV;
+                    rmsnorm_forward(x, &rstd, x, nullptr, 1, hs, c.arch.norm_eps, hs);
+                }
+            }
+            if (rotary) rotary_forward(head, g.rotary_, M, M, pos0, 1, hs, QKV);
+        };
+        const Range rq = column_share(static_cast<std::size_t>(QKV), worker, W);
         const Range r = column_share(static_cast<std::size_t>(C), worker, W);
-        const Range r4 = column_share(4 * static_cast<std::size_t>(C), worker, W);
-        const auto b3 = static_cast<long>(r3.begin), b = static_cast<long>(r.begin),
-                   b4 = static_cast<long>(r4.begin);
-        const auto n3 = static_cast<int>(r3.end - r3.begin), n = static_cast<int>(r.end - r.begin),
-                   n4 = static_cast<int>(r4.end - r4.begin);
+        const Range rh = column_share(static_cast<std::size_t>(H), worker, W);
+        const auto bq = static_cast<long>(rq.begin), b = static_cast<long>(r.begin),
+                   bh = static_cast<long>(rh.begin);
+        const auto nq = static_cast<int>(rq.end - rq.begin), n = static_cast<int>(r.end - r.begin),
+                   nh = static_cast<int>(rh.end - rh.begin);
         for (int l = 0; l < c.num_layers; ++l) {
             const LayerView<const float> p = layer_view(model_.layout, model_.weights(), l);
             // Queries, keys and values, by column.
-            layernorm_rows(p.ln1w, p.ln1b);
+            norm_rows(p.ln1w, p.ln1b);
             barrier_->arrive_and_wait();
-            linear_rows(g.qkv_ + b3, 3 * C, input(g.ln_, C), rows_at(p.qkvw + b3 * C, n3),
-                        p.qkvb + b3, n3, false, products);
+            linear_rows(g.qkv_ + bq, QKV, input(g.ln_, C, C), rows_at(p.qkvw + bq * C, nq),
+                        at(p.qkvb, bq), nq, false, products);
             barrier_->arrive_and_wait();
-            // The keys and values into the cache and attention, by head.
-            const Range heads = split_range(static_cast<std::size_t>(NH), worker, W);
-            for (auto h = static_cast<int>(heads.begin); h < static_cast<int>(heads.end); ++h) {
-                const long col = static_cast<long>(h) * hs;
-                const float* q = g.qkv_ + col;
-                const float* k = q + C;
-                const float* v = q + 2L * C;
-                const long head = (static_cast<long>(l) * 2 * NH + h) * maxT * hs;
-                const long values = static_cast<long>(NH) * maxT * hs;
+            // By key/value head: its keys and values into the cache, then its group's queries
+            // (one for GPT-2), each head's attention needing only its own q.
+            const Range kv_heads = split_range(static_cast<std::size_t>(KVH), worker, W);
+            for (auto kh = static_cast<int>(kv_heads.begin); kh < static_cast<int>(kv_heads.end);
+                 ++kh) {
+                float* k = g.qkv_ + C + static_cast<long>(kh) * hs;
+                const float* v = g.qkv_ + C + KV + static_cast<long>(kh) * hs;
+                position_head(k);
+                const long head = (static_cast<long>(l) * 2 * KVH + kh) * maxT * hs;
+                const long values = static_cast<long>(KVH) * maxT * hs;
                 HeadCache<float> cache{};
                 if (g.bf16_attention_) {
                     // The bf16 products read the cache as stored, the new positions rounded.
                     const HeadCache<Bf16> store{kv_bf16_.data() + head,
                                                 kv_bf16_.data() + head + values};
-                    write_positions(store, nullptr, k, v, 3 * C, M, pos0, hs, maxT);
-                    attend_prompt_rows_bf16(g.atty_ + col, C, q, 3 * C, store.keys_t, store.values,
-                                            {ws.attention_pieces, ws.attention_floats}, M, pos0, hs,
-                                            maxT);
+                    write_positions(store, nullptr, k, v, QKV, M, pos0, hs, maxT);
+                    for (int h = kh * group; h < (kh + 1) * group; ++h) {
+                        const long col = static_cast<long>(h) * hs;
+                        float* q = g.qkv_ + col;
+                        position_head(q);
+                        attend_prompt_rows_bf16(
+                            g.atty_ + col, C, q, QKV, store.keys_t, store.values,
+                            {ws.attention_pieces, ws.attention_floats}, M, pos0, hs, maxT);
+                    }
                     continue;
                 }
                 if (bf16_cache) {
@@ -222,40 +256,57 @@ void KvCacheSession::forward_prompt(std::span<const std::int32_t> tokens, bool l
                                                 kv_bf16_.data() + head + values};
                     cache = HeadCache<float>{ws.stage, ws.stage + static_cast<long>(maxT) * hs};
                     stage_positions(store, cache, pos0, hs, maxT);
-                    write_positions(store, &cache, k, v, 3 * C, M, pos0, hs, maxT);
+                    write_positions(store, &cache, k, v, QKV, M, pos0, hs, maxT);
                 } else {
                     cache = HeadCache<float>{kv_.data() + head, kv_.data() + head + values};
-                    write_positions(cache, k, v, 3 * C, M, pos0, hs, maxT);
+                    write_positions(cache, k, v, QKV, M, pos0, hs, maxT);
                 }
-                attend_prompt_rows(g.atty_ + col, C, q, 3 * C, cache.keys_t, cache.values,
-                                   ws.scores, M, pos0, hs, maxT);
+                for (int h = kh * group; h < (kh + 1) * group; ++h) {
+                    const long col = static_cast<long>(h) * hs;
+                    float* q = g.qkv_ + col;
+                    position_head(q);
+                    attend_prompt_rows(g.atty_ + col, C, q, QKV, cache.keys_t, cache.values,
+                                       ws.scores, M, pos0, hs, maxT);
+                }
             }
             barrier_->arrive_and_wait();
             // Attention projection onto the residual stream, by output column.
             if (pieces) {
-                split_rows(g.atty_, C);
+                split_rows(g.atty_, C, C);
                 barrier_->arrive_and_wait();
             }
-            linear_rows(g.x_ + b, C, input(g.atty_, C), rows_at(p.attprojw + b * C, n),
-                        p.attprojb + b, n, true, products);
+            linear_rows(g.x_ + b, C, input(g.atty_, C, C), rows_at(p.attprojw + b * C, n),
+                        at(p.attprojb, b), n, true, products);
             barrier_->arrive_and_wait();
-            // MLP up-projection and GELU, by hidden column.
-            layernorm_rows(p.ln2w, p.ln2b);
+            // MLP up-projection and its activation, by hidden column (SwiGLU: the gate's and the
+            // up-projection's columns, the activation into the gate's).
+            norm_rows(p.ln2w, p.ln2b);
             barrier_->arrive_and_wait();
-            linear_rows(g.fch_ + b4, 4 * C, input(g.ln_, C), rows_at(p.fcw + b4 * C, n4),
-                        p.fcb + b4, n4, false, products);
+            linear_rows(g.fch_ + bh, F, input(g.ln_, C, C), rows_at(p.fcw + bh * C, nh),
+                        at(p.fcb, bh), nh, false, products);
+            if (c.arch.mlp == MlpKind::SwiGlu) {
+                linear_rows(g.fch_ + H + bh, F, input(g.ln_, C, C),
+                            rows_at(p.fcw + (H + bh) * C, nh), at(p.fcb, H + bh), nh, false,
+                            products);
+            }
             for (int i = 0; i < M; ++i) {
-                float* hidden = g.fch_ + static_cast<long>(i) * 4 * C + b4;
-                gelu_forward(hidden, hidden, n4);
+                float* hidden = g.fch_ + static_cast<long>(i) * F + bh;
+                if (c.arch.mlp == MlpKind::SwiGlu) {
+                    swiglu_pieces(hidden, hidden, hidden + H, nh);
+                } else if (c.arch.mlp == MlpKind::ReluSquared) {
+                    relu2_forward(hidden, hidden, nh);
+                } else {
+                    gelu_forward(hidden, hidden, nh);
+                }
             }
             barrier_->arrive_and_wait();
             // MLP down-projection onto the residual stream, by output column.
             if (pieces) {
-                split_rows(g.fch_, 4 * C);
+                split_rows(g.fch_, H, F);
                 barrier_->arrive_and_wait();
             }
-            linear_rows(g.x_ + b, C, input(g.fch_, 4 * C), rows_at(p.fcprojw + b * 4 * C, n),
-                        p.fcprojb + b, n, true, products);
+            linear_rows(g.x_ + b, C, input(g.fch_, H, F), rows_at(p.fcprojw + b * H, n),
+                        at(p.fcprojb, b), n, true, products);
             barrier_->arrive_and_wait();
         }
         if (!logits) return;

@@ -60,13 +60,6 @@ void validate_config(const ModelConfig& c, std::string_view source) {
     if (params > 4.0e10) fail("model too large");
 }
 
-void require_gpt2_block(const ModelConfig& c, std::string_view what) {
-    if (!c.is_gpt2()) {
-        throw InputError(std::string(what) + ": a model of another architecture than GPT-2 (" +
-                         describe(c.arch) + ") is not supported by this build yet");
-    }
-}
-
 ShapeInts to_shape_ints(const ModelConfig& c) {
     return {c.max_seq_len, c.vocab_size, c.padded_vocab_size,
             c.num_layers,  c.num_heads,  c.channels};

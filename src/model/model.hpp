@@ -78,10 +78,6 @@ inline constexpr std::size_t kConfigRecordV1Ints = 19;
 [[nodiscard]] int pad_vocab(int vocab_size, int multiple = 128);
 // Throws InputError naming `source` when the shape is impossible (non-positive, C % NH != 0, ...).
 void validate_config(const ModelConfig& config, std::string_view source);
-// Throws InputError naming `what` unless the model is GPT-2: training, decoding and the exporters
-// compute and name GPT-2's block only so far (a checkpoint of another architecture still reads and
-// writes, with its configuration record).
-void require_gpt2_block(const ModelConfig& config, std::string_view what);
 [[nodiscard]] std::string describe(const ModelConfig& config);
 
 // The parameter tensors in llm.c's order, named as llm.c and GPT-2's checkpoints name them (the one
