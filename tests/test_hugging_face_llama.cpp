@@ -47,13 +47,16 @@ TEST(HuggingFaceLlama, AStandInDirectoryReadsAndGivesLlamaForCausalLMsLogits) {
     EXPECT_TRUE(c.arch.tied_head);
     EXPECT_FALSE(c.arch.biases);
     // Its byte-level BPE (vocab.json + merges.txt, <|endoftext|> at 0 as SmolLM2's) is the
-    // model's tokenizer, and the log says how tokenizer.json's digit splitting differs.
+    // model's tokenizer, splitting every digit first as tokenizer.json's pre-tokenizer says, and
+    // the log says so.
     ASSERT_TRUE(loaded.extras.has_value());
     const auto tokenizer = deserialize_tokenizer(loaded.extras->tokenizer);
     EXPECT_EQ(tokenizer->vocab_size(), 300);
-    EXPECT_EQ(tokenizer->decode(tokenizer->encode("ROMEO: the sun")), "ROMEO: the sun");
+    EXPECT_EQ(tokenizer->pre_tokenizer(), PreTokenizer::DigitsThenGpt2);
+    EXPECT_EQ(tokenizer->decode(tokenizer->encode("ROMEO: the sun 1597")), "ROMEO: the sun 1597");
     ASSERT_EQ(notes.lines.size(), 1u);
-    EXPECT_NE(notes.lines[0].find("tokenizer.json: its pre-tokenizer splits digits one by one"),
+    EXPECT_NE(notes.lines[0].find("tokenizer.json: its pre-tokenizer splits every digit on its own "
+                                  "before GPT-2's byte-level pattern"),
               std::string::npos)
         << notes.lines[0];
     const test::ReferenceFixture fixture = test::ReferenceFixture::load(

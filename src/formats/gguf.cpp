@@ -327,7 +327,9 @@ KeyValues gguf_metadata(const ModelConfig& c, const SpelledBpe& spelled, GgufWei
         out.f32("gpt2.attention.layer_norm_epsilon", 1e-5f);
     }
     out.string("tokenizer.ggml.model", "gpt2");
-    out.string("tokenizer.ggml.pre", "gpt-2");
+    // llama.cpp's name of how text is split: "smollm" is every digit first, then GPT-2's pattern.
+    out.string("tokenizer.ggml.pre",
+               spelled.pre == PreTokenizer::DigitsThenGpt2 ? "smollm" : "gpt-2");
     out.key("tokenizer.ggml.tokens", Value::Array);
     kv.put(static_cast<std::uint32_t>(Value::String));
     kv.put<std::uint64_t>(spelled.tokens.size());

@@ -448,6 +448,15 @@ LoadedModel load_gguf_model(const std::filesystem::path& path) {
         it != metadata.end() && it->second.element == ValueType::String) {
         spelled.merges = it->second.texts;
     }
+    // How llama.cpp splits text before merging: GPT-2's pattern, or every digit first ("smollm").
+    const std::string pre = text("tokenizer.ggml.pre").value_or("gpt-2");
+    if (pre == "smollm") {
+        spelled.pre = PreTokenizer::DigitsThenGpt2;
+    } else if (pre != "gpt-2" && pre != "default") {
+        throw InputError(name + ": tokenizer.ggml.pre '" + pre +
+                         "' is a pre-tokenizer the programs do not compute ('gpt-2' and "
+                         "'smollm')");
+    }
     const std::unique_ptr<Tokenizer> tokenizer =
         tokenizer_from_spelling(spelled, name + " (tokenizer.ggml)");
 

@@ -359,36 +359,62 @@ void read_weights(Model& model, const TensorsByName& by_name, TensorReader& read
     refuse_unread(by_name, reader, c);
 }
 
-// What the log says of a tokenizer.json beside the weights: this build reads vocab.json and
-// merges.txt (with GPT-2's pre-tokenizer), not tokenizer.json; where tokenizer.json splits digits
-// one by one before the byte-level regex (SmolLM2's), numbers tokenize differently here.
-std::optional<std::string> tokenizer_json_note(const fs::path& dir, bool read_vocab) {
+// How tokenizer.json (where the directory has one beside vocab.json and merges.txt) says text is
+// split before merging: GPT-2's byte-level pattern (ByteLevel alone), or every digit on its own
+// first (SmolLM2's Sequence[Digits(individual_digits), ByteLevel]); any other pre-tokenizer or a
+// normalizer is refused naming the key, as the programs would tokenize otherwise than
+// transformers. `note`: what the log says.
+struct TokenizerJson {
+    PreTokenizer pre = PreTokenizer::Gpt2;
+    std::optional<std::string> note;
+};
+TokenizerJson read_tokenizer_json(const fs::path& dir, bool read_vocab) {
     const fs::path path = dir / "tokenizer.json";
     std::error_code ec;
-    if (!fs::exists(path, ec)) return std::nullopt;
+    if (!fs::exists(path, ec)) return {};
     if (!read_vocab) {
-        return path.string() +
-               ": not read (this build reads a byte-level BPE from vocab.json and merges.txt); "
-               "give the tokenizer with --tokenizer";
+        return {PreTokenizer::Gpt2,
+                path.string() +
+                    ": not read (this build reads a byte-level BPE from vocab.json and "
+                    "merges.txt); give the tokenizer with --tokenizer"};
     }
     json tokenizer;
     try {
         tokenizer = json::parse(read_text_file(path));
-    } catch (const json::exception&) {
-        return path.string() + ": not valid JSON; the tokenizer is vocab.json and merges.txt";
+    } catch (const json::exception& e) {
+        throw InputError(path.string() + ": not JSON (" + std::string(e.what()) + ")");
     }
-    const std::string pre = tokenizer.is_object() && tokenizer.contains("pre_tokenizer")
-                                ? tokenizer["pre_tokenizer"].dump()
-                                : "";
-    if (pre.find("\"Digits\"") != std::string::npos) {
-        return path.string() +
-               ": its pre-tokenizer splits digits one by one; this build reads vocab.json and "
-               "merges.txt with GPT-2's pre-tokenizer, which keeps a run of digits together, so "
-               "text with numbers tokenizes differently from transformers";
+    if (!tokenizer.is_object()) throw InputError(path.string() + ": not a JSON object");
+    const auto refuse = [&](const std::string& key, const json& value) {
+        throw InputError(path.string() + ": key '" + key + "' is " + value.dump() +
+                         ", which the programs do not compute (they split text with GPT-2's "
+                         "byte-level pattern, optionally after every digit on its own)");
+    };
+    if (tokenizer.contains("normalizer") && !tokenizer["normalizer"].is_null()) {
+        refuse("normalizer", tokenizer["normalizer"]);
     }
-    return std::nullopt;
+    const json pre = tokenizer.value("pre_tokenizer", json());
+    // GPT-2's ByteLevel: its regex, no space added in front of the text.
+    const auto byte_level = [](const json& p) {
+        return p.is_object() && p.value("type", "") == "ByteLevel" &&
+               !p.value("add_prefix_space", false) && p.value("use_regex", true);
+    };
+    if (pre.is_null() || byte_level(pre)) return {};
+    const json* steps = pre.is_object() && pre.value("type", "") == "Sequence" &&
+                                pre.contains("pretokenizers") && pre["pretokenizers"].is_array()
+                            ? &pre["pretokenizers"]
+                            : nullptr;
+    if (steps != nullptr && steps->size() == 2 && (*steps)[0].is_object() &&
+        (*steps)[0].value("type", "") == "Digits" &&
+        (*steps)[0].value("individual_digits", false) && byte_level((*steps)[1])) {
+        return {PreTokenizer::DigitsThenGpt2,
+                path.string() +
+                    ": its pre-tokenizer splits every digit on its own before GPT-2's "
+                    "byte-level pattern, as this build does for it"};
+    }
+    refuse("pre_tokenizer", pre);
+    return {};
 }
-
 }  // namespace
 
 LoadedModel load_hugging_face_model(const fs::path& path, HuggingFaceNotes* notes) {
@@ -409,8 +435,12 @@ LoadedModel load_hugging_face_model(const fs::path& path, HuggingFaceNotes* note
     std::fill(params.begin(), params.end(), 0.0f);
     TensorReader reader(by_name, sources, config_path, c);
     read_weights(loaded.model, by_name, reader);
-    if (fs::exists(sources.dir / "vocab.json", ec) && fs::exists(sources.dir / "merges.txt", ec)) {
-        const std::unique_ptr<Tokenizer> tokenizer = load_spelled_tokenizer(sources.dir);
+    const bool vocab =
+        fs::exists(sources.dir / "vocab.json", ec) && fs::exists(sources.dir / "merges.txt", ec);
+    TokenizerJson tokenizer_json = read_tokenizer_json(sources.dir, vocab);
+    if (vocab) {
+        const std::unique_ptr<Tokenizer> tokenizer =
+            load_spelled_tokenizer(sources.dir, tokenizer_json.pre);
         if (tokenizer->vocab_size() > c.vocab_size) {
             throw InputError((sources.dir / "vocab.json").string() + ": " +
                              std::to_string(tokenizer->vocab_size()) + " tokens, but " +
@@ -419,11 +449,8 @@ LoadedModel load_hugging_face_model(const fs::path& path, HuggingFaceNotes* note
         }
         loaded.extras = CheckpointExtras{tokenizer->serialize(), ""};
     }
-    if (notes != nullptr) {
-        if (auto line = tokenizer_json_note(sources.dir, loaded.extras.has_value())) {
-            notes->lines.push_back(std::move(*line));
-        }
-    }
+    if (notes != nullptr && tokenizer_json.note)
+        notes->lines.push_back(std::move(*tokenizer_json.note));
     set_precision(loaded.model, Precision::Fp32);
     return loaded;
 }

@@ -23,8 +23,8 @@ constexpr std::string_view kModelFile = kHuggingFaceModelFile;
 // The files an export writes: a directory holding only these is a previous export.
 constexpr std::string_view kConfigFile = "config.json";
 constexpr std::string_view kGenerationConfigFile = "generation_config.json";
-constexpr std::array<std::string_view, 3> kTokenizerFiles = {"vocab.json", "merges.txt",
-                                                             "tokenizer_config.json"};
+constexpr std::array<std::string_view, 4> kTokenizerFiles = {
+    "vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json"};
 
 bool is_export_file(std::string_view name) {
     return name == kModelFile || name == kConfigFile || name == kGenerationConfigFile ||
@@ -144,6 +144,52 @@ void write_gpt2_tokenizer_files(const fs::path& dir, const SpelledBpe& spelled) 
     write_text(dir / "merges.txt", merges);
 }
 
+// tokenizer.json (transformers' fast tokenizer, which reads it before vocab.json and merges.txt)
+// for a BPE that splits every digit first, as SmolLM2's says it: what the slow GPT-2 tokenizer of
+// vocab.json and merges.txt alone would not do.
+void write_tokenizer_json(const fs::path& dir, const SpelledBpe& spelled) {
+    const json byte_level = {{"type", "ByteLevel"},
+                             {"add_prefix_space", false},
+                             {"trim_offsets", true},
+                             {"use_regex", true}};
+    json vocab = json::object();
+    for (std::size_t id = 0; id < spelled.tokens.size(); ++id)
+        vocab[spelled.tokens[id]] = id;
+    json added = json::array();
+    if (spelled.eot_id) {
+        added.push_back({{"id", *spelled.eot_id},
+                         {"content", spelled.tokens[static_cast<std::size_t>(*spelled.eot_id)]},
+                         {"single_word", false},
+                         {"lstrip", false},
+                         {"rstrip", false},
+                         {"normalized", false},
+                         {"special", true}});
+    }
+    const json tokenizer = {
+        {"version", "1.0"},
+        {"truncation", nullptr},
+        {"padding", nullptr},
+        {"added_tokens", added},
+        {"normalizer", nullptr},
+        {"pre_tokenizer",
+         {{"type", "Sequence"},
+          {"pretokenizers",
+           json::array({{{"type", "Digits"}, {"individual_digits", true}}, byte_level})}}},
+        {"post_processor", nullptr},
+        {"decoder", byte_level},
+        {"model",
+         {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", nullptr},
+          {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr},
+          {"fuse_unk", false},
+          {"byte_fallback", false},
+          {"vocab", vocab},
+          {"merges", spelled.merges}}}};
+    write_text(dir / "tokenizer.json", tokenizer.dump() + "\n");
+}
+
 }  // namespace
 
 std::optional<std::string> hugging_face_output_conflict(const fs::path& dir) {
@@ -212,6 +258,11 @@ void write_hugging_face_model(const fs::path& dir, const Model& model, const Tok
         return;
     }
     write_gpt2_tokenizer_files(dir, *spelled);
+    if (spelled->pre == PreTokenizer::DigitsThenGpt2) {
+        write_tokenizer_json(dir, *spelled);
+    } else {
+        fs::remove(dir / "tokenizer.json", ec);  // a previous export's would split digits
+    }
     const nlohmann::ordered_json eot_text =
         spelled->eot_id
             ? nlohmann::ordered_json(spelled->tokens[static_cast<std::size_t>(*spelled->eot_id)])

@@ -45,13 +45,15 @@ class BpeTokenizer final : public Tokenizer {
     // Arguments are validated by make_trained_bpe / make_gpt2_style_bpe.
     BpeTokenizer(TokenizerKind kind, std::vector<std::string> vocab, std::vector<Merge> merges,
                  std::vector<std::int32_t> merge_results, std::array<std::int32_t, 256> byte_ids,
-                 int eot_id)
+                 int eot_id, PreTokenizer pre = PreTokenizer::Gpt2)
         : kind_(kind),
+          pre_(pre),
           vocab_(std::move(vocab)),
           merges_(std::move(merges)),
           results_(std::move(merge_results)),
           byte_ids_(byte_ids),
           eot_id_(eot_id) {
+        if (pre_ == PreTokenizer::DigitsThenGpt2) digits_.emplace(kDigitPattern);
         rank_of_.reserve(merges_.size());
         for (std::size_t rank = 0; rank < merges_.size(); ++rank) {
             rank_of_.emplace(pair_key(merges_[rank].first, merges_[rank].second),
@@ -71,6 +73,7 @@ class BpeTokenizer final : public Tokenizer {
     }
 
     [[nodiscard]] TokenizerKind kind() const override { return kind_; }
+    [[nodiscard]] PreTokenizer pre_tokenizer() const override { return pre_; }
     [[nodiscard]] int vocab_size() const override { return static_cast<int>(vocab_.size()); }
     [[nodiscard]] std::optional<int> eot_id() const override { return eot_id_; }
 
@@ -81,8 +84,22 @@ class BpeTokenizer final : public Tokenizer {
         PieceCache cache;
         MergeScratch scratch;
         const auto encode_ordinary = [&](std::string_view ordinary) {
-            pretokenizer_.split(ordinary, [&](std::string_view piece) {
-                encode_piece(piece, cache, scratch, out);
+            const auto gpt2_pieces = [&](std::string_view text) {
+                pretokenizer_.split(text, [&](std::string_view piece) {
+                    encode_piece(piece, cache, scratch, out);
+                });
+            };
+            if (!digits_) {
+                gpt2_pieces(ordinary);
+                return;
+            }
+            // Every numeric character a piece of its own, GPT-2's pattern on the text between.
+            digits_->scan(ordinary, [&](std::string_view piece, bool digit) {
+                if (digit) {
+                    encode_piece(piece, cache, scratch, out);
+                } else {
+                    gpt2_pieces(piece);
+                }
             });
         };
         if (eot == EotInText::Text) {
@@ -104,8 +121,9 @@ class BpeTokenizer final : public Tokenizer {
 
     [[nodiscard]] std::vector<std::uint8_t> serialize() const override {
         detail::ByteWriter out;
+        const bool gpt2_pattern = pre_ == PreTokenizer::Gpt2;
         out.u8(static_cast<std::uint8_t>(kind_));
-        out.u8(detail::kSerialFormatVersion);
+        out.u8(gpt2_pattern ? detail::kSerialFormatVersion : detail::kSerialFormatVersionPre);
         if (kind_ == TokenizerKind::Gpt2) {
             out.u32(static_cast<std::uint32_t>(vocab_.size()));
             out.u32(static_cast<std::uint32_t>(eot_id_));
@@ -119,6 +137,7 @@ class BpeTokenizer final : public Tokenizer {
             out.u32(static_cast<std::uint32_t>(left));
             out.u32(static_cast<std::uint32_t>(right));
         }
+        if (!gpt2_pattern) out.u8(static_cast<std::uint8_t>(pre_));
         return out.take();
     }
 
@@ -201,6 +220,7 @@ class BpeTokenizer final : public Tokenizer {
     }
 
     TokenizerKind kind_;
+    PreTokenizer pre_;
     std::vector<std::string> vocab_;
     std::vector<Merge> merges_;
     std::vector<std::int32_t> results_;  // the token each merge makes, by rank
@@ -209,6 +229,7 @@ class BpeTokenizer final : public Tokenizer {
     std::unordered_map<std::uint64_t, std::int32_t> rank_of_;
     std::unordered_map<std::string, std::int32_t, TransparentHash, std::equal_to<>> whole_tokens_;
     Pretokenizer pretokenizer_;
+    std::optional<Pretokenizer> digits_;  // DigitsThenGpt2: the numeric characters first
 };
 
 }  // namespace
@@ -267,7 +288,8 @@ std::unique_ptr<Tokenizer> make_trained_bpe(std::vector<Merge> merges) {
 }
 
 std::unique_ptr<Tokenizer> make_gpt2_style_bpe(std::vector<std::string> vocab,
-                                               std::vector<Merge> merges, int eot_id) {
+                                               std::vector<Merge> merges, int eot_id,
+                                               PreTokenizer pre) {
     const std::string context = "gpt2 tokenizer: ";
     const auto vocab_size = static_cast<std::int64_t>(vocab.size());
     if (vocab_size <= kNumBytes || vocab_size > std::numeric_limits<std::int32_t>::max()) {
@@ -326,10 +348,11 @@ std::unique_ptr<Tokenizer> make_gpt2_style_bpe(std::vector<std::string> vocab,
         results.push_back(it->second);
     }
     return std::make_unique<BpeTokenizer>(TokenizerKind::Gpt2, std::move(vocab), std::move(merges),
-                                          std::move(results), byte_ids, eot_id);
+                                          std::move(results), byte_ids, eot_id, pre);
 }
 
-std::unique_ptr<Tokenizer> deserialize_bpe(ByteReader& reader, TokenizerKind kind) {
+std::unique_ptr<Tokenizer> deserialize_bpe(ByteReader& reader, TokenizerKind kind,
+                                           std::uint8_t version) {
     std::vector<std::string> vocab;
     std::uint32_t eot_id = 0;
     if (kind == TokenizerKind::Gpt2) {
@@ -353,10 +376,21 @@ std::unique_ptr<Tokenizer> deserialize_bpe(ByteReader& reader, TokenizerKind kin
         };
         merges.emplace_back(clamp(left), clamp(right));
     }
+    PreTokenizer pre = PreTokenizer::Gpt2;
+    if (version == kSerialFormatVersionPre) {
+        const std::uint8_t value = reader.u8("pre-tokenizer");
+        if (kind != TokenizerKind::Gpt2 ||
+            value != static_cast<std::uint8_t>(PreTokenizer::DigitsThenGpt2)) {
+            reader.fail("unknown pre-tokenizer " + std::to_string(value) + " for a " +
+                        std::string(tokenizer_kind_name(kind)) + " tokenizer");
+        }
+        pre = PreTokenizer::DigitsThenGpt2;
+    }
     try {
         if (kind == TokenizerKind::Bpe) return make_trained_bpe(std::move(merges));
         return make_gpt2_style_bpe(std::move(vocab), std::move(merges),
-                                   static_cast<int>(std::min<std::uint32_t>(eot_id, 0x7FFFFFFF)));
+                                   static_cast<int>(std::min<std::uint32_t>(eot_id, 0x7FFFFFFF)),
+                                   pre);
     } catch (const InputError& e) {
         reader.fail(e.what());
     }

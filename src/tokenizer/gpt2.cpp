@@ -182,12 +182,13 @@ BpeFiles read_bpe_files(const std::filesystem::path& dir) {
     return files;
 }
 
-std::unique_ptr<Tokenizer> make_gpt2_style(BpeFiles files, const std::filesystem::path& dir) {
+std::unique_ptr<Tokenizer> make_gpt2_style(BpeFiles files, const std::filesystem::path& dir,
+                                           PreTokenizer pre = PreTokenizer::Gpt2) {
     if (!files.eot_id)
         throw InputError(files.encoder_path.string() + ": has no <|endoftext|> token");
     try {
         return detail::make_gpt2_style_bpe(std::move(files.vocab), std::move(files.merges),
-                                           *files.eot_id);
+                                           *files.eot_id, pre);
     } catch (const InputError& e) {
         throw InputError(dir.string() + ": " + e.what());
     }
@@ -203,8 +204,10 @@ namespace {
 
 // GPT-2's kind of BPE when the files have an end-of-text token or merges; otherwise, when every
 // token is one byte, the char tokenizer they spell (in byte order, as a char tokenizer exports).
-std::unique_ptr<Tokenizer> spelled_tokenizer(BpeFiles files, const std::filesystem::path& source) {
-    if (files.eot_id || !files.merges.empty()) return make_gpt2_style(std::move(files), source);
+std::unique_ptr<Tokenizer> spelled_tokenizer(BpeFiles files, const std::filesystem::path& source,
+                                             PreTokenizer pre) {
+    if (files.eot_id || !files.merges.empty())
+        return make_gpt2_style(std::move(files), source, pre);
     std::string alphabet;
     for (std::size_t id = 0; id < files.vocab.size(); ++id) {
         if (files.vocab[id].size() != 1) {
@@ -221,8 +224,9 @@ std::unique_ptr<Tokenizer> spelled_tokenizer(BpeFiles files, const std::filesyst
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> load_spelled_tokenizer(const std::filesystem::path& dir) {
-    return spelled_tokenizer(read_bpe_files(dir), dir);
+std::unique_ptr<Tokenizer> load_spelled_tokenizer(const std::filesystem::path& dir,
+                                                  PreTokenizer pre) {
+    return spelled_tokenizer(read_bpe_files(dir), dir, pre);
 }
 
 std::unique_ptr<Tokenizer> tokenizer_from_spelling(const SpelledBpe& spelled,
@@ -262,7 +266,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_spelling(const SpelledBpe& spelled,
         files.merges.emplace_back(lookup(std::string_view(merge).substr(0, space)),
                                   lookup(std::string_view(merge).substr(space + 1)));
     }
-    return spelled_tokenizer(std::move(files), source);
+    return spelled_tokenizer(std::move(files), source, spelled.pre);
 }
 
 SpelledBpe spell_byte_level_bpe(const Tokenizer& tokenizer) {
@@ -294,6 +298,7 @@ SpelledBpe spell_byte_level_bpe(const Tokenizer& tokenizer) {
     }
     SpelledBpe spelled;
     spelled.eot_id = *tokenizer.eot_id();
+    spelled.pre = tokenizer.pre_tokenizer();
     const int vocab_size = tokenizer.vocab_size();
     spelled.tokens.reserve(static_cast<std::size_t>(vocab_size));
     std::unordered_map<std::string, int> id_of;

@@ -18,7 +18,10 @@ namespace gpt2::detail {
 
 // Text that bpe and gpt2 always encode as the EOT token rather than as its 13 bytes.
 inline constexpr std::string_view kEndOfText = "<|endoftext|>";
+// Version 2 (a gpt2 tokenizer splitting digits first) adds the pre-tokenizer after the merges; the
+// others keep writing version 1, which earlier builds read.
 inline constexpr std::uint8_t kSerialFormatVersion = 1;
+inline constexpr std::uint8_t kSerialFormatVersionPre = 2;
 
 using gpt2::ByteReader;
 using gpt2::ByteWriter;
@@ -32,7 +35,7 @@ using gpt2::ByteWriter;
     std::vector<std::pair<std::int32_t, std::int32_t>> merges);
 [[nodiscard]] std::unique_ptr<Tokenizer> make_gpt2_style_bpe(
     std::vector<std::string> vocab, std::vector<std::pair<std::int32_t, std::int32_t>> merges,
-    int eot_id);
+    int eot_id, PreTokenizer pre = PreTokenizer::Gpt2);
 
 // A char tokenizer of these bytes: `alphabet` must be strictly increasing and non-empty
 // (InputError naming `where` otherwise).
@@ -40,6 +43,8 @@ using gpt2::ByteWriter;
                                                                  const std::string& where);
 
 [[nodiscard]] std::unique_ptr<Tokenizer> deserialize_char(ByteReader& reader);
-[[nodiscard]] std::unique_ptr<Tokenizer> deserialize_bpe(ByteReader& reader, TokenizerKind kind);
+// `version`: the serial format's (2: the pre-tokenizer follows the merges).
+[[nodiscard]] std::unique_ptr<Tokenizer> deserialize_bpe(ByteReader& reader, TokenizerKind kind,
+                                                         std::uint8_t version);
 
 }  // namespace gpt2::detail

@@ -26,6 +26,9 @@ using Merge = std::pair<std::int32_t, std::int32_t>;
 // GPT-2's pre-tokenization pattern, as in its encoder.py.
 inline constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+// One numeric character: tokenizer.json's Digits(individual_digits) (Rust's char::is_numeric is
+// the Unicode categories Nd, Nl and No, which \p{N} is).
+inline constexpr std::string_view kDigitPattern = R"(\p{N})";
 
 inline constexpr int kNumBytes = 256;
 inline constexpr int kMaxTrainedVocab = 1 << 20;
@@ -42,21 +45,22 @@ struct TransparentHash {
     }
 };
 
-// Splits text into GPT-2 pre-tokens. PCRE2_MATCH_INVALID_UTF makes invalid UTF-8 legal input that
-// no pattern item matches; the bytes between two matches (always invalid UTF-8) become a pre-token
-// of their own, so every input byte lands in exactly one piece and encoding round-trips.
+// Splits text into GPT-2 pre-tokens (or the pieces another pattern matches).
+// PCRE2_MATCH_INVALID_UTF makes invalid UTF-8 legal input that no pattern item matches; the bytes
+// between two matches (always invalid UTF-8 for GPT-2's pattern) become a pre-token of their own,
+// so every input byte lands in exactly one piece and encoding round-trips.
 class Pretokenizer {
   public:
-    Pretokenizer() {
+    explicit Pretokenizer(std::string_view pattern = kGpt2Pattern) {
         int error = 0;
         PCRE2_SIZE offset = 0;
-        code_.reset(pcre2_compile(
-            reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern.data()), kGpt2Pattern.size(),
-            PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr));
+        code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                  PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset,
+                                  nullptr));
         if (!code_) {
             std::array<PCRE2_UCHAR, 256> message{};
             pcre2_get_error_message(error, message.data(), message.size());
-            throw std::runtime_error("PCRE2 cannot compile GPT-2's pattern: " +
+            throw std::runtime_error("PCRE2 cannot compile the pre-tokenizer's pattern: " +
                                      std::string(reinterpret_cast<const char*>(message.data())));
         }
         // Without JIT (unsupported platform) pcre2_match falls back to the interpreter.
@@ -65,6 +69,12 @@ class Pretokenizer {
 
     template <typename OnPiece>
     void split(std::string_view text, OnPiece&& on_piece) const {
+        scan(text, [&](std::string_view piece, bool) { on_piece(piece); });
+    }
+
+    // split's pieces with whether the pattern matched each (else it lies between matches).
+    template <typename OnPiece>
+    void scan(std::string_view text, OnPiece&& on_piece) const {
         const std::unique_ptr<pcre2_match_data, MatchDataDeleter> match(
             pcre2_match_data_create_from_pattern(code_.get(), nullptr));
         if (!match) throw std::bad_alloc();
@@ -77,7 +87,7 @@ class Pretokenizer {
                                  nullptr);
             }
             if (rc == PCRE2_ERROR_NOMATCH) {
-                on_piece(text.substr(pos));
+                on_piece(text.substr(pos), false);
                 return;
             }
             if (rc < 0) {
@@ -86,9 +96,9 @@ class Pretokenizer {
             const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
             const std::size_t start = ovector[0];
             const std::size_t end = ovector[1];
-            if (end <= start) throw std::logic_error("GPT-2's pattern matched an empty string");
-            if (start > pos) on_piece(text.substr(pos, start - pos));
-            on_piece(text.substr(start, end - start));
+            if (end <= start) throw std::logic_error("the pattern matched an empty string");
+            if (start > pos) on_piece(text.substr(pos, start - pos), false);
+            on_piece(text.substr(start, end - start), true);
             pos = end;
         }
     }

@@ -34,6 +34,10 @@ std::map<std::string, TokenizerKind> tokenizer_kinds_by_name() {
     return kinds;
 }
 
+std::string_view pre_tokenizer_name(PreTokenizer pre) {
+    return pre == PreTokenizer::DigitsThenGpt2 ? "digits, gpt-2" : "gpt-2";
+}
+
 std::string_view tokenizer_kind_name(TokenizerKind kind) {
     switch (kind) {
         case TokenizerKind::Char:
@@ -50,20 +54,23 @@ std::unique_ptr<Tokenizer> deserialize_tokenizer(std::span<const std::uint8_t> b
     detail::ByteReader reader(bytes, "serialized tokenizer");
     const std::uint8_t tag = reader.u8("kind tag");
     const std::uint8_t version = reader.u8("format version");
-    if (version != detail::kSerialFormatVersion) {
+    if (version != detail::kSerialFormatVersion && version != detail::kSerialFormatVersionPre) {
         reader.fail("unsupported format version " + std::to_string(version) + " (expected " +
-                    std::to_string(detail::kSerialFormatVersion) + ")");
+                    std::to_string(detail::kSerialFormatVersion) + " or " +
+                    std::to_string(detail::kSerialFormatVersionPre) + ")");
     }
     std::unique_ptr<Tokenizer> tokenizer;
     switch (tag) {
         case static_cast<std::uint8_t>(TokenizerKind::Char):
+            if (version != detail::kSerialFormatVersion)
+                reader.fail("a char tokenizer of version 2");
             tokenizer = detail::deserialize_char(reader);
             break;
         case static_cast<std::uint8_t>(TokenizerKind::Bpe):
-            tokenizer = detail::deserialize_bpe(reader, TokenizerKind::Bpe);
+            tokenizer = detail::deserialize_bpe(reader, TokenizerKind::Bpe, version);
             break;
         case static_cast<std::uint8_t>(TokenizerKind::Gpt2):
-            tokenizer = detail::deserialize_bpe(reader, TokenizerKind::Gpt2);
+            tokenizer = detail::deserialize_bpe(reader, TokenizerKind::Gpt2, version);
             break;
         default:
             reader.fail("unknown tokenizer kind tag " + std::to_string(tag));

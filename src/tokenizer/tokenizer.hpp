@@ -17,6 +17,12 @@ namespace gpt2 {
 
 enum class TokenizerKind : std::uint8_t { Char = 1, Bpe = 2, Gpt2 = 3 };
 
+// How a byte-level BPE splits text before merging: GPT-2's regex, or first every numeric
+// character on its own and then GPT-2's regex on what lies between (tokenizer.json's
+// Sequence[Digits(individual_digits), ByteLevel]: SmolLM2's, llama.cpp's pre-tokenizer "smollm").
+enum class PreTokenizer : std::uint8_t { Gpt2 = 0, DigitsThenGpt2 = 1 };
+[[nodiscard]] std::string_view pre_tokenizer_name(PreTokenizer pre);  // "gpt-2", "digits, gpt-2"
+
 // What a literal "<|endoftext|>" in the text becomes (bpe and gpt2; char has no end-of-text token).
 // Token: the end-of-text token (tiktoken's encode(text, allowed_special="all")), so documents can
 // be separated in plain text. Text: ordinary characters (tiktoken's encode_ordinary, as llm.c's
@@ -38,6 +44,8 @@ class Tokenizer {
     // Self-describing bytes (kind tag first) that deserialize_tokenizer() turns back into an equal
     // tokenizer.
     [[nodiscard]] virtual std::vector<std::uint8_t> serialize() const = 0;
+    // How gpt2's kind of BPE splits text before merging (GPT-2's regex for the others).
+    [[nodiscard]] virtual PreTokenizer pre_tokenizer() const { return PreTokenizer::Gpt2; }
 };
 
 [[nodiscard]] std::string_view tokenizer_kind_name(TokenizerKind kind);
@@ -58,9 +66,11 @@ inline constexpr int kGpt2VocabSize = 50257;
 // merges.txt (the same data) where dir has no encoder.json.
 [[nodiscard]] std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::filesystem::path& dir);
 // The tokenizer those files spell (what a Hugging Face directory carries): GPT-2's kind of BPE as
-// load_gpt2_tokenizer reads it, or, for files without <|endoftext|> and without merges whose tokens
-// are single bytes in byte order (how a char tokenizer is exported), that char tokenizer.
-[[nodiscard]] std::unique_ptr<Tokenizer> load_spelled_tokenizer(const std::filesystem::path& dir);
+// load_gpt2_tokenizer reads it, splitting text as `pre` says, or, for files without <|endoftext|>
+// and without merges whose tokens are single bytes in byte order (how a char tokenizer is
+// exported), that char tokenizer.
+[[nodiscard]] std::unique_ptr<Tokenizer> load_spelled_tokenizer(
+    const std::filesystem::path& dir, PreTokenizer pre = PreTokenizer::Gpt2);
 
 // A byte-level BPE as GPT-2's files, Hugging Face and GGUF spell it: each token's bytes in GPT-2's
 // printable alphabet (<|endoftext|> as itself), indexed by id, and the merges by rank as
@@ -69,6 +79,7 @@ struct SpelledBpe {
     std::vector<std::string> tokens;
     std::vector<std::string> merges;
     std::optional<int> eot_id;  // none for a char tokenizer
+    PreTokenizer pre = PreTokenizer::Gpt2;
 };
 // For gpt2 and trained bpe tokenizers, and for a char tokenizer, which is a byte-level BPE without
 // merges or end-of-text (each of its tokens is one byte: any text of its alphabet splits into the
@@ -88,8 +99,9 @@ struct SpelledBpe {
 // Conventions of the implementations:
 // - char: the alphabet is the sorted set of corpus BYTES (not code points); no EOT; encoding a byte
 //   outside the alphabet throws InputError naming the byte.
-// - bpe and gpt2 pre-tokenize with GPT-2's regex (PCRE2, UTF + UCP). Invalid UTF-8 matches no
-//   pattern item: each run of it becomes a pre-token of its own, so any byte string round-trips.
+// - bpe and gpt2 pre-tokenize with GPT-2's regex (PCRE2, UTF + UCP); gpt2 with DigitsThenGpt2
+//   first splits off every \p{N} character. Invalid UTF-8 matches no pattern item: each run of it
+//   becomes a pre-token of its own, so any byte string round-trips.
 // - bpe and gpt2 encode the literal text <|endoftext|> as the EOT token by default (like tiktoken's
 //   encode(text, allowed_special="all")), or as ordinary text with EotInText::Text (like
 //   encode_ordinary), and decode EOT back to that text.

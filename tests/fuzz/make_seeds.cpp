@@ -124,6 +124,11 @@ int main(int argc, char** argv) {
         gpt2::fuzz::write_bytes(dir / "char.bin", char_tok->serialize());
         gpt2::fuzz::write_bytes(dir / "bpe.bin", bpe_tok->serialize());
         gpt2::fuzz::write_bytes(dir / "gpt2.bin", gpt2_tok->serialize());
+        // Version 2: a gpt2 tokenizer that splits every digit first (SmolLM2's).
+        gpt2::SpelledBpe digits = gpt2::spell_byte_level_bpe(*gpt2_tok);
+        digits.pre = gpt2::PreTokenizer::DigitsThenGpt2;
+        gpt2::fuzz::write_bytes(dir / "gpt2_digits.bin",
+                                gpt2::tokenizer_from_spelling(digits, "seed")->serialize());
     }
     // read_llmc_tokenizer (version 2, and the char one as version 1 without an EOT id)
     {
