@@ -13,6 +13,10 @@ figure and the relative differences; ours in bf16 against autocast is the parity
   dev/bf16_parity.py --checkpoint out-d6/model_000150.bin --shards data/shards \\
       [--seq-len 256] [--batch-size 8] [--val-tokens 8192] [--build build]
 
+A checkpoint of the Llama family (--model llama-tiny, the speedrun's block has no Hugging Face
+form) is exported as LlamaForCausalLM (convert_model --to hf) and computed as Hugging Face's
+definition does it (RMSNorm in float32, rotary by halves, grouped-query heads, SwiGLU).
+
 A measurement, not a test (CI has no PyTorch): docs/performance.md quotes its output.
 """
 import argparse
@@ -49,6 +53,24 @@ def read_llmc_model(path):
     if at != data.size:
         sys.exit(f"{path}: {data.size} floats, the header's shapes take {at}")
     return params, dict(max_t=max_t, vocab=vocab, layers=L, heads=heads, channels=C)
+
+
+def read_hf_llama(directory):
+    """LlamaForCausalLM's config.json and its F32 model.safetensors (as convert_model writes)."""
+    cfg = json.loads((directory / "config.json").read_text())
+    raw = (directory / "model.safetensors").read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + size])
+    params = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] != "F32":
+            sys.exit(f"{directory}: tensor {name} is {info['dtype']}, not F32")
+        begin, end = info["data_offsets"]
+        data = np.frombuffer(raw[8 + size + begin:8 + size + end], dtype=np.float32)
+        params[name] = torch.from_numpy(data.reshape(info["shape"]).copy())
+    return params, cfg
 
 
 def read_shards(pattern):
@@ -89,13 +111,57 @@ def gpt2_loss(p, cfg, idx, targets):
     return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
+def llama_loss(p, cfg, idx, targets):
+    """Hugging Face's LlamaForCausalLM forward: RMSNorm computed in float32 (LlamaRMSNorm),
+    rotary positions by halves, grouped-query attention, SwiGLU, the head tied or lm_head."""
+    B, T = idx.shape
+    C, NH = cfg["hidden_size"], cfg["num_attention_heads"]
+    KVH, hs, eps = cfg.get("num_key_value_heads", NH), C // NH, cfg["rms_norm_eps"]
+    inv = 1.0 / (cfg.get("rope_theta", 10000.0) ** (torch.arange(0, hs, 2).float() / hs))
+    angles = torch.outer(torch.arange(T).float(), inv)
+    cos, sin = torch.cat((angles, angles), -1).cos(), torch.cat((angles, angles), -1).sin()
+
+    def rms(x, w):
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        return w * x.to(dtype)
+
+    def rotate(t):
+        return t * cos.to(t.dtype) + torch.cat((-t[..., hs // 2:], t[..., :hs // 2]), -1) * \
+            sin.to(t.dtype)
+
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    x = p["model.embed_tokens.weight"][idx]
+    for l in range(cfg["num_hidden_layers"]):
+        w = {k.split(f"model.layers.{l}.")[1]: v for k, v in p.items()
+             if k.startswith(f"model.layers.{l}.")}
+        h = rms(x, w["input_layernorm.weight"])
+        q = F.linear(h, w["self_attn.q_proj.weight"]).view(B, T, NH, hs).transpose(1, 2)
+        k = F.linear(h, w["self_attn.k_proj.weight"]).view(B, T, KVH, hs).transpose(1, 2)
+        v = F.linear(h, w["self_attn.v_proj.weight"]).view(B, T, KVH, hs).transpose(1, 2)
+        q, k = rotate(q), rotate(k)
+        k, v = k.repeat_interleave(NH // KVH, 1), v.repeat_interleave(NH // KVH, 1)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / hs ** 0.5)
+        att = F.softmax(scores.masked_fill(~causal, float("-inf")).float(), dim=-1).to(q.dtype)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + F.linear(y, w["self_attn.o_proj.weight"])
+        h = rms(x, w["post_attention_layernorm.weight"])
+        gate, up = F.linear(h, w["mlp.gate_proj.weight"]), F.linear(h, w["mlp.up_proj.weight"])
+        x = x + F.linear(F.silu(gate) * up, w["mlp.down_proj.weight"])
+    x = rms(x, p["model.norm.weight"])
+    logits = F.linear(x, p.get("lm_head.weight", p["model.embed_tokens.weight"]))
+    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
 def pytorch_figures(params, cfg, val, train, autocast):
+    model_loss = llama_loss if "hidden_size" in cfg else gpt2_loss
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         with torch.no_grad():  # one window at a time, summed in window order, as ours does
-            val_loss = sum(gpt2_loss(params, cfg, val[0][i:i + 1], val[1][i:i + 1]).item()
+            val_loss = sum(model_loss(params, cfg, val[0][i:i + 1], val[1][i:i + 1]).item()
                            for i in range(val[0].shape[0])) / val[0].shape[0]
         leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
-        loss = gpt2_loss(leaves, cfg, *train)
+        loss = model_loss(leaves, cfg, *train)
     loss.backward()
     norm = torch.sqrt(sum((v.grad.double() ** 2).sum() for v in leaves.values())).item()
     return dict(val_loss=val_loss, loss=loss.item(), grad_norm=norm)
@@ -130,10 +196,17 @@ def main():
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory(prefix="gpt2-bf16-parity-") as tmp:
         work = Path(tmp)
-        subprocess.run([str(Path(args.build) / "convert_model"), args.checkpoint,
-                        str(work / "model.bin"), "--to", "llmc"], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        params, cfg = read_llmc_model(work / "model.bin")
+        # GPT-2 as llm.c's model file; the Llama family as LlamaForCausalLM.
+        llmc = subprocess.run([str(Path(args.build) / "convert_model"), args.checkpoint,
+                               str(work / "model.bin"), "--to", "llmc"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        if llmc.returncode == 0:
+            params, cfg = read_llmc_model(work / "model.bin")
+        else:
+            subprocess.run([str(Path(args.build) / "convert_model"), args.checkpoint,
+                            str(work / "hf"), "--to", "hf"], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            params, cfg = read_hf_llama(work / "hf")
         T = args.seq_len
         val = windows(read_shards(str(Path(args.shards) / "*_val_*.bin")), 0,
                       args.val_tokens // T, T)
