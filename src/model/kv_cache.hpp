@@ -97,10 +97,10 @@ class Generator {
     float* qkv_ = nullptr;                      // (rows, 3C) queries, keys and values
     float* atty_ = nullptr;                     // (rows, C) attention outputs
     float* fch_ = nullptr;       // (rows, F) MLP hidden, its activation applied in place
-    float* ln_ = nullptr;        // (rows, C) LayerNorm output
+    float* ln_ = nullptr;        // (rows, C) the block norm's output
     float* ln_stats_ = nullptr;  // (2 * rows) its means and rstds
     // Pieces, int8: the scales of the pieces (kInt8Pieces * rows); the pieces themselves, of an
-    // input at most 4C long, are in pieces_bf16_ or pieces_int8_.
+    // input at most max(4C, H) long, are in pieces_bf16_ or pieces_int8_.
     float* piece_scales_ = nullptr;
     std::vector<WorkerScratch> worker_scratch_;
 };

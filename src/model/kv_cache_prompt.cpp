@@ -40,7 +40,7 @@ struct ProductScratch {
 // out[i, 0:n] (row stride ldo) = (accumulate ? out : 0) + bias[0:n] + in[i, 0:K] @ weight(n, K)^T
 // for i < M: a slice of a linear layer (bias null: none). fp32 weights: the bias first, then the
 // product added onto it by the fp32 GEMM (the order of matmul_forward and
-// matmul_residual_forward). Compact weights (GPT-2's only, with biases): the pieces products when
+// matmul_residual_forward). Compact weights: the pieces products when
 // `in` carries pieces, else the rows widened to fp32 for the same GEMM.
 void linear_rows(float* out, int ldo, const PromptInput& in, const WeightRows& weight,
                  const float* bias, int n, bool accumulate, const ProductScratch& scratch) {

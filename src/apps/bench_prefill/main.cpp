@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--prompt", prompts, "Prompt lengths in tokens")->delimiter(',');
     app.add_option("--formats", formats,
-                   "Weight formats: fp32, bf16, int8 (GPT-2 only), fp32-steps (fp32, the prompt "
+                   "Weight formats: fp32, bf16, int8, fp32-steps (fp32, the prompt "
                    "token by token)")
         ->delimiter(',');
     app.add_option("--new-tokens", new_tokens, "Tokens decoded after each prefill")
@@ -102,8 +102,8 @@ int main(int argc, char** argv) {
                     f == "fp32-steps" ? "one token's forward after another"
                                       : sessions[f]->prompt_products_name().c_str());
     }
-    std::printf("%-10s %6s | %10s %10s %9s %11s | %12s\n", "format", "prompt", "prefill ms", "tok/s",
-                "first ms", "cpu ms/thr", "decode tok/s");
+    std::printf("%-10s %6s | %10s %10s %9s %11s | %12s\n", "format", "prompt", "prefill ms",
+                "tok/s", "first ms", "cpu ms/thr", "decode tok/s");
     for (const int P : prompts) {
         std::vector<std::int32_t> tokens(static_cast<std::size_t>(P));
         for (int i = 0; i < P; ++i)
@@ -141,8 +141,9 @@ int main(int argc, char** argv) {
         }
         for (const std::string& f : formats) {
             const double pre = median(prefill[f]), dec = median(decode[f]);
-            std::printf("%-10s %6d | %10.1f %10.0f %9.1f %11.1f | %12.1f\n", f.c_str(), P, pre * 1e3,
-                        P / pre, first[f] * 1e3, median(prefill_cpu[f]) * 1e3, new_tokens / dec);
+            std::printf("%-10s %6d | %10.1f %10.0f %9.1f %11.1f | %12.1f\n", f.c_str(), P,
+                        pre * 1e3, P / pre, first[f] * 1e3, median(prefill_cpu[f]) * 1e3,
+                        new_tokens / dec);
         }
     }
     return 0;
