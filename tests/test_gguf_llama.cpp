@@ -74,7 +74,8 @@ TEST(GgufLlamaImport, EveryTypeReadsBackAsWrittenTiedAndUntied) {
                     model.layout.tensor(model.weights(), spec.id);
                 const std::span<const float> read =
                     loaded.model.layout.tensor(loaded.model.weights(), spec.id);
-                SCOPED_TRACE(std::string(param_tensor_name(spec.id)) + (tied ? " tied" : " untied"));
+                SCOPED_TRACE(std::string(param_tensor_name(spec.id)) +
+                             (tied ? " tied" : " untied"));
                 expect_bitwise(
                     read, rounded_as(written, stored_in_type(spec.id) ? type : GgufWeights::F32));
             }
