@@ -32,6 +32,16 @@ void norm_backward(const ModelConfig& c, float* dinp, float* dweight, float* dbi
     }
 }
 
+void activation_columns(const ModelConfig& c, float* hidden, int n) {
+    if (c.arch.mlp == MlpKind::SwiGlu) {
+        swiglu_pieces(hidden, hidden, hidden + c.mlp_hidden(), n);
+    } else if (c.arch.mlp == MlpKind::ReluSquared) {
+        relu2_forward(hidden, hidden, n);
+    } else {
+        gelu_forward(hidden, hidden, n);
+    }
+}
+
 // The MLP's activation: act (N, H) from fch (N, F).
 void activation_forward(const ModelConfig& c, float* act, const float* fch, int N) {
     const int H = c.mlp_hidden();

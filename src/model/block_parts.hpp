@@ -28,6 +28,11 @@ void activation_forward(const ModelConfig& c, float* act, const float* fch, int 
 void activation_backward(const ModelConfig& c, float* dfch, const float* fch, const float* dact,
                          int N);
 
+// The activation on n hidden columns of one row of the first product's output, in place, as the
+// decoder's passes split it over workers: `hidden` at the first column (SwiGLU: the gate's, its
+// up-projection's H columns further on, the result into the gate's).
+void activation_columns(const ModelConfig& c, float* hidden, int n);
+
 // Rotary positions on a qkv (N, W) of sequences of T: q's heads and k's rotated in place (nothing
 // with learned positions); backward rotates their gradients back.
 void rotate_qk_forward(const ModelConfig& c, const RotaryTable& table, float* qkv, int N, int T);

@@ -182,16 +182,8 @@ void KvCacheSession::step_together(std::span<KvCacheSession* const> sessions,
                     p.fcw, H + bh, nh, C, p.fcb, false,
                     [&](KvCacheSession& s) { return s.fch_ + H + bh; }, ln_of, worker);
             }
-            for (KvCacheSession* s : batch) {
-                float* hidden = s->fch_ + bh;
-                if (c.arch.mlp == MlpKind::SwiGlu) {
-                    swiglu_pieces(hidden, hidden, hidden + H, nh);
-                } else if (c.arch.mlp == MlpKind::ReluSquared) {
-                    relu2_forward(hidden, hidden, nh);
-                } else {
-                    gelu_forward(hidden, hidden, nh);
-                }
-            }
+            for (KvCacheSession* s : batch)
+                activation_columns(c, s->fch_ + bh, nh);
             lead.barrier_->arrive_and_wait();
             products(
                 p.fcprojw, b, n, H, p.fcprojb, true, [&](KvCacheSession& s) { return s.x_ + b; },

@@ -289,16 +289,8 @@ void KvCacheSession::forward_prompt(std::span<const std::int32_t> tokens, bool l
                             rows_at(p.fcw + (H + bh) * C, nh), at(p.fcb, H + bh), nh, false,
                             products);
             }
-            for (int i = 0; i < M; ++i) {
-                float* hidden = g.fch_ + static_cast<long>(i) * F + bh;
-                if (c.arch.mlp == MlpKind::SwiGlu) {
-                    swiglu_pieces(hidden, hidden, hidden + H, nh);
-                } else if (c.arch.mlp == MlpKind::ReluSquared) {
-                    relu2_forward(hidden, hidden, nh);
-                } else {
-                    gelu_forward(hidden, hidden, nh);
-                }
-            }
+            for (int i = 0; i < M; ++i)
+                activation_columns(c, g.fch_ + static_cast<long>(i) * F + bh, nh);
             barrier_->arrive_and_wait();
             // MLP down-projection onto the residual stream, by output column.
             if (pieces) {

@@ -114,12 +114,8 @@ void KvCacheSession::forward_token(std::int32_t token) {
             if (c.arch.mlp == MlpKind::SwiGlu) {
                 rows_at(p.fcw + (H + bh) * C, nh)
                     .matvec_into(fch_ + H + bh, ln2, nh, C, at(p.fcb, H + bh), false);
-                swiglu_pieces(fch_ + bh, fch_ + bh, fch_ + H + bh, nh);
-            } else if (c.arch.mlp == MlpKind::ReluSquared) {
-                relu2_forward(fch_ + bh, fch_ + bh, nh);
-            } else {
-                gelu_forward(fch_ + bh, fch_ + bh, nh);
             }
+            activation_columns(c, fch_ + bh, nh);
             barrier_->arrive_and_wait();
             // MLP down-projection onto the residual stream, by output column.
             rows_at(p.fcprojw + b * H, n).matvec_into(x_ + b, fch_, n, H, at(p.fcprojb, b), true);
