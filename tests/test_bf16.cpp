@@ -330,12 +330,15 @@ struct AttentionRun {
 
 // One forward and backward of attention on (B, T, C) random q, k, v and output gradient, in fp32
 // or bf16; the scratch starts out as garbage.
-// `first_keys`: document masking's first key per query row (empty: none).
+// `first_keys`: document masking's first key per query row (empty: none); `kv_heads`: key/value
+// heads (0: NH), qkv then (B, T, C + 2 KV).
 AttentionRun run_attention(bool bf16, int B, int T, int C, int NH, const DropoutMask& dropout,
-                           std::span<const std::int32_t> first_keys = {}) {
+                           std::span<const std::int32_t> first_keys = {}, int kv_heads = 0) {
     std::mt19937 rng(static_cast<unsigned>(B * 1000 + T * 10 + NH));
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> qkv(static_cast<std::size_t>(B) * T * 3 * C), dout(qkv.size() / 3);
+    const int W = C + 2 * (kv_heads == 0 ? NH : kv_heads) * (C / NH);
+    std::vector<float> qkv(static_cast<std::size_t>(B) * T * W),
+        dout(static_cast<std::size_t>(B) * T * C);
     for (float& v : qkv)
         v = normal(rng);
     for (float& v : dout)
@@ -349,26 +352,30 @@ AttentionRun run_attention(bool bf16, int B, int T, int C, int NH, const Dropout
                      std::vector<float>(qkv.size(), -7.0e20f)};
     if (bf16) {  // q, k and v come rounded by heads, as the qkv product writes them
         std::vector<Bf16> qkv_bf16(qkv.size());
-        round_qkv_by_heads(qkv_bf16.data(), qkv.data(), B * T, C, NH);
+        round_qkv_by_heads(qkv_bf16.data(), qkv.data(), B * T, C, NH, kv_heads);
         attention_forward_bf16(run.out.data(), run.lse.data(), bf16_scratch, qkv_bf16.data(), B, T,
-                               C, NH, dropout, first_keys);
+                               C, NH, dropout, first_keys, kv_heads);
         attention_backward_bf16(run.dqkv.data(), bf16_scratch, dout.data(), run.out.data(),
-                                run.lse.data(), qkv_bf16.data(), B, T, C, NH, dropout, first_keys);
+                                run.lse.data(), qkv_bf16.data(), B, T, C, NH, dropout, first_keys,
+                                kv_heads);
     } else {
         attention_forward(run.out.data(), run.lse.data(), scratch.data(), qkv.data(), B, T, C, NH,
-                          dropout, first_keys);
+                          dropout, first_keys, kv_heads);
         attention_backward(run.dqkv.data(), scratch.data(), dout.data(), run.out.data(),
-                           run.lse.data(), qkv.data(), B, T, C, NH, dropout, first_keys);
+                           run.lse.data(), qkv.data(), B, T, C, NH, dropout, first_keys, kv_heads);
     }
     return run;
 }
 
-// Part `part` (0 q, 1 k, 2 v) of every row of a (B*T, 3C) gradient.
-std::vector<float> qkv_part(const std::vector<float>& dqkv, int C, int part) {
+// Part `part` (0 q, 1 k, 2 v) of every row of a (B*T, C + 2 KV) gradient (KV = C: GPT-2's 3C).
+std::vector<float> qkv_part(const std::vector<float>& dqkv, int C, int part, int KV = 0) {
+    if (KV == 0) KV = C;
+    const std::size_t W = static_cast<std::size_t>(C + 2 * KV);
+    const int start = part == 0 ? 0 : C + (part - 1) * KV, width = part == 0 ? C : KV;
     std::vector<float> out;
-    for (std::size_t row = 0; row < dqkv.size() / (3 * C); ++row) {
-        const auto first = dqkv.begin() + static_cast<long>(row * 3 * C + part * C);
-        out.insert(out.end(), first, first + C);
+    for (std::size_t row = 0; row < dqkv.size() / W; ++row) {
+        const auto first = dqkv.begin() + static_cast<long>(row * W + start);
+        out.insert(out.end(), first, first + width);
     }
     return out;
 }
@@ -538,6 +545,32 @@ TEST(Bf16Attention, DocumentMaskingMatchesTheFp32KernelWithinBf16Tolerance) {
         // Masking changes the result: the unmasked kernel is O(1) away.
         const AttentionRun unmasked = run_attention(true, B, T, C, NH, dropout);
         EXPECT_GT(test::difference_norms(unmasked.out, fp32.out).relative(), 0.1);
+    }
+}
+
+// Grouped-query heads (the Llama family's): four query heads on two and on one key/value head,
+// q, k and v by heads in (NH + 2 KVH) blocks; a key/value head's dk and dv sum its query heads'
+// (a head's alone would be O(1) off), T = 130 over three panels, with and without dropout.
+TEST(Bf16Attention, GroupedQueryHeadsMatchTheFp32KernelWithinBf16Tolerance) {
+    const int B = 2, T = 130, C = 128, NH = 4;
+    for (const int kv_heads : {2, 1}) {
+        for (const float rate : {0.0f, 0.2f}) {
+            SCOPED_TRACE(::testing::Message() << kv_heads << " key/value heads, dropout " << rate
+                                              << " on " << bf16_backend_name(bf16_backend()));
+            const DropoutMask dropout{rate, 0x5eedULL, 3};
+            const AttentionRun fp32 = run_attention(false, B, T, C, NH, dropout, {}, kv_heads);
+            const AttentionRun bf16 = run_attention(true, B, T, C, NH, dropout, {}, kv_heads);
+            EXPECT_TRUE(test::norm_close(bf16.out, fp32.out, kBf16Tolerance)) << "out";
+            EXPECT_TRUE(test::norm_close(bf16.lse, fp32.lse, kBf16Tolerance)) << "lse";
+            const int KV = kv_heads * (C / NH);
+            const char* names[] = {"dq", "dk", "dv"};
+            for (int part = 0; part < 3; ++part) {
+                EXPECT_TRUE(test::norm_close(qkv_part(bf16.dqkv, C, part, KV),
+                                             qkv_part(fp32.dqkv, C, part, KV), kBf16Tolerance))
+                    << names[part];
+            }
+            EXPECT_GT(test::difference_norms(bf16.dqkv, fp32.dqkv).relative(), 1e-5);
+        }
     }
 }
 

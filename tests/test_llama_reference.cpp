@@ -7,9 +7,13 @@
 // test's bounds (tests/test_model_reference.cpp: the loss to 1e-5, each gradient element to 1e-3
 // relative plus 2e-6), and --recompute layers the same bits as cheap. For the Llama model and the
 // ReLU^2 one, also LoRA with PEFT's Llama names on every projection (the base frozen): the loss
-// and each adapter matrix's gradient within the GPT-2 LoRA test's bounds (the same as above).
+// and each adapter matrix's gradient within the GPT-2 LoRA test's bounds (the same as above). In
+// bf16 (its products, and its attention where the CPU or GPT2_BF16_ATTENTION takes it): within the
+// GPT-2 bf16 test's bounds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -18,6 +22,7 @@
 #include "model/forward_backward.hpp"
 #include "model/lora.hpp"
 #include "model/model.hpp"
+#include "model/training_context.hpp"
 #include "parallel/worker_group.hpp"
 #include "reference_fixture.hpp"
 #include "test_support.hpp"
@@ -66,10 +71,11 @@ class LlamaReference : public ::testing::TestWithParam<std::string> {
         return m;
     }
     // The loss and the gradient of the fixture's batch on `workers` workers.
-    [[nodiscard]] std::pair<double, std::vector<float>> gradient(int workers,
-                                                                 Recompute recompute) const {
-        const Model m = model();
-        WorkerGroup group(config_, workers, B_, T_, false, Precision::Fp32, recompute);
+    [[nodiscard]] std::pair<double, std::vector<float>> gradient(
+        int workers, Recompute recompute, Precision precision = Precision::Fp32) const {
+        Model m = model();
+        set_precision(m, precision);
+        WorkerGroup group(config_, workers, B_, T_, false, precision, recompute);
         const StepBatch batch{at("inputs").i32, at("targets").i32, 1, B_};
         const GradientPass pass = accumulate_gradients(m, group, batch);
         double loss = 0.0;
@@ -101,6 +107,33 @@ TEST_P(LlamaReference, LossAndEveryGradientMatchPyTorchOnAnySplit) {
         EXPECT_EQ(layers_loss, loss) << workers << " workers";
         EXPECT_EQ(std::memcmp(layers.data(), cheap.data(), cheap.size() * sizeof(float)), 0)
             << workers << " workers: --recompute layers changed the gradient";
+    }
+}
+
+// bf16 products (--precision bf16), and bf16 attention where this CPU takes it (after QK-norm and
+// rotary, over grouped-query heads): every gradient within the project's bf16 tolerance of
+// PyTorch's (2e-2 relative in norm per tensor, test_model_reference's GPT-2 bound), the loss within
+// 1e-2 relative; measurably not the fp32 computation; two workers within the same bounds.
+TEST_P(LlamaReference, Bf16GradientsMatchPyTorchWithinBf16Tolerance) {
+    const std::span<const float> expected = at("grads").f32;
+    const ParameterLayout layout(config_);
+    for (const int workers : {1, 2}) {
+        const auto [loss, g] = gradient(workers, Recompute::Cheap, Precision::Bf16);
+        const double expected_loss = at("loss").f32[0];
+        EXPECT_NEAR(loss, expected_loss, 1e-2 * expected_loss) << workers << " workers";
+        double worst = 0.0;
+        for (const TensorSpec& spec : layout.specs()) {
+            const auto actual = layout.tensor(std::span<const float>(g), spec.id);
+            const auto reference = layout.tensor(expected, spec.id);
+            EXPECT_TRUE(test::norm_close(actual, reference, 2e-2))
+                << "gradient of " << param_tensor_name(spec.id) << ", " << workers << " workers";
+            worst = std::max(worst, test::difference_norms(actual, reference).relative());
+        }
+        EXPECT_GT(worst, 1e-5) << "gradients as exact as fp32: the bf16 path did not run";
+        std::printf(
+            "%s bf16 gradients (attention in %s) on %d workers: worst relative error %.2e\n",
+            GetParam().c_str(), attention_in_bf16(Precision::Bf16) ? "bf16" : "fp32", workers,
+            worst);
     }
 }
 

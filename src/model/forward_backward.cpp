@@ -20,7 +20,7 @@ namespace {
 struct LayerActs {
     float *ln1_mean, *ln1_rstd, *qkv, *qk_rstd, *atty, *att_lse, *residual2, *ln2_mean, *ln2_rstd,
         *fch, *residual3;
-    Bf16* qkv_bf16;  // instead of qkv where attention runs in bf16
+    Bf16* qkv_bf16;  // where attention runs in bf16 (qkv then only with QK-norm, for its backward)
 };
 
 LayerActs layer_acts(const ThreadLocalTrainingContext& ctx, const ModelConfig& c, int l) {
@@ -40,7 +40,7 @@ LayerActs layer_acts(const ThreadLocalTrainingContext& ctx, const ModelConfig& c
         a.ln2_rstd + s * N,
         a.fch + s * N * F,
         a.residual3 + l * N * C,
-        a.qkv_bf16 != nullptr ? a.qkv_bf16 + s * N * 3 * C : nullptr};
+        a.qkv_bf16 != nullptr ? a.qkv_bf16 + s * N * W : nullptr};
 }
 
 // The model's matrix products in its precision: fp32 through OpenBLAS, or bf16 operands (the
@@ -53,7 +53,7 @@ class PrecisionMatmul {
         : model_(model),
           ctx_(ctx),
           bf16_(model.precision == Precision::Bf16),
-          bf16_attention_(attention_in_bf16(model.config, model.precision)) {
+          bf16_attention_(attention_in_bf16(model.precision)) {
         if (bf16_ && (ctx.bf16_inputs.size() == 0 || model.params_bf16.size() == 0)) {
             throw std::invalid_argument("bf16 model: the context or the weights have no bf16 copy");
         }
@@ -127,7 +127,7 @@ class PrecisionMatmul {
                            std::span<const std::int32_t> first_keys) const {
         if (bf16_attention_) {
             attention_forward_bf16(out, lse, attention_scratch(), acts.qkv_bf16, B, T, C, NH,
-                                   dropout, first_keys);
+                                   dropout, first_keys, model_.config.kv_heads());
         } else {
             gpt2::attention_forward(out, lse, ctx_.scratch.attention, acts.qkv, B, T, C, NH,
                                     dropout, first_keys, model_.config.kv_heads());
@@ -139,7 +139,7 @@ class PrecisionMatmul {
                             std::span<const std::int32_t> first_keys) const {
         if (bf16_attention_) {
             attention_backward_bf16(dqkv, attention_scratch(), dout, out, lse, acts.qkv_bf16, B, T,
-                                    C, NH, dropout, first_keys);
+                                    C, NH, dropout, first_keys, model_.config.kv_heads());
         } else {
             gpt2::attention_backward(dqkv, ctx_.scratch.attention, dout, out, lse, acts.qkv, B, T,
                                      C, NH, dropout, first_keys, model_.config.kv_heads());
@@ -318,23 +318,27 @@ const float* dropped_gradient(const float* dres, float* scratch, int B, int T, i
     return scratch;
 }
 
-// qkv (N, 3C) = ln @ qkvw^T + qkvb (+ the adapter's term), into the layer's qkv or, where
-// attention runs in bf16, rounded into its qkv_bf16 by heads: by the product itself, or after the
-// adapter has added its fp32 term (in dqkv, backward's scratch, free during forward).
+// qkv (N, C + 2 KV) = ln @ qkvw^T + qkvb (+ the adapter's term), QK-norm and rotary applied, into
+// the layer's qkv or, where attention runs in bf16, rounded into its qkv_bf16 by heads: by the
+// product itself (GPT-2's block without an adapter on it: nothing comes between), or once the
+// fp32 q, k and v are done (in qkv where QK-norm's backward reads them, else in dqkv, backward's
+// scratch, free during forward).
 void qkv_forward(const PrecisionMatmul& matmul, ThreadLocalTrainingContext& ctx, const LayerActs& a,
                  const LayerView<const float>& p, const LayerAdapter& adapter, const float* ln,
                  int T, int N, const ModelConfig& c) {
     const int C = c.channels, NH = c.num_heads, W = c.qkv_width();
-    if (a.qkv_bf16 != nullptr && !adapter.adapts(ParamTensor::qkvw)) {
+    const bool rounded_by_product = c.arch.positions == PositionKind::Learned && !c.arch.qk_norm &&
+                                    c.kv_heads() == NH && !adapter.adapts(ParamTensor::qkvw);
+    if (a.qkv_bf16 != nullptr && rounded_by_product) {
         matmul.qkv_forward_by_heads(a.qkv_bf16, ln, p.qkvw, p.qkvb, N, C, NH);
         return;
     }
-    float* qkv = a.qkv_bf16 != nullptr ? ctx.scratch.dqkv : a.qkv;
+    float* qkv = a.qkv != nullptr ? a.qkv : ctx.scratch.dqkv;
     matmul.forward(qkv, nullptr, ln, p.qkvw, p.qkvb, N, C, W);
     adapter.forward(ParamTensor::qkvw, qkv, ln, N, C, W);
-    if (a.qkv_bf16 != nullptr) round_qkv_by_heads(a.qkv_bf16, qkv, N, C, NH);
-    qk_norm_forward(c, qkv, a.qk_rstd, N);        // where QK-norm (never with bf16 attention)
+    qk_norm_forward(c, qkv, a.qk_rstd, N);        // where QK-norm
     rotate_qk_forward(c, ctx.rotary, qkv, N, T);  // q and k rotated where they are stored
+    if (a.qkv_bf16 != nullptr) round_qkv_by_heads(a.qkv_bf16, qkv, N, C, NH, c.kv_heads());
 }
 
 // One layer's forward from its input `residual` (N, C). Writes the layer's stored activations and

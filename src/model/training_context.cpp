@@ -81,14 +81,14 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
     a.encoded = at("layer inputs", N * C);
     a.encoded_rstd = c.arch.embedding_norm ? at("layer inputs", N) : nullptr;
     a.residual3 = at("layer inputs", L * N * C);
-    // Attention in bf16 only ever reads q, k and v rounded: the qkv product rounds them itself.
-    const bool qkv_in_bf16 = attention_in_bf16(c, precision);
+    // Attention in bf16 only ever reads q, k and v rounded (GPT-2's: the qkv product rounds them
+    // itself). QK-norm's backward reads its fp32 outputs, which are kept for it.
+    const bool qkv_in_bf16 = attention_in_bf16(precision);
     if (qkv_in_bf16) {
-        out.bf16_qkv = S * N * 3 * C;
+        out.bf16_qkv = S * N * W;
         plan.add("qkv", out.bf16_qkv * sizeof(Bf16));
-    } else {
-        a.qkv = at("qkv", S * N * W);
     }
+    if (!qkv_in_bf16 || c.arch.qk_norm) a.qkv = at("qkv", S * N * W);
     const auto qk_heads = static_cast<std::size_t>(c.num_heads + c.kv_heads());
     a.qk_rstd = c.arch.qk_norm ? at("qkv", S * N * qk_heads) : nullptr;
     a.atty = at("attention output", S * N * C);
@@ -135,12 +135,8 @@ ContextLayout plan_context(const ModelConfig& c, int max_batch, int seq_len, Pre
 
 }  // namespace
 
-bool attention_in_bf16(const ModelConfig& c, Precision precision) {
-    // The qkv product rounds q, k and v itself, by heads: GPT-2's attention only (no rotation to
-    // apply between the product and the rounding, no QK-norm, one key/value head per query head).
-    const bool by_heads =
-        c.kv_heads() == c.num_heads && c.arch.positions == PositionKind::Learned && !c.arch.qk_norm;
-    return precision == Precision::Bf16 && by_heads && bf16_attention_pays();
+bool attention_in_bf16(Precision precision) {
+    return precision == Precision::Bf16 && bf16_attention_pays();
 }
 
 std::vector<ContextPart> context_parts(const ModelConfig& config, int max_batch, int seq_len,

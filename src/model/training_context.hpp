@@ -33,10 +33,9 @@ struct ContextPart {
 // Floats of one layer's twelve gradient tensors, and a view of them laid out in LayerView order
 // from `slot` on (how a gradient window holds one layer).
 [[nodiscard]] std::size_t layer_gradient_floats(const ModelConfig& config);
-// Whether a context of `precision` runs attention in bf16 (the qkv product rounding q, k and v by
-// heads): bf16 precision where bf16 attention pays, for GPT-2's attention (learned positions, as
-// many key/value heads as query heads).
-[[nodiscard]] bool attention_in_bf16(const ModelConfig& config, Precision precision);
+// Whether a context of `precision` runs attention in bf16 (q, k and v rounded by heads, after
+// QK-norm and rotary where the block has them): bf16 precision where bf16 attention pays.
+[[nodiscard]] bool attention_in_bf16(Precision precision);
 [[nodiscard]] LayerView<float> layer_slot_view(const ModelConfig& config, float* slot);
 // A gradient window: the head section (Vp*C + 2C) or two layer slots, whichever is larger.
 [[nodiscard]] std::size_t gradient_window_floats(const ModelConfig& config);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "ops/bf16.hpp"
@@ -208,8 +210,8 @@ void copy_rows(float* out, long ld, const float* in, int rows, int cols, float s
 // through dense scratch, and dk and dv accumulate there over the head's panels.
 class Bf16Products {
   public:
-    // qkv (3 * NH, B * T, hs): attention_forward_bf16's layout.
-    Bf16Products(const Bf16* qkv, int B, int T, int C, int NH, float scale,
+    // qkv (NH + 2 KVH, B * T, hs): attention_forward_bf16's layout.
+    Bf16Products(const Bf16* qkv, int B, int T, int C, int NH, int kv_heads, float scale,
                  const AttentionBf16Scratch& scratch)
         : qkv_(qkv),
           N_(static_cast<long>(B) * T),
@@ -217,7 +219,8 @@ class Bf16Products {
           hs_(C / NH),
           C_(C),
           NH_(NH),
-          ld_(3 * C),
+          KVH_(kv_heads),
+          ld_(C + 2 * kv_heads * (C / NH)),
           scale_(scale),
           dout_(scratch.pieces),
           panel_(dout_ + static_cast<long>(T) * hs_),
@@ -225,11 +228,14 @@ class Bf16Products {
           dk_(result_ + static_cast<long>(kAttentionQueryRows) * hs_),
           dv_(dk_ + static_cast<long>(T) * hs_) {}
 
+    // Query head h reads key/value head h / (NH / KVH) (grouped-query attention); the group's
+    // heads come one after another, so dk and dv sum them in the scratch until finish_head.
     void start_head(int b, int h, const float* dout) {
-        const auto part = [&](int p) {
-            return qkv_ + ((static_cast<long>(p) * NH_ + h) * N_ + static_cast<long>(b) * T_) * hs_;
+        const auto block = [&](int index) {
+            return qkv_ + (static_cast<long>(index) * N_ + static_cast<long>(b) * T_) * hs_;
         };
-        hd_ = Head<Bf16>{part(0), part(1), part(2), hs_};
+        const int g = h / (NH_ / KVH_);
+        hd_ = Head<Bf16>{block(h), block(NH_ + g), block(NH_ + KVH_ + g), hs_};
         if (dout != nullptr) round_rows(dout_, dout, T_, hs_, C_);
     }
     // Row r of the panel the next product takes (P or dS), rounded while it is in L1.
@@ -268,7 +274,8 @@ class Bf16Products {
         std::fill_n(dk_, static_cast<long>(count) * hs_, 0.0f);
         std::fill_n(dv_, static_cast<long>(count) * hs_, 0.0f);
     }
-    // The head's dk and dv, accumulated over its panels, into dqkv.
+    // The head's dk and dv, accumulated over its panels (and its group's earlier heads), into
+    // dqkv: the group's last head writes the sums.
     void finish_head(float* dk, float* dv, int T) const {
         copy_rows(dk, ld_, dk_, T, hs_, scale_);
         copy_rows(dv, ld_, dv_, T, hs_);
@@ -277,7 +284,7 @@ class Bf16Products {
   private:
     const Bf16* qkv_;
     long N_;
-    int T_, hs_, C_, NH_, ld_;
+    int T_, hs_, C_, NH_, KVH_, ld_;
     float scale_;
     Head<Bf16> hd_{};
     Bf16 *dout_, *panel_;        // (T, hs), then (kAttentionQueryRows, T)
@@ -440,11 +447,11 @@ std::size_t attention_bf16_scratch_pieces(int T, int hs) {
     return t * static_cast<std::size_t>(hs) + static_cast<std::size_t>(kAttentionQueryRows) * t;
 }
 
-void round_qkv_by_heads(Bf16* out, const float* qkv, int N, int C, int NH) {
-    const int hs = C / NH;
-    for (int block = 0; block < 3 * NH; ++block) {
+void round_qkv_by_heads(Bf16* out, const float* qkv, int N, int C, int NH, int kv_heads) {
+    const int hs = C / NH, blocks = NH + 2 * checked_kv_heads(NH, kv_heads);
+    for (int block = 0; block < blocks; ++block) {
         round_rows(out + static_cast<long>(block) * N * hs, qkv + static_cast<long>(block) * hs, N,
-                   hs, 3L * C);
+                   hs, static_cast<long>(blocks) * hs);
     }
 }
 
@@ -469,19 +476,22 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 
 void attention_forward_bf16(float* out, float* lse, const AttentionBf16Scratch& scratch,
                             const Bf16* qkv, int B, int T, int C, int NH,
-                            const DropoutMask& dropout, std::span<const std::int32_t> first_keys) {
+                            const DropoutMask& dropout, std::span<const std::int32_t> first_keys,
+                            int kv_heads) {
     check_first_keys(first_keys, B, T);
-    Bf16Products products(qkv, B, T, C, NH, score_scale(C, NH), scratch);
+    const int KVH = checked_kv_heads(NH, kv_heads);
+    Bf16Products products(qkv, B, T, C, NH, KVH, score_scale(C, NH), scratch);
     forward(products, out, lse, scratch.floats, B, T, C, NH, dropout, first_keys);
 }
 
 void attention_backward_bf16(float* dqkv, const AttentionBf16Scratch& scratch, const float* dout,
                              const float* out, const float* lse, const Bf16* qkv, int B, int T,
                              int C, int NH, const DropoutMask& dropout,
-                             std::span<const std::int32_t> first_keys) {
+                             std::span<const std::int32_t> first_keys, int kv_heads) {
     check_first_keys(first_keys, B, T);
-    Bf16Products products(qkv, B, T, C, NH, score_scale(C, NH), scratch);
-    backward(products, dqkv, scratch.floats, dout, out, lse, B, T, C, NH, NH, dropout, first_keys);
+    const int KVH = checked_kv_heads(NH, kv_heads);
+    Bf16Products products(qkv, B, T, C, NH, KVH, score_scale(C, NH), scratch);
+    backward(products, dqkv, scratch.floats, dout, out, lse, B, T, C, NH, KVH, dropout, first_keys);
 }
 
 void document_first_keys(std::span<std::int32_t> first_keys, std::span<const std::int32_t> tokens,
@@ -501,17 +511,23 @@ void document_first_keys(std::span<std::int32_t> first_keys, std::span<const std
 }
 
 bool bf16_attention_pays() {
-    switch (bf16_backend()) {
-        case Bf16Backend::Amx:
-            return true;
-        case Bf16Backend::Avx512Bf16:
-            // Measured: on a Sapphire Rapids held to AVX512_BF16 bf16 attention is slower than
-            // fp32's (35 + 89 against 27 + 61 ms at T=1024); on AMD Zen 4 a whole 124M step is 9%
-            // faster with it (docs/performance.md).
-            return bf16_dots_outrun_fma();
-        default:
-            return false;
-    }
+    static const bool pays = [] {
+        const char* forced = std::getenv("GPT2_BF16_ATTENTION");
+        if (forced != nullptr && std::strcmp(forced, "on") == 0) return true;
+        if (forced != nullptr && std::strcmp(forced, "off") == 0) return false;
+        switch (bf16_backend()) {
+            case Bf16Backend::Amx:
+                return true;
+            case Bf16Backend::Avx512Bf16:
+                // Measured: on a Sapphire Rapids held to AVX512_BF16 bf16 attention is slower
+                // than fp32's (35 + 89 against 27 + 61 ms at T=1024); on AMD Zen 4 a whole 124M
+                // step is 9% faster with it (docs/performance.md).
+                return bf16_dots_outrun_fma();
+            default:
+                return false;
+        }
+    }();
+    return pays;
 }
 
 }  // namespace gpt2

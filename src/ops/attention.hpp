@@ -56,30 +56,32 @@ void document_first_keys(std::span<std::int32_t> first_keys, std::span<const std
 // panel's probabilities (dropped, where dropout is) and dS as they enter a product; the softmax,
 // its statistics (max, sum, lse) and dO.O stay fp32. Through the bf16 GEMMs (ops/bf16.hpp), so
 // the emulated backend gives the fp32 GEMM's numbers on the rounded operands.
-// qkv's layout is by heads, (3 * NH, B * T, hs): block part * NH + h (part 0 q, 1 k, 2 v) holds
-// head h's (B * T, hs), the qkv product's 64 output columns of that head written densely, because
-// oneDNN 2.6 runs AMX products only on operands whose rows are dense.
+// qkv's layout is by heads, (NH + 2 KVH, B * T, hs): block h holds query head h's (B * T, hs),
+// block NH + g key head g's, block NH + KVH + g value head g's (KVH = kv_heads, 0: NH; GPT-2's
+// (3 * NH, B * T, hs)), each head's columns of the qkv product written densely, because oneDNN 2.6
+// runs AMX products only on operands whose rows are dense. dqkv is (B, T, C + 2 KV) as fp32's.
 struct AttentionBf16Scratch {
     float* floats;  // attention_bf16_scratch_floats(T, C / NH)
     Bf16* pieces;   // attention_bf16_scratch_pieces(T, C / NH)
 };
 [[nodiscard]] std::size_t attention_bf16_scratch_floats(int T, int hs);
 [[nodiscard]] std::size_t attention_bf16_scratch_pieces(int T, int hs);
-// qkv (N, 3C) rounded into that layout, out (3 * NH, N, C / NH).
-void round_qkv_by_heads(Bf16* out, const float* qkv, int N, int C, int NH);
+// qkv (N, C + 2 KV) rounded into that layout, out (NH + 2 KVH, N, C / NH).
+void round_qkv_by_heads(Bf16* out, const float* qkv, int N, int C, int NH, int kv_heads = 0);
 void attention_forward_bf16(float* out, float* lse, const AttentionBf16Scratch& scratch,
                             const Bf16* qkv, int B, int T, int C, int NH,
                             const DropoutMask& dropout = {},
-                            std::span<const std::int32_t> first_keys = {});
+                            std::span<const std::int32_t> first_keys = {}, int kv_heads = 0);
 void attention_backward_bf16(float* dqkv, const AttentionBf16Scratch& scratch, const float* dout,
                              const float* out, const float* lse, const Bf16* qkv, int B, int T,
                              int C, int NH, const DropoutMask& dropout = {},
-                             std::span<const std::int32_t> first_keys = {});
+                             std::span<const std::int32_t> first_keys = {}, int kv_heads = 0);
 
 // Whether bf16 attention is faster than fp32 attention on this CPU's bf16 backend, so that bf16
 // training takes it: on AMX, and on AVX512_BF16 without AMX where the bf16 dot products outrun the
 // fp32 multiply-adds (bf16_dots_outrun_fma: AMD Zen 4, not Intel's cores); not where bf16 is
-// emulated. Measured, docs/performance.md.
+// emulated. Measured, docs/performance.md. GPT2_BF16_ATTENTION=on or off decides instead (tests
+// run the model's bf16 attention on any CPU with it; benchmarks compare the two).
 [[nodiscard]] bool bf16_attention_pays();
 
 }  // namespace gpt2
