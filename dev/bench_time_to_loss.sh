@@ -52,7 +52,7 @@ workloads="default,shakespeare" adamw_lrs="" muon_lrs="0.02,0.04" steps="" threa
 variants="gpt2" optimizers="adamw,muon"
 report_only=0
 while (($#)); do
-  if [[ "$1" == --report-only ]]; then report_only=1; shift; continue; fi
+  case "$1" in --report-only) report_only=1; shift; continue ;; esac
   [[ $# -ge 2 ]] || bad "$1 needs a value"
   case "$1" in
     --workloads) workloads=$2 ;;
